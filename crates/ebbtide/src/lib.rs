@@ -2,3 +2,9 @@
 //!
 //! (Design document: filled in with the zone core.)
 #![deny(unsafe_op_in_unsafe_fn)]
+
+pub(crate) mod arena;
+pub(crate) mod keg;
+pub mod os;
+pub(crate) mod slab;
+pub(crate) mod sync;

@@ -1,0 +1,714 @@
+//! Kegs: the slab layer. A keg owns chunks from the [arena](crate::arena), cuts them into slabs
+//! of one [geometry](crate::slab::Geometry) and hands out and takes back items in batches.
+//!
+//! Slabs sit on three lists: `partial` (some items free), `free` (all free, pages backed) and
+//! `clean` (all free, pages given back). Full slabs are on no list. Allocation prefers partial
+//! slabs, then free ones, then clean ones (whose pages fault in on first touch), then a new chunk.
+//! [`Keg::reclaim`] moves free slabs beyond the reserve to `clean`, giving their pages back with
+//! one `madvise` per run of adjacent slabs.
+//!
+//! Locking: one mutex per keg protects the lists, the slab metadata and the counters. It is the
+//! innermost lock of the allocator: nothing is called with it held except the `fini` hook
+//! (documented: hooks must not call into the same zone).
+//!
+//! Counting invariant (checked by [`Keg::validate`]):
+//! `backed_slabs * items_per_slab == items_out + free_items`, where `items_out` are the items
+//! handed to the layers above (per-CPU caches, depot, users) and `free_items` the free items in
+//! backed slabs.
+
+use crate::arena::{self, Arena, CHUNK_SIZE};
+use crate::os::{self, OsError};
+use crate::slab::{Geometry, SlabMeta, SlabState, CHUNK_HEADER};
+use crate::sync::{lock, Mutex};
+use core::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Bytes of slabs whose pages are backed, over all kegs (the allocator's share of RSS).
+pub(crate) static MAPPED_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Bytes given back to the OS since the process started, over all kegs.
+pub(crate) static RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// What is wrong with a pointer handed back to a keg.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvalidKind {
+    /// Not inside any slab of this zone (another zone's memory, or not allocator memory at all).
+    NotInZone,
+    /// Inside the zone's slab metadata or the unused tail of a slab.
+    NotAnItem,
+    /// Inside an item but not at its start.
+    Misaligned,
+    /// The item is already free.
+    DoubleFree,
+}
+
+impl InvalidKind {
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            InvalidKind::NotInZone => "pointer is not inside any slab of this zone",
+            InvalidKind::NotAnItem => "pointer is inside the zone's memory but not inside an item",
+            InvalidKind::Misaligned => "pointer is inside an item but not at its start",
+            InvalidKind::DoubleFree => "double free: the item is already free",
+        }
+    }
+}
+
+#[repr(C)]
+struct ChunkHeader {
+    keg: *const Keg,
+    next: *mut ChunkHeader,
+}
+const _: () = assert!(core::mem::size_of::<ChunkHeader>() <= CHUNK_HEADER);
+
+struct KegInner {
+    partial: *mut SlabMeta,
+    free: *mut SlabMeta,
+    clean: *mut SlabMeta,
+    chunks: *mut ChunkHeader,
+    nchunks: usize,
+    npartial: usize,
+    nfree_slabs: usize,
+    nclean: usize,
+    nfull: usize,
+    /// Slabs whose pages are backed (partial + full + free).
+    backed_slabs: usize,
+    /// Free items in backed slabs.
+    free_items: usize,
+    /// Items handed out of the keg.
+    items_out: usize,
+    released_bytes: u64,
+}
+
+// SAFETY: the raw pointers point into chunks owned by the keg; they are only dereferenced with
+// the keg mutex held.
+unsafe impl Send for KegInner {}
+
+/// A snapshot of a keg's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KegCounts {
+    pub chunks: usize,
+    pub partial_slabs: usize,
+    pub free_slabs: usize,
+    pub clean_slabs: usize,
+    pub full_slabs: usize,
+    pub backed_slabs: usize,
+    pub free_items: usize,
+    pub items_out: usize,
+    pub released_bytes: u64,
+}
+
+/// The slab layer of one zone (or of the internal bucket storage).
+pub(crate) struct Keg {
+    pub(crate) geo: Geometry,
+    pub(crate) tag: u64,
+    pub(crate) arena: &'static Arena,
+    /// Free slabs kept backed by [`Keg::reclaim`] (UMA's keg reserve, in slabs).
+    reserve_slabs: usize,
+    inner: Mutex<KegInner>,
+}
+
+// SAFETY: all mutable state is behind the mutex; `geo`, `tag` and `arena` are immutable.
+unsafe impl Sync for Keg {}
+// SAFETY: as above.
+unsafe impl Send for Keg {}
+
+/// Where a valid item lives.
+#[derive(Clone, Copy)]
+pub(crate) struct ItemLoc {
+    pub(crate) slab: *mut SlabMeta,
+    pub(crate) index: usize,
+}
+
+unsafe fn list_push(head: &mut *mut SlabMeta, s: *mut SlabMeta) {
+    // SAFETY: `s` and `*head` (when non-null) are valid metas of this keg; the caller holds the
+    // keg lock.
+    unsafe {
+        (*s).prev = ptr::null_mut();
+        (*s).next = *head;
+        if !(*head).is_null() {
+            (**head).prev = s;
+        }
+    }
+    *head = s;
+}
+
+unsafe fn list_remove(head: &mut *mut SlabMeta, s: *mut SlabMeta) {
+    // SAFETY: `s` is on the list at `head`; its neighbours are valid metas; keg lock held.
+    unsafe {
+        if (*s).prev.is_null() {
+            debug_assert_eq!(*head, s);
+            *head = (*s).next;
+        } else {
+            (*(*s).prev).next = (*s).next;
+        }
+        if !(*s).next.is_null() {
+            (*(*s).next).prev = (*s).prev;
+        }
+        (*s).next = ptr::null_mut();
+        (*s).prev = ptr::null_mut();
+    }
+}
+
+impl Keg {
+    /// A keg for items of `item_size` bytes (already a multiple of the alignment).
+    pub(crate) fn new(item_size: usize, reserve_slabs: usize) -> Result<Keg, OsError> {
+        let arena = arena::get()?;
+        Ok(Keg {
+            geo: Geometry::for_item(item_size),
+            tag: arena.new_tag(),
+            arena,
+            reserve_slabs,
+            inner: Mutex::new(KegInner {
+                partial: ptr::null_mut(),
+                free: ptr::null_mut(),
+                clean: ptr::null_mut(),
+                chunks: ptr::null_mut(),
+                nchunks: 0,
+                npartial: 0,
+                nfree_slabs: 0,
+                nclean: 0,
+                nfull: 0,
+                backed_slabs: 0,
+                free_items: 0,
+                items_out: 0,
+                released_bytes: 0,
+            }),
+        })
+    }
+
+    #[inline]
+    fn meta(&self, chunk: usize, i: usize) -> *mut SlabMeta {
+        (chunk + CHUNK_HEADER + i * self.geo.meta_size) as *mut SlabMeta
+    }
+
+    #[inline]
+    fn slab_base(&self, s: *mut SlabMeta) -> usize {
+        let chunk = s as usize & !(CHUNK_SIZE - 1);
+        // SAFETY: `s` is a valid meta (callers hold the lock or own the slab).
+        let idx = unsafe { (*s).index } as usize;
+        chunk + self.geo.first_slab + (idx << self.geo.slab_shift)
+    }
+
+    /// Is `addr` in one of this keg's chunks? (O(1), touches only the chunk map.)
+    #[inline]
+    pub(crate) fn owns(&self, addr: usize) -> bool {
+        self.arena.tag_of(addr) == self.tag
+    }
+
+    /// Locates the item at `addr`, checking it is the start of an item of this keg. Does not look
+    /// at the free bitmap (that needs the lock).
+    pub(crate) fn locate(&self, addr: usize) -> Result<ItemLoc, InvalidKind> {
+        if !self.owns(addr) {
+            return Err(InvalidKind::NotInZone);
+        }
+        let chunk = addr & !(CHUNK_SIZE - 1);
+        let off = addr - chunk;
+        if off < self.geo.first_slab {
+            return Err(InvalidKind::NotAnItem);
+        }
+        let rel = off - self.geo.first_slab;
+        let slab = rel >> self.geo.slab_shift;
+        if slab >= self.geo.slabs_per_chunk {
+            return Err(InvalidKind::NotAnItem);
+        }
+        let in_slab = rel & (self.geo.slab_size - 1);
+        let index = in_slab / self.geo.item_size;
+        if index >= self.geo.items_per_slab {
+            return Err(InvalidKind::NotAnItem);
+        }
+        if in_slab % self.geo.item_size != 0 {
+            return Err(InvalidKind::Misaligned);
+        }
+        Ok(ItemLoc { slab: self.meta(chunk, slab), index })
+    }
+
+    /// Adds a new chunk's slabs to the clean list.
+    fn grow(&self, g: &mut KegInner) -> Result<(), OsError> {
+        let chunk = self.arena.alloc_chunk(self.tag)?;
+        let base = chunk.as_ptr() as usize;
+        let hdr = base as *mut ChunkHeader;
+        // SAFETY: the chunk is committed, zeroed and ours; the header and metas lie in its first
+        // `first_slab` bytes, which no item overlaps.
+        unsafe {
+            hdr.write(ChunkHeader { keg: self, next: g.chunks });
+            for i in (0..self.geo.slabs_per_chunk).rev() {
+                let s = self.meta(base, i);
+                s.write(SlabMeta {
+                    next: ptr::null_mut(),
+                    prev: ptr::null_mut(),
+                    nfree: self.geo.items_per_slab as u32,
+                    index: i as u32,
+                    state: SlabState::Clean,
+                });
+                let bits = SlabMeta::free_bits(s, self.geo.words);
+                for w in 0..self.geo.words {
+                    let lo = w * 64;
+                    let n = (self.geo.items_per_slab - lo).min(64);
+                    *bits.add(w) = if n == 64 { !0 } else { (1u64 << n) - 1 };
+                }
+                list_push(&mut g.clean, s);
+            }
+        }
+        g.chunks = hdr;
+        g.nchunks += 1;
+        g.nclean += self.geo.slabs_per_chunk;
+        Ok(())
+    }
+
+    /// Takes up to `out.len()` items out of the slabs. Returns how many were taken (at least 1
+    /// unless an error is returned).
+    pub(crate) fn import(&self, out: &mut [*mut u8]) -> Result<usize, OsError> {
+        let mut g = lock(&self.inner);
+        let mut n = 0;
+        while n < out.len() {
+            let s = if !g.partial.is_null() {
+                g.partial
+            } else if !g.free.is_null() {
+                let s = g.free;
+                // SAFETY: `s` is on the free list; lock held.
+                unsafe {
+                    list_remove(&mut g.free, s);
+                    (*s).state = SlabState::Partial;
+                    list_push(&mut g.partial, s);
+                }
+                g.nfree_slabs -= 1;
+                g.npartial += 1;
+                s
+            } else {
+                if g.clean.is_null() {
+                    if let Err(e) = self.grow(&mut g) {
+                        if n > 0 {
+                            break;
+                        }
+                        return Err(e);
+                    }
+                }
+                let s = g.clean;
+                // SAFETY: `s` is on the clean list; lock held.
+                unsafe {
+                    list_remove(&mut g.clean, s);
+                    (*s).state = SlabState::Partial;
+                    list_push(&mut g.partial, s);
+                }
+                g.nclean -= 1;
+                g.npartial += 1;
+                g.backed_slabs += 1;
+                g.free_items += self.geo.items_per_slab;
+                MAPPED_BYTES.fetch_add(self.geo.slab_size, Ordering::Relaxed);
+                s
+            };
+            let base = self.slab_base(s);
+            // SAFETY: `s` is a valid partial slab with nfree > 0; lock held.
+            unsafe {
+                let bits = SlabMeta::free_bits(s, self.geo.words);
+                let mut w = 0;
+                while n < out.len() && (*s).nfree > 0 {
+                    while *bits.add(w) == 0 {
+                        w += 1;
+                    }
+                    let word = *bits.add(w);
+                    let b = word.trailing_zeros() as usize;
+                    *bits.add(w) = word & (word - 1);
+                    out[n] = (base + (w * 64 + b) * self.geo.item_size) as *mut u8;
+                    n += 1;
+                    (*s).nfree -= 1;
+                }
+                if (*s).nfree == 0 {
+                    list_remove(&mut g.partial, s);
+                    (*s).state = SlabState::Full;
+                    g.npartial -= 1;
+                    g.nfull += 1;
+                }
+            }
+        }
+        g.free_items -= n;
+        g.items_out += n;
+        Ok(n)
+    }
+
+    /// Returns items to their slabs. Each pointer is checked first; invalid ones are skipped and
+    /// reported through `invalid(ptr, kind)` (called with the keg lock held: it must not call
+    /// into this keg). `fini` runs on each valid item before its bit is set.
+    /// With `release_empty`, a slab that becomes entirely free gives its pages back at once
+    /// (the squeeze window). Returns the bytes given back.
+    pub(crate) fn release(
+        &self,
+        items: &[*mut u8],
+        release_empty: bool,
+        mut fini: impl FnMut(*mut u8),
+        mut invalid: impl FnMut(*mut u8, InvalidKind),
+    ) -> usize {
+        let mut g = lock(&self.inner);
+        let mut released = 0;
+        for &p in items {
+            let loc = match self.locate(p as usize) {
+                Ok(l) => l,
+                Err(k) => {
+                    invalid(p, k);
+                    continue;
+                }
+            };
+            let (w, b) = (loc.index / 64, loc.index % 64);
+            // SAFETY: `loc.slab` is a valid meta of this keg (locate checked the chunk tag and
+            // bounds); the lock is held.
+            unsafe {
+                let s = loc.slab;
+                if (*s).state == SlabState::Clean || (*s).state == SlabState::Free {
+                    invalid(p, InvalidKind::DoubleFree);
+                    continue;
+                }
+                let bits = SlabMeta::free_bits(s, self.geo.words);
+                if *bits.add(w) & (1 << b) != 0 {
+                    invalid(p, InvalidKind::DoubleFree);
+                    continue;
+                }
+                fini(p);
+                *bits.add(w) |= 1 << b;
+                (*s).nfree += 1;
+                g.items_out -= 1;
+                g.free_items += 1;
+                if (*s).state == SlabState::Full {
+                    (*s).state = SlabState::Partial;
+                    g.nfull -= 1;
+                    g.npartial += 1;
+                    list_push(&mut g.partial, s);
+                }
+                if (*s).nfree as usize == self.geo.items_per_slab {
+                    list_remove(&mut g.partial, s);
+                    g.npartial -= 1;
+                    if release_empty {
+                        (*s).state = SlabState::Clean;
+                        list_push(&mut g.clean, s);
+                        g.nclean += 1;
+                        g.backed_slabs -= 1;
+                        g.free_items -= self.geo.items_per_slab;
+                        os::release(NonNull::new_unchecked(self.slab_base(s) as *mut u8), self.geo.slab_size);
+                        released += self.geo.slab_size;
+                    } else {
+                        (*s).state = SlabState::Free;
+                        list_push(&mut g.free, s);
+                        g.nfree_slabs += 1;
+                    }
+                }
+            }
+        }
+        if released > 0 {
+            self.account_release(&mut g, released);
+        }
+        released
+    }
+
+    fn account_release(&self, g: &mut KegInner, bytes: usize) {
+        g.released_bytes += bytes as u64;
+        MAPPED_BYTES.fetch_sub(bytes, Ordering::Relaxed);
+        RELEASED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Gives the pages of free slabs back to the OS, keeping `reserve_slabs` of them (none when
+    /// `keep_reserve` is false). Adjacent slabs go back in one `madvise`. Returns the bytes given
+    /// back.
+    pub(crate) fn reclaim(&self, keep_reserve: bool) -> usize {
+        let mut g = lock(&self.inner);
+        let keep = if keep_reserve { self.reserve_slabs } else { 0 };
+        if g.nfree_slabs <= keep {
+            return 0;
+        }
+        let mut to_release = g.nfree_slabs - keep;
+        let mut released = 0;
+        let mut c = g.chunks;
+        while !c.is_null() && to_release > 0 {
+            let chunk = c as usize;
+            let mut run: Option<(usize, usize)> = None; // (first slab, count)
+            for i in 0..=self.geo.slabs_per_chunk {
+                let take = i < self.geo.slabs_per_chunk && to_release > 0 && {
+                    let s = self.meta(chunk, i);
+                    // SAFETY: `s` is a valid meta of this chunk; lock held.
+                    unsafe { (*s).state == SlabState::Free }
+                };
+                if take {
+                    let s = self.meta(chunk, i);
+                    // SAFETY: `s` is on the free list; lock held.
+                    unsafe {
+                        list_remove(&mut g.free, s);
+                        (*s).state = SlabState::Clean;
+                        list_push(&mut g.clean, s);
+                    }
+                    g.nfree_slabs -= 1;
+                    g.nclean += 1;
+                    g.backed_slabs -= 1;
+                    g.free_items -= self.geo.items_per_slab;
+                    to_release -= 1;
+                    run = Some(match run {
+                        Some((first, n)) => (first, n + 1),
+                        None => (i, 1),
+                    });
+                } else if let Some((first, n)) = run.take() {
+                    let addr = chunk + self.geo.first_slab + (first << self.geo.slab_shift);
+                    let len = n << self.geo.slab_shift;
+                    // SAFETY: the run is `n` free slabs of this chunk: committed memory of ours
+                    // that holds no live item.
+                    unsafe { os::release(NonNull::new_unchecked(addr as *mut u8), len) };
+                    released += len;
+                }
+            }
+            // SAFETY: `c` is a valid chunk header of this keg; lock held.
+            c = unsafe { (*c).next };
+        }
+        if released > 0 {
+            self.account_release(&mut g, released);
+        }
+        released
+    }
+
+    /// Counters.
+    pub(crate) fn counts(&self) -> KegCounts {
+        let g = lock(&self.inner);
+        KegCounts {
+            chunks: g.nchunks,
+            partial_slabs: g.npartial,
+            free_slabs: g.nfree_slabs,
+            clean_slabs: g.nclean,
+            full_slabs: g.nfull,
+            backed_slabs: g.backed_slabs,
+            free_items: g.free_items,
+            items_out: g.items_out,
+            released_bytes: g.released_bytes,
+        }
+    }
+
+    /// Walks every slab and checks the invariants of [`crate::slab`] and of this module against
+    /// the counters. Returns the counters when they hold.
+    pub(crate) fn validate(&self) -> Result<KegCounts, String> {
+        let g = lock(&self.inner);
+        let ips = self.geo.items_per_slab;
+        let (mut np, mut nf, mut nc, mut nfull, mut free_items) = (0, 0, 0, 0, 0);
+        let mut c = g.chunks;
+        let mut nchunks = 0;
+        while !c.is_null() {
+            nchunks += 1;
+            let chunk = c as usize;
+            if self.arena.tag_of(chunk) != self.tag {
+                return Err(format!("chunk {chunk:#x} is not tagged with this keg"));
+            }
+            for i in 0..self.geo.slabs_per_chunk {
+                let s = self.meta(chunk, i);
+                // SAFETY: valid meta; lock held.
+                let (state, nfree, pop) = unsafe {
+                    let bits = SlabMeta::free_bits(s, self.geo.words);
+                    let mut pop = 0;
+                    for w in 0..self.geo.words {
+                        let word = *bits.add(w);
+                        let valid = (ips - w * 64).min(64);
+                        if valid < 64 && word >> valid != 0 {
+                            return Err(format!("slab {i} of chunk {chunk:#x}: bit beyond items_per_slab"));
+                        }
+                        pop += word.count_ones() as usize;
+                    }
+                    ((*s).state, (*s).nfree as usize, pop)
+                };
+                if nfree != pop {
+                    return Err(format!("slab {i} of chunk {chunk:#x}: nfree {nfree} != popcount {pop}"));
+                }
+                let ok = match state {
+                    SlabState::Clean => {
+                        nc += 1;
+                        nfree == ips
+                    }
+                    SlabState::Free => {
+                        nf += 1;
+                        free_items += nfree;
+                        nfree == ips
+                    }
+                    SlabState::Partial => {
+                        np += 1;
+                        free_items += nfree;
+                        nfree > 0 && nfree < ips
+                    }
+                    SlabState::Full => {
+                        nfull += 1;
+                        nfree == 0
+                    }
+                };
+                if !ok {
+                    return Err(format!("slab {i} of chunk {chunk:#x}: state {state:?} with nfree {nfree}"));
+                }
+            }
+            // SAFETY: valid chunk header; lock held.
+            c = unsafe { (*c).next };
+        }
+        let count_list = |mut s: *mut SlabMeta| {
+            let mut n = 0;
+            while !s.is_null() {
+                n += 1;
+                // SAFETY: list of valid metas; lock held.
+                s = unsafe { (*s).next };
+            }
+            n
+        };
+        let lists = (count_list(g.partial), count_list(g.free), count_list(g.clean));
+        if lists != (np, nf, nc) || (g.npartial, g.nfree_slabs, g.nclean, g.nfull) != (np, nf, nc, nfull) {
+            return Err(format!(
+                "slab lists {lists:?} / counters {:?} disagree with states {:?}",
+                (g.npartial, g.nfree_slabs, g.nclean, g.nfull),
+                (np, nf, nc, nfull)
+            ));
+        }
+        if nchunks != g.nchunks || g.backed_slabs != np + nf + nfull || g.free_items != free_items {
+            return Err(format!(
+                "keg counters: chunks {} (walked {nchunks}), backed {} (walked {}), free items {} (walked {free_items})",
+                g.nchunks,
+                g.backed_slabs,
+                np + nf + nfull,
+                g.free_items
+            ));
+        }
+        if g.backed_slabs * ips != g.items_out + g.free_items {
+            return Err(format!(
+                "backed_slabs*items_per_slab {} != items_out {} + free_items {}",
+                g.backed_slabs * ips,
+                g.items_out,
+                g.free_items
+            ));
+        }
+        drop(g);
+        Ok(self.counts())
+    }
+
+    /// Items handed out of the keg and not yet returned.
+    pub(crate) fn items_out(&self) -> usize {
+        lock(&self.inner).items_out
+    }
+
+    /// Returns every chunk to the arena. Fails (changing nothing) while items are out.
+    pub(crate) fn destroy(&self) -> Result<(), usize> {
+        let mut g = lock(&self.inner);
+        if g.items_out != 0 {
+            return Err(g.items_out);
+        }
+        let backed = g.backed_slabs * self.geo.slab_size;
+        MAPPED_BYTES.fetch_sub(backed, Ordering::Relaxed);
+        RELEASED_BYTES.fetch_add(backed as u64, Ordering::Relaxed);
+        let mut c = g.chunks;
+        while !c.is_null() {
+            // SAFETY: `c` is a valid chunk header; we read `next` before the chunk is freed, and
+            // nothing uses the chunk any more (no items out).
+            unsafe {
+                let next = (*c).next;
+                self.arena.free_chunk(NonNull::new_unchecked(c as *mut u8));
+                c = next;
+            }
+        }
+        *g = KegInner {
+            partial: ptr::null_mut(),
+            free: ptr::null_mut(),
+            clean: ptr::null_mut(),
+            chunks: ptr::null_mut(),
+            nchunks: 0,
+            npartial: 0,
+            nfree_slabs: 0,
+            nclean: 0,
+            nfull: 0,
+            backed_slabs: 0,
+            free_items: 0,
+            items_out: 0,
+            released_bytes: g.released_bytes + backed as u64,
+        };
+        Ok(())
+    }
+
+    /// Checked mode: marks the item live (handed to a user). Returns false if it already was.
+    pub(crate) fn mark_live(&self, loc: ItemLoc) -> bool {
+        let (w, b) = (loc.index / 64, loc.index % 64);
+        // SAFETY: `loc` came from `locate` on this keg, so the meta is valid; the live bitmap is
+        // only accessed atomically.
+        let word = unsafe { &*(SlabMeta::live_bits(loc.slab, self.geo.words).add(w) as *const AtomicU64) };
+        word.fetch_or(1 << b, Ordering::AcqRel) & (1 << b) == 0
+    }
+
+    /// Checked mode: marks the item no longer live. Returns false if it was not live (a double
+    /// free or a pointer never handed out).
+    pub(crate) fn mark_dead(&self, loc: ItemLoc) -> bool {
+        let (w, b) = (loc.index / 64, loc.index % 64);
+        // SAFETY: as in `mark_live`.
+        let word = unsafe { &*(SlabMeta::live_bits(loc.slab, self.geo.words).add(w) as *const AtomicU64) };
+        word.fetch_and(!(1 << b), Ordering::AcqRel) & (1 << b) != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn import_release_reclaim() {
+        let k = Keg::new(64, 0).unwrap();
+        let mut v = vec![ptr::null_mut(); 1000];
+        assert_eq!(k.import(&mut v).unwrap(), 1000);
+        let c = k.validate().unwrap();
+        assert_eq!(c.items_out, 1000);
+        assert_eq!(c.backed_slabs, 1000usize.div_ceil(64));
+        let mut sorted = v.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 1000, "no item handed out twice");
+        for p in &v {
+            assert!(k.owns(*p as usize));
+            // SAFETY: the item is ours, 64 bytes.
+            unsafe { p.write_bytes(0x5a, 64) };
+        }
+        let mut bad = vec![];
+        k.release(&v, false, |_| {}, |p, kind| bad.push((p, kind)));
+        assert!(bad.is_empty());
+        let c = k.validate().unwrap();
+        assert_eq!(c.items_out, 0);
+        assert_eq!(c.free_slabs, 16);
+        assert_eq!(k.reclaim(false), 16 * 4096);
+        let c = k.validate().unwrap();
+        assert_eq!((c.free_slabs, c.backed_slabs), (0, 0));
+        k.destroy().unwrap();
+    }
+
+    #[test]
+    fn invalid_pointers_are_reported_not_applied() {
+        let k = Keg::new(48, 0).unwrap();
+        let other = Keg::new(48, 0).unwrap();
+        let mut v = [ptr::null_mut(); 4];
+        k.import(&mut v).unwrap();
+        let mut w = [ptr::null_mut(); 1];
+        other.import(&mut w).unwrap();
+        let mut x = 0u64;
+        let bogus = [
+            (&mut x as *mut u64).cast::<u8>(),
+            w[0],
+            v[0].wrapping_add(8),
+            (v[0] as usize & !(CHUNK_SIZE - 1)) as *mut u8,
+        ];
+        let mut bad = vec![];
+        k.release(&bogus, false, |_| {}, |p, kind| bad.push((p, kind)));
+        assert_eq!(
+            bad.iter().map(|b| b.1).collect::<Vec<_>>(),
+            vec![InvalidKind::NotInZone, InvalidKind::NotInZone, InvalidKind::Misaligned, InvalidKind::NotAnItem]
+        );
+        k.release(&v[..1], false, |_| {}, |_, _| panic!("valid"));
+        let mut bad = vec![];
+        k.release(&v[..1], false, |_| {}, |p, kind| bad.push((p, kind)));
+        assert_eq!(bad, vec![(v[0], InvalidKind::DoubleFree)]);
+        k.validate().unwrap();
+        assert_eq!(k.destroy(), Err(3), "destroy with live items fails and changes nothing");
+        k.validate().unwrap();
+        k.release(&v[1..], false, |_| {}, |_, _| panic!("valid"));
+        other.release(&w, false, |_| {}, |_, _| panic!("valid"));
+        k.destroy().unwrap();
+        other.destroy().unwrap();
+    }
+
+    #[test]
+    fn release_empty_gives_pages_back_at_once() {
+        let k = Keg::new(4096, 0).unwrap();
+        let mut v = [ptr::null_mut(); 8];
+        k.import(&mut v).unwrap();
+        assert_eq!(k.release(&v, true, |_| {}, |_, _| panic!()), 8 * 4096);
+        let c = k.validate().unwrap();
+        assert_eq!((c.backed_slabs, c.clean_slabs > 0), (0, true));
+        k.destroy().unwrap();
+    }
+}

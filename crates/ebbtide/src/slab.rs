@@ -1,0 +1,180 @@
+//! Slabs: runs of pages cut into items, described by metadata kept at the start of their chunk.
+//!
+//! ```text
+//!  chunk (4 MiB) = | ChunkHeader | SlabMeta[0] .. SlabMeta[n-1] | pad to page | slab 0 | slab 1 | ...
+//!  SlabMeta      = links (partial/free/clean list) | nfree | state | free bitmap | live bitmap
+//! ```
+//!
+//! Metadata lives outside the items ("off-page" in UMA's words), so an item is never written by
+//! the allocator while it is free: items keep their constructed state between uses (type-stable
+//! memory, what UMA's init/fini hooks rely on), and a slab of 4096-byte items wastes nothing.
+//!
+//! Invariants (checked by [`crate::keg::Keg::validate`]):
+//! * `nfree == popcount(free bitmap)`, and no bit is set at or beyond `items_per_slab`;
+//! * state `Clean` or `Free` ⇔ `nfree == items_per_slab`; `Full` ⇔ `nfree == 0`;
+//! * a `Clean` slab's pages are not backed (released or never touched); every other state's are.
+//! * in checked mode, `live` bits are a subset of the items not in the free bitmap.
+
+use crate::arena::CHUNK_SIZE;
+use crate::os;
+
+/// Slab states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum SlabState {
+    /// All items free, pages given back to the OS (or never touched).
+    Clean = 0,
+    /// All items free, pages backed.
+    Free = 1,
+    /// Some items out.
+    Partial = 2,
+    /// All items out.
+    Full = 3,
+}
+
+/// Per-slab metadata; the two bitmaps of `words` u64 each follow it in memory.
+#[repr(C)]
+pub(crate) struct SlabMeta {
+    pub(crate) next: *mut SlabMeta,
+    pub(crate) prev: *mut SlabMeta,
+    pub(crate) nfree: u32,
+    pub(crate) index: u32,
+    pub(crate) state: SlabState,
+}
+
+/// Size of the fixed part of [`SlabMeta`], before the bitmaps.
+pub(crate) const META_FIXED: usize = 32;
+const _: () = assert!(core::mem::size_of::<SlabMeta>() <= META_FIXED);
+
+/// Size of the chunk header before the slab metadata array.
+pub(crate) const CHUNK_HEADER: usize = 64;
+
+/// The geometry of a keg's slabs, computed once from the item size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    /// Item size rounded up to the alignment (the stride between items).
+    pub(crate) item_size: usize,
+    /// Bytes per slab (a power of two, at least one page).
+    pub(crate) slab_size: usize,
+    pub(crate) slab_shift: u32,
+    pub(crate) items_per_slab: usize,
+    /// u64 words per bitmap.
+    pub(crate) words: usize,
+    /// Bytes per SlabMeta including both bitmaps.
+    pub(crate) meta_size: usize,
+    /// Slabs per chunk.
+    pub(crate) slabs_per_chunk: usize,
+    /// Offset of slab 0 from the chunk start (page aligned).
+    pub(crate) first_slab: usize,
+}
+
+/// Largest item a keg serves.
+pub(crate) const MAX_ITEM_SIZE: usize = 1 << 20;
+
+impl Geometry {
+    /// Chooses the slab size for items of `item_size` bytes (already rounded to the alignment):
+    /// the smallest power-of-two number of pages whose tail waste is at most 1/64 of the slab,
+    /// looking up to 64 KiB (or the item size, for bigger items); failing that, the least
+    /// wasteful candidate. This is UMA's keg layout rule with off-page metadata.
+    pub(crate) fn for_item(item_size: usize) -> Geometry {
+        debug_assert!(item_size > 0 && item_size <= MAX_ITEM_SIZE);
+        let ps = os::page_size();
+        let limit = (64 * 1024).max(item_size.next_power_of_two()).min(MAX_ITEM_SIZE);
+        let mut best = (usize::MAX, 0usize); // (waste * 1024 / slab, slab)
+        let mut slab = ps.max(item_size.next_power_of_two().min(ps));
+        while slab <= limit {
+            if slab >= item_size {
+                let waste = slab % item_size;
+                let frac = waste * 1024 / slab;
+                if waste * 64 <= slab {
+                    best = (frac, slab);
+                    break;
+                }
+                if frac < best.0 {
+                    best = (frac, slab);
+                }
+            }
+            slab *= 2;
+        }
+        let slab_size = best.1;
+        let items_per_slab = slab_size / item_size;
+        let words = items_per_slab.div_ceil(64);
+        let meta_size = META_FIXED + 16 * words;
+        let mut n = CHUNK_SIZE / slab_size;
+        let first = |n: usize| os::round_up(CHUNK_HEADER + n * meta_size, ps);
+        while n > 0 && first(n) + n * slab_size > CHUNK_SIZE {
+            n -= 1;
+        }
+        Geometry {
+            item_size,
+            slab_size,
+            slab_shift: slab_size.trailing_zeros(),
+            items_per_slab,
+            words,
+            meta_size,
+            slabs_per_chunk: n,
+            first_slab: first(n),
+        }
+    }
+
+    /// UMA's efficiency: item bytes per byte of memory used for a slab, in percent (metadata
+    /// counted).
+    pub(crate) fn efficiency_pct(&self) -> f64 {
+        let per_slab = self.slab_size as f64 + (self.first_slab as f64 / self.slabs_per_chunk as f64);
+        100.0 * (self.items_per_slab * self.item_size) as f64 / per_slab
+    }
+}
+
+impl SlabMeta {
+    /// The free bitmap (1 = free in the slab).
+    ///
+    /// # Safety
+    /// `this` must point to a SlabMeta laid out with `words` bitmap words.
+    #[inline]
+    pub(crate) unsafe fn free_bits(this: *mut SlabMeta, _words: usize) -> *mut u64 {
+        // SAFETY: the bitmaps follow the fixed part (caller's guarantee).
+        unsafe { (this as *mut u8).add(META_FIXED).cast() }
+    }
+
+    /// The live bitmap (checked mode: 1 = handed out to a user).
+    ///
+    /// # Safety
+    /// As [`SlabMeta::free_bits`].
+    #[inline]
+    pub(crate) unsafe fn live_bits(this: *mut SlabMeta, words: usize) -> *mut u64 {
+        // SAFETY: the live bitmap follows the free bitmap (caller's guarantee).
+        unsafe { (this as *mut u8).add(META_FIXED + 8 * words).cast() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_small_items_fill_a_page() {
+        let g = Geometry::for_item(64);
+        assert_eq!(g.slab_size, 4096);
+        assert_eq!(g.items_per_slab, 64);
+        assert!(g.first_slab + g.slabs_per_chunk * g.slab_size <= CHUNK_SIZE);
+        assert!(g.efficiency_pct() > 98.5, "{}", g.efficiency_pct());
+    }
+
+    #[test]
+    fn geometry_pages_and_odd_sizes() {
+        let g = Geometry::for_item(4096);
+        assert_eq!((g.slab_size, g.items_per_slab), (4096, 1));
+        let g = Geometry::for_item(3000);
+        assert!(g.slab_size % 3000 * 64 <= g.slab_size || g.slab_size == 64 * 1024, "{g:?}");
+        assert!(g.efficiency_pct() > 90.0, "{g:?} {}", g.efficiency_pct());
+        let g = Geometry::for_item(MAX_ITEM_SIZE);
+        assert_eq!(g.items_per_slab, 1);
+        assert!(g.slabs_per_chunk >= 3);
+        for size in (8..5000).step_by(8) {
+            let g = Geometry::for_item(size);
+            assert!(g.items_per_slab >= 1 && g.slabs_per_chunk >= 1, "{size}");
+            assert!(g.first_slab + g.slabs_per_chunk * g.slab_size <= CHUNK_SIZE, "{size}");
+            assert!(g.efficiency_pct() > 85.0, "{size}: {}", g.efficiency_pct());
+        }
+    }
+}
