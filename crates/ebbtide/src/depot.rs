@@ -1,0 +1,123 @@
+//! The depot: a zone's list of full buckets behind one mutex, with its working-set estimate.
+//!
+//! Buckets are kept most-recently-used first: allocation takes the hottest bucket from the head,
+//! trimming removes the coldest from the tail. The depot is capped (`max_items`, UMA's
+//! `bucket_max`); a bucket that would overflow it is refused and its items go to the slabs.
+//!
+//! Lock order: zone depot lock → keg lock (never the other way).
+
+use crate::bucket::Bucket;
+use crate::wss::Wss;
+use core::ptr::{self, NonNull};
+
+/// The state behind the depot mutex.
+pub(crate) struct DepotInner {
+    head: *mut Bucket,
+    tail: *mut Bucket,
+    pub(crate) nbuckets: usize,
+    pub(crate) wss: Wss,
+    pub(crate) max_items: u64,
+}
+
+// SAFETY: the buckets belong to the depot; they are only touched with its mutex held.
+unsafe impl Send for DepotInner {}
+
+impl DepotInner {
+    pub(crate) fn new(max_items: u64) -> DepotInner {
+        DepotInner { head: ptr::null_mut(), tail: ptr::null_mut(), nbuckets: 0, wss: Wss::default(), max_items }
+    }
+
+    /// Puts a full bucket in at the head; `ws` as in [`Wss::insert`]. Gives the bucket back when
+    /// the depot is at its cap.
+    pub(crate) fn put(&mut self, b: NonNull<Bucket>, ws: bool) -> Result<(), NonNull<Bucket>> {
+        let bp = b.as_ptr();
+        // SAFETY: `b` is a live bucket handed to the depot.
+        let n = unsafe { (*bp).count } as u64;
+        if self.wss.nitems + n > self.max_items {
+            return Err(b);
+        }
+        // SAFETY: `bp` and the head (if any) are live buckets owned by the depot.
+        unsafe {
+            (*bp).prev = ptr::null_mut();
+            (*bp).next = self.head;
+            if self.head.is_null() {
+                self.tail = bp;
+            } else {
+                (*self.head).prev = bp;
+            }
+        }
+        self.head = bp;
+        self.nbuckets += 1;
+        self.wss.insert(n, ws);
+        Ok(())
+    }
+
+    /// Takes the most recently put bucket.
+    pub(crate) fn take(&mut self) -> Option<NonNull<Bucket>> {
+        let b = NonNull::new(self.head)?;
+        // SAFETY: `b` is the live head bucket.
+        unsafe {
+            self.head = (*b.as_ptr()).next;
+            if self.head.is_null() {
+                self.tail = ptr::null_mut();
+            } else {
+                (*self.head).prev = ptr::null_mut();
+            }
+            self.nbuckets -= 1;
+            self.wss.remove((*b.as_ptr()).count as u64);
+        }
+        Some(b)
+    }
+
+    /// Takes the least recently put bucket if the depot holds more than `target` items.
+    pub(crate) fn take_cold_above(&mut self, target: u64) -> Option<NonNull<Bucket>> {
+        if self.wss.nitems <= target {
+            return None;
+        }
+        let b = NonNull::new(self.tail)?;
+        // SAFETY: `b` is the live tail bucket.
+        unsafe {
+            self.tail = (*b.as_ptr()).prev;
+            if self.tail.is_null() {
+                self.head = ptr::null_mut();
+            } else {
+                (*self.tail).next = ptr::null_mut();
+            }
+            self.nbuckets -= 1;
+            self.wss.remove((*b.as_ptr()).count as u64);
+        }
+        Some(b)
+    }
+
+    /// Recounts the buckets and checks the counters and the estimator bounds.
+    pub(crate) fn validate(&self) -> Result<u64, String> {
+        let (mut n, mut items, mut b) = (0, 0u64, self.head);
+        let mut prev = ptr::null_mut();
+        while !b.is_null() {
+            // SAFETY: buckets on the list are live; the caller holds the depot lock.
+            unsafe {
+                if (*b).prev != prev {
+                    return Err("depot list: broken prev link".into());
+                }
+                if (*b).count == 0 || (*b).count > (*b).cap {
+                    return Err(format!("depot bucket with count {} cap {}", (*b).count, (*b).cap));
+                }
+                items += (*b).count as u64;
+                n += 1;
+                prev = b;
+                b = (*b).next;
+            }
+        }
+        if prev != self.tail {
+            return Err("depot list: tail is not the last bucket".into());
+        }
+        if n != self.nbuckets || items != self.wss.nitems {
+            return Err(format!(
+                "depot counters: {} buckets / {} items recorded, {n} / {items} found",
+                self.nbuckets, self.wss.nitems
+            ));
+        }
+        self.wss.check()?;
+        Ok(items)
+    }
+}

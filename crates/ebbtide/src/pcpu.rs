@@ -1,0 +1,836 @@
+//! Per-CPU caches: one stack of free items per (zone, CPU), touched without locks or atomic
+//! read-modify-writes, and drainable from any thread at any time.
+//!
+//! # Layout
+//! ```text
+//!  zone.pcpu.base + cpu * stride:
+//!  +0   word   u64  = count (low 16 bits) | fast allocations (high 48 bits)   <- the commit store
+//!  +8   cap    u32    pushes allowed while count < cap        (0 = stopped / caching off)
+//!  +12  floor  u32    pops allowed while count > floor        (0xffff = stopped)
+//!  +16  lock   u32    serialises drainers and cap writers (and every op in locked mode)
+//!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest
+//! ```
+//! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: `cap = 2 * bucket_size`,
+//! a miss on allocation refills one bucket from the depot, a miss on free flushes one bucket to
+//! it. (UMA's third, cross-domain bucket has no use on a single NUMA domain.)
+//!
+//! # Fast path (rseq mode)
+//! glibc registers a restartable sequence area for every thread (`__rseq_offset`). [`Pcpu::pop`]
+//! and [`Pcpu::push`] are rseq critical sections in inline assembly: read the CPU id, locate the
+//! header, check `count` against `floor`/`cap`, move the item, and commit with **one 8-byte store
+//! of `word`** (count ± 1, plus the allocation counter). If the thread is preempted, migrated or
+//! signalled before that store, the kernel restarts the section from the top, so two threads never
+//! interleave on one CPU's stack and the fast path needs no lock and no `lock`-prefixed
+//! instruction. A thread whose rseq area is not registered sees a CPU id out of range and takes
+//! the slow path, which then bypasses the per-CPU layer.
+//!
+//! # Remote drain (rseq mode)
+//! A drainer (the reclaim code, on any thread) takes the `lock` of each header it wants, then
+//! **stops** it: `cap = 0`, `floor = 0xffff` (plain stores to fields no critical section ever
+//! writes). It then calls `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, FLAG_CPU, cpu)`, which
+//! returns only after every critical section that was running on that CPU has been aborted or
+//! has committed, and acts as a full barrier there. After it, any critical section on that CPU
+//! starts after the stop stores and so fails its check: the drainer owns the stack, empties it
+//! and restarts it with `floor = 0` and the new `cap` (Release; the next critical section that
+//! reads them sees the emptied stack). One membarrier covers every zone stopped on that CPU, so
+//! `DRAIN_CPU` makes one IPI per CPU, not per zone (the review point of seed 002). The owning
+//! thread never cooperates: an idle, descheduled or exited thread's cache drains the same way.
+//!
+//! # Locked mode
+//! Without rseq (old glibc, valgrind, `EBBTIDE_RSEQ=0`, or under loom/miri) every operation takes
+//! the header `lock` of `sched_getcpu()`'s stack. Drainers take the same lock and need no fence.
+//!
+//! # What the fast path may never do
+//! Lock, make a system call, allocate, or write anything but its own CPU's stack; it reads the
+//! header line and one item slot, and writes one slot and the header word.
+
+use crate::os::{self, OsError};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use core::ptr::{self, NonNull};
+
+/// Offset of the items from the header.
+pub(crate) const HDR: usize = 64;
+const FLOOR_STOPPED: u32 = 0xffff;
+const COUNT_MASK: u64 = 0xffff;
+const ALLOC_ONE: u64 = 1 << 16;
+
+/// One CPU's header (see the module docs for the layout).
+#[repr(C, align(64))]
+pub(crate) struct Header {
+    pub(crate) word: AtomicU64,
+    pub(crate) cap: AtomicU32,
+    pub(crate) floor: AtomicU32,
+    pub(crate) lock: AtomicU32,
+}
+const _: () = assert!(core::mem::size_of::<Header>() == HDR);
+
+/// How the per-CPU layer synchronises (decided once per process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// rseq critical sections, membarrier for remote drains.
+    Rseq,
+    /// A lock per (zone, CPU).
+    Locked,
+}
+
+/// Sentinel for "no rseq" in [`Pcpu::rseq_off`].
+const NO_RSEQ: isize = isize::MIN;
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+mod rseq {
+    use std::sync::OnceLock;
+
+    const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 7;
+    const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 8;
+    const MEMBARRIER_CMD_FLAG_CPU: libc::c_uint = 1;
+
+    static OFFSET: OnceLock<Option<isize>> = OnceLock::new();
+
+    /// The thread-pointer offset of glibc's rseq area, if rseq can be used for per-CPU caches.
+    pub(super) fn offset() -> Option<isize> {
+        *OFFSET.get_or_init(|| {
+            if matches!(std::env::var_os("EBBTIDE_RSEQ"), Some(v) if v == "0") {
+                return None;
+            }
+            // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names has no preconditions.
+            let (off, size) = unsafe {
+                (
+                    libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()),
+                    libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()),
+                )
+            };
+            if off.is_null() || size.is_null() {
+                return None;
+            }
+            // SAFETY: glibc defines these as `const ptrdiff_t __rseq_offset` and
+            // `const unsigned int __rseq_size`.
+            let (off, size) = unsafe { (*(off as *const isize), *(size as *const u32)) };
+            if size < 20 {
+                return None; // rseq not registered (disabled by tunable, or the kernel refused)
+            }
+            // SAFETY: membarrier registration has no memory-safety preconditions.
+            let r = unsafe {
+                libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0)
+            };
+            if r != 0 {
+                return None;
+            }
+            // The calling thread must see a valid CPU id through the area.
+            let cpu = cpu_id(off);
+            if (cpu as usize) < crate::os::cpu_count() {
+                Some(off)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// This thread's CPU id as the rseq area reports it (u32::MAX-ish when unregistered).
+    #[inline]
+    pub(super) fn cpu_id(off: isize) -> u32 {
+        let cpu: u32;
+        // SAFETY: reads 4 bytes of this thread's rseq area at %fs:off+4, which glibc keeps mapped
+        // for the thread's lifetime.
+        unsafe {
+            core::arch::asm!("movl %fs:4({off}), {cpu:e}", off = in(reg) off, cpu = out(reg) cpu,
+                options(att_syntax, nostack, readonly, preserves_flags));
+        }
+        cpu
+    }
+
+    /// Restarts every rseq critical section running on `cpu` and fences it.
+    pub(super) fn fence_cpu(cpu: usize) -> bool {
+        // SAFETY: membarrier has no memory-safety preconditions.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
+                MEMBARRIER_CMD_FLAG_CPU,
+                cpu as libc::c_int,
+            )
+        };
+        r == 0
+    }
+
+    /// Pops the top item of this CPU's stack; null when empty, stopped, or unregistered.
+    ///
+    /// # Safety
+    /// `base` must point to `ncpu` headers of `stride` bytes, each followed by its item slots, and
+    /// `off` must be glibc's rseq offset.
+    #[inline(always)]
+    pub(super) unsafe fn pop(base: *mut u8, stride: usize, ncpu: u32, off: isize) -> *mut u8 {
+        let out: usize;
+        // SAFETY: an rseq critical section (module docs of `pcpu`). It reads the header and slot
+        // of the CPU it runs on (bounds-checked against `ncpu`; count <= storage by invariant)
+        // and commits with one store of `word`. The abort handler is preceded by glibc's x86
+        // RSEQ_SIG and restarts from the top; the descriptor lives in section __rseq_cs.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "leaq 9f(%rip), %rax",
+                "movq %rax, %fs:8({off})",
+                "3:",
+                "movl %fs:4({off}), %eax",
+                "cmpl {ncpu:e}, %eax",
+                "jae 7f",
+                "imulq {stride}, %rax",
+                "addq {base}, %rax",
+                "movq (%rax), %rcx",
+                "movzwl %cx, %edx",
+                "cmpl 12(%rax), %edx",
+                "jbe 7f",
+                "movq 56(%rax,%rdx,8), {out}",
+                "addq $0xffff, %rcx",
+                "movq %rcx, (%rax)",
+                "4:",
+                "jmp 8f",
+                ".long 0x53053053",
+                "5:",
+                "jmp 2b",
+                "7:",
+                "xorl {out:e}, {out:e}",
+                "8:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "9:",
+                ".long 0, 0",
+                ".quad 3b, 4b - 3b, 5b",
+                ".popsection",
+                off = in(reg) off,
+                ncpu = in(reg) ncpu,
+                stride = in(reg) stride,
+                base = in(reg) base,
+                out = out(reg) out,
+                out("rax") _,
+                out("rcx") _,
+                out("rdx") _,
+                options(att_syntax, nostack),
+            );
+        }
+        out as *mut u8
+    }
+
+    /// Pushes `item` on this CPU's stack; false when full, stopped, or unregistered.
+    ///
+    /// # Safety
+    /// As [`pop`].
+    #[inline(always)]
+    pub(super) unsafe fn push(base: *mut u8, stride: usize, ncpu: u32, off: isize, item: *mut u8) -> bool {
+        let ok: u32;
+        // SAFETY: as in `pop`; the slot written is items[count] with count < cap <= storage.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "leaq 9f(%rip), %rax",
+                "movq %rax, %fs:8({off})",
+                "3:",
+                "movl %fs:4({off}), %eax",
+                "cmpl {ncpu:e}, %eax",
+                "jae 7f",
+                "imulq {stride}, %rax",
+                "addq {base}, %rax",
+                "movq (%rax), %rcx",
+                "movzwl %cx, %edx",
+                "cmpl 8(%rax), %edx",
+                "jae 7f",
+                "movq {item}, 64(%rax,%rdx,8)",
+                "addq $1, %rcx",
+                "movq %rcx, (%rax)",
+                "4:",
+                "movl $1, {ok:e}",
+                "jmp 8f",
+                ".long 0x53053053",
+                "5:",
+                "jmp 2b",
+                "7:",
+                "xorl {ok:e}, {ok:e}",
+                "8:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "9:",
+                ".long 0, 0",
+                ".quad 3b, 4b - 3b, 5b",
+                ".popsection",
+                off = in(reg) off,
+                ncpu = in(reg) ncpu,
+                stride = in(reg) stride,
+                base = in(reg) base,
+                item = in(reg) item,
+                ok = out(reg) ok,
+                out("rax") _,
+                out("rcx") _,
+                out("rdx") _,
+                options(att_syntax, nostack),
+            );
+        }
+        ok != 0
+    }
+
+    /// Pops up to `max` items into `dst` (hottest first); returns how many.
+    ///
+    /// # Safety
+    /// As [`pop`]; `dst` must have room for `max` pointers.
+    #[inline(never)]
+    pub(super) unsafe fn pop_batch(base: *mut u8, stride: usize, ncpu: u32, off: isize, dst: *mut *mut u8, max: usize) -> usize {
+        let n: usize;
+        // SAFETY: as in `pop`; copies n <= count - floor slots below `count` into `dst` and
+        // commits `word - n` (allocation counter unchanged: a batch move is not an allocation).
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "leaq 9f(%rip), %rax",
+                "movq %rax, %fs:8({off})",
+                "3:",
+                "movl %fs:4({off}), %eax",
+                "cmpl {ncpu:e}, %eax",
+                "jae 7f",
+                "imulq {stride}, %rax",
+                "addq {base}, %rax",
+                "movq (%rax), %rcx",
+                "movzwl %cx, %edx",
+                "movl %edx, %r8d",
+                "subl 12(%rax), %r8d",
+                "jbe 7f",
+                "cmpq {max}, %r8",
+                "jbe 10f",
+                "movq {max}, %r8",
+                "10:",
+                "xorl %r9d, %r9d",
+                "11:",
+                "cmpq %r8, %r9",
+                "jae 12f",
+                "movq %rdx, %r10",
+                "subq %r9, %r10",
+                "movq 56(%rax,%r10,8), %r11",
+                "movq %r11, ({dst},%r9,8)",
+                "incq %r9",
+                "jmp 11b",
+                "12:",
+                "subq %r8, %rcx",
+                "movq %rcx, (%rax)",
+                "4:",
+                "movq %r8, {n}",
+                "jmp 8f",
+                ".long 0x53053053",
+                "5:",
+                "jmp 2b",
+                "7:",
+                "xorl {n:e}, {n:e}",
+                "8:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "9:",
+                ".long 0, 0",
+                ".quad 3b, 4b - 3b, 5b",
+                ".popsection",
+                off = in(reg) off,
+                ncpu = in(reg) ncpu,
+                stride = in(reg) stride,
+                base = in(reg) base,
+                dst = in(reg) dst,
+                max = in(reg) max,
+                n = out(reg) n,
+                out("rax") _,
+                out("rcx") _,
+                out("rdx") _,
+                out("r8") _,
+                out("r9") _,
+                out("r10") _,
+                out("r11") _,
+                options(att_syntax, nostack),
+            );
+        }
+        n
+    }
+
+    /// Pushes up to `len` items from `src`; returns how many were taken (`src[..k]`).
+    ///
+    /// # Safety
+    /// As [`pop`]; `src` must hold `len` pointers.
+    #[inline(never)]
+    pub(super) unsafe fn push_batch(base: *mut u8, stride: usize, ncpu: u32, off: isize, src: *const *mut u8, len: usize) -> usize {
+        let k: usize;
+        // SAFETY: as in `pop`; writes k <= cap - count slots at items[count..] and commits
+        // `word + k`.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "leaq 9f(%rip), %rax",
+                "movq %rax, %fs:8({off})",
+                "3:",
+                "movl %fs:4({off}), %eax",
+                "cmpl {ncpu:e}, %eax",
+                "jae 7f",
+                "imulq {stride}, %rax",
+                "addq {base}, %rax",
+                "movq (%rax), %rcx",
+                "movzwl %cx, %edx",
+                "movl 8(%rax), %r8d",
+                "cmpl %r8d, %edx",
+                "jae 7f",
+                "subl %edx, %r8d",
+                "cmpq {len}, %r8",
+                "jbe 10f",
+                "movq {len}, %r8",
+                "10:",
+                "xorl %r9d, %r9d",
+                "11:",
+                "cmpq %r8, %r9",
+                "jae 12f",
+                "movq ({src},%r9,8), %r11",
+                "leaq (%rdx,%r9), %r10",
+                "movq %r11, 64(%rax,%r10,8)",
+                "incq %r9",
+                "jmp 11b",
+                "12:",
+                "addq %r8, %rcx",
+                "movq %rcx, (%rax)",
+                "4:",
+                "movq %r8, {k}",
+                "jmp 8f",
+                ".long 0x53053053",
+                "5:",
+                "jmp 2b",
+                "7:",
+                "xorl {k:e}, {k:e}",
+                "8:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "9:",
+                ".long 0, 0",
+                ".quad 3b, 4b - 3b, 5b",
+                ".popsection",
+                off = in(reg) off,
+                ncpu = in(reg) ncpu,
+                stride = in(reg) stride,
+                base = in(reg) base,
+                src = in(reg) src,
+                len = in(reg) len,
+                k = out(reg) k,
+                out("rax") _,
+                out("rcx") _,
+                out("rdx") _,
+                out("r8") _,
+                out("r9") _,
+                out("r10") _,
+                out("r11") _,
+                options(att_syntax, nostack),
+            );
+        }
+        k
+    }
+}
+
+/// The process-wide mode.
+pub fn mode() -> Mode {
+    if rseq_offset() == NO_RSEQ {
+        Mode::Locked
+    } else {
+        Mode::Rseq
+    }
+}
+
+fn rseq_offset() -> isize {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+    {
+        rseq::offset().unwrap_or(NO_RSEQ)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
+    {
+        NO_RSEQ
+    }
+}
+
+/// The per-CPU stacks of one zone.
+pub(crate) struct Pcpu {
+    base: *mut u8,
+    stride: usize,
+    ncpu: u32,
+    /// Item slots per CPU (the largest cap).
+    pub(crate) storage: u32,
+    rseq_off: isize,
+    map_len: usize,
+}
+
+// SAFETY: the stacks are only touched through the protocols above (rseq sections, header locks,
+// stop + fence); `base` is owned by the Pcpu.
+unsafe impl Send for Pcpu {}
+// SAFETY: as above.
+unsafe impl Sync for Pcpu {}
+
+/// A spin lock on a header's `lock` word. Holders are short (no system call except the drainer's
+/// one membarrier per CPU), so waiters spin briefly, then yield.
+pub(crate) struct HeaderGuard<'a>(&'a AtomicU32);
+
+impl Drop for HeaderGuard<'_> {
+    fn drop(&mut self) {
+        // Release: pairs with the Acquire in `lock_header`; publishes the header and slot writes
+        // made while the lock was held.
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+pub(crate) fn lock_header(h: &Header) -> HeaderGuard<'_> {
+    let mut spins = 0u32;
+    loop {
+        // Acquire: pairs with the Release in HeaderGuard::drop.
+        if h.lock.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            return HeaderGuard(&h.lock);
+        }
+        spins += 1;
+        if spins < 64 {
+            core::hint::spin_loop();
+        } else {
+            #[cfg(loom)]
+            loom::thread::yield_now();
+            #[cfg(not(loom))]
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Pcpu {
+    /// Per-CPU stacks of `storage` slots each, for `ncpu` CPUs, every stack stopped at cap 0 until
+    /// [`Pcpu::set_cap`] opens it.
+    pub(crate) fn new(storage: u32, ncpu: usize) -> Result<Pcpu, OsError> {
+        debug_assert!(storage as u64 <= COUNT_MASK);
+        let stride = HDR + os::round_up(storage as usize * 8, 64);
+        let map_len = os::round_up(stride * ncpu, os::page_size());
+        let base = os::map(map_len)?.as_ptr();
+        let p = Pcpu { base, stride, ncpu: ncpu as u32, storage, rseq_off: rseq_offset(), map_len };
+        for cpu in 0..ncpu {
+            // SAFETY: the header lies inside the fresh zeroed mapping; AtomicU32/AtomicU64 are
+            // valid for the all-zero bit pattern, so the header is already initialised.
+            let _ = p.header(cpu);
+        }
+        Ok(p)
+    }
+
+    /// Per-CPU stacks for loom and unit tests, on memory the caller provides.
+    #[cfg(loom)]
+    pub(crate) fn with_memory(mem: *mut u8, storage: u32, ncpu: usize) -> Pcpu {
+        let stride = HDR + os::round_up(storage as usize * 8, 64);
+        Pcpu { base: mem, stride, ncpu: ncpu as u32, storage, rseq_off: NO_RSEQ, map_len: 0 }
+    }
+
+    /// Bytes mapped for the stacks.
+    pub(crate) fn mapped_bytes(&self) -> usize {
+        self.map_len
+    }
+
+    pub(crate) fn ncpu(&self) -> usize {
+        self.ncpu as usize
+    }
+
+    #[inline]
+    pub(crate) fn header(&self, cpu: usize) -> &Header {
+        debug_assert!(cpu < self.ncpu as usize);
+        // SAFETY: cpu < ncpu, so the header lies inside our mapping; it is 64-aligned.
+        unsafe { &*(self.base.add(cpu * self.stride) as *const Header) }
+    }
+
+    #[inline]
+    fn slot(&self, cpu: usize, i: usize) -> *mut *mut u8 {
+        debug_assert!(i < self.storage as usize);
+        // SAFETY: i < storage, so the slot lies inside this CPU's stride.
+        unsafe { self.base.add(cpu * self.stride + HDR + i * 8).cast() }
+    }
+
+    #[inline]
+    fn locked_cpu(&self) -> usize {
+        os::current_cpu() % self.ncpu as usize
+    }
+
+    /// Is the per-CPU layer usable by this thread? (False for a thread without an rseq area in
+    /// rseq mode: it must bypass the stacks.)
+    pub(crate) fn usable(&self) -> bool {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        if self.rseq_off != NO_RSEQ {
+            return rseq::cpu_id(self.rseq_off) < self.ncpu;
+        }
+        true
+    }
+
+    /// The CPU the caller is on, as the per-CPU layer sees it.
+    pub(crate) fn this_cpu(&self) -> usize {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        if self.rseq_off != NO_RSEQ {
+            let c = rseq::cpu_id(self.rseq_off);
+            if c < self.ncpu {
+                return c as usize;
+            }
+        }
+        self.locked_cpu()
+    }
+
+    /// Fast path: the hottest item of this CPU's stack, or null.
+    #[inline(always)]
+    pub(crate) fn pop(&self) -> *mut u8 {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        if self.rseq_off != NO_RSEQ {
+            // SAFETY: base/stride/ncpu describe our mapping; rseq_off came from glibc.
+            return unsafe { rseq::pop(self.base, self.stride, self.ncpu, self.rseq_off) };
+        }
+        self.locked_pop()
+    }
+
+    /// Fast path: pushes onto this CPU's stack; false when it is full or stopped.
+    #[inline(always)]
+    pub(crate) fn push(&self, item: *mut u8) -> bool {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        if self.rseq_off != NO_RSEQ {
+            // SAFETY: as in `pop`.
+            return unsafe { rseq::push(self.base, self.stride, self.ncpu, self.rseq_off, item) };
+        }
+        self.locked_push(item)
+    }
+
+    #[cold]
+    fn locked_pop(&self) -> *mut u8 {
+        let cpu = self.locked_cpu();
+        let h = self.header(cpu);
+        let _g = lock_header(h);
+        let w = h.word.load(Ordering::Relaxed);
+        let c = (w & COUNT_MASK) as u32;
+        if c <= h.floor.load(Ordering::Relaxed) {
+            return ptr::null_mut();
+        }
+        // SAFETY: c - 1 < count <= storage; we hold the header lock.
+        let item = unsafe { *self.slot(cpu, c as usize - 1) };
+        h.word.store(w - 1 + ALLOC_ONE, Ordering::Relaxed);
+        item
+    }
+
+    #[cold]
+    fn locked_push(&self, item: *mut u8) -> bool {
+        let cpu = self.locked_cpu();
+        let h = self.header(cpu);
+        let _g = lock_header(h);
+        let w = h.word.load(Ordering::Relaxed);
+        let c = (w & COUNT_MASK) as u32;
+        if c >= h.cap.load(Ordering::Relaxed) {
+            return false;
+        }
+        // SAFETY: c < cap <= storage; we hold the header lock.
+        unsafe { *self.slot(cpu, c as usize) = item };
+        h.word.store(w + 1, Ordering::Relaxed);
+        true
+    }
+
+    /// Moves up to `dst.len()` items from this CPU's stack into `dst`; returns how many.
+    pub(crate) fn pop_batch(&self, dst: &mut [*mut u8]) -> usize {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        if self.rseq_off != NO_RSEQ {
+            // SAFETY: as in `pop`; dst has room for dst.len() pointers.
+            return unsafe { rseq::pop_batch(self.base, self.stride, self.ncpu, self.rseq_off, dst.as_mut_ptr(), dst.len()) };
+        }
+        let cpu = self.locked_cpu();
+        let h = self.header(cpu);
+        let _g = lock_header(h);
+        let w = h.word.load(Ordering::Relaxed);
+        let c = (w & COUNT_MASK) as usize;
+        let floor = h.floor.load(Ordering::Relaxed) as usize;
+        if c <= floor {
+            return 0;
+        }
+        let n = (c - floor).min(dst.len());
+        for (i, d) in dst.iter_mut().take(n).enumerate() {
+            // SAFETY: c - 1 - i < count <= storage; header lock held.
+            *d = unsafe { *self.slot(cpu, c - 1 - i) };
+        }
+        h.word.store(w - n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Moves items from `src` onto this CPU's stack while there is room; returns how many were
+    /// taken (`src[..k]`).
+    pub(crate) fn push_batch(&self, src: &[*mut u8]) -> usize {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        if self.rseq_off != NO_RSEQ {
+            // SAFETY: as in `pop`; src holds src.len() pointers.
+            return unsafe { rseq::push_batch(self.base, self.stride, self.ncpu, self.rseq_off, src.as_ptr(), src.len()) };
+        }
+        let cpu = self.locked_cpu();
+        let h = self.header(cpu);
+        let _g = lock_header(h);
+        let w = h.word.load(Ordering::Relaxed);
+        let c = (w & COUNT_MASK) as usize;
+        let cap = h.cap.load(Ordering::Relaxed) as usize;
+        if c >= cap {
+            return 0;
+        }
+        let k = (cap - c).min(src.len());
+        for (i, s) in src.iter().take(k).enumerate() {
+            // SAFETY: c + i < cap <= storage; header lock held.
+            unsafe { *self.slot(cpu, c + i) = *s };
+        }
+        h.word.store(w + k as u64, Ordering::Relaxed);
+        k
+    }
+
+    /// Sets a CPU's cap (raising or lowering it needs no fence: a lower cap only sends more
+    /// pushes to the slow path). Never re-opens a stopped stack: callers hold the header lock,
+    /// which drainers hold while a stack is stopped.
+    pub(crate) fn set_cap(&self, g: &HeaderGuard<'_>, h: &Header, cap: u32) {
+        debug_assert!(core::ptr::eq(g.0, &h.lock));
+        h.cap.store(cap.min(self.storage), Ordering::Release);
+    }
+
+    /// Items on a CPU's stack now (racy read, for statistics and idle detection).
+    pub(crate) fn count(&self, cpu: usize) -> usize {
+        (self.header(cpu).word.load(Ordering::Relaxed) & COUNT_MASK) as usize
+    }
+
+    /// Fast-path allocations served by a CPU's stack (racy read; merged on read for statistics).
+    pub(crate) fn fast_allocs(&self, cpu: usize) -> u64 {
+        self.header(cpu).word.load(Ordering::Relaxed) >> 16
+    }
+
+    /// Stops a CPU's stack (the caller holds its header lock). A fence of that CPU
+    /// ([`fence_cpu`]) must follow before [`Pcpu::take_stopped`].
+    pub(crate) fn stop(&self, h: &Header) {
+        h.cap.store(0, Ordering::Relaxed);
+        // SeqCst: the stop stores must be visible to the target CPU before the fence's IPI; the
+        // membarrier system call is itself a full barrier on the caller's side too.
+        h.floor.store(FLOOR_STOPPED, Ordering::SeqCst);
+    }
+
+    /// Empties a stopped (and fenced) stack into `f`, one item at a time, and reopens it with
+    /// `cap`. Returns how many items were taken.
+    pub(crate) fn take_stopped(&self, cpu: usize, h: &Header, cap: u32, mut f: impl FnMut(*mut u8)) -> usize {
+        // Acquire: pairs with the commit of the last critical section on that CPU (ordered before
+        // us by the fence) so we see its slot writes.
+        let w = h.word.load(Ordering::Acquire);
+        let c = (w & COUNT_MASK) as usize;
+        for i in (0..c).rev() {
+            // SAFETY: i < count <= storage; the stack is stopped and fenced, so it is ours.
+            f(unsafe { *self.slot(cpu, i) });
+        }
+        h.word.store(w & !COUNT_MASK, Ordering::Relaxed);
+        h.cap.store(cap.min(self.storage), Ordering::Relaxed);
+        // Release: pairs with the acquire of the next critical section's loads (and with
+        // HeaderGuard's release); the stack is empty before it is open.
+        h.floor.store(0, Ordering::Release);
+        c
+    }
+
+    /// Unmaps the stacks.
+    ///
+    /// # Safety
+    /// The stacks must be empty and unused from now on.
+    pub(crate) unsafe fn unmap(&self) {
+        if self.map_len > 0 {
+            // SAFETY: the mapping is ours and no longer used (caller's guarantee).
+            unsafe { os::unmap(NonNull::new_unchecked(self.base), self.map_len) };
+        }
+    }
+}
+
+/// After stopping stacks on `cpu`, waits until no critical section can still be running there
+/// with the old header values. In locked mode the header locks already exclude everyone.
+pub(crate) fn fence_cpu(cpu: usize) {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+    if mode() == Mode::Rseq {
+        let ok = rseq::fence_cpu(cpu);
+        // Registration succeeded at start, so the command is available; the kernel only refuses
+        // a CPU id it does not know, which cpu_count() rules out.
+        assert!(ok, "membarrier(PRIVATE_EXPEDITED_RSEQ) failed for cpu {cpu}");
+    }
+    let _ = cpu;
+    crate::sync::fence(Ordering::SeqCst);
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn open(p: &Pcpu, cap: u32) {
+        for cpu in 0..p.ncpu() {
+            let h = p.header(cpu);
+            let g = lock_header(h);
+            p.set_cap(&g, h, cap);
+        }
+    }
+
+    #[test]
+    fn push_pop_lifo_and_caps() {
+        let p = Pcpu::new(8, os::cpu_count()).unwrap();
+        assert!(!p.push(1 as *mut u8), "a new stack is closed");
+        open(&p, 4);
+        // Pin to one CPU so the stack is one stack.
+        let cpu = p.this_cpu();
+        let mut pushed = 0;
+        for i in 1..=10usize {
+            if p.push((i * 8) as *mut u8) {
+                pushed += 1;
+            }
+        }
+        // Migration could spread pushes over CPUs; count in total.
+        let total: usize = (0..p.ncpu()).map(|c| p.count(c)).sum();
+        assert_eq!(total, pushed);
+        assert!(pushed >= 4);
+        let _ = cpu;
+        let mut got = vec![];
+        loop {
+            let x = p.pop();
+            if x.is_null() {
+                // maybe migrated: drain the others by stopping them
+                break;
+            }
+            got.push(x as usize);
+        }
+        let mut rest = vec![];
+        for cpu in 0..p.ncpu() {
+            let h = p.header(cpu);
+            let _g = lock_header(h);
+            p.stop(h);
+            fence_cpu(cpu);
+            p.take_stopped(cpu, h, 4, |x| rest.push(x as usize));
+        }
+        got.extend(rest);
+        got.sort();
+        let mut want: Vec<usize> = (1..=10).map(|i| i * 8).collect();
+        want.truncate(pushed);
+        assert_eq!(got, want, "every pushed item comes back exactly once");
+        // SAFETY: empty and unused.
+        unsafe { p.unmap() };
+    }
+
+    #[test]
+    fn batches() {
+        let p = Pcpu::new(16, os::cpu_count()).unwrap();
+        open(&p, 16);
+        let src: Vec<*mut u8> = (1..=20usize).map(|i| (i * 16) as *mut u8).collect();
+        let k = p.push_batch(&src);
+        assert!(k <= 16 && k > 0);
+        let mut dst = vec![ptr::null_mut(); 32];
+        let mut n = 0;
+        // Drain everything (the thread may migrate between calls; stop+take the rest).
+        n += p.pop_batch(&mut dst);
+        for cpu in 0..p.ncpu() {
+            let h = p.header(cpu);
+            let _g = lock_header(h);
+            p.stop(h);
+            fence_cpu(cpu);
+            p.take_stopped(cpu, h, 16, |x| {
+                dst[n] = x;
+                n += 1;
+            });
+        }
+        assert_eq!(n, k);
+        let mut got: Vec<usize> = dst[..n].iter().map(|&x| x as usize).collect();
+        got.sort();
+        assert_eq!(got, (1..=k).map(|i| i * 16).collect::<Vec<_>>());
+        // SAFETY: empty and unused.
+        unsafe { p.unmap() };
+    }
+
+    #[test]
+    fn mode_is_rseq_here() {
+        // The project's machines run glibc >= 2.35 on Linux >= 5.10; locked mode would mean the
+        // fast path silently lost its rseq sections.
+        if std::env::var_os("EBBTIDE_RSEQ").is_none() && cfg!(target_arch = "x86_64") {
+            assert_eq!(mode(), Mode::Rseq);
+        }
+    }
+}
