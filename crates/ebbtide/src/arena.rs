@@ -142,7 +142,10 @@ impl Arena {
         } else {
             let idx = self.bump.load(Ordering::Relaxed);
             if idx >= nchunks {
-                return Err(OsError { call: "arena (address space exhausted)", errno: libc::ENOMEM });
+                return Err(OsError {
+                    call: "arena (address space exhausted)",
+                    errno: libc::ENOMEM,
+                });
             }
             let p = self.base + (idx << CHUNK_SHIFT);
             // SAFETY: the chunk lies inside our reservation and is chunk (hence page) aligned.
@@ -166,7 +169,8 @@ impl Arena {
         // SAFETY: the caller guarantees the chunk is ours and unused.
         unsafe { os::release(chunk, CHUNK_SIZE) };
         let mut head = crate::sync::lock(&self.free);
-        self.entry(idx).store(((*head as u64) << 1) | 1, Ordering::Release);
+        self.entry(idx)
+            .store(((*head as u64) << 1) | 1, Ordering::Release);
         *head = idx + 1;
     }
 
@@ -197,7 +201,11 @@ mod tests {
         assert_eq!(a.tag_of(0x1000), 0, "outside the arena");
         // SAFETY: c1 came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c1) };
-        assert_eq!(a.tag_of(c1.as_ptr() as usize), 0, "free chunks belong to nobody");
+        assert_eq!(
+            a.tag_of(c1.as_ptr() as usize),
+            0,
+            "free chunks belong to nobody"
+        );
         let c2 = a.alloc_chunk(t2).unwrap();
         assert_eq!(a.tag_of(c2.as_ptr() as usize), t2);
         // SAFETY: c2 came from alloc_chunk and is unused.

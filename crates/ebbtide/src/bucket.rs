@@ -47,7 +47,17 @@ static KEGS: OnceLock<Result<[Keg; 9], OsError>> = OnceLock::new();
 fn kegs() -> Result<&'static [Keg; 9], OsError> {
     let r = KEGS.get_or_init(|| {
         let mk = |cap: u32| Keg::new(HEADER + 8 * cap as usize, 0);
-        Ok([mk(1)?, mk(2)?, mk(4)?, mk(8)?, mk(16)?, mk(30)?, mk(62)?, mk(126)?, mk(254)?])
+        Ok([
+            mk(1)?,
+            mk(2)?,
+            mk(4)?,
+            mk(8)?,
+            mk(16)?,
+            mk(30)?,
+            mk(62)?,
+            mk(126)?,
+            mk(254)?,
+        ])
     });
     match r {
         Ok(k) => Ok(k),
@@ -56,7 +66,10 @@ fn kegs() -> Result<&'static [Keg; 9], OsError> {
 }
 
 fn class_of(cap: u32) -> usize {
-    CLASSES.iter().position(|&c| c >= cap).unwrap_or(CLASSES.len() - 1)
+    CLASSES
+        .iter()
+        .position(|&c| c >= cap)
+        .unwrap_or(CLASSES.len() - 1)
 }
 
 impl Bucket {
@@ -70,7 +83,12 @@ impl Bucket {
         // SAFETY: `b` is a fresh item of HEADER + 8*CLASSES[c] bytes from the bucket keg,
         // suitably aligned (keg items are 8-aligned).
         unsafe {
-            b.write(Bucket { next: ptr::null_mut(), prev: ptr::null_mut(), count: 0, cap: CLASSES[c] });
+            b.write(Bucket {
+                next: ptr::null_mut(),
+                prev: ptr::null_mut(),
+                count: 0,
+                cap: CLASSES[c],
+            });
             Some(NonNull::new_unchecked(b))
         }
     }
@@ -83,9 +101,17 @@ impl Bucket {
         // SAFETY: the caller guarantees `b` is a live bucket.
         let cap = unsafe { (*b.as_ptr()).cap };
         if let Ok(ks) = kegs() {
-            ks[class_of(cap)].release(&[b.as_ptr().cast()], false, |_| {}, |p, k| {
-                panic!("internal error: bucket {p:?} rejected by its keg: {}", k.describe())
-            });
+            ks[class_of(cap)].release(
+                &[b.as_ptr().cast()],
+                false,
+                |_| {},
+                |p, k| {
+                    panic!(
+                        "internal error: bucket {p:?} rejected by its keg: {}",
+                        k.describe()
+                    )
+                },
+            );
         }
     }
 
@@ -106,7 +132,10 @@ impl Bucket {
 /// Bytes of backed slabs in the bucket kegs (metadata of the caches).
 pub(crate) fn bucket_bytes() -> usize {
     match KEGS.get() {
-        Some(Ok(ks)) => ks.iter().map(|k| k.counts().backed_slabs * k.geo.slab_size).sum(),
+        Some(Ok(ks)) => ks
+            .iter()
+            .map(|k| k.counts().backed_slabs * k.geo.slab_size)
+            .sum(),
         _ => 0,
     }
 }

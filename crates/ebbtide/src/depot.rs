@@ -24,7 +24,13 @@ unsafe impl Send for DepotInner {}
 
 impl DepotInner {
     pub(crate) fn new(max_items: u64) -> DepotInner {
-        DepotInner { head: ptr::null_mut(), tail: ptr::null_mut(), nbuckets: 0, wss: Wss::default(), max_items }
+        DepotInner {
+            head: ptr::null_mut(),
+            tail: ptr::null_mut(),
+            nbuckets: 0,
+            wss: Wss::default(),
+            max_items,
+        }
     }
 
     /// Puts a full bucket in at the head; `ws` as in [`Wss::insert`]. Gives the bucket back when
@@ -100,7 +106,11 @@ impl DepotInner {
                     return Err("depot list: broken prev link".into());
                 }
                 if (*b).count == 0 || (*b).count > (*b).cap {
-                    return Err(format!("depot bucket with count {} cap {}", (*b).count, (*b).cap));
+                    return Err(format!(
+                        "depot bucket with count {} cap {}",
+                        (*b).count,
+                        (*b).cap
+                    ));
                 }
                 items += (*b).count as u64;
                 n += 1;

@@ -218,7 +218,10 @@ impl Keg {
         if in_slab % self.geo.item_size != 0 {
             return Err(InvalidKind::Misaligned);
         }
-        Ok(ItemLoc { slab: self.meta(chunk, slab), index })
+        Ok(ItemLoc {
+            slab: self.meta(chunk, slab),
+            index,
+        })
     }
 
     /// Adds a new chunk's slabs to the clean list.
@@ -229,7 +232,10 @@ impl Keg {
         // SAFETY: the chunk is committed, zeroed and ours; the header and metas lie in its first
         // `first_slab` bytes, which no item overlaps.
         unsafe {
-            hdr.write(ChunkHeader { keg: self, next: g.chunks });
+            hdr.write(ChunkHeader {
+                keg: self,
+                next: g.chunks,
+            });
             for i in (0..self.geo.slabs_per_chunk).rev() {
                 let s = self.meta(base, i);
                 s.write(SlabMeta {
@@ -381,7 +387,10 @@ impl Keg {
                         g.nclean += 1;
                         g.backed_slabs -= 1;
                         g.free_items -= self.geo.items_per_slab;
-                        os::release(NonNull::new_unchecked(self.slab_base(s) as *mut u8), self.geo.slab_size);
+                        os::release(
+                            NonNull::new_unchecked(self.slab_base(s) as *mut u8),
+                            self.geo.slab_size,
+                        );
                         released += self.geo.slab_size;
                     } else {
                         (*s).state = SlabState::Free;
@@ -499,14 +508,18 @@ impl Keg {
                         let word = *bits.add(w);
                         let valid = (ips - w * 64).min(64);
                         if valid < 64 && word >> valid != 0 {
-                            return Err(format!("slab {i} of chunk {chunk:#x}: bit beyond items_per_slab"));
+                            return Err(format!(
+                                "slab {i} of chunk {chunk:#x}: bit beyond items_per_slab"
+                            ));
                         }
                         pop += word.count_ones() as usize;
                     }
                     ((*s).state, (*s).nfree as usize, pop)
                 };
                 if nfree != pop {
-                    return Err(format!("slab {i} of chunk {chunk:#x}: nfree {nfree} != popcount {pop}"));
+                    return Err(format!(
+                        "slab {i} of chunk {chunk:#x}: nfree {nfree} != popcount {pop}"
+                    ));
                 }
                 let ok = match state {
                     SlabState::Clean => {
@@ -529,7 +542,9 @@ impl Keg {
                     }
                 };
                 if !ok {
-                    return Err(format!("slab {i} of chunk {chunk:#x}: state {state:?} with nfree {nfree}"));
+                    return Err(format!(
+                        "slab {i} of chunk {chunk:#x}: state {state:?} with nfree {nfree}"
+                    ));
                 }
             }
             // SAFETY: valid chunk header; lock held.
@@ -544,8 +559,14 @@ impl Keg {
             }
             n
         };
-        let lists = (count_list(g.partial), count_list(g.free), count_list(g.clean));
-        if lists != (np, nf, nc) || (g.npartial, g.nfree_slabs, g.nclean, g.nfull) != (np, nf, nc, nfull) {
+        let lists = (
+            count_list(g.partial),
+            count_list(g.free),
+            count_list(g.clean),
+        );
+        if lists != (np, nf, nc)
+            || (g.npartial, g.nfree_slabs, g.nclean, g.nfull) != (np, nf, nc, nfull)
+        {
             return Err(format!(
                 "slab lists {lists:?} / counters {:?} disagree with states {:?}",
                 (g.npartial, g.nfree_slabs, g.nclean, g.nfull),
@@ -620,7 +641,8 @@ impl Keg {
         let (w, b) = (loc.index / 64, loc.index % 64);
         // SAFETY: `loc` came from `locate` on this keg, so the meta is valid; the live bitmap is
         // only accessed atomically.
-        let word = unsafe { &*(SlabMeta::live_bits(loc.slab, self.geo.words).add(w) as *const AtomicU64) };
+        let word =
+            unsafe { &*(SlabMeta::live_bits(loc.slab, self.geo.words).add(w) as *const AtomicU64) };
         word.fetch_or(1 << b, Ordering::AcqRel) & (1 << b) == 0
     }
 
@@ -629,7 +651,8 @@ impl Keg {
     pub(crate) fn mark_dead(&self, loc: ItemLoc) -> bool {
         let (w, b) = (loc.index / 64, loc.index % 64);
         // SAFETY: as in `mark_live`.
-        let word = unsafe { &*(SlabMeta::live_bits(loc.slab, self.geo.words).add(w) as *const AtomicU64) };
+        let word =
+            unsafe { &*(SlabMeta::live_bits(loc.slab, self.geo.words).add(w) as *const AtomicU64) };
         word.fetch_and(!(1 << b), Ordering::AcqRel) & (1 << b) != 0
     }
 }
@@ -686,14 +709,23 @@ mod tests {
         k.release(&bogus, false, |_| {}, |p, kind| bad.push((p, kind)));
         assert_eq!(
             bad.iter().map(|b| b.1).collect::<Vec<_>>(),
-            vec![InvalidKind::NotInZone, InvalidKind::NotInZone, InvalidKind::Misaligned, InvalidKind::NotAnItem]
+            vec![
+                InvalidKind::NotInZone,
+                InvalidKind::NotInZone,
+                InvalidKind::Misaligned,
+                InvalidKind::NotAnItem
+            ]
         );
         k.release(&v[..1], false, |_| {}, |_, _| panic!("valid"));
         let mut bad = vec![];
         k.release(&v[..1], false, |_| {}, |p, kind| bad.push((p, kind)));
         assert_eq!(bad, vec![(v[0], InvalidKind::DoubleFree)]);
         k.validate().unwrap();
-        assert_eq!(k.destroy(), Err(3), "destroy with live items fails and changes nothing");
+        assert_eq!(
+            k.destroy(),
+            Err(3),
+            "destroy with live items fails and changes nothing"
+        );
         k.validate().unwrap();
         k.release(&v[1..], false, |_| {}, |_, _| panic!("valid"));
         other.release(&w, false, |_| {}, |_, _| panic!("valid"));

@@ -23,7 +23,6 @@
 use core::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
-
 /// An error from the OS boundary: which call failed and its `errno`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OsError {
@@ -35,14 +34,21 @@ pub struct OsError {
 
 impl core::fmt::Display for OsError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{} failed: {}", self.call, std::io::Error::from_raw_os_error(self.errno))
+        write!(
+            f,
+            "{} failed: {}",
+            self.call,
+            std::io::Error::from_raw_os_error(self.errno)
+        )
     }
 }
 
 impl std::error::Error for OsError {}
 
 fn last_errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 static PAGE_SIZE: AtomicUsize = AtomicUsize::new(0);
@@ -95,7 +101,10 @@ pub fn current_cpu() -> usize {
 /// Monotonic time in nanoseconds (`CLOCK_MONOTONIC`).
 #[inline]
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -156,7 +165,10 @@ pub fn reserve(len: usize, align: usize) -> Result<NonNull<u8>, OsError> {
         )
     };
     if p == libc::MAP_FAILED {
-        return Err(OsError { call: "mmap(PROT_NONE reservation)", errno: last_errno() });
+        return Err(OsError {
+            call: "mmap(PROT_NONE reservation)",
+            errno: last_errno(),
+        });
     }
     let start = p as usize;
     let aligned = (start + align - 1) & !(align - 1);
@@ -183,12 +195,18 @@ pub fn reserve(len: usize, align: usize) -> Result<NonNull<u8>, OsError> {
 /// The range must lie inside a reservation made by [`reserve`] and be page aligned.
 pub unsafe fn commit(ptr: NonNull<u8>, len: usize) -> Result<(), OsError> {
     if fault::should_fail() {
-        return Err(OsError { call: "mprotect(commit)", errno: libc::ENOMEM });
+        return Err(OsError {
+            call: "mprotect(commit)",
+            errno: libc::ENOMEM,
+        });
     }
     // SAFETY: the caller guarantees the range is ours and page aligned.
     let r = unsafe { libc::mprotect(ptr.as_ptr().cast(), len, libc::PROT_READ | libc::PROT_WRITE) };
     if r != 0 {
-        return Err(OsError { call: "mprotect(commit)", errno: last_errno() });
+        return Err(OsError {
+            call: "mprotect(commit)",
+            errno: last_errno(),
+        });
     }
     Ok(())
 }
@@ -207,7 +225,10 @@ pub unsafe fn release(ptr: NonNull<u8>, len: usize) {
 /// Maps `len` bytes of fresh zeroed memory (a multiple of the page size) for metadata.
 pub fn map(len: usize) -> Result<NonNull<u8>, OsError> {
     if fault::should_fail() {
-        return Err(OsError { call: "mmap", errno: libc::ENOMEM });
+        return Err(OsError {
+            call: "mmap",
+            errno: libc::ENOMEM,
+        });
     }
     // SAFETY: an anonymous mapping at a kernel-chosen address has no preconditions.
     let p = unsafe {
@@ -221,7 +242,10 @@ pub fn map(len: usize) -> Result<NonNull<u8>, OsError> {
         )
     };
     if p == libc::MAP_FAILED {
-        return Err(OsError { call: "mmap", errno: last_errno() });
+        return Err(OsError {
+            call: "mmap",
+            errno: last_errno(),
+        });
     }
     // SAFETY: a successful mmap never returns null here (we did not ask for address 0).
     Ok(unsafe { NonNull::new_unchecked(p.cast()) })

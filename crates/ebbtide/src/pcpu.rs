@@ -8,6 +8,7 @@
 //!  +8   cap    u32    pushes allowed while count < cap        (0 = stopped / caching off)
 //!  +12  floor  u32    pops allowed while count > floor        (0xffff = stopped)
 //!  +16  lock   u32    serialises drainers and cap writers (and every op in locked mode)
+//!  +24  idle_mark u64 `word` at the last periodic pass: unchanged means no operation since
 //!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest
 //! ```
 //! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: `cap = 2 * bucket_size`,
@@ -61,6 +62,8 @@ pub(crate) struct Header {
     pub(crate) cap: AtomicU32,
     pub(crate) floor: AtomicU32,
     pub(crate) lock: AtomicU32,
+    /// The `word` seen by the last periodic pass (idle detection; written by the reclaim code).
+    pub(crate) idle_mark: AtomicU64,
 }
 const _: () = assert!(core::mem::size_of::<Header>() == HDR);
 
@@ -110,7 +113,12 @@ mod rseq {
             }
             // SAFETY: membarrier registration has no memory-safety preconditions.
             let r = unsafe {
-                libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0)
+                libc::syscall(
+                    libc::SYS_membarrier,
+                    MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ,
+                    0,
+                    0,
+                )
             };
             if r != 0 {
                 return None;
@@ -215,7 +223,13 @@ mod rseq {
     /// # Safety
     /// As [`pop`].
     #[inline(always)]
-    pub(super) unsafe fn push(base: *mut u8, stride: usize, ncpu: u32, off: isize, item: *mut u8) -> bool {
+    pub(super) unsafe fn push(
+        base: *mut u8,
+        stride: usize,
+        ncpu: u32,
+        off: isize,
+        item: *mut u8,
+    ) -> bool {
         let ok: u32;
         // SAFETY: as in `pop`; the slot written is items[count] with count < cap <= storage.
         unsafe {
@@ -271,7 +285,14 @@ mod rseq {
     /// # Safety
     /// As [`pop`]; `dst` must have room for `max` pointers.
     #[inline(never)]
-    pub(super) unsafe fn pop_batch(base: *mut u8, stride: usize, ncpu: u32, off: isize, dst: *mut *mut u8, max: usize) -> usize {
+    pub(super) unsafe fn pop_batch(
+        base: *mut u8,
+        stride: usize,
+        ncpu: u32,
+        off: isize,
+        dst: *mut *mut u8,
+        max: usize,
+    ) -> usize {
         let n: usize;
         // SAFETY: as in `pop`; copies n <= count - floor slots below `count` into `dst` and
         // commits `word - n` (allocation counter unchanged: a batch move is not an allocation).
@@ -348,7 +369,14 @@ mod rseq {
     /// # Safety
     /// As [`pop`]; `src` must hold `len` pointers.
     #[inline(never)]
-    pub(super) unsafe fn push_batch(base: *mut u8, stride: usize, ncpu: u32, off: isize, src: *const *mut u8, len: usize) -> usize {
+    pub(super) unsafe fn push_batch(
+        base: *mut u8,
+        stride: usize,
+        ncpu: u32,
+        off: isize,
+        src: *const *mut u8,
+        len: usize,
+    ) -> usize {
         let k: usize;
         // SAFETY: as in `pop`; writes k <= cap - count slots at items[count..] and commits
         // `word + k`.
@@ -474,7 +502,10 @@ pub(crate) fn lock_header(h: &Header) -> HeaderGuard<'_> {
     let mut spins = 0u32;
     loop {
         // Acquire: pairs with the Release in HeaderGuard::drop.
-        if h.lock.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+        if h.lock
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
             return HeaderGuard(&h.lock);
         }
         spins += 1;
@@ -497,7 +528,14 @@ impl Pcpu {
         let stride = HDR + os::round_up(storage as usize * 8, 64);
         let map_len = os::round_up(stride * ncpu, os::page_size());
         let base = os::map(map_len)?.as_ptr();
-        let p = Pcpu { base, stride, ncpu: ncpu as u32, storage, rseq_off: rseq_offset(), map_len };
+        let p = Pcpu {
+            base,
+            stride,
+            ncpu: ncpu as u32,
+            storage,
+            rseq_off: rseq_offset(),
+            map_len,
+        };
         for cpu in 0..ncpu {
             // SAFETY: the header lies inside the fresh zeroed mapping; AtomicU32/AtomicU64 are
             // valid for the all-zero bit pattern, so the header is already initialised.
@@ -510,7 +548,14 @@ impl Pcpu {
     #[cfg(loom)]
     pub(crate) fn with_memory(mem: *mut u8, storage: u32, ncpu: usize) -> Pcpu {
         let stride = HDR + os::round_up(storage as usize * 8, 64);
-        Pcpu { base: mem, stride, ncpu: ncpu as u32, storage, rseq_off: NO_RSEQ, map_len: 0 }
+        Pcpu {
+            base: mem,
+            stride,
+            ncpu: ncpu as u32,
+            storage,
+            rseq_off: NO_RSEQ,
+            map_len: 0,
+        }
     }
 
     /// Bytes mapped for the stacks.
@@ -622,7 +667,16 @@ impl Pcpu {
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
         if self.rseq_off != NO_RSEQ {
             // SAFETY: as in `pop`; dst has room for dst.len() pointers.
-            return unsafe { rseq::pop_batch(self.base, self.stride, self.ncpu, self.rseq_off, dst.as_mut_ptr(), dst.len()) };
+            return unsafe {
+                rseq::pop_batch(
+                    self.base,
+                    self.stride,
+                    self.ncpu,
+                    self.rseq_off,
+                    dst.as_mut_ptr(),
+                    dst.len(),
+                )
+            };
         }
         let cpu = self.locked_cpu();
         let h = self.header(cpu);
@@ -648,7 +702,16 @@ impl Pcpu {
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
         if self.rseq_off != NO_RSEQ {
             // SAFETY: as in `pop`; src holds src.len() pointers.
-            return unsafe { rseq::push_batch(self.base, self.stride, self.ncpu, self.rseq_off, src.as_ptr(), src.len()) };
+            return unsafe {
+                rseq::push_batch(
+                    self.base,
+                    self.stride,
+                    self.ncpu,
+                    self.rseq_off,
+                    src.as_ptr(),
+                    src.len(),
+                )
+            };
         }
         let cpu = self.locked_cpu();
         let h = self.header(cpu);
@@ -695,11 +758,35 @@ impl Pcpu {
         h.floor.store(FLOOR_STOPPED, Ordering::SeqCst);
     }
 
-    /// Empties a stopped (and fenced) stack into `f`, one item at a time, and reopens it with
-    /// `cap`. Returns how many items were taken.
-    pub(crate) fn take_stopped(&self, cpu: usize, h: &Header, cap: u32, mut f: impl FnMut(*mut u8)) -> usize {
+    /// Visits the items of a stopped (and fenced) stack, coldest first, without changing it.
+    pub(crate) fn peek_stopped(&self, cpu: usize, h: &Header, mut f: impl FnMut(*mut u8)) -> usize {
         // Acquire: pairs with the commit of the last critical section on that CPU (ordered before
         // us by the fence) so we see its slot writes.
+        let c = (h.word.load(Ordering::Acquire) & COUNT_MASK) as usize;
+        for i in 0..c {
+            // SAFETY: i < count <= storage; the stack is stopped and fenced, so it is ours.
+            f(unsafe { *self.slot(cpu, i) });
+        }
+        c
+    }
+
+    /// Reopens a stopped stack with `cap` (and `floor = 0`), leaving its items in place.
+    pub(crate) fn reopen(&self, h: &Header, cap: u32) {
+        h.cap.store(cap.min(self.storage), Ordering::Relaxed);
+        // Release: pairs with the next critical section's loads (and HeaderGuard's release): every
+        // write to the stack made while it was stopped is visible before it is open.
+        h.floor.store(0, Ordering::Release);
+    }
+
+    /// Empties a stopped (and fenced) stack into `f`, hottest first, and reopens it with `cap`.
+    /// Returns how many items were taken.
+    pub(crate) fn take_stopped(
+        &self,
+        cpu: usize,
+        h: &Header,
+        cap: u32,
+        mut f: impl FnMut(*mut u8),
+    ) -> usize {
         let w = h.word.load(Ordering::Acquire);
         let c = (w & COUNT_MASK) as usize;
         for i in (0..c).rev() {
@@ -707,10 +794,7 @@ impl Pcpu {
             f(unsafe { *self.slot(cpu, i) });
         }
         h.word.store(w & !COUNT_MASK, Ordering::Relaxed);
-        h.cap.store(cap.min(self.storage), Ordering::Relaxed);
-        // Release: pairs with the acquire of the next critical section's loads (and with
-        // HeaderGuard's release); the stack is empty before it is open.
-        h.floor.store(0, Ordering::Release);
+        self.reopen(h, cap);
         c
     }
 
@@ -734,7 +818,10 @@ pub(crate) fn fence_cpu(cpu: usize) {
         let ok = rseq::fence_cpu(cpu);
         // Registration succeeded at start, so the command is available; the kernel only refuses
         // a CPU id it does not know, which cpu_count() rules out.
-        assert!(ok, "membarrier(PRIVATE_EXPEDITED_RSEQ) failed for cpu {cpu}");
+        assert!(
+            ok,
+            "membarrier(PRIVATE_EXPEDITED_RSEQ) failed for cpu {cpu}"
+        );
     }
     let _ = cpu;
     crate::sync::fence(Ordering::SeqCst);

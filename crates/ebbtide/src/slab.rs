@@ -79,7 +79,9 @@ impl Geometry {
     pub(crate) fn for_item(item_size: usize) -> Geometry {
         debug_assert!(item_size > 0 && item_size <= MAX_ITEM_SIZE);
         let ps = os::page_size();
-        let limit = (64 * 1024).max(item_size.next_power_of_two()).min(MAX_ITEM_SIZE);
+        let limit = (64 * 1024)
+            .max(item_size.next_power_of_two())
+            .min(MAX_ITEM_SIZE);
         let mut best = (usize::MAX, 0usize); // (waste * 1024 / slab, slab)
         let mut slab = ps.max(item_size.next_power_of_two().min(ps));
         while slab <= limit {
@@ -120,7 +122,8 @@ impl Geometry {
     /// UMA's efficiency: item bytes per byte of memory used for a slab, in percent (metadata
     /// counted).
     pub(crate) fn efficiency_pct(&self) -> f64 {
-        let per_slab = self.slab_size as f64 + (self.first_slab as f64 / self.slabs_per_chunk as f64);
+        let per_slab =
+            self.slab_size as f64 + (self.first_slab as f64 / self.slabs_per_chunk as f64);
         100.0 * (self.items_per_slab * self.item_size) as f64 / per_slab
     }
 }
@@ -165,7 +168,10 @@ mod tests {
         let g = Geometry::for_item(4096);
         assert_eq!((g.slab_size, g.items_per_slab), (4096, 1));
         let g = Geometry::for_item(3000);
-        assert!(g.slab_size % 3000 * 64 <= g.slab_size || g.slab_size == 64 * 1024, "{g:?}");
+        assert!(
+            g.slab_size % 3000 * 64 <= g.slab_size || g.slab_size == 64 * 1024,
+            "{g:?}"
+        );
         assert!(g.efficiency_pct() > 90.0, "{g:?} {}", g.efficiency_pct());
         let g = Geometry::for_item(MAX_ITEM_SIZE);
         assert_eq!(g.items_per_slab, 1);
@@ -173,7 +179,10 @@ mod tests {
         for size in (8..5000).step_by(8) {
             let g = Geometry::for_item(size);
             assert!(g.items_per_slab >= 1 && g.slabs_per_chunk >= 1, "{size}");
-            assert!(g.first_slab + g.slabs_per_chunk * g.slab_size <= CHUNK_SIZE, "{size}");
+            assert!(
+                g.first_slab + g.slabs_per_chunk * g.slab_size <= CHUNK_SIZE,
+                "{size}"
+            );
             assert!(g.efficiency_pct() > 85.0, "{size}: {}", g.efficiency_pct());
         }
     }

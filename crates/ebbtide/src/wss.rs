@@ -76,7 +76,11 @@ impl Wss {
         let m = self.imin as i64 - self.wss as i64;
         if m >= 0 {
             let m = m as u64;
-            self.limin = if self.limin >= m { m } else { (m + self.limin * 255) / 256 };
+            self.limin = if self.limin >= m {
+                m
+            } else {
+                (m + self.limin * 255) / 256
+            };
             self.timin += 1;
         } else {
             self.limin = 0;
@@ -124,7 +128,13 @@ mod tests {
         w.check().unwrap();
         w.update();
         assert_eq!(w.wss, 80, "imax 100 - bimin 20: the batch of 80");
-        let mut w = Wss { nitems: 100, imax: 100, imin: 100, bimin: 100, ..Default::default() };
+        let mut w = Wss {
+            nitems: 100,
+            imax: 100,
+            imin: 100,
+            bimin: 100,
+            ..Default::default()
+        };
         w.remove(80);
         w.insert(80, true);
         w.update();
@@ -149,7 +159,13 @@ mod tests {
 
     #[test]
     fn limin_and_timin_follow_the_long_time_minimum() {
-        let mut w = Wss { nitems: 1000, imax: 1000, imin: 1000, bimin: 1000, ..Default::default() };
+        let mut w = Wss {
+            nitems: 1000,
+            imax: 1000,
+            imin: 1000,
+            bimin: 1000,
+            ..Default::default()
+        };
         for _ in 0..10 {
             w.remove(100);
             w.insert(100, true);
@@ -166,7 +182,13 @@ mod tests {
 
     #[test]
     fn periodic_target_keeps_what_was_touched() {
-        let mut w = Wss { nitems: 1000, imax: 1000, imin: 1000, bimin: 1000, ..Default::default() };
+        let mut w = Wss {
+            nitems: 1000,
+            imax: 1000,
+            imin: 1000,
+            bimin: 1000,
+            ..Default::default()
+        };
         w.remove(300);
         w.insert(300, true);
         w.update();

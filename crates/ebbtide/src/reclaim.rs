@@ -1,0 +1,272 @@
+//! Reclaim entry points: give cached memory back to the OS, for one zone or for all.
+//!
+//! | request | what it does | bucket size |
+//! |---|---|---|
+//! | [`Request::Trim`] | working-set update, depot down to its WSS, free slabs beyond the reserve back to the OS | −1 |
+//! | [`Request::Drain`] | whole depot to the slabs, free slabs back to the OS | −1 |
+//! | [`Request::DrainCpu`] | depot, then every CPU's stack (one loop over CPUs draining every zone on each, one `membarrier` per CPU), then the depot again; free slabs back | halved toward the minimum first |
+//!
+//! Every call returns the bytes given back to the OS. Reclaim is serialised by one mutex and
+//! re-entry proof: a reclaim called from inside a reclaim (a `fini` hook, a low-memory handler)
+//! returns 0 at once instead of deadlocking.
+//!
+//! The squeeze window (blkback's `buffer_squeeze_end`) and the "buckets disabled" switch (UMA
+//! under critical memory) also live here: while either holds, every zone's per-CPU stacks are
+//! closed to frees, frees go straight to the slabs and, during a squeeze, a slab that becomes
+//! empty goes back to the OS at once.
+
+use crate::bucket;
+use crate::os;
+use crate::pcpu::{self, lock_header};
+use crate::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::zone::{Zone, ZoneInner};
+use std::cell::Cell;
+
+/// A reclaim request (the values are the C ABI's `EBB_RECLAIM_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Request {
+    Trim = 1,
+    Drain = 2,
+    DrainCpu = 3,
+}
+
+impl Request {
+    /// From the C ABI value.
+    pub fn from_raw(v: i32) -> Option<Request> {
+        match v {
+            1 => Some(Request::Trim),
+            2 => Some(Request::Drain),
+            3 => Some(Request::DrainCpu),
+            _ => None,
+        }
+    }
+}
+
+static RECLAIM: Mutex<()> = Mutex::new(());
+thread_local! {
+    static IN_RECLAIM: Cell<bool> = const { Cell::new(false) };
+}
+static SQUEEZE_UNTIL: AtomicU64 = AtomicU64::new(0);
+static BUCKETS_DISABLED: AtomicBool = AtomicBool::new(false);
+static MAP_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `f` as the one reclaim in progress; `None` if this thread is already reclaiming.
+fn exclusive<R>(f: impl FnOnce() -> R) -> Option<R> {
+    if IN_RECLAIM.with(|c| c.replace(true)) {
+        return None;
+    }
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            IN_RECLAIM.with(|c| c.set(false));
+        }
+    }
+    let _reset = Reset;
+    let _g = lock(&RECLAIM);
+    Some(f())
+}
+
+/// Is a squeeze window open at `now_ns`?
+#[inline]
+pub fn squeezing(now_ns: u64) -> bool {
+    let u = SQUEEZE_UNTIL.load(Ordering::Relaxed);
+    u != 0 && now_ns < u
+}
+
+/// Is a squeeze window open now? (No clock read when no window was ever opened.)
+#[inline]
+pub fn squeezing_now() -> bool {
+    SQUEEZE_UNTIL.load(Ordering::Relaxed) != 0 && squeezing(os::now_ns())
+}
+
+/// End of the current squeeze window (monotonic ns; 0 = none so far).
+pub fn squeeze_until() -> u64 {
+    SQUEEZE_UNTIL.load(Ordering::Relaxed)
+}
+
+/// Is bucket caching enabled (not disabled by critical memory pressure)?
+#[inline]
+pub fn buckets_enabled() -> bool {
+    !BUCKETS_DISABLED.load(Ordering::Relaxed)
+}
+
+/// Enables or disables bucket caching in every zone. Disabling closes every per-CPU stack and
+/// drains them (DRAIN_CPU); enabling lets each CPU reopen on its next slow path. Returns the bytes
+/// given back.
+pub fn set_buckets_enabled(on: bool) -> usize {
+    let was = BUCKETS_DISABLED.swap(!on, Ordering::SeqCst);
+    if !on && !was {
+        return reclaim_all(Request::DrainCpu);
+    }
+    0
+}
+
+/// Opens (or extends) a squeeze window of `duration_ns`: caches keep nothing until it ends.
+/// Drains every zone's caches at once (the reclaim code enforces the window itself, so an idle
+/// cache cannot miss it). Returns the bytes given back.
+pub fn squeeze(duration_ns: u64) -> usize {
+    let until = os::now_ns() + duration_ns;
+    SQUEEZE_UNTIL.fetch_max(until, Ordering::SeqCst);
+    exclusive(|| {
+        let reg = crate::registry::lock();
+        reg.for_each(|z| z.count_squeeze());
+        drain_cpu_locked(&reg, true)
+    })
+    .unwrap_or(0)
+}
+
+/// A page mapping failed: synchronous DRAIN_CPU of every zone before the caller retries once.
+pub(crate) fn on_map_failure() {
+    MAP_FAILURES.fetch_add(1, Ordering::Relaxed);
+    reclaim_all(Request::DrainCpu);
+}
+
+/// Mapping failures seen (each followed by a DRAIN_CPU and one retry).
+pub fn map_failures() -> u64 {
+    MAP_FAILURES.load(Ordering::Relaxed)
+}
+
+/// Reclaims from one zone.
+pub(crate) fn reclaim_zone(z: &ZoneInner, req: Request) -> usize {
+    exclusive(|| reclaim_zone_locked(z, req)).unwrap_or(0)
+}
+
+fn reclaim_zone_locked(z: &ZoneInner, req: Request) -> usize {
+    let mut bytes = 0;
+    match req {
+        Request::Trim => {
+            let keep = {
+                let mut d = lock(&z.depot);
+                d.wss.update();
+                if z.flags.contains(crate::zone::ZoneFlags::NOTRIM) {
+                    u64::MAX
+                } else {
+                    d.wss.trim_target()
+                }
+            };
+            z.trim_depot(keep);
+            z.shrink_bucket_size();
+        }
+        Request::Drain => {
+            z.trim_depot(0);
+            z.shrink_bucket_size();
+        }
+        Request::DrainCpu => {
+            z.halve_bucket_size();
+            z.trim_depot(0);
+            drain_zone_cpus(z, |_| true);
+            z.trim_depot(0);
+        }
+    }
+    bytes += z.keg.reclaim(true);
+    z.count_reclaim(req, bytes);
+    bytes
+}
+
+/// Reclaims from every zone; returns the bytes given back.
+pub fn reclaim_all(req: Request) -> usize {
+    exclusive(|| {
+        let reg = crate::registry::lock();
+        let bytes = match req {
+            Request::Trim | Request::Drain => {
+                let mut b = 0;
+                reg.for_each(|z| b += reclaim_zone_locked(z, req));
+                b
+            }
+            Request::DrainCpu => drain_cpu_locked(&reg, false),
+        };
+        bytes + bucket::reclaim_bucket_kegs()
+    })
+    .unwrap_or(0)
+}
+
+/// DRAIN_CPU over every zone: one loop over CPUs, each stopping every zone's stack on that CPU,
+/// one fence, then emptying them.
+fn drain_cpu_locked(reg: &crate::registry::Locked, squeeze: bool) -> usize {
+    reg.for_each(|z| {
+        if !squeeze {
+            z.halve_bucket_size();
+        }
+        z.trim_depot(0);
+    });
+    let ncpu = os::cpu_count();
+    let mut buf = [core::ptr::null_mut::<u8>(); 2 * bucket::BUCKET_MAX as usize];
+    for cpu in 0..ncpu {
+        let mut any = false;
+        reg.for_each(|z| {
+            if cpu < z.pcpu.ncpu() {
+                let h = z.pcpu.header(cpu);
+                core::mem::forget(lock_header(h));
+                z.pcpu.stop(h);
+                any = true;
+            }
+        });
+        if !any {
+            continue;
+        }
+        pcpu::fence_cpu(cpu);
+        reg.for_each(|z| {
+            if cpu < z.pcpu.ncpu() {
+                let h = z.pcpu.header(cpu);
+                let mut n = 0;
+                let cap = if squeeze { 0 } else { z.bucket_target_cap() };
+                z.pcpu.take_stopped(cpu, h, cap, |p| {
+                    buf[n] = p;
+                    n += 1;
+                });
+                if n > 0 {
+                    z.release_to_keg(&buf[..n]);
+                }
+                // The header lock taken (and forgotten) above.
+                h.lock.store(0, Ordering::Release);
+            }
+        });
+    }
+    let mut bytes = 0;
+    reg.for_each(|z| {
+        z.trim_depot(0);
+        bytes += z.keg.reclaim(!squeeze);
+        z.count_reclaim(Request::DrainCpu, 0);
+    });
+    bytes
+}
+
+/// Drains the per-CPU stacks of one zone on the CPUs `pick` selects (one fence per CPU). Returns
+/// the items moved to the slabs.
+pub(crate) fn drain_zone_cpus(z: &ZoneInner, pick: impl Fn(usize) -> bool) -> usize {
+    let mut buf = [core::ptr::null_mut::<u8>(); 2 * bucket::BUCKET_MAX as usize];
+    let mut moved = 0;
+    for cpu in 0..z.pcpu.ncpu() {
+        if !pick(cpu) {
+            continue;
+        }
+        let h = z.pcpu.header(cpu);
+        let _g = lock_header(h);
+        z.pcpu.stop(h);
+        pcpu::fence_cpu(cpu);
+        let mut n = 0;
+        z.pcpu.take_stopped(cpu, h, z.bucket_target_cap(), |p| {
+            buf[n] = p;
+            n += 1;
+        });
+        if n > 0 {
+            z.release_to_keg(&buf[..n]);
+        }
+        moved += n;
+    }
+    moved
+}
+
+/// Every cached item of one zone back to the slabs (used before sleeping at `max_items`).
+pub(crate) fn drain_zone_caches(z: &ZoneInner) {
+    drain_zone_cpus(z, |_| true);
+    z.trim_depot(0);
+}
+
+impl Zone {
+    /// Opens the zone's caches again after a test or an explicit drain (normally lazy).
+    pub fn reopen_caches(&self) {
+        self.inner().open_all_caps();
+    }
+}
