@@ -25,7 +25,29 @@ mod prometheus;
 mod table;
 
 pub use c::c_header;
-pub use prometheus::check_exposition;
+pub use prometheus::{check_exposition, metric_name as prometheus_name};
+
+/// Zone JSON keys the C API reads; they may not be renamed or removed.
+pub const C_API_ZONE_FIELDS: &[&str] = &[
+    "name",
+    "size",
+    "limit",
+    "used",
+    "free",
+    "requests",
+    "fails",
+    "sleeps",
+    "bucket_size",
+];
+
+/// Global JSON keys the C API reads; they may not be renamed or removed.
+pub const C_API_GLOBAL_FIELDS: &[&str] = &[
+    "mapped_bytes",
+    "cached_bytes",
+    "released_bytes",
+    "pressure_level",
+    "pressure_events",
+];
 
 /// Version of the snapshot layout (JSON `version`, C `EBBTIDE_STATS_VERSION`). Bumped when a
 /// field is removed or changes meaning; adding fields at the end does not bump it.
