@@ -4,13 +4,13 @@
 //! `docs/ABI/README`), with `Version:` instead of `KernelVersion:`:
 //!
 //! ```text
-//! What:		ebbtide.opt.squeeze_ms (env EBBTIDE_SQUEEZE_MS, EBBTIDE_CONF, API, control socket)
-//! Date:		November 2026
-//! Version:	0.1.0
-//! Contact:	ebbtide developers
+//! What:        ebbtide.opt.squeeze_ms (env EBBTIDE_SQUEEZE_MS, EBBTIDE_CONF, API, control socket)
+//! Date:        November 2026
+//! Version:    0.1.0
+//! Contact:    ebbtide developers
 //! Description:
-//! 		...
-//! Users:		...
+//!         ...
+//! Users:        ...
 //! ```
 //!
 //! [`expected_files`] renders what the code says; [`parse`] reads a file back. The test
@@ -322,10 +322,18 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 
 /// Normalise a description for comparison: one line per paragraph (paragraphs are separated
 /// by blank lines), words separated by single spaces. Wrapping and indentation do not matter.
+/// A paragraph of `Label:<tab>value` lines stays one line per label.
 pub fn normalise(description: &str) -> String {
+    let words = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
     description
         .split("\n\n")
-        .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+        .flat_map(|p| {
+            if p.contains('\t') {
+                p.lines().map(words).collect::<Vec<_>>()
+            } else {
+                vec![words(p)]
+            }
+        })
         .filter(|p| !p.is_empty())
         .collect::<Vec<_>>()
         .join("\n")
