@@ -633,3 +633,6 @@ mod tests {
         assert_eq!(&c_text("psi")[..4], b"psi\0");
     }
 }
+
+#[cfg(test)]
+mod tests_emit;
