@@ -240,7 +240,13 @@ impl Registry {
 
     /// Apply a `name=value,name=value` string (the `EBBTIDE_CONF` syntax), all or none.
     pub fn apply_conf(&self, conf: &str) -> Result<(), Vec<OptionError>> {
-        let batch = parse::parse_conf(conf, "conf")?;
+        self.apply_conf_from(conf, "conf")
+    }
+
+    /// As [`Registry::apply_conf`], naming where the text came from in errors
+    /// (`"control socket"` gives `"control socket entry 2 'x=y': ..."`).
+    pub fn apply_conf_from(&self, conf: &str, origin: &str) -> Result<(), Vec<OptionError>> {
+        let batch = parse::parse_conf(conf, origin)?;
         self.commit(batch)
     }
 
@@ -514,6 +520,11 @@ pub fn apply_conf(conf: &str) -> Result<(), Vec<OptionError>> {
     GLOBAL.apply_conf(conf)
 }
 
+/// As [`apply_conf`], naming the origin in errors (e.g. `"control socket"`).
+pub fn apply_conf_from(conf: &str, origin: &str) -> Result<(), Vec<OptionError>> {
+    GLOBAL.apply_conf_from(conf, origin)
+}
+
 /// All tunables with current value, default and range.
 pub fn list() -> Vec<Setting> {
     GLOBAL.list()
@@ -682,6 +693,14 @@ mod tests {
         assert_eq!(r.generation(), 0);
         assert_eq!(r.get_u64(Tunable::SqueezeMs), 10);
         assert_eq!(r.get_u64(Tunable::MaxBufferPages), 1024);
+        let errs = r
+            .apply_conf_from("max_buffer_pages=x", "control socket")
+            .unwrap_err();
+        assert_eq!(
+            errs[0].to_string(),
+            "control socket entry 1 'max_buffer_pages=x': max_buffer_pages: cannot parse 'x': \
+             expected a whole number"
+        );
         r.apply_conf("squeeze_ms=5,max_buffer_pages=7").unwrap();
         assert_eq!(r.get_u64(Tunable::MaxBufferPages), 7);
     }

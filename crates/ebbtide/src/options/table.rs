@@ -1,6 +1,6 @@
 //! The one table of tunables.
 //!
-//! Every tunable is declared once, in the [`tunables!`] invocation at the bottom of this file.
+//! Every tunable is declared once, in the `tunables!` invocation at the bottom of this file.
 //! The macro generates the [`Tunable`] enum, the static [`TABLE`] of definitions and the
 //! default values the atomics start from. Everything else — the environment names, the
 //! parsers, `options::list()`, the ABI documentation under `docs/ABI/` — derives from it.

@@ -1,7 +1,7 @@
 //! Statistics, defined once.
 //!
 //! Each group of statistics (zone, page pool, global, pressure source) is declared in a single
-//! list in this file: one [`stats_group!`] invocation per group. From that list come:
+//! list in this file: one `stats_group!` invocation per group. From that list come:
 //!
 //! * the Rust struct the core fills ([`ZoneStats`], [`PoolStats`], [`GlobalStats`],
 //!   [`SourceStats`]) and its [`Field`] descriptors (`FIELDS`: name, [`FieldKind`], [`Unit`],
