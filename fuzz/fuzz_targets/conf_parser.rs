@@ -18,7 +18,11 @@ fuzz_target!(|data: &[u8]| {
     let parsed = parse_conf(text, "EBBTIDE_CONF");
     if let Ok(assignments) = &parsed {
         for a in assignments {
-            assert!(a.def.min <= a.value && a.value <= a.def.max, "{}", a.def.name);
+            assert!(
+                a.def.min <= a.value && a.value <= a.def.max,
+                "{}",
+                a.def.name
+            );
             let c = canonical(a.def, a.value);
             assert_eq!(parse_value(a.def, &c), Ok(a.value), "{} = {c}", a.def.name);
         }

@@ -115,6 +115,27 @@ pub struct Setting {
     pub range: String,
 }
 
+/// `name = value (default D; range R; run time|start-up only) summary` — one line, for
+/// listings on the control socket or in logs.
+impl std::fmt::Display for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} = {} (default {}; range {}; {}) {}",
+            self.def.name,
+            self.value,
+            self.default,
+            self.range,
+            if self.def.runtime {
+                "run time"
+            } else {
+                "start-up only"
+            },
+            self.def.summary
+        )
+    }
+}
+
 impl Registry {
     /// A registry holding the defaults, not yet frozen.
     pub const fn new() -> Self {
@@ -760,6 +781,11 @@ mod tests {
         assert_eq!(l.len(), COUNT);
         assert_eq!(l[0].def.name, "squeeze_ms");
         assert_eq!(l[0].range, "0ms..=60000ms");
+        assert_eq!(
+            l[0].to_string(),
+            "squeeze_ms = 10 (default 10; range 0ms..=60000ms; run time) how long page pools \
+             and depots stay squeezed to zero after Moderate pressure"
+        );
         assert_eq!(def(Tunable::SqueezeMs).env_name(), "EBBTIDE_SQUEEZE_MS");
     }
 
