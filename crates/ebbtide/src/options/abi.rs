@@ -106,6 +106,35 @@ fn tunable_entries(level: super::AbiLevel) -> Vec<Entry> {
         .collect()
 }
 
+/// The setting channels themselves: syntax and rules shared by every tunable.
+fn conf_entry() -> Entry {
+    let reserved = super::ENV_RESERVED.join(", ");
+    entry(
+        "ebbtide.conf (env EBBTIDE_CONF and EBBTIDE_<NAME>, API, control socket)".into(),
+        format!(
+            "How tunables are set. EBBTIDE_CONF holds name=value entries separated by \
+             commas, e.g. EBBTIDE_CONF=squeeze_ms=20,max_cached_bytes=64M. A list value \
+             may continue after a comma (sources=psi,cgroup1,checked=true), or use '+' or \
+             '|' between its words. Each tunable also has its own variable EBBTIDE_<NAME> \
+             (the name upper-cased), which wins over the same name in EBBTIDE_CONF.\n\n\
+             The environment is read once, when the allocator starts (or at the first \
+             options::init_from_env call). Every variable starting with EBBTIDE_ must name \
+             a tunable or be one of: {reserved}.\n\n\
+             Every batch (the whole environment, one set_many or apply_conf call, one \
+             control-socket request) is all or nothing: if any entry is unknown, \
+             malformed, out of range, given twice, start-up only after start-up, or breaks \
+             a rule between tunables, nothing changes and every error is reported. Rules \
+             between tunables: each psi_*_stall_us at most psi_window_us; nonzero headroom \
+             levels ordered headroom_critical_pct <= headroom_moderate_pct <= \
+             headroom_low_pct.\n\n\
+             Reading back (options::get, the control socket) gives the canonical text: \
+             integers without unit (the unit is in the name), true/false, word lists \
+             comma-separated or none."
+        ),
+        NO_USERS,
+    )
+}
+
 fn capitalise(s: &str) -> String {
     let mut c = s.chars();
     match c.next() {
@@ -165,7 +194,10 @@ pub fn expected_files() -> Vec<File> {
         super::AbiLevel::Obsolete,
         super::AbiLevel::Removed,
     ] {
-        let entries = tunable_entries(level);
+        let mut entries = tunable_entries(level);
+        if level == super::AbiLevel::Testing {
+            entries.insert(0, conf_entry());
+        }
         if !entries.is_empty() {
             files.push(File {
                 path: format!("{}/options", level.dir()),
@@ -427,7 +459,11 @@ mod tests {
         let files = expected_files();
         let f = &files[0];
         let mut doc = f.entries.clone();
-        doc[0].description = doc[0].description.replace("Default:\t10", "Default:\t11");
+        let i = doc
+            .iter()
+            .position(|e| e.key() == "ebbtide.opt.squeeze_ms")
+            .unwrap();
+        doc[i].description = doc[i].description.replace("Default:\t10", "Default:\t11");
         doc.pop();
         doc.push(Entry {
             what: "ebbtide.opt.gone".into(),
