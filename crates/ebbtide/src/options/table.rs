@@ -1,0 +1,421 @@
+//! The one table of tunables.
+//!
+//! Every tunable is declared once, in the `tunables!` invocation at the bottom of this file.
+//! The macro generates the [`Tunable`] enum, the static [`TABLE`] of definitions and the
+//! default values the atomics start from. Everything else — the environment names, the
+//! parsers, `options::list()`, the ABI documentation under `docs/ABI/` — derives from it.
+//!
+//! Naming rule: the unit is part of the name (`_ms`, `_us`, `_bytes`, `_pct`, `_pages`), so a
+//! bare number is never ambiguous, in `EBBTIDE_CONF`, in the environment or on the control
+//! socket.
+
+/// How a tunable's value is written and stored. Every value is stored as one `u64`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `true`/`false` (also `1`/`0`, `yes`/`no`, `on`/`off`); stored as 1/0.
+    Bool,
+    /// A plain count (items, pages); a whole number.
+    Count,
+    /// A duration in milliseconds; accepts the suffixes `us`, `ms`, `s`, `min`.
+    Millis,
+    /// A duration in microseconds; accepts the suffixes `us`, `ms`, `s`.
+    Micros,
+    /// A size in bytes; accepts the binary suffixes `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB`.
+    Bytes,
+    /// A percentage 0..=100; an optional trailing `%`.
+    Percent,
+    /// A set of words from the given list, separated by `,` `+` or `|`, or `none`.
+    /// Stored as a bit mask: bit *i* set means word *i* is in the set.
+    Words(&'static [&'static str]),
+}
+
+impl Kind {
+    /// The unit as written in documentation and error messages.
+    pub const fn unit(self) -> &'static str {
+        match self {
+            Kind::Bool => "boolean",
+            Kind::Count => "count",
+            Kind::Millis => "milliseconds",
+            Kind::Micros => "microseconds",
+            Kind::Bytes => "bytes",
+            Kind::Percent => "percent",
+            Kind::Words(_) => "list of words",
+        }
+    }
+}
+
+/// Stability level of an interface, as the directories of `docs/ABI/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbiLevel {
+    /// Will not break; moves only to `obsolete` with notice.
+    Stable,
+    /// Believed complete; may grow, should not break; users should register in `Users:`.
+    Testing,
+    /// Still present, scheduled for removal.
+    Obsolete,
+    /// Gone; documented for the record.
+    Removed,
+}
+
+impl AbiLevel {
+    /// The directory name under `docs/ABI/`.
+    pub const fn dir(self) -> &'static str {
+        match self {
+            AbiLevel::Stable => "stable",
+            AbiLevel::Testing => "testing",
+            AbiLevel::Obsolete => "obsolete",
+            AbiLevel::Removed => "removed",
+        }
+    }
+}
+
+/// One row of the table.
+#[derive(Debug)]
+pub struct TunableDef {
+    /// The enum value naming this row (`TABLE[t as usize].tunable == t`).
+    pub tunable: Tunable,
+    /// Lower-case name with its unit, e.g. `squeeze_ms`.
+    pub name: &'static str,
+    /// Syntax and unit.
+    pub kind: Kind,
+    /// Value before any setting, in the stored representation.
+    pub default: u64,
+    /// Smallest accepted value (inclusive).
+    pub min: u64,
+    /// Largest accepted value (inclusive).
+    pub max: u64,
+    /// `true`: may change while the allocator runs; `false`: start-up only (environment,
+    /// or the API before [`crate::options::freeze_startup`]).
+    pub runtime: bool,
+    /// ABI stability level (where its documentation lives).
+    pub level: AbiLevel,
+    /// One line for listings.
+    pub summary: &'static str,
+    /// Longer documentation: meaning, sentinels, interactions.
+    pub doc: &'static str,
+}
+
+impl TunableDef {
+    /// `EBBTIDE_` followed by the upper-cased name, e.g. `EBBTIDE_SQUEEZE_MS`.
+    pub fn env_name(&self) -> String {
+        let mut s = String::with_capacity(8 + self.name.len());
+        s.push_str("EBBTIDE_");
+        s.push_str(&self.name.to_ascii_uppercase());
+        s
+    }
+}
+
+/// The pressure sources that the `sources` tunable selects from, in bit order.
+pub const SOURCE_WORDS: &[&str] = &["systemd", "psi", "cgroup1", "headroom", "events", "budget"];
+
+/// Bit mask of all [`SOURCE_WORDS`].
+pub const SOURCES_ALL: u64 = (1 << SOURCE_WORDS.len()) - 1;
+
+macro_rules! tunables {
+    ($(
+        $(#[$meta:meta])*
+        $variant:ident {
+            name: $name:literal,
+            kind: $kind:expr,
+            default: $default:expr,
+            range: $min:expr => $max:expr,
+            runtime: $runtime:expr,
+            level: $level:ident,
+            summary: $summary:literal,
+            doc: $doc:literal $(,)?
+        }
+    ),* $(,)?) => {
+        /// Names every tunable; `Tunable::X as usize` indexes [`TABLE`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(usize)]
+        pub enum Tunable {
+            $( $(#[$meta])* $variant, )*
+        }
+
+        /// Number of tunables.
+        pub const COUNT: usize = [$($name),*].len();
+
+        impl Tunable {
+            /// Every tunable, in table order.
+            pub const ALL: [Tunable; COUNT] = [$(Tunable::$variant),*];
+        }
+
+        /// The table: one row per tunable, in [`Tunable`] order.
+        pub static TABLE: [TunableDef; COUNT] = [$(
+            TunableDef {
+                tunable: Tunable::$variant,
+                name: $name,
+                kind: $kind,
+                default: $default,
+                min: $min,
+                max: $max,
+                runtime: $runtime,
+                level: AbiLevel::$level,
+                summary: $summary,
+                doc: $doc,
+            }
+        ),*];
+
+        /// Default values in table order (usable in `const` context).
+        pub(crate) const DEFAULTS: [u64; COUNT] = [$($default),*];
+    };
+}
+
+tunables! {
+    /// Squeeze window after Moderate pressure.
+    SqueezeMs {
+        name: "squeeze_ms",
+        kind: Kind::Millis,
+        default: 10,
+        range: 0 => 60_000,
+        runtime: true,
+        level: Testing,
+        summary: "how long page pools and depots stay squeezed to zero after Moderate pressure",
+        doc: "After a Moderate (or worse) pressure event every page pool shrinks to 0 free pages \
+              instead of max_buffer_pages, and zone depots trim to nothing, until this many \
+              milliseconds have passed (xen-blkback buffer_squeeze_duration_ms). \
+              0 means no window: one shrink per event, then normal limits again.",
+    },
+    /// Period of the working-set update and idle trim.
+    TrimIntervalMs {
+        name: "trim_interval_ms",
+        kind: Kind::Millis,
+        default: 2000,
+        range: 100 => 3_600_000,
+        runtime: true,
+        level: Testing,
+        summary: "period of the depot working-set update and idle trim on the reclaim thread",
+        doc: "The reclaim thread updates every depot's working-set estimate (UMA's wss, imax, \
+              imin, limin, timin) and trims depots above it this often, with or without pressure.",
+    },
+    /// How often page pools enforce `max_buffer_pages`.
+    PoolShrinkIntervalMs {
+        name: "pool_shrink_interval_ms",
+        kind: Kind::Millis,
+        default: 100,
+        range: 10 => 60_000,
+        runtime: true,
+        level: Testing,
+        summary: "how often page pools shrink to max_buffer_pages",
+        doc: "Page pools give free pages above their cap back this often, even when idle \
+              (xen-blkback LRU_INTERVAL). A squeeze window shorter than this interval is \
+              still honoured: a pressure event wakes the pools.",
+    },
+    /// Default cap of free pages a page pool keeps.
+    MaxBufferPages {
+        name: "max_buffer_pages",
+        kind: Kind::Count,
+        default: 1024,
+        range: 0 => 1 << 32,
+        runtime: true,
+        level: Testing,
+        summary: "default number of free pages a page pool keeps",
+        doc: "Free pages a page pool keeps between shrinks when no squeeze window is open \
+              (xen-blkback max_buffer_pages). Pages in use are never counted or touched. \
+              0 means keep no free pages (the permanent worst-case squeeze).",
+    },
+    /// The library's own budget for cached memory.
+    MaxCachedBytes {
+        name: "max_cached_bytes",
+        kind: Kind::Bytes,
+        default: 0,
+        range: 0 => 1 << 48,
+        runtime: true,
+        level: Testing,
+        summary: "budget for memory held in caches (per-CPU, depots, free slabs, pools); 0 = unlimited",
+        doc: "When the bytes held in caches pass this budget the budget source raises pressure \
+              and the reclaim thread drains (UMA's uma_kmem_limit). 0 means unlimited. \
+              Accepts K/M/G/T or KiB/MiB/GiB/TiB suffixes (all binary, 1K = 1024).",
+    },
+    /// Rate limit of per-CPU drains.
+    DrainCpuMinIntervalMs {
+        name: "drain_cpu_min_interval_ms",
+        kind: Kind::Millis,
+        default: 1000,
+        range: 0 => 3_600_000,
+        runtime: true,
+        level: Testing,
+        summary: "minimum time between two DRAIN_CPU reclaims",
+        doc: "A DRAIN_CPU reclaim (depots, then every per-CPU cache, then depots again) runs at \
+              most once per this interval (UMA: once per second). 0 means no rate limit.",
+    },
+    /// Rate limit of trims triggered by pressure.
+    TrimMinIntervalMs {
+        name: "trim_min_interval_ms",
+        kind: Kind::Millis,
+        default: 1000,
+        range: 0 => 3_600_000,
+        runtime: true,
+        level: Testing,
+        summary: "minimum time between two pressure-triggered TRIM reclaims",
+        doc: "Pressure events closer together than this are coalesced into one TRIM reclaim. \
+              0 means no rate limit.",
+    },
+    /// How long a pressure level holds before it decays.
+    LevelHoldMs {
+        name: "level_hold_ms",
+        kind: Kind::Millis,
+        default: 2000,
+        range: 0 => 600_000,
+        runtime: true,
+        level: Testing,
+        summary: "how long a pressure level holds without new events before it drops",
+        doc: "The pressure level stays at the highest level seen until no event of that level \
+              arrived for this long, then drops one level at a time. 0 means the level drops \
+              at the next check.",
+    },
+    /// PSI trigger stall for Low pressure.
+    PsiLowStallUs {
+        name: "psi_low_stall_us",
+        kind: Kind::Micros,
+        default: 70_000,
+        range: 1 => 10_000_000,
+        runtime: false,
+        level: Testing,
+        summary: "PSI 'some' stall per window that signals Low pressure",
+        doc: "Written as 'some <stall_us> <window_us>' into the PSI trigger of the Low level \
+              (GLib's GMemoryMonitor uses 70 ms per 2 s). Must not exceed psi_window_us.",
+    },
+    /// PSI trigger stall for Moderate pressure.
+    PsiModerateStallUs {
+        name: "psi_moderate_stall_us",
+        kind: Kind::Micros,
+        default: 100_000,
+        range: 1 => 10_000_000,
+        runtime: false,
+        level: Testing,
+        summary: "PSI 'some' stall per window that signals Moderate pressure",
+        doc: "Written as 'some <stall_us> <window_us>' into the PSI trigger of the Moderate \
+              level. Must not exceed psi_window_us.",
+    },
+    /// PSI trigger stall for Critical pressure.
+    PsiCriticalStallUs {
+        name: "psi_critical_stall_us",
+        kind: Kind::Micros,
+        default: 100_000,
+        range: 1 => 10_000_000,
+        runtime: false,
+        level: Testing,
+        summary: "PSI 'full' stall per window that signals Critical pressure",
+        doc: "Written as 'full <stall_us> <window_us>' into the PSI trigger of the Critical \
+              level. Must not exceed psi_window_us.",
+    },
+    /// PSI trigger window.
+    PsiWindowUs {
+        name: "psi_window_us",
+        kind: Kind::Micros,
+        default: 2_000_000,
+        range: 500_000 => 10_000_000,
+        runtime: false,
+        level: Testing,
+        summary: "PSI trigger window",
+        doc: "Window of every PSI trigger. The kernel accepts 500 ms to 10 s; without \
+              CAP_SYS_RESOURCE (kernels >= 6.5) only multiples of 2 s.",
+    },
+    /// Headroom below which pressure is Low.
+    HeadroomLowPct {
+        name: "headroom_low_pct",
+        kind: Kind::Percent,
+        default: 20,
+        range: 0 => 100,
+        runtime: true,
+        level: Testing,
+        summary: "free share of the memory limit below which the headroom source signals Low",
+        doc: "The headroom source compares (limit - current) / limit of the cgroup (or the \
+              machine) with this share. 0 disables the Low level of this source. Nonzero \
+              headroom levels must satisfy critical <= moderate <= low.",
+    },
+    /// Headroom below which pressure is Moderate.
+    HeadroomModeratePct {
+        name: "headroom_moderate_pct",
+        kind: Kind::Percent,
+        default: 10,
+        range: 0 => 100,
+        runtime: true,
+        level: Testing,
+        summary: "free share of the memory limit below which the headroom source signals Moderate",
+        doc: "As headroom_low_pct, for the Moderate level. 0 disables the level.",
+    },
+    /// Headroom below which pressure is Critical.
+    HeadroomCriticalPct {
+        name: "headroom_critical_pct",
+        kind: Kind::Percent,
+        default: 5,
+        range: 0 => 100,
+        runtime: true,
+        level: Testing,
+        summary: "free share of the memory limit below which the headroom source signals Critical",
+        doc: "As headroom_low_pct, for the Critical level. 0 disables the level.",
+    },
+    /// Which pressure sources to start.
+    Sources {
+        name: "sources",
+        kind: Kind::Words(SOURCE_WORDS),
+        default: SOURCES_ALL,
+        range: 0 => SOURCES_ALL,
+        runtime: false,
+        level: Testing,
+        summary: "pressure sources to start",
+        doc: "Any of systemd, psi, cgroup1, headroom, events, budget, or none. A source that \
+              cannot start on this machine is reported inactive with a reason in the stats; \
+              the explicit API and mmap failures always count as sources.",
+    },
+    /// Whether the reclaim thread runs.
+    ReclaimThread {
+        name: "reclaim_thread",
+        kind: Kind::Bool,
+        default: 1,
+        range: 0 => 1,
+        runtime: false,
+        level: Testing,
+        summary: "run the background reclaim thread",
+        doc: "When false no thread is started: periodic trims and pressure handling happen only \
+              when the application calls the reclaim API, and page pools shrink on their own \
+              allocation and free paths.",
+    },
+    /// Whether the control socket listens.
+    ControlSocket {
+        name: "control_socket",
+        kind: Kind::Bool,
+        default: 0,
+        range: 0 => 1,
+        runtime: true,
+        level: Testing,
+        summary: "serve the control socket",
+        doc: "Turning it on at run time starts the control socket (stats, tunables, reclaim \
+              requests); turning it off closes it.",
+    },
+    /// Full pointer checks on every free.
+    Checked {
+        name: "checked",
+        kind: Kind::Bool,
+        default: 0,
+        range: 0 => 1,
+        runtime: false,
+        level: Testing,
+        summary: "check every freed pointer fully (slower)",
+        doc: "Every free verifies that the pointer belongs to the zone, is item-aligned and is \
+              not already free; a violation aborts with a message. Start-up only because \
+              objects allocated before the switch carry no check state.",
+    },
+}
+
+/// The definition of `t`.
+#[inline]
+pub fn def(t: Tunable) -> &'static TunableDef {
+    &TABLE[t as usize]
+}
+
+/// The definition named `name` (exact, lower-case match).
+pub fn lookup(name: &str) -> Option<&'static TunableDef> {
+    TABLE.iter().find(|d| d.name == name)
+}
+
+/// Rows are equal when they name the same tunable (there is one row per tunable).
+impl PartialEq for TunableDef {
+    fn eq(&self, other: &Self) -> bool {
+        self.tunable == other.tunable
+    }
+}
+
+impl Eq for TunableDef {}
