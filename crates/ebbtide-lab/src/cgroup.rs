@@ -27,10 +27,11 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::child::LabChild;
 use crate::cleanup::{self, CleanupToken};
 use crate::error::{read_to_string, read_u64, write_file, Error, Result};
 use crate::psi::Psi;
@@ -680,16 +681,18 @@ impl Cgroup {
         Ok(())
     }
 
-    /// Spawns `cmd` inside the group (see [`Cgroup::configure_command`]).
-    pub fn spawn(&self, cmd: &mut Command) -> Result<Child> {
+    /// Spawns `cmd` inside the group (see [`Cgroup::configure_command`]). The returned
+    /// [`LabChild`] is killed and reaped if it is dropped unwaited.
+    pub fn spawn(&self, cmd: &mut Command) -> Result<LabChild> {
         self.configure_command(cmd)?;
-        cmd.spawn().map_err(|e| Error::Command {
+        let child = cmd.spawn().map_err(|e| Error::Command {
             command: format!("{cmd:?}"),
             detail: format!(
                 "spawn into cgroup {} failed: {e}",
                 self.reader.dir.display()
             ),
-        })
+        })?;
+        Ok(LabChild::adopt(child))
     }
 
     /// Pids in the group.

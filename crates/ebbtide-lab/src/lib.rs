@@ -10,6 +10,7 @@
 //! | cleanup registry               | `cleanup.rs`   | one place that removes everything on drop, panic, SIGINT/SIGTERM    |
 //! | [`SwapFile`]                   | `swap.rs`      | a swap file, `swapoff` + deleted when dropped                       |
 //! | [`Cgroup`]                     | `cgroup.rs`    | a memory-limited cgroup (v1 or v2); tasks killed, dir removed on drop |
+//! | [`LabChild`]                   | `child.rs`     | a child process, SIGKILLed and reaped if dropped unwaited           |
 //! | hog                            | `hog.rs`       | a child process that touches N MiB (and keeps re-touching)          |
 //! | [`Sampler`] → [`Series`]       | `sampler.rs`   | background time series: RSS, cgroup usage, swap traffic, PSI, marks |
 //! | [`VmStat`], [`SwapMeter`]      | `vmstat.rs`    | `pswpin`/`pswpout` deltas, per group where the kernel allows        |
@@ -60,9 +61,9 @@
 //! hog::HogSpec { bytes: 128 << 20, retouch: true, duration: Duration::from_secs(5) }
 //!     .apply_env(&mut cmd);
 //! let mut child = cg.spawn(&mut cmd)?;
-//! sampler.set_pid(child.id() as i32);
+//! sampler.set_pid(child.pid());
 //! sampler.mark("pressure", Some(1.0));
-//! child.wait().unwrap();
+//! child.wait()?;
 //! let series = sampler.stop()?;
 //! let (pswpin, pswpout) = series.swap_totals();
 //! drop(cg);
@@ -82,6 +83,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod cgroup;
+pub mod child;
 pub mod cleanup;
 pub mod error;
 pub mod hog;
@@ -97,6 +99,7 @@ pub mod table;
 pub mod vmstat;
 
 pub use cgroup::{Cgroup, CgroupReader, CgroupSpec, CgroupVersion, MemoryHierarchy};
+pub use child::LabChild;
 pub use cleanup::{cleanup_leftovers, install_signal_handlers, CleanupToken};
 pub use error::{Error, Result};
 pub use plot::{LinePlot, PlotMark, PlotSeries};

@@ -68,7 +68,7 @@ fn run_forever_child() -> ! {
         cg.psi_dir()
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
-        hog.id()
+        hog.pid()
     );
     let tmp = report.with_extension("tmp");
     std::fs::write(&tmp, text).expect("write report");
@@ -78,14 +78,17 @@ fn run_forever_child() -> ! {
     }
 }
 
-struct TestLock(File);
+/// Holds the exclusive test lock until dropped.
+struct TestLock {
+    _file: File,
+}
 
 fn lock() -> TestLock {
     let f = File::create("/tmp/ebbtide-lab-tests.lock").expect("lock file");
     // SAFETY: flock on a file descriptor we own; the lock is released when `f` closes.
     let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
     assert_eq!(r, 0, "flock /tmp/ebbtide-lab-tests.lock");
-    TestLock(f)
+    TestLock { _file: f }
 }
 
 /// True if the process is gone or a zombie; reaps it if it is our zombie child.
@@ -221,11 +224,14 @@ fn end_to_end() {
     }
     .apply_env(&mut cmd);
     let mut child = cg.spawn(cmd.stdout(Stdio::null())).expect("spawn hog");
-    let hog_pid = child.id() as i32;
+    let hog_pid = child.pid();
     sampler.set_pid(hog_pid);
     sampler.mark("hog started", None);
     assert_eq!(cg.procs().unwrap(), vec![hog_pid]);
-    let status = wait_child(&mut child, Duration::from_secs(40));
+    let status = child
+        .wait_timeout(Duration::from_secs(40))
+        .unwrap()
+        .expect("hog did not finish in 40 s");
     sampler.mark("hog exited", Some(1.0));
     let series = sampler.stop().unwrap();
     assert!(status.success(), "hog failed: {status}");
@@ -323,9 +329,11 @@ fn end_to_end() {
     drop(swap);
     assert_gone(&swap_path, &dirs);
     assert!(dead(hog_pid));
+    drop(child);
 
     // --- a panic in a variant -------------------------------------------------------------
-    let made: Arc<Mutex<Option<(PathBuf, Vec<PathBuf>, i32)>>> = Arc::new(Mutex::new(None));
+    type Made = Option<(PathBuf, Vec<PathBuf>, i32)>;
+    let made: Arc<Mutex<Made>> = Arc::new(Mutex::new(None));
     let made2 = made.clone();
     let prev_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|info| eprintln!("(expected) {info}")));
@@ -340,8 +348,7 @@ fn end_to_end() {
         }
         .apply_env(&mut cmd);
         let hog = cg.spawn(cmd.stdout(Stdio::null())).unwrap();
-        *made2.lock().unwrap() =
-            Some((swap.path().to_path_buf(), cgroup_dirs(&cg), hog.id() as i32));
+        *made2.lock().unwrap() = Some((swap.path().to_path_buf(), cgroup_dirs(&cg), hog.pid()));
         std::thread::sleep(Duration::from_millis(500));
         panic!("deliberate panic in a variant");
     });
