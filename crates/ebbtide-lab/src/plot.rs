@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::error::{Error, Result};
 use crate::sampler::Series;
@@ -45,6 +46,42 @@ pub struct LinePlot {
     pub marks: Vec<PlotMark>,
     /// Width and height in pixels.
     pub size: (u32, u32),
+    /// Where the legend goes.
+    pub legend: LegendPosition,
+}
+
+/// Corner of the plot area that holds the legend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LegendPosition {
+    /// Top left.
+    UpperLeft,
+    /// Top right (the default: the y range has headroom above the data there).
+    UpperRight,
+    /// Bottom left.
+    LowerLeft,
+    /// Bottom right.
+    LowerRight,
+}
+
+impl LegendPosition {
+    fn to_plotters(self) -> SeriesLabelPosition {
+        match self {
+            LegendPosition::UpperLeft => SeriesLabelPosition::UpperLeft,
+            LegendPosition::UpperRight => SeriesLabelPosition::UpperRight,
+            LegendPosition::LowerLeft => SeriesLabelPosition::LowerLeft,
+            LegendPosition::LowerRight => SeriesLabelPosition::LowerRight,
+        }
+    }
+}
+
+/// Axis tick text: integers without ".0", others with up to 2 decimals.
+fn tick(v: &f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round() as i64)
+    } else {
+        let s = format!("{v:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
 }
 
 fn plot_err<E: std::fmt::Display>(path: &Path) -> impl Fn(E) -> Error + '_ {
@@ -61,6 +98,7 @@ impl LinePlot {
             series: Vec::new(),
             marks: Vec::new(),
             size: (960, 540),
+            legend: LegendPosition::UpperRight,
         }
     }
 
@@ -109,7 +147,8 @@ impl LinePlot {
         if !y1.is_finite() || y1 <= y0 {
             y1 = y0 + 1.0;
         }
-        (x0, x1, y0, y1 + (y1 - y0) * 0.08)
+        // Headroom above the data for the legend and the mark labels.
+        (x0, x1, y0, y1 + (y1 - y0) * 0.25)
     }
 
     /// Draws the plot into an SVG file.
@@ -131,6 +170,8 @@ impl LinePlot {
             .configure_mesh()
             .x_desc(self.x_label.as_str())
             .y_desc(self.y_label.as_str())
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
             .draw()
             .map_err(plot_err(path))?;
         for (i, s) in self.series.iter().enumerate() {
@@ -163,14 +204,22 @@ impl LinePlot {
                 .draw_series(std::iter::once(Text::new(
                     m.label.clone(),
                     (m.x, y1),
-                    ("sans-serif", 12).into_font().color(&grey),
+                    // Labels right of the middle end at their line, so they stay inside.
+                    ("sans-serif", 12).into_font().color(&grey).pos(Pos::new(
+                        if m.x > (x0 + x1) / 2.0 {
+                            HPos::Right
+                        } else {
+                            HPos::Left
+                        },
+                        VPos::Top,
+                    )),
                 )))
                 .map_err(plot_err(path))?;
         }
         if !self.series.is_empty() || !self.marks.is_empty() {
             chart
                 .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
+                .position(self.legend.to_plotters())
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK)
                 .draw()

@@ -207,6 +207,10 @@ fn end_to_end() {
     let dirs = cgroup_dirs(&cg);
     assert!(dirs.iter().all(|d| d.is_dir()));
     assert_eq!(cg.reader().limit().unwrap(), 64 * MIB);
+    if cg.version() == CgroupVersion::V1 {
+        let sw = std::fs::read_to_string(cg.dir().join("memory.swappiness")).unwrap();
+        assert_eq!(sw.trim(), "100");
+    }
 
     let meter = SwapMeter::start(Some(cg.reader())).unwrap();
     let vm0 = VmStat::read().unwrap();
@@ -339,7 +343,16 @@ fn end_to_end() {
     std::panic::set_hook(Box::new(|info| eprintln!("(expected) {info}")));
     let r = std::panic::catch_unwind(move || {
         let swap = SwapFile::create(64 * MIB).unwrap();
-        let cg = Cgroup::create(&CgroupSpec::new("panic").memory_max(32 * MIB)).unwrap();
+        let cg = Cgroup::create(
+            &CgroupSpec::new("panic")
+                .memory_max(32 * MIB)
+                .swap_max(64 * MIB),
+        )
+        .unwrap();
+        if cg.version() == CgroupVersion::V1 {
+            let memsw = std::fs::read_to_string(cg.dir().join("memory.memsw.limit_in_bytes"));
+            assert_eq!(memsw.unwrap().trim(), (96 * MIB).to_string());
+        }
         let mut cmd = self_command();
         HogSpec {
             bytes: 48 * MIB,
