@@ -796,17 +796,42 @@ fn remove_cgroup_dir(dir: &Path, timeout: Duration) -> Result<()> {
     }
 }
 
-/// Removes lab cgroups left by dead processes, on every cgroup mount (v1 and v2).
+/// The inode of the initial pid namespace (`PROC_PID_INIT_INO` in the kernel).
+const INIT_PID_NS: &str = "pid:[4026531836]";
+
+/// Whether this process sees global pids (it runs in the initial pid namespace).
+fn in_initial_pid_namespace() -> bool {
+    std::fs::read_link("/proc/self/ns/pid")
+        .map(|l| l.as_os_str() == INIT_PID_NS)
+        .unwrap_or(false)
+}
+
+/// Removes lab cgroups left by dead processes.
+///
+/// Where to look: a creator pid can only be judged dead if pids are global, so in the
+/// initial pid namespace every cgroup mount (v1 and v2) is searched; in a container only
+/// the directories where this process itself would create groups (a process of another
+/// pid namespace may have the same pid number and be alive).
 pub(crate) fn cleanup_leftover_cgroups() -> Result<Vec<String>> {
-    let mounts = parse_mountinfo(&read_to_string("/proc/self/mountinfo")?);
+    let roots: Vec<PathBuf> = if in_initial_pid_namespace() {
+        parse_mountinfo(&read_to_string("/proc/self/mountinfo")?)
+            .into_iter()
+            .map(|m| m.mount_point)
+            .collect()
+    } else {
+        match MemoryHierarchy::detect() {
+            Ok(h) => std::iter::once(h.base_dir).chain(h.psi_base_dir).collect(),
+            Err(_) => Vec::new(),
+        }
+    };
     let mut removed = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
-    for m in mounts {
-        if !seen.insert(m.mount_point.clone()) {
+    for root in roots {
+        if !seen.insert(root.clone()) {
             continue;
         }
         let mut found = Vec::new();
-        find_lab_dirs(&m.mount_point, 0, &mut found);
+        find_lab_dirs(&root, 0, &mut found);
         for d in found {
             let name = d.file_name().map(|n| n.to_string_lossy().into_owned());
             let Some(pid) = name.and_then(|n| cleanup::owner_pid(&n, CGROUP_PREFIX)) else {

@@ -7,6 +7,7 @@
 //! | object                         | file           | what it is                                                          |
 //! |--------------------------------|----------------|---------------------------------------------------------------------|
 //! | [`Capabilities`]               | `privilege.rs` | may this process make cgroups and swap files? what is missing?      |
+//! | [`LabLock`]                    | `lock.rs`      | one lab run at a time per machine (abstract socket, no file)        |
 //! | cleanup registry               | `cleanup.rs`   | one place that removes everything on drop, panic, SIGINT/SIGTERM    |
 //! | [`SwapFile`]                   | `swap.rs`      | a swap file, `swapoff` + deleted when dropped                       |
 //! | [`Cgroup`]                     | `cgroup.rs`    | a memory-limited cgroup (v1 or v2); tasks killed, dir removed on drop |
@@ -24,7 +25,7 @@
 //! ## Order of set-up and tear-down
 //!
 //! ```text
-//! check() → install_signal_handlers() → cleanup_leftovers()
+//! check() → LabLock::acquire → install_signal_handlers() → cleanup_leftovers()
 //!   → SwapFile::create → Cgroup::create → Sampler::start → Cgroup::spawn(workload)
 //!   → ... marks ... → child.wait → Sampler::stop → drop Cgroup → drop SwapFile
 //!   → stats / Table / Summary::write_to / LinePlot::write_svg
@@ -47,6 +48,7 @@
 //! hog::main_if_requested(); // this binary is also the workload
 //! let caps = privilege::check();
 //! if !caps.full() { eprintln!("{}", caps.report()); return Ok(()); }
+//! let _lock = LabLock::acquire(Duration::from_secs(600))?;
 //! cleanup::install_signal_handlers()?;
 //! cleanup::cleanup_leftovers()?;
 //!
@@ -87,6 +89,7 @@ pub mod child;
 pub mod cleanup;
 pub mod error;
 pub mod hog;
+pub mod lock;
 pub mod plot;
 pub mod privilege;
 pub mod progress;
@@ -102,6 +105,7 @@ pub use cgroup::{Cgroup, CgroupReader, CgroupSpec, CgroupVersion, MemoryHierarch
 pub use child::LabChild;
 pub use cleanup::{cleanup_leftovers, install_signal_handlers, CleanupToken};
 pub use error::{Error, Result};
+pub use lock::LabLock;
 pub use plot::{LinePlot, PlotMark, PlotSeries};
 pub use privilege::Capabilities;
 pub use progress::Progress;

@@ -4,16 +4,14 @@
 //!
 //! Needs root (swapon, cgroups); without it the test prints why and returns. Everything
 //! that creates swap or cgroups runs inside the single test `end_to_end`, which also holds
-//! an exclusive `flock` on `/tmp/ebbtide-lab-tests.lock`, so other test binaries using the
-//! same lock never overlap with it.
+//! the machine-wide [`LabLock`], so other test binaries and experiments that take it never
+//! overlap with it.
 //!
 //! `child_entry` is not a test of its own: it is the entry point this test binary runs when
 //! it re-executes itself as the hog or as the "lab code until SIGINT" child. Run normally,
 //! it returns at once.
 
-use std::fs::File;
 use std::io::Write as _;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -76,19 +74,6 @@ fn run_forever_child() -> ! {
     loop {
         std::thread::sleep(Duration::from_secs(1));
     }
-}
-
-/// Holds the exclusive test lock until dropped.
-struct TestLock {
-    _file: File,
-}
-
-fn lock() -> TestLock {
-    let f = File::create("/tmp/ebbtide-lab-tests.lock").expect("lock file");
-    // SAFETY: flock on a file descriptor we own; the lock is released when `f` closes.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(r, 0, "flock /tmp/ebbtide-lab-tests.lock");
-    TestLock { _file: f }
 }
 
 /// True if the process is gone or a zombie; reaps it if it is our zombie child.
@@ -163,7 +148,7 @@ fn end_to_end() {
         );
         return;
     }
-    let _lock = lock();
+    let _lock = LabLock::acquire(Duration::from_secs(300)).expect("lab lock");
     let t0 = Instant::now();
     eprint!("{}", caps.report());
 
