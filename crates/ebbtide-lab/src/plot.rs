@@ -203,7 +203,8 @@ impl LinePlot {
             chart
                 .draw_series(std::iter::once(Text::new(
                     m.label.clone(),
-                    (m.x, y1),
+                    // Staggered in four rows so labels of nearby marks do not overprint.
+                    (m.x, y1 - (y1 - y0) * 0.04 * (i % 4) as f64),
                     // Labels right of the middle end at their line, so they stay inside.
                     ("sans-serif", 12).into_font().color(&grey).pos(Pos::new(
                         if m.x > (x0 + x1) / 2.0 {
