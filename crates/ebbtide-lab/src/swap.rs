@@ -26,6 +26,13 @@ use crate::error::{read_to_string, Error, Result};
 pub const SWAP_DIR: &str = "/var/tmp";
 /// File name prefix of lab swap files.
 pub const SWAP_PREFIX: &str = "ebbtide-lab-swap-";
+/// Priority of lab swap files (`swapon -p`): above the kernel's negative defaults, so the
+/// lab's file is used before any swap the machine already has.
+pub const SWAP_PRIORITY: i16 = 100;
+
+// <linux/swap.h>
+const SWAP_FLAG_PREFER: libc::c_int = 0x8000;
+const SWAP_FLAG_PRIO_MASK: libc::c_int = 0x7fff;
 
 /// One line of `/proc/swaps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,8 +105,19 @@ impl SwapFile {
         Self::create_in(Path::new(SWAP_DIR), size_bytes)
     }
 
-    /// Creates and enables a swap file of `size_bytes` in `dir`.
+    /// Creates and enables a swap file of `size_bytes` in `dir` with [`SWAP_PRIORITY`].
     pub fn create_in(dir: &Path, size_bytes: u64) -> Result<SwapFile> {
+        Self::create_with_priority(dir, size_bytes, SWAP_PRIORITY)
+    }
+
+    /// Creates and enables a swap file of `size_bytes` in `dir` with swap priority
+    /// `priority` (0..=32767; higher is used first).
+    pub fn create_with_priority(dir: &Path, size_bytes: u64, priority: i16) -> Result<SwapFile> {
+        if priority < 0 {
+            return Err(Error::Other(format!(
+                "swap priority {priority}: must be 0..=32767"
+            )));
+        }
         let page = page_size();
         let size = size_bytes / page * page;
         if size < 10 * page {
@@ -136,12 +154,12 @@ impl SwapFile {
         };
         swap.fill(size, true)?;
         swap.mkswap(&mkswap)?;
-        if let Err(e) = swapon(&swap.path) {
+        if let Err(e) = swapon(&swap.path, priority) {
             // Some file systems refuse preallocated (unwritten) extents: retry with zeros.
             if e.raw_os_error() == Some(libc::EINVAL) {
                 swap.fill(size, false)?;
                 swap.mkswap(&mkswap)?;
-                swapon(&swap.path)?;
+                swapon(&swap.path, priority)?;
             } else {
                 return Err(e);
             }
@@ -209,6 +227,14 @@ impl SwapFile {
         &self.path
     }
 
+    /// The priority `/proc/swaps` shows for this file.
+    pub fn priority(&self) -> Result<Option<i64>> {
+        Ok(active_swaps()?
+            .iter()
+            .find(|e| e.filename == self.path)
+            .map(|e| e.priority))
+    }
+
     /// Size in bytes (rounded down to whole pages).
     pub fn size(&self) -> u64 {
         self.size
@@ -250,10 +276,11 @@ fn cpath(path: &Path) -> Result<CString> {
         .map_err(|_| Error::Other(format!("path {} contains a NUL byte", path.display())))
 }
 
-fn swapon(path: &Path) -> Result<()> {
+fn swapon(path: &Path, priority: i16) -> Result<()> {
     let c = cpath(path)?;
+    let flags = SWAP_FLAG_PREFER | (libc::c_int::from(priority) & SWAP_FLAG_PRIO_MASK);
     // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
-    let r = unsafe { libc::swapon(c.as_ptr(), 0) };
+    let r = unsafe { libc::swapon(c.as_ptr(), flags) };
     if r != 0 {
         return Err(Error::io("swapon", path, std::io::Error::last_os_error()));
     }

@@ -183,6 +183,10 @@ fn end_to_end() {
     let swap = SwapFile::create(256 * MIB).expect("swap file");
     let swap_path = swap.path().to_path_buf();
     assert!(swap::is_active(&swap_path).unwrap());
+    assert_eq!(
+        swap.priority().unwrap(),
+        Some(i64::from(swap::SWAP_PRIORITY))
+    );
     let cg = Cgroup::create(
         &CgroupSpec::new("smoke")
             .memory_max(64 * MIB)
