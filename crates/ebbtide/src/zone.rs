@@ -1124,7 +1124,7 @@ impl ZoneInner {
         (0..self.pcpu.ncpu()).map(|c| self.pcpu.count(c)).sum()
     }
 
-    fn snapshot(&self) -> ZoneSnapshot {
+    pub(crate) fn snapshot(&self) -> ZoneSnapshot {
         let d = {
             let g = lock(&self.depot);
             (g.wss, g.nbuckets)

@@ -374,3 +374,31 @@ fn injected_mapping_failure_reclaims_and_retries_once() {
     z.validate().unwrap();
     z.destroy().map_err(|e| e.1).unwrap();
 }
+
+#[test]
+fn collected_stats_carry_the_zone_and_global_figures() {
+    let z = zone("stats-visible", 100);
+    let v: Vec<_> = (0..500).map(|_| z.alloc().unwrap()).collect();
+    let snap = ebbtide::stats::collect();
+    let zs = snap
+        .zones
+        .iter()
+        .find(|s| s.name == "stats-visible")
+        .expect("zone listed");
+    assert_eq!((zs.size, zs.used), (100, 500));
+    assert!(zs.requests >= 500);
+    assert!(snap.global.mapped_bytes >= 500 * 112);
+    let j: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
+    let zj = j["zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|z| z["name"] == "stats-visible")
+        .unwrap();
+    assert_eq!(zj["used"], 500);
+    for p in v {
+        // SAFETY: valid frees.
+        unsafe { z.free(p).unwrap() };
+    }
+    z.destroy().map_err(|e| e.1).unwrap();
+}

@@ -20,11 +20,13 @@
 //! [`PoolStats`] per page pool.
 
 mod c;
+mod collect;
 mod json;
 mod prometheus;
 mod table;
 
 pub use c::c_header;
+pub use collect::{collect, zone_snapshots};
 pub use prometheus::{check_exposition, metric_name as prometheus_name};
 
 /// Zone JSON keys the C API reads; they may not be renamed or removed.
