@@ -2,3 +2,4 @@
 //!
 //! (Design document: filled in with the zone core.)
 #![deny(unsafe_op_in_unsafe_fn)]
+pub mod pressure;
