@@ -330,3 +330,51 @@ mod tests {
         assert!(e.to_string().contains("no limit"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod file_tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("ebbtide-unit-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    /// cgroup v2 file semantics on plain files (this machine has no v2 memory controller).
+    #[test]
+    fn v2_files_limit_is_min_of_high_and_max() {
+        let d = scratch("v2");
+        let w = |n: &str, v: &str| std::fs::write(d.join(n), v).unwrap();
+        w("memory.current", "900\n");
+        w("memory.high", "max\n");
+        w("memory.max", "max\n");
+        let f = MemoryFiles::V2(d.clone());
+        assert_eq!(f.read().unwrap(), (900, None));
+        let e =
+            HeadroomSource::open(f.clone(), HeadroomConfig::default(), Instant::now()).unwrap_err();
+        assert!(e.to_string().contains("no limit: cgroup v2"), "{e}");
+        w("memory.max", "1000\n");
+        assert_eq!(f.read().unwrap(), (900, Some(1000)));
+        w("memory.high", "950\n");
+        assert_eq!(f.read().unwrap(), (900, Some(950)));
+        let now = Instant::now();
+        let mut s = HeadroomSource::open(f.clone(), HeadroomConfig::default(), now).unwrap();
+        assert_eq!(
+            s.on_ready(Readiness::TIMER, now).unwrap(),
+            Outcome::Event(Level::Moderate)
+        );
+        assert_eq!(
+            s.next_poll(now),
+            Some(now + poll_interval(50.0 / 950.0, &HeadroomConfig::default()))
+        );
+        w("memory.current", "bogus\n");
+        let e = s.on_ready(Readiness::TIMER, now).unwrap_err();
+        assert!(
+            e.to_string().contains("memory.current") && e.to_string().contains("bogus"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -151,3 +151,67 @@ mod tests {
         assert_eq!(events_level(&a, &c), Level::Critical);
     }
 }
+
+#[cfg(test)]
+mod file_tests {
+    use super::*;
+
+    /// Re-reading through the same fd sees new counters (plain file stands in for kernfs).
+    #[test]
+    fn rereads_through_fd() {
+        let d = std::env::temp_dir().join(format!("ebbtide-unit-events-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let f = d.join("memory.events");
+        std::fs::write(&f, "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n").unwrap();
+        let mut s = MemoryEventsSource::open(&d).unwrap();
+        let now = Instant::now();
+        let pri = Readiness {
+            priority: true,
+            ..Default::default()
+        };
+        assert_eq!(s.on_ready(pri, now).unwrap(), Outcome::Quiet);
+        assert_eq!(
+            s.on_ready(Readiness::default(), now).unwrap(),
+            Outcome::Spurious
+        );
+        std::fs::write(&f, "low 0\nhigh 2\nmax 0\noom 0\noom_kill 0\n").unwrap();
+        assert_eq!(
+            s.on_ready(pri, now).unwrap(),
+            Outcome::Event(Level::Moderate)
+        );
+        std::fs::write(&f, "low 0\nhigh 2\nmax 0\noom 1\noom_kill 1\n").unwrap();
+        assert_eq!(
+            s.on_ready(pri, now).unwrap(),
+            Outcome::Event(Level::Critical)
+        );
+        std::fs::write(&f, "low 5\nhigh 2\nmax 0\noom 1\noom_kill 1\n").unwrap();
+        assert_eq!(
+            s.on_ready(pri, now).unwrap(),
+            Outcome::Quiet,
+            "low counter is not pressure"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A regular file cannot be put in epoll (EPERM): the watcher reports the source
+    /// inactive with that reason instead of failing.
+    #[test]
+    fn unpollable_fd_is_reported() {
+        let d = std::env::temp_dir().join(format!("ebbtide-unit-events2-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("memory.events"), "high 0\n").unwrap();
+        let s = MemoryEventsSource::open(&d).unwrap();
+        let w = crate::pressure::Watcher::from_sources(vec![Box::new(s)]).unwrap();
+        assert_eq!(w.active_sources(), 0);
+        let st = w
+            .status()
+            .iter()
+            .find(|s| s.kind == SourceKind::MemoryEvents)
+            .unwrap();
+        assert!(
+            !st.active && st.detail.contains("cannot be watched with epoll"),
+            "{st}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
