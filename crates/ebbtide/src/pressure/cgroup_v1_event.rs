@@ -150,6 +150,8 @@ pub struct V1LevelSource {
     v1: V1Level,
     mode: V1Mode,
     coalescer: Coalescer,
+    /// The cgroup is the process's own: on failure, re-resolve it as a fallback.
+    follow_own: bool,
 }
 
 impl fmt::Debug for V1LevelSource {
@@ -190,7 +192,15 @@ impl V1LevelSource {
             v1,
             mode,
             coalescer: Coalescer::new(coalesce),
+            follow_own: false,
         })
+    }
+
+    /// Mark the cgroup as the process's own: if it goes away (the process was moved), the
+    /// fallback registers again on the cgroup `/proc/self/cgroup` names then.
+    pub fn following_own_cgroup(mut self) -> Self {
+        self.follow_own = true;
+        self
     }
 
     /// How many kernel signals arrived and how many were reported.
@@ -246,6 +256,20 @@ impl Source for V1LevelSource {
             )));
         }
         Ok(Outcome::Event(self.v1.level()))
+    }
+
+    fn fallback(&self) -> Option<Result<Box<dyn Source>, SourceError>> {
+        if !self.follow_own {
+            return None;
+        }
+        let dir = super::cgroup::own().ok()?.v1_memory?;
+        if dir == self.cgroup {
+            return None;
+        }
+        Some(
+            V1LevelSource::open(&dir, self.v1, self.mode, self.coalescer.interval)
+                .map(|s| Box::new(s.following_own_cgroup()) as Box<dyn Source>),
+        )
     }
 }
 

@@ -164,6 +164,7 @@ pub fn detect_with(
     }
 
     // cgroup v1 memory.pressure_level.
+    let v1_own = cfg.v1_level.cgroup.is_none();
     let v1_dir = cfg
         .v1_level
         .cgroup
@@ -183,6 +184,7 @@ pub fn detect_with(
                 let coalesce = Duration::from_millis(cfg.v1_level.coalesce_ms);
                 for &l in &cfg.v1_level.levels {
                     match V1LevelSource::open(&dir, l, cfg.v1_level.mode, coalesce) {
+                        Ok(s) if v1_own => d.push(Box::new(s.following_own_cgroup())),
                         Ok(s) => d.push(Box::new(s)),
                         Err(e) => d.off(SourceKind::CgroupV1Level, format!("{}: {e}", l.name())),
                     }
@@ -192,16 +194,11 @@ pub fn detect_with(
     }
 
     // Headroom.
-    let files = cfg.headroom_cgroup.clone().or_else(|| {
-        let c = cgroups.as_ref().ok()?;
-        if let Some(v2) = c.v2.as_ref().filter(|p| p.join("memory.current").exists()) {
-            return Some(MemoryFiles::V2(v2.clone()));
-        }
-        c.v1_memory
-            .as_ref()
-            .filter(|p| p.join("memory.usage_in_bytes").exists())
-            .map(|p| MemoryFiles::V1(p.clone()))
-    });
+    let headroom_own = cfg.headroom_cgroup.is_none();
+    let files = cfg
+        .headroom_cgroup
+        .clone()
+        .or_else(|| super::headroom::own_memory_files(cgroups.as_ref().ok()?));
     if !cfg.headroom.enabled {
         d.off(SourceKind::Headroom, "disabled by configuration");
     } else {
@@ -211,6 +208,7 @@ pub fn detect_with(
                 cg_reason("memory controller for this process (neither v2 memory.current nor v1 memory.usage_in_bytes)"),
             ),
             Some(files) => match HeadroomSource::open(files, cfg.headroom, now) {
+                Ok(s) if headroom_own => d.push(Box::new(s.following_own_cgroup())),
                 Ok(s) => d.push(Box::new(s)),
                 Err(e) => d.off(SourceKind::Headroom, e.to_string()),
             },

@@ -162,6 +162,25 @@ pub struct HeadroomSource {
     last_level: Level,
     last_report: Option<Instant>,
     last_reading: (u64, u64),
+    /// The cgroup is the process's own: on failure, re-resolve it as a fallback.
+    follow_own: bool,
+}
+
+/// The memory files of the process's own cgroup: v2 if it has the memory controller, else
+/// v1 memory. `None` if neither exists.
+pub fn own_memory_files(paths: &super::CgroupPaths) -> Option<MemoryFiles> {
+    if let Some(v2) = paths
+        .v2
+        .as_ref()
+        .filter(|p| p.join("memory.current").exists())
+    {
+        return Some(MemoryFiles::V2(v2.clone()));
+    }
+    paths
+        .v1_memory
+        .as_ref()
+        .filter(|p| p.join("memory.usage_in_bytes").exists())
+        .map(|p| MemoryFiles::V1(p.clone()))
 }
 
 impl HeadroomSource {
@@ -189,7 +208,15 @@ impl HeadroomSource {
             last_level: Level::Normal,
             last_report: None,
             last_reading: (usage, limit),
+            follow_own: false,
         })
+    }
+
+    /// Mark the cgroup as the process's own: if reading fails (the process was moved and the
+    /// cgroup removed), the fallback watches the cgroup `/proc/self/cgroup` names then.
+    pub fn following_own_cgroup(mut self) -> Self {
+        self.follow_own = true;
+        self
     }
 
     /// The last (usage, limit) read.
@@ -260,6 +287,20 @@ impl Source for HeadroomSource {
         } else {
             Ok(Outcome::Quiet)
         }
+    }
+
+    fn fallback(&self) -> Option<Result<Box<dyn Source>, SourceError>> {
+        if !self.follow_own {
+            return None;
+        }
+        let files = own_memory_files(&super::cgroup::own().ok()?)?;
+        if files == self.files {
+            return None;
+        }
+        Some(
+            HeadroomSource::open(files, self.cfg, Instant::now())
+                .map(|s| Box::new(s.following_own_cgroup()) as Box<dyn Source>),
+        )
     }
 }
 

@@ -48,7 +48,7 @@
 //! | explicit | [`Injector::inject`] from any thread | any | | always active |
 //!
 //! Polled sources (headroom, budget) repeat a persisting non-Normal level every 500 ms so the
-//! policy's level hold (2 s) does not lapse while the condition lasts.
+//! policy's level hold (2.5 s) does not lapse while the condition lasts.
 //!
 //! # Level → actions (see [`policy`])
 //!
@@ -58,7 +58,7 @@
 //! | Moderate | squeeze window `squeeze_until = max(squeeze_until, now + squeeze_ms)` (10 ms, extended by every event) + drain whole depots | `drain_min_interval_ms` 250 |
 //! | Critical | squeeze + drain per-CPU caches, buckets disabled while Critical holds | `drain_cpu_min_interval_ms` 1000 |
 //!
-//! A level is held `level_hold_ms` (2000) after its last event, then decays; buckets are
+//! A level is held `level_hold_ms` (2500) after its last event, then decays; buckets are
 //! re-enabled when the held level drops below Critical.
 
 pub mod budget;

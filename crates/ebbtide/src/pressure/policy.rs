@@ -44,8 +44,10 @@ pub struct PolicyConfig {
     /// Minimum time between two `drain_cpu` actions. Default 1000 ms (UMA's reclaim thread
     /// runs at most once per second). 0 = no limit.
     pub drain_cpu_min_interval_ms: u64,
-    /// How long a level stays current without a new event of that level. Default 2000 ms
-    /// (one PSI window: PSI reports at most once per window while the stall continues).
+    /// How long a level stays current without a new event of that level. Default 2500 ms:
+    /// PSI reports at most once per window (2 s by default) while a stall continues, so the
+    /// hold must outlast one window plus delivery jitter, or a steady stall would flicker
+    /// back to Normal between two reports.
     pub level_hold_ms: u64,
 }
 
@@ -56,7 +58,7 @@ impl Default for PolicyConfig {
             squeeze_ms: 10,
             drain_min_interval_ms: 250,
             drain_cpu_min_interval_ms: 1000,
-            level_hold_ms: 2000,
+            level_hold_ms: 2500,
         }
     }
 }
@@ -312,9 +314,9 @@ mod tests {
         assert!(!a.drain_cpu && a.drain);
         assert!(p.on_event(Level::Critical, s + ms(1000)).drain_cpu);
         // Buckets stay disabled while Critical is held.
-        assert!(!p.tick(s + ms(2999)).buckets_enabled);
-        // Decay: 2000 ms after the last Critical event.
-        let a = p.tick(s + ms(3000));
+        assert!(!p.tick(s + ms(3499)).buckets_enabled);
+        // Decay: 2500 ms after the last Critical event.
+        let a = p.tick(s + ms(3500));
         assert!(a.buckets_enabled);
         assert_eq!(a.level, Level::Normal);
     }
@@ -325,12 +327,13 @@ mod tests {
         let mut p = Policy::default();
         p.on_event(Level::Critical, s);
         p.on_event(Level::Moderate, s + ms(1500));
-        assert_eq!(p.level(s + ms(1999)), Level::Critical);
-        let a = p.tick(s + ms(2000));
+        assert_eq!(p.level(s + ms(2499)), Level::Critical);
+        let a = p.tick(s + ms(2500));
         assert_eq!(a.level, Level::Moderate);
         assert!(a.buckets_enabled, "re-enabled below Critical");
-        assert_eq!(p.tick(s + ms(3500)).level, Level::Normal);
-        assert_eq!(p.next_deadline(s + ms(3500)), None);
+        assert_eq!(p.tick(s + ms(3999)).level, Level::Moderate);
+        assert_eq!(p.tick(s + ms(4000)).level, Level::Normal);
+        assert_eq!(p.next_deadline(s + ms(4000)), None);
     }
 
     #[test]
@@ -340,7 +343,7 @@ mod tests {
         assert_eq!(p.next_deadline(s), None);
         p.on_event(Level::Moderate, s);
         assert_eq!(p.next_deadline(s), Some(s + ms(10)));
-        assert_eq!(p.next_deadline(s + ms(10)), Some(s + ms(2000)));
+        assert_eq!(p.next_deadline(s + ms(10)), Some(s + ms(2500)));
     }
 
     #[test]

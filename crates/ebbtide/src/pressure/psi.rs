@@ -257,8 +257,13 @@ pub struct PsiSource {
     effective: PsiTrigger,
     /// Explicit path given: do not re-resolve on POLLERR.
     pinned: bool,
+    /// Re-resolutions since the last event; bounded by [`MAX_RERESOLVE`].
     reresolved: u32,
 }
+
+/// Consecutive POLLERR re-resolutions without an event before the source gives up (a file
+/// that errors right after re-arming would otherwise keep the watcher busy).
+pub const MAX_RERESOLVE: u32 = 3;
 
 impl PsiSource {
     /// Arm `trigger` on an explicit pressure file; POLLERR then ends the source.
@@ -340,7 +345,14 @@ impl Source for PsiSource {
                 )));
             }
             // Re-resolve: the own cgroup may have moved or vanished. Bounded: one attempt
-            // per POLLERR, and the new fd only errors again if the new file goes away too.
+            // per POLLERR, at most MAX_RERESOLVE in a row without an event in between.
+            if self.reresolved >= MAX_RERESOLVE {
+                return Err(SourceError::Gone(format!(
+                    "POLLERR on {} after {} re-resolutions without an event",
+                    self.path.display(),
+                    self.reresolved
+                )));
+            }
             let path = resolve_memory_pressure_file().map_err(|e| {
                 SourceError::Gone(format!(
                     "POLLERR on {} and re-resolving failed: {e}",
@@ -354,11 +366,11 @@ impl Source for PsiSource {
             self.reresolved += 1;
             return Ok(Outcome::Quiet);
         }
-        Ok(if r.priority {
-            Outcome::Event(self.level)
-        } else {
-            Outcome::Spurious
-        })
+        if r.priority {
+            self.reresolved = 0;
+            return Ok(Outcome::Event(self.level));
+        }
+        Ok(Outcome::Spurious)
     }
 
     fn fallback(&self) -> Option<Result<Box<dyn Source>, SourceError>> {

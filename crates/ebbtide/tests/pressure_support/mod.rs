@@ -279,7 +279,24 @@ pub fn hog_main() {
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {
+    /// `tag` must not contain '-'. Leftovers of crashed runs (dead pid) are removed first.
     pub fn new(tag: &str) -> TempDir {
+        if let Ok(rd) = fs::read_dir(std::env::temp_dir()) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Some(rest) = name.strip_prefix(PREFIX) else {
+                    continue;
+                };
+                let pid: i32 = rest
+                    .split('-')
+                    .nth(1)
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0);
+                if pid > 0 && pid != std::process::id() as i32 && !pid_alive(pid) {
+                    let _ = fs::remove_dir_all(e.path());
+                }
+            }
+        }
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
         let p = std::env::temp_dir().join(format!("{PREFIX}{tag}-{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&p);
