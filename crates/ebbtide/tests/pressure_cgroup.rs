@@ -194,3 +194,40 @@ fn headroom_levels_as_usage_approaches_limit() {
     assert!((1..=4).contains(&n), "{n} repeats in 1.2 s (repeat_ms 500)");
     drop(hog);
 }
+
+#[test]
+fn v1_source_dropped_when_its_cgroup_is_removed() {
+    if !require_root("v1_source_dropped_when_its_cgroup_is_removed")
+        || !require_v1_memory("v1 removal")
+    {
+        return;
+    }
+    let cg = ScratchCgroup::new(64 * MIB);
+    let src = V1LevelSource::open(
+        &cg.dir,
+        V1Level::Low,
+        V1Mode::Default,
+        Duration::from_millis(100),
+    )
+    .unwrap();
+    let mut w = Watcher::from_sources(vec![Box::new(src)]).unwrap();
+    assert!(w.wait(Some(Duration::from_millis(50))).unwrap().is_empty());
+    let dir = cg.dir.clone();
+    drop(cg); // rmdir: the kernel signals the eventfd once more
+    assert!(!dir.exists());
+    let t = Instant::now();
+    while w.active_sources() > 0 && t.elapsed() < Duration::from_secs(2) {
+        assert!(w.wait(Some(Duration::from_millis(100))).unwrap().is_empty());
+    }
+    let st = w
+        .status()
+        .iter()
+        .find(|s| s.kind == SourceKind::CgroupV1Level)
+        .unwrap();
+    assert!(!st.active && st.detail.contains("was removed"), "{st}");
+    // No fallback for an explicit cgroup, and no busy loop afterwards.
+    assert_eq!(w.active_sources(), 0);
+    let t = Instant::now();
+    w.wait(Some(Duration::from_millis(100))).unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(95));
+}

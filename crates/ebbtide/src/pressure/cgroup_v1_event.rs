@@ -146,6 +146,7 @@ pub struct V1LevelSource {
     // Kept open: the registration lives as long as the pressure_level file is open.
     _level_file: OwnedFd,
     cgroup: PathBuf,
+    level_path: PathBuf,
     efd_name: PathBuf,
     v1: V1Level,
     mode: V1Mode,
@@ -188,6 +189,7 @@ impl V1LevelSource {
             efd,
             _level_file: level_file,
             cgroup: cgroup.to_path_buf(),
+            level_path: pl_path.clone(),
             efd_name: PathBuf::from(format!("eventfd for {} {}", pl_path.display(), v1.name())),
             v1,
             mode,
@@ -246,14 +248,17 @@ impl Source for V1LevelSource {
         if n == 0 {
             return Ok(Outcome::Spurious);
         }
-        if !self.coalescer.signal(n, now) {
-            return Ok(Outcome::Quiet);
-        }
-        if !self.cgroup.join("memory.pressure_level").exists() {
+        // The kernel signals once more when the cgroup is removed; check on every signal
+        // (one stat), not only on reported ones, or a removal inside a coalescing interval
+        // would leave a silently dead source.
+        if !self.level_path.exists() {
             return Err(SourceError::Gone(format!(
                 "cgroup {} was removed",
                 self.cgroup.display()
             )));
+        }
+        if !self.coalescer.signal(n, now) {
+            return Ok(Outcome::Quiet);
         }
         Ok(Outcome::Event(self.v1.level()))
     }

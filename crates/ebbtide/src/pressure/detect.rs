@@ -147,11 +147,13 @@ pub fn detect_with(
             Err(reason) => d.off(SourceKind::Psi, reason),
             Ok((path, pinned)) => {
                 for (level, trig) in triggers {
-                    let r = if pinned {
-                        PsiSource::open(&path, level, trig)
-                    } else {
-                        PsiSource::open_own(level, trig)
-                    };
+                    let r = PsiSource::open(&path, level, trig).map(|s| {
+                        if pinned {
+                            s
+                        } else {
+                            s.following_own_cgroup()
+                        }
+                    });
                     match r {
                         Ok(s) => d.push(Box::new(s)),
                         Err(e) => {

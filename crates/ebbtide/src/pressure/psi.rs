@@ -284,9 +284,13 @@ impl PsiSource {
     /// POLLERR re-resolves.
     pub fn open_own(level: Level, trigger: PsiTrigger) -> Result<PsiSource, SourceError> {
         let path = resolve_memory_pressure_file().map_err(SourceError::invalid)?;
-        let mut s = Self::open(&path, level, trigger)?;
-        s.pinned = false;
-        Ok(s)
+        Ok(Self::open(&path, level, trigger)?.following_own_cgroup())
+    }
+
+    /// Treat the file as the own cgroup's choice: on POLLERR, re-resolve instead of failing.
+    pub fn following_own_cgroup(mut self) -> Self {
+        self.pinned = false;
+        self
     }
 
     /// The pressure file in use.

@@ -48,6 +48,22 @@ struct Slot {
     registered: Option<RawFd>,
     spurious: u32,
     status_idx: usize,
+    /// Earliest next timer dispatch: a polled source that fails to move its `next_poll`
+    /// forward is still polled at most once per [`MIN_POLL_SPACING`].
+    not_before: Option<Instant>,
+}
+
+/// Minimum spacing of two timer dispatches of one source.
+pub const MIN_POLL_SPACING: Duration = Duration::from_millis(1);
+
+impl Slot {
+    fn next_poll(&self, now: Instant) -> Option<Instant> {
+        let t = self.source.next_poll(now)?;
+        Some(match self.not_before {
+            Some(nb) => t.max(nb),
+            None => t,
+        })
+    }
 }
 
 /// The epoll loop object. Owns the sources and the injector eventfd.
@@ -118,11 +134,18 @@ impl Watcher {
                 "inject eventfd (Watcher::injector)",
             ));
         }
+        let mut used = vec![false; w.status.len()];
         for source in detected.sources {
-            let idx = w
-                .status
-                .iter()
-                .position(|s| s.active && s.kind == source.kind() && s.detail == source.describe());
+            let (kind, desc) = (source.kind(), source.describe());
+            let idx = (0..used.len()).find(|&i| {
+                !used[i]
+                    && w.status[i].active
+                    && w.status[i].kind == kind
+                    && w.status[i].detail == desc
+            });
+            if let Some(i) = idx {
+                used[i] = true;
+            }
             let idx = idx.unwrap_or_else(|| {
                 w.status
                     .push(SourceStatus::active(source.kind(), source.describe()));
@@ -194,6 +217,7 @@ impl Watcher {
             registered: fd,
             spurious: 0,
             status_idx,
+            not_before: None,
         });
     }
 
@@ -301,11 +325,8 @@ impl Watcher {
         let mut i = 0;
         while i < self.slots.len() {
             let token = self.slots[i].token;
-            if self.slots[i]
-                .source
-                .next_poll(now)
-                .is_some_and(|t| t <= now)
-            {
+            if self.slots[i].next_poll(now).is_some_and(|t| t <= now) {
+                self.slots[i].not_before = Some(now + MIN_POLL_SPACING);
                 self.dispatch(i, Readiness::TIMER, now, out);
             }
             // Advance unless slot i was removed.
@@ -317,10 +338,7 @@ impl Watcher {
 
     /// The earliest `next_poll` of all polled sources.
     pub fn next_poll(&self, now: Instant) -> Option<Instant> {
-        self.slots
-            .iter()
-            .filter_map(|s| s.source.next_poll(now))
-            .min()
+        self.slots.iter().filter_map(|s| s.next_poll(now)).min()
     }
 
     /// Wait until at least one pressure event is available, or `timeout` passes (`None` =
@@ -462,6 +480,50 @@ mod tests {
                 Outcome::Quiet
             })
         }
+    }
+
+    /// A polled source that never moves its `next_poll` forward.
+    struct Lazy {
+        start: Instant,
+        calls: Arc<AtomicU32>,
+    }
+
+    impl Source for Lazy {
+        fn kind(&self) -> SourceKind {
+            SourceKind::Headroom
+        }
+        fn describe(&self) -> String {
+            "lazy".into()
+        }
+        fn fd(&self) -> Option<RawFd> {
+            None
+        }
+        fn epoll_events(&self) -> u32 {
+            0
+        }
+        fn next_poll(&self, _now: Instant) -> Option<Instant> {
+            Some(self.start)
+        }
+        fn on_ready(&mut self, _r: Readiness, _now: Instant) -> Result<Outcome, SourceError> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            Ok(Outcome::Quiet)
+        }
+    }
+
+    #[test]
+    fn polled_source_that_never_advances_is_throttled() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let src = Lazy {
+            start: Instant::now(),
+            calls: calls.clone(),
+        };
+        let mut w = Watcher::from_sources(vec![Box::new(src)]).unwrap();
+        let t = Instant::now();
+        assert!(w.wait(Some(Duration::from_millis(100))).unwrap().is_empty());
+        let el = t.elapsed();
+        let n = calls.load(Ordering::Relaxed) as u128;
+        // At most one poll per MIN_POLL_SPACING (1 ms), plus rounding.
+        assert!(n >= 10 && n <= el.as_millis() + 2, "{n} polls in {el:?}");
     }
 
     #[test]
