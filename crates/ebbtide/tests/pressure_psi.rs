@@ -45,10 +45,12 @@ fn trigger_accepted_window_rounded_if_needed() {
     let re = poll_one(s.fd().unwrap(), libc::POLLPRI, 10).unwrap();
     assert_eq!(re & (libc::POLLERR | libc::POLLNVAL), 0);
     // The cgroup v2 file of the own cgroup takes triggers as well, when it exists.
-    if let Ok(own) = PsiSource::open_own(Level::Moderate, PsiTrigger::some(100_000, 2_000_000)) {
-        eprintln!("own: {}", own.describe());
-        assert!(own.path().ends_with("memory.pressure"));
-    }
+    // The own cgroup's file is preferred; an unprivileged process may get EACCES there
+    // (root-owned cgroup v2 file) and then uses /proc/pressure/memory.
+    let cands = ebbtide::pressure::psi::own_memory_pressure_candidates();
+    let own = PsiSource::open_own(Level::Moderate, PsiTrigger::some(100_000, 2_000_000)).unwrap();
+    eprintln!("own: {} (candidates {cands:?})", own.describe());
+    assert!(cands.iter().any(|c| c == own.path()));
     // Invalid triggers are refused before any write.
     assert!(PsiSource::open(Path::new(PROC), Level::Low, PsiTrigger::some(0, 2_000_000)).is_err());
 }
@@ -168,8 +170,14 @@ fn pollerr_on_removed_v2_cgroup_falls_back() {
         "{fb}"
     );
     assert_eq!(w.active_sources(), 1);
-    // No spinning afterwards: a quiet wait takes its time.
+    // No spinning afterwards: waiting 200 ms takes few wake-ups (only real PSI events,
+    // e.g. from the hog of the concurrent test, at most one per 2 s window, end a wait early).
     let t = Instant::now();
-    w.wait(Some(Duration::from_millis(200))).unwrap();
-    assert!(t.elapsed() >= Duration::from_millis(190));
+    let mut returns = 0;
+    while t.elapsed() < Duration::from_millis(200) {
+        w.wait(Some(Duration::from_millis(200).saturating_sub(t.elapsed())))
+            .unwrap();
+        returns += 1;
+    }
+    assert!(returns <= 3, "{returns} returns from wait in 200 ms");
 }

@@ -119,42 +119,21 @@ pub fn detect_with(
     } else if triggers.is_empty() {
         d.off(SourceKind::Psi, "no PSI triggers configured");
     } else {
-        let resolved = match &cfg.psi.path {
-            Some(p) => Ok((p.clone(), true)),
-            None => {
-                let own_v2 = cgroups
-                    .as_ref()
-                    .ok()
-                    .and_then(|c| c.v2.as_ref())
-                    .map(|d| d.join("memory.pressure"));
-                match own_v2.filter(|p| p.exists()) {
-                    Some(p) => Ok((p, false)),
-                    None => {
-                        let proc = PathBuf::from(psi::PROC_PRESSURE_MEMORY);
-                        if proc.exists() {
-                            Ok((proc, false))
-                        } else {
-                            Err(format!(
-                                "no memory.pressure in the own cgroup v2 and no {} (kernel without PSI)",
-                                psi::PROC_PRESSURE_MEMORY
-                            ))
+        match &cfg.psi.path {
+            Some(path) => {
+                for (level, trig) in triggers {
+                    match PsiSource::open(path, level, trig) {
+                        Ok(s) => d.push(Box::new(s)),
+                        Err(e) => {
+                            d.off(SourceKind::Psi, format!("{level} trigger \"{trig}\": {e}"))
                         }
                     }
                 }
             }
-        };
-        match resolved {
-            Err(reason) => d.off(SourceKind::Psi, reason),
-            Ok((path, pinned)) => {
+            None => {
+                let cands = psi::memory_pressure_candidates(cgroups.as_ref().ok());
                 for (level, trig) in triggers {
-                    let r = PsiSource::open(&path, level, trig).map(|s| {
-                        if pinned {
-                            s
-                        } else {
-                            s.following_own_cgroup()
-                        }
-                    });
-                    match r {
+                    match PsiSource::open_first(&cands, level, trig) {
                         Ok(s) => d.push(Box::new(s)),
                         Err(e) => {
                             d.off(SourceKind::Psi, format!("{level} trigger \"{trig}\": {e}"))

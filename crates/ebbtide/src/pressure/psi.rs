@@ -193,27 +193,48 @@ impl PsiConfig {
     }
 }
 
-/// The pressure file to use: the own cgroup v2 `memory.pressure` if it exists, else
-/// `/proc/pressure/memory` if it exists. `Err` explains why neither is usable.
-pub fn resolve_memory_pressure_file() -> Result<PathBuf, String> {
-    let own = cgroup::own().map_err(|e| e.to_string());
-    if let Ok(cgroup::CgroupPaths { v2: Some(dir), .. }) = &own {
+/// The pressure files to try, best first: the own cgroup v2 `memory.pressure` (if it
+/// exists), then `/proc/pressure/memory` (if it exists). Opening the first may still fail
+/// (e.g. EACCES for an unprivileged process on a root-owned cgroup file); callers then try the
+/// next ([`arm_first`]).
+pub fn memory_pressure_candidates(own: Option<&cgroup::CgroupPaths>) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if let Some(dir) = own.and_then(|c| c.v2.as_ref()) {
         let p = dir.join("memory.pressure");
         if p.exists() {
-            return Ok(p);
+            v.push(p);
         }
     }
     let proc = Path::new(PROC_PRESSURE_MEMORY);
     if proc.exists() {
-        return Ok(proc.to_path_buf());
+        v.push(proc.to_path_buf());
     }
-    Err(format!(
-        "no memory.pressure in the own cgroup v2 ({}) and no {PROC_PRESSURE_MEMORY} (kernel without PSI, or psi=0)",
-        match own {
-            Ok(p) => p.v2.map_or("no cgroup2 mount".to_string(), |d| d.display().to_string()),
-            Err(e) => e,
+    v
+}
+
+/// Candidates for the calling process (resolving its own cgroup now).
+pub fn own_memory_pressure_candidates() -> Vec<PathBuf> {
+    memory_pressure_candidates(cgroup::own().ok().as_ref())
+}
+
+/// Arm `trigger` on the first candidate that accepts it. The error lists every attempt.
+pub fn arm_first(
+    candidates: &[PathBuf],
+    trigger: PsiTrigger,
+) -> Result<(PathBuf, OwnedFd, PsiTrigger), SourceError> {
+    if candidates.is_empty() {
+        return Err(SourceError::invalid(format!(
+            "no memory.pressure in the own cgroup v2 and no {PROC_PRESSURE_MEMORY} (kernel without PSI, or psi=0)"
+        )));
+    }
+    let mut errors = Vec::new();
+    for p in candidates {
+        match arm(p, trigger) {
+            Ok((fd, eff)) => return Ok((p.clone(), fd, eff)),
+            Err(e) => errors.push(e.to_string()),
         }
-    ))
+    }
+    Err(SourceError::invalid(errors.join("; ")))
 }
 
 /// Open `path` and arm `trigger` on it. On EINVAL with a window that is not a multiple of
@@ -280,11 +301,29 @@ impl PsiSource {
         })
     }
 
-    /// Arm `trigger` on the own cgroup's `memory.pressure` (else `/proc/pressure/memory`);
+    /// Arm `trigger` on the own cgroup's `memory.pressure`, else on `/proc/pressure/memory`;
     /// POLLERR re-resolves.
     pub fn open_own(level: Level, trigger: PsiTrigger) -> Result<PsiSource, SourceError> {
-        let path = resolve_memory_pressure_file().map_err(SourceError::invalid)?;
-        Ok(Self::open(&path, level, trigger)?.following_own_cgroup())
+        Self::open_first(&own_memory_pressure_candidates(), level, trigger)
+    }
+
+    /// Arm `trigger` on the first of `candidates` that accepts it (see
+    /// [`memory_pressure_candidates`]); POLLERR re-resolves.
+    pub fn open_first(
+        candidates: &[PathBuf],
+        level: Level,
+        trigger: PsiTrigger,
+    ) -> Result<PsiSource, SourceError> {
+        let (path, fd, effective) = arm_first(candidates, trigger)?;
+        Ok(PsiSource {
+            fd,
+            path,
+            level,
+            requested: trigger,
+            effective,
+            pinned: false,
+            reresolved: 0,
+        })
     }
 
     /// Treat the file as the own cgroup's choice: on POLLERR, re-resolve instead of failing.
@@ -357,13 +396,13 @@ impl Source for PsiSource {
                     self.reresolved
                 )));
             }
-            let path = resolve_memory_pressure_file().map_err(|e| {
-                SourceError::Gone(format!(
-                    "POLLERR on {} and re-resolving failed: {e}",
-                    self.path.display()
-                ))
-            })?;
-            let (fd, eff) = arm(&path, self.requested)?;
+            let (path, fd, eff) = arm_first(&own_memory_pressure_candidates(), self.requested)
+                .map_err(|e| {
+                    SourceError::Gone(format!(
+                        "POLLERR on {} and re-resolving failed: {e}",
+                        self.path.display()
+                    ))
+                })?;
             self.fd = fd;
             self.path = path;
             self.effective = eff;
@@ -378,12 +417,16 @@ impl Source for PsiSource {
     }
 
     fn fallback(&self) -> Option<Result<Box<dyn Source>, SourceError>> {
-        let path = resolve_memory_pressure_file().ok()?;
-        if path == self.path {
+        let others: Vec<PathBuf> = own_memory_pressure_candidates()
+            .into_iter()
+            .filter(|p| *p != self.path)
+            .collect();
+        if others.is_empty() {
             return None;
         }
         Some(
-            PsiSource::open_own(self.level, self.requested).map(|s| Box::new(s) as Box<dyn Source>),
+            PsiSource::open_first(&others, self.level, self.requested)
+                .map(|s| Box::new(s) as Box<dyn Source>),
         )
     }
 }
