@@ -40,12 +40,18 @@
 //! | kind | interface | levels | defaults | inactive when |
 //! |------|-----------|--------|----------|---------------|
 //! | [`systemd`] | `$MEMORY_PRESSURE_WATCH` (file: POLLPRI; FIFO/socket: POLLIN, read and discard) after writing base64-decoded `$MEMORY_PRESSURE_WRITE` | each notification → one level | Moderate; write `"some 200000 2000000\0"` | variable unset, empty or `/dev/null`; malformed base64 (error names the variable) |
-//! | [`psi`] | PSI trigger on own cgroup v2 `memory.pressure`, else `/proc/pressure/memory` | one trigger (fd) per level | Low `some 70000 2000000`, Moderate `some 100000 2000000`, Critical `full 100000 2000000` (GLib) | no PSI file; trigger rejected |
+//! | [`psi`] | PSI trigger on own cgroup v2 `memory.pressure`, else (absent, or EACCES/EINVAL opening or arming it) `/proc/pressure/memory`; window rounded up to 2 s multiples on EINVAL; POLLERR re-resolves | one trigger (fd) per level | Low `some 70000 2000000`, Moderate `some 100000 2000000`, Critical `full 100000 2000000` (GLib) | no PSI file; trigger rejected |
 //! | [`cgroup_v1_event`] | v1 `memory.pressure_level` + `cgroup.event_control` + eventfd | low/medium/critical → Low/Moderate/Critical | all three, mode default, coalesced to 1 report / 100 ms / level | no v1 memory controller; EACCES |
 //! | [`headroom`] | v2 `memory.current` vs min(`memory.high`, `memory.max`); v1 `memory.usage_in_bytes` vs `memory.limit_in_bytes` | free < 20 % Low, < 10 % Moderate, < 5 % Critical | polled 1 s far → 10 ms close | no limit (v1 reads 9223372036854771712) |
 //! | [`memory_events`] | v2 `memory.events` (POLLPRI, re-read) | `high` grew → Moderate; `max`/`oom`/`oom_kill` grew → Critical | | no memory controller on v2 |
 //! | [`budget`] | the core's cached bytes vs `max_cached_bytes` | ≥ 80 % Low, ≥ 90 % Moderate, ≥ 100 % Critical | polled every 100 ms | no budget configured |
 //! | explicit | [`Injector::inject`] from any thread | any | | always active |
+//!
+//! Runtime failures: a source whose fd errors (POLLERR, peer closed, cgroup removed, file
+//! vanished) is dropped, its status turns inactive with the error as the reason, and its
+//! fallback takes over: PSI on an explicit file → the own cgroup's file or `/proc`; systemd →
+//! a PSI trigger made of its WRITE bytes (what systemd's own library does); v1 level and
+//! headroom on the own cgroup → the own cgroup as `/proc/self/cgroup` names it then.
 //!
 //! Polled sources (headroom, budget) repeat a persisting non-Normal level every 500 ms so the
 //! policy's level hold (2.5 s) does not lapse while the condition lasts.

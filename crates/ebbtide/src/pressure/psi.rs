@@ -5,7 +5,8 @@
 //! window while the stall threshold is exceeded. One trigger per open file, so each level has
 //! its own fd (its own [`PsiSource`]).
 //!
-//! The file is the own cgroup v2 `memory.pressure` if it exists, else `/proc/pressure/memory`.
+//! The file is the own cgroup v2 `memory.pressure` if it exists and accepts the trigger, else
+//! `/proc/pressure/memory` (an unprivileged process gets EACCES on a root-owned cgroup file).
 //! Default thresholds are GLib's `GMemoryMonitor` PSI backend:
 //!
 //! | level    | trigger                 |
