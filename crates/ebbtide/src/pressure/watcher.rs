@@ -557,6 +557,15 @@ mod tests {
     }
 
     #[test]
+    fn thread_safety_of_handles() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        // The watcher moves to the reclaim thread; injectors are shared by every thread.
+        send::<Watcher>();
+        send_sync::<Injector>();
+    }
+
+    #[test]
     fn inject_wakes_and_is_not_lost() {
         let mut w = Watcher::from_sources(Vec::new()).unwrap();
         let inj = w.injector();
