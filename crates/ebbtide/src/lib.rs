@@ -10,6 +10,7 @@ pub mod error;
 pub(crate) mod keg;
 pub mod options;
 pub mod os;
+pub mod pressure;
 pub(crate) mod pcpu;
 pub mod reclaim;
 pub(crate) mod registry;

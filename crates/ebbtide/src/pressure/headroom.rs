@@ -1,0 +1,421 @@
+//! Headroom: the own cgroup's usage against its limit, polled.
+//!
+//! * cgroup v2: `memory.current` against the lower of `memory.high` and `memory.max`
+//!   (`max` = unlimited).
+//! * cgroup v1: `memory.usage_in_bytes` against `memory.limit_in_bytes`; the kernel reports
+//!   "unlimited" as 9223372036854771712 (`PAGE_COUNTER_MAX` in bytes), so any limit of
+//!   2^62 bytes or more counts as unlimited and leaves the source inactive ("no limit").
+//!
+//! The level follows the fraction of the limit still free (defaults):
+//!
+//! | free fraction | level    |
+//! |---------------|----------|
+//! | < 5 %         | Critical |
+//! | < 10 %        | Moderate |
+//! | < 20 %        | Low      |
+//!
+//! The poll interval shrinks as headroom shrinks: `max_interval_ms` (1 s) while at least twice
+//! the Low threshold is free, `min_interval_ms` (10 ms) at the Critical threshold, linear in
+//! between. A non-Normal level is reported when it changes and then again every
+//! `repeat_ms` (500 ms) while it lasts, so the policy's level hold stays fresh without a storm.
+//! The limit is re-read every poll (it may change at run time).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::fs;
+use super::source::{Outcome, Readiness, Source, SourceError, SourceKind};
+use super::Level;
+
+/// Limits at or above this are "unlimited" (v1 reports 9223372036854771712).
+pub const UNLIMITED_THRESHOLD: u64 = 1 << 62;
+
+/// Free-fraction thresholds and poll intervals.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeadroomConfig {
+    /// Use the source at all. Default true.
+    pub enabled: bool,
+    /// Low when less than this fraction of the limit is free. Default 0.20.
+    pub low_free: f64,
+    /// Moderate below this. Default 0.10.
+    pub moderate_free: f64,
+    /// Critical below this. Default 0.05.
+    pub critical_free: f64,
+    /// Poll interval close to the limit. Default 10 ms.
+    pub min_interval_ms: u64,
+    /// Poll interval far from the limit. Default 1000 ms.
+    pub max_interval_ms: u64,
+    /// Re-report a persisting non-Normal level this often. Default 500 ms.
+    pub repeat_ms: u64,
+}
+
+impl Default for HeadroomConfig {
+    fn default() -> Self {
+        HeadroomConfig {
+            enabled: true,
+            low_free: 0.20,
+            moderate_free: 0.10,
+            critical_free: 0.05,
+            min_interval_ms: 10,
+            max_interval_ms: 1000,
+            repeat_ms: 500,
+        }
+    }
+}
+
+/// Fraction of `limit` still free (0.0 when usage ≥ limit).
+pub fn free_fraction(usage: u64, limit: u64) -> f64 {
+    if limit == 0 || usage >= limit {
+        return 0.0;
+    }
+    (limit - usage) as f64 / limit as f64
+}
+
+/// The level for `usage` against `limit`. Pure.
+pub fn headroom_level(usage: u64, limit: u64, cfg: &HeadroomConfig) -> Level {
+    let free = free_fraction(usage, limit);
+    if free < cfg.critical_free {
+        Level::Critical
+    } else if free < cfg.moderate_free {
+        Level::Moderate
+    } else if free < cfg.low_free {
+        Level::Low
+    } else {
+        Level::Normal
+    }
+}
+
+/// The poll interval for a free fraction. Pure.
+pub fn poll_interval(free: f64, cfg: &HeadroomConfig) -> Duration {
+    let far = 2.0 * cfg.low_free;
+    let close = cfg.critical_free;
+    let (lo, hi) = (
+        cfg.min_interval_ms as f64,
+        cfg.max_interval_ms.max(cfg.min_interval_ms) as f64,
+    );
+    let ms = if free >= far {
+        hi
+    } else if free <= close || far <= close {
+        lo
+    } else {
+        lo + (hi - lo) * (free - close) / (far - close)
+    };
+    Duration::from_micros((ms * 1000.0) as u64)
+}
+
+/// Which files give usage and limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemoryFiles {
+    /// cgroup v1 memory directory.
+    V1(PathBuf),
+    /// cgroup v2 directory (with the memory controller enabled).
+    V2(PathBuf),
+}
+
+impl MemoryFiles {
+    /// The cgroup directory.
+    pub fn dir(&self) -> &Path {
+        match self {
+            MemoryFiles::V1(p) | MemoryFiles::V2(p) => p,
+        }
+    }
+
+    /// Read (usage, limit); limit `None` = unlimited.
+    pub fn read(&self) -> Result<(u64, Option<u64>), SourceError> {
+        match self {
+            MemoryFiles::V1(d) => {
+                let usage = read_u64(&d.join("memory.usage_in_bytes"))?;
+                let limit = read_u64(&d.join("memory.limit_in_bytes"))?;
+                Ok((usage, (limit < UNLIMITED_THRESHOLD).then_some(limit)))
+            }
+            MemoryFiles::V2(d) => {
+                let usage = read_u64(&d.join("memory.current"))?;
+                let high = fs::read_limit(&d.join("memory.high"))?;
+                let max = fs::read_limit(&d.join("memory.max"))?;
+                let limit = match (high, max) {
+                    (Some(h), Some(m)) => Some(h.min(m)),
+                    (a, b) => a.or(b),
+                };
+                Ok((usage, limit.filter(|&l| l < UNLIMITED_THRESHOLD)))
+            }
+        }
+    }
+}
+
+fn read_u64(p: &Path) -> Result<u64, SourceError> {
+    let s = fs::read_string(p)?;
+    s.trim().parse().map_err(|_| {
+        SourceError::invalid(format!(
+            "{}: expected a number, found {:?}",
+            p.display(),
+            s.trim()
+        ))
+    })
+}
+
+/// Polled headroom source on one cgroup.
+#[derive(Debug)]
+pub struct HeadroomSource {
+    files: MemoryFiles,
+    cfg: HeadroomConfig,
+    next: Instant,
+    last_level: Level,
+    last_report: Option<Instant>,
+    last_reading: (u64, u64),
+    /// The cgroup is the process's own: on failure, re-resolve it as a fallback.
+    follow_own: bool,
+}
+
+/// The memory files of the process's own cgroup: v2 if it has the memory controller, else
+/// v1 memory. `None` if neither exists.
+pub fn own_memory_files(paths: &super::CgroupPaths) -> Option<MemoryFiles> {
+    if let Some(v2) = paths
+        .v2
+        .as_ref()
+        .filter(|p| p.join("memory.current").exists())
+    {
+        return Some(MemoryFiles::V2(v2.clone()));
+    }
+    paths
+        .v1_memory
+        .as_ref()
+        .filter(|p| p.join("memory.usage_in_bytes").exists())
+        .map(|p| MemoryFiles::V1(p.clone()))
+}
+
+impl HeadroomSource {
+    /// Watch `files`. Fails with [`SourceError::Invalid`] "no limit" when the cgroup is
+    /// unlimited, so detection reports it inactive.
+    pub fn open(
+        files: MemoryFiles,
+        cfg: HeadroomConfig,
+        now: Instant,
+    ) -> Result<HeadroomSource, SourceError> {
+        let (usage, limit) = files.read()?;
+        let Some(limit) = limit else {
+            return Err(SourceError::invalid(format!(
+                "no limit: {} memory limit is unlimited",
+                match &files {
+                    MemoryFiles::V1(d) => format!("cgroup v1 {}", d.display()),
+                    MemoryFiles::V2(d) => format!("cgroup v2 {}", d.display()),
+                }
+            )));
+        };
+        Ok(HeadroomSource {
+            files,
+            cfg,
+            next: now,
+            last_level: Level::Normal,
+            last_report: None,
+            last_reading: (usage, limit),
+            follow_own: false,
+        })
+    }
+
+    /// Mark the cgroup as the process's own: if reading fails (the process was moved and the
+    /// cgroup removed), the fallback watches the cgroup `/proc/self/cgroup` names then.
+    pub fn following_own_cgroup(mut self) -> Self {
+        self.follow_own = true;
+        self
+    }
+
+    /// The last (usage, limit) read.
+    pub fn last_reading(&self) -> (u64, u64) {
+        self.last_reading
+    }
+
+    /// Read now and return the current level (also used by [`Source::on_ready`]).
+    pub fn sample(&mut self, now: Instant) -> Result<Level, SourceError> {
+        let (usage, limit) = self.files.read()?;
+        let Some(limit) = limit else {
+            // Limit removed at run time: no pressure from here; keep polling slowly.
+            self.last_reading = (usage, u64::MAX);
+            self.next = now + Duration::from_millis(self.cfg.max_interval_ms);
+            return Ok(Level::Normal);
+        };
+        self.last_reading = (usage, limit);
+        self.next = now + poll_interval(free_fraction(usage, limit), &self.cfg);
+        Ok(headroom_level(usage, limit, &self.cfg))
+    }
+}
+
+impl Source for HeadroomSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Headroom
+    }
+
+    fn describe(&self) -> String {
+        let c = &self.cfg;
+        format!(
+            "{}: usage {} of limit {}; Low < {:.0}% free, Moderate < {:.0}%, Critical < {:.0}%; poll {}..{} ms",
+            self.files.dir().display(),
+            self.last_reading.0,
+            self.last_reading.1,
+            c.low_free * 100.0,
+            c.moderate_free * 100.0,
+            c.critical_free * 100.0,
+            c.min_interval_ms,
+            c.max_interval_ms
+        )
+    }
+
+    fn fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
+    fn epoll_events(&self) -> u32 {
+        0
+    }
+
+    fn next_poll(&self, _now: Instant) -> Option<Instant> {
+        Some(self.next)
+    }
+
+    fn on_ready(&mut self, _r: Readiness, now: Instant) -> Result<Outcome, SourceError> {
+        let level = self.sample(now)?;
+        let changed = level != self.last_level;
+        self.last_level = level;
+        if level == Level::Normal {
+            return Ok(Outcome::Quiet);
+        }
+        let repeat = self.last_report.map_or(true, |t| {
+            now.saturating_duration_since(t) >= Duration::from_millis(self.cfg.repeat_ms)
+        });
+        if changed || repeat {
+            self.last_report = Some(now);
+            Ok(Outcome::Event(level))
+        } else {
+            Ok(Outcome::Quiet)
+        }
+    }
+
+    fn fallback(&self) -> Option<Result<Box<dyn Source>, SourceError>> {
+        if !self.follow_own {
+            return None;
+        }
+        let files = own_memory_files(&super::cgroup::own().ok()?)?;
+        if files == self.files {
+            return None;
+        }
+        Some(
+            HeadroomSource::open(files, self.cfg, Instant::now())
+                .map(|s| Box::new(s.following_own_cgroup()) as Box<dyn Source>),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threshold_math() {
+        let c = HeadroomConfig::default();
+        let mib = 1 << 20;
+        let lim = 100 * mib;
+        assert_eq!(headroom_level(0, lim, &c), Level::Normal);
+        assert_eq!(
+            headroom_level(80 * mib, lim, &c),
+            Level::Normal,
+            "exactly 20% free"
+        );
+        assert_eq!(headroom_level(80 * mib + 1, lim, &c), Level::Low);
+        assert_eq!(headroom_level(90 * mib + 1, lim, &c), Level::Moderate);
+        assert_eq!(headroom_level(95 * mib + 1, lim, &c), Level::Critical);
+        assert_eq!(
+            headroom_level(200 * mib, lim, &c),
+            Level::Critical,
+            "over the limit"
+        );
+        assert_eq!(headroom_level(0, 0, &c), Level::Critical, "zero limit");
+        assert_eq!(free_fraction(25, 100), 0.75);
+    }
+
+    #[test]
+    fn interval_shrinks() {
+        let c = HeadroomConfig::default();
+        assert_eq!(poll_interval(1.0, &c), Duration::from_millis(1000));
+        assert_eq!(poll_interval(0.40, &c), Duration::from_millis(1000));
+        assert_eq!(poll_interval(0.05, &c), Duration::from_millis(10));
+        assert_eq!(poll_interval(0.0, &c), Duration::from_millis(10));
+        let mid = poll_interval(0.2, &c);
+        assert!(
+            mid > Duration::from_millis(10) && mid < Duration::from_millis(1000),
+            "{mid:?}"
+        );
+        let mut prev = Duration::MAX;
+        for i in (0..=100).rev() {
+            let d = poll_interval(i as f64 / 100.0, &c);
+            assert!(d <= prev, "monotonic");
+            prev = d;
+        }
+    }
+
+    #[test]
+    fn v1_unlimited_is_inactive() {
+        // The root of the v1 memory hierarchy is always unlimited, if mounted.
+        let root = Path::new("/sys/fs/cgroup/memory");
+        if !root.join("memory.limit_in_bytes").exists() {
+            eprintln!(
+                "skipped: no cgroup v1 memory hierarchy at {}",
+                root.display()
+            );
+            return;
+        }
+        let e = HeadroomSource::open(
+            MemoryFiles::V1(root.into()),
+            HeadroomConfig::default(),
+            Instant::now(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("no limit"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod file_tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("ebbtide-unit-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    /// cgroup v2 file semantics on plain files (this machine has no v2 memory controller).
+    #[test]
+    fn v2_files_limit_is_min_of_high_and_max() {
+        let d = scratch("v2");
+        let w = |n: &str, v: &str| std::fs::write(d.join(n), v).unwrap();
+        w("memory.current", "900\n");
+        w("memory.high", "max\n");
+        w("memory.max", "max\n");
+        let f = MemoryFiles::V2(d.clone());
+        assert_eq!(f.read().unwrap(), (900, None));
+        let e =
+            HeadroomSource::open(f.clone(), HeadroomConfig::default(), Instant::now()).unwrap_err();
+        assert!(e.to_string().contains("no limit: cgroup v2"), "{e}");
+        w("memory.max", "1000\n");
+        assert_eq!(f.read().unwrap(), (900, Some(1000)));
+        w("memory.high", "950\n");
+        assert_eq!(f.read().unwrap(), (900, Some(950)));
+        let now = Instant::now();
+        let mut s = HeadroomSource::open(f.clone(), HeadroomConfig::default(), now).unwrap();
+        assert_eq!(
+            s.on_ready(Readiness::TIMER, now).unwrap(),
+            Outcome::Event(Level::Moderate)
+        );
+        assert_eq!(
+            s.next_poll(now),
+            Some(now + poll_interval(50.0 / 950.0, &HeadroomConfig::default()))
+        );
+        w("memory.current", "bogus\n");
+        let e = s.on_ready(Readiness::TIMER, now).unwrap_err();
+        assert!(
+            e.to_string().contains("memory.current") && e.to_string().contains("bogus"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
