@@ -11,7 +11,7 @@ pub(crate) mod keg;
 pub mod options;
 pub mod os;
 pub mod pressure;
-pub(crate) mod pcpu;
+pub mod pcpu;
 pub mod reclaim;
 pub(crate) mod registry;
 pub(crate) mod slab;
@@ -36,3 +36,9 @@ pub(crate) fn checked_by_default() -> bool {
 pub fn set_checked_by_default(on: bool) {
     CHECKED_DEFAULT.store(on, std::sync::atomic::Ordering::Relaxed);
 }
+
+/// How the per-CPU caches synchronise in this process (rseq, or locked as a fallback).
+pub fn pcpu_mode() -> pcpu::Mode {
+    pcpu::mode()
+}
+pub use pcpu::Mode as PcpuMode;

@@ -1171,7 +1171,7 @@ impl ZoneInner {
             reclaim_trim: self.counters.trims.load(Ordering::Relaxed),
             reclaim_drain: self.counters.drains.load(Ordering::Relaxed),
             reclaim_drain_cpu: self.counters.drain_cpus.load(Ordering::Relaxed),
-            released_bytes: self.counters.released_bytes.load(Ordering::Relaxed),
+            released_bytes: kc.released_bytes,
             squeeze_windows: self.counters.squeezes.load(Ordering::Relaxed),
             depot_contention: self.counters.depot_contention.load(Ordering::Relaxed),
         }
