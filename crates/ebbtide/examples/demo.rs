@@ -9,15 +9,29 @@ use std::time::Instant;
 
 fn rss_mib() -> f64 {
     let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: f64 = s.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let pages: f64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
     pages * ebbtide::os::page_size() as f64 / (1 << 20) as f64
 }
 
 fn main() {
-    let mib: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(512);
+    let mib: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(512);
     let sizes = [64usize, 256, 4096];
-    let zones: Vec<Zone> = sizes.iter().map(|&s| Zone::new(ZoneOptions::new(&format!("demo-{s}"), s)).unwrap()).collect();
-    println!("ebbtide demo: {} CPUs, rseq per-CPU caches: {:?}", ebbtide::os::cpu_count(), ebbtide::pcpu_mode());
+    let zones: Vec<Zone> = sizes
+        .iter()
+        .map(|&s| Zone::new(ZoneOptions::new(&format!("demo-{s}"), s)).unwrap())
+        .collect();
+    println!(
+        "ebbtide demo: {} CPUs, rseq per-CPU caches: {:?}",
+        ebbtide::os::cpu_count(),
+        ebbtide::pcpu_mode()
+    );
     println!("{:<44} {:>10}", "step", "RSS MiB");
     println!("{:<44} {:>10.1}", "start", rss_mib());
 
@@ -35,7 +49,11 @@ fn main() {
         }
         live.push(v);
     }
-    println!("{:<44} {:>10.1}", format!("after a burst of {mib} MiB"), rss_mib());
+    println!(
+        "{:<44} {:>10.1}",
+        format!("after a burst of {mib} MiB"),
+        rss_mib()
+    );
     for (z, v) in zones.iter().zip(live) {
         for p in v {
             // SAFETY: allocated above, freed once.

@@ -416,8 +416,12 @@ impl Keg {
     /// `keep_reserve` is false). Adjacent slabs go back in one `madvise`. Returns the bytes given
     /// back.
     pub(crate) fn reclaim(&self, keep_reserve: bool) -> usize {
+        self.reclaim_keep(if keep_reserve { self.reserve_slabs } else { 0 })
+    }
+
+    /// Gives the pages of free slabs back to the OS until at most `keep` free slabs stay backed.
+    pub(crate) fn reclaim_keep(&self, keep: usize) -> usize {
         let mut g = lock(&self.inner);
-        let keep = if keep_reserve { self.reserve_slabs } else { 0 };
         if g.nfree_slabs <= keep {
             return 0;
         }

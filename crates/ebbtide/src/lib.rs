@@ -78,9 +78,11 @@ pub mod error;
 pub(crate) mod keg;
 pub mod options;
 pub mod os;
-pub mod pressure;
+pub mod page_pool;
 pub mod pcpu;
+pub mod pressure;
 pub mod reclaim;
+pub mod reclaimer;
 pub(crate) mod registry;
 pub(crate) mod slab;
 pub mod stats;
@@ -90,6 +92,8 @@ pub mod zone;
 
 pub use error::{AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
 pub use keg::InvalidKind;
+pub use page_pool::{PagePool, PoolSnapshot};
+pub use pressure::Level;
 pub use reclaim::Request;
 pub use zone::{LimitMode, Zone, ZoneFlags, ZoneOptions, ZoneSnapshot};
 

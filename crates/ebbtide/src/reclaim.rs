@@ -119,6 +119,7 @@ pub fn squeeze(duration_ns: u64) -> usize {
 /// A page mapping failed: synchronous DRAIN_CPU of every zone before the caller retries once.
 pub(crate) fn on_map_failure() {
     MAP_FAILURES.fetch_add(1, Ordering::Relaxed);
+    crate::reclaimer::count_map_failure();
     reclaim_all(Request::DrainCpu);
 }
 
@@ -230,6 +231,44 @@ fn drain_cpu_locked(reg: &crate::registry::Locked, squeeze: bool) -> usize {
         z.count_reclaim(Request::DrainCpu, 0);
     });
     bytes
+}
+
+/// The periodic pass over every zone without pressure (working-set update, idle trim, idle
+/// per-CPU stacks drained); returns the bytes given back.
+pub fn periodic_all(now_ns: u64) -> usize {
+    exclusive(|| {
+        let reg = crate::registry::lock();
+        let mut b = 0;
+        reg.for_each(|z| b += z.periodic(now_ns));
+        b + bucket::reclaim_bucket_kegs()
+    })
+    .unwrap_or(0)
+}
+
+/// Enforces every page pool's cap (`max_buffer_pages`, 0 while squeezing); returns the bytes
+/// given back.
+pub fn shrink_pools() -> usize {
+    let squeezing = squeezing_now();
+    exclusive(|| {
+        let reg = crate::registry::lock();
+        let mut b = 0;
+        reg.for_each(|z| {
+            let max = z.pool_max.load(Ordering::Relaxed);
+            if max != usize::MAX {
+                b += z.shrink_to(if squeezing { 0 } else { max });
+            }
+        });
+        b
+    })
+    .unwrap_or(0)
+}
+
+/// Bytes of free items held in caches and free slab slots, over every zone (the budget source).
+pub fn cached_bytes() -> u64 {
+    let reg = crate::registry::lock();
+    let mut b = 0u64;
+    reg.for_each(|z| b += (z.free_items() * z.item_size) as u64);
+    b
 }
 
 /// Drains the per-CPU stacks of one zone on the CPUs `pick` selects (one fence per CPU). Returns

@@ -281,6 +281,9 @@ pub(crate) struct ZoneInner {
     limit_cv: Condvar,
     limit_full: AtomicBool,
     counters: Counters,
+    /// Page pools: free pages kept between shrinks (`max_buffer_pages`); `usize::MAX` for plain
+    /// zones.
+    pub(crate) pool_max: AtomicUsize,
     // Registry links, guarded by the registry lock.
     pub(crate) reg_next: *mut ZoneInner,
     pub(crate) reg_prev: *mut ZoneInner,
@@ -341,6 +344,8 @@ pub struct ZoneSnapshot {
     pub released_bytes: u64,
     pub squeeze_windows: u64,
     pub depot_contention: u64,
+    /// Page pools: `max_buffer_pages`; `u64::MAX` for plain zones.
+    pub pool_max_buffer_pages: u64,
 }
 
 /// The result of [`Zone::validate`]: the terms of the counting equation.
@@ -446,6 +451,7 @@ impl Zone {
             limit_cv: Condvar::new(),
             limit_full: AtomicBool::new(false),
             counters: Counters::default(),
+            pool_max: AtomicUsize::new(usize::MAX),
             reg_next: ptr::null_mut(),
             reg_prev: ptr::null_mut(),
             map_len: 0,
@@ -467,6 +473,7 @@ impl Zone {
         let zone = Zone { inner: mem };
         zone.inner().open_all_caps();
         crate::registry::insert(mem.as_ptr());
+        crate::reclaimer::ensure_started();
         Ok(zone)
     }
 
@@ -750,6 +757,7 @@ impl ZoneInner {
     #[inline(never)]
     fn alloc_slow(&self) -> Result<NonNull<u8>, AllocError> {
         self.counters.slow_allocs.fetch_add(1, Ordering::Relaxed);
+        crate::reclaimer::ensure_started();
         if self.caching() {
             self.sync_cap();
             // A full bucket from the depot: one item for the caller, the rest onto this CPU.
@@ -1085,7 +1093,7 @@ impl ZoneInner {
         self.counters.squeezes.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn periodic(&self, _now_ns: u64) -> usize {
+    pub(crate) fn periodic(&self, _now_ns: u64) -> usize {
         // 1. Working-set update and trim of what sat untouched above it.
         let keep = {
             let mut d = lock(&self.depot);
@@ -1112,6 +1120,38 @@ impl ZoneInner {
         }
         let released = self.keg.reclaim(true);
         let _ = moved;
+        if released > 0 {
+            self.counters
+                .released_bytes
+                .fetch_add(released as u64, Ordering::Relaxed);
+        }
+        released
+    }
+
+    /// Free items the zone holds anywhere: per-CPU stacks, depot, free slots of backed slabs.
+    pub(crate) fn free_items(&self) -> usize {
+        self.pcpu_items() + lock(&self.depot).wss.nitems as usize + self.keg.counts().free_items
+    }
+
+    /// Page-pool shrink (blkback's `shrink_free_pagepool`): keeps at most `target` free items,
+    /// coldest first — depot buckets, then per-CPU stacks, then the slabs' pages go back to the
+    /// OS. Items in use are never touched. Returns the bytes given back.
+    pub(crate) fn shrink_to(&self, target: usize) -> usize {
+        let free = self.free_items();
+        if free <= target {
+            return 0;
+        }
+        let pcpu = self.pcpu_items();
+        let keep_depot = target.saturating_sub(pcpu) as u64;
+        self.trim_depot(keep_depot);
+        if self.free_items() > target && pcpu > 0 {
+            reclaim::drain_zone_cpus(self, |_| true);
+            self.trim_depot(target as u64);
+        }
+        // Free slab slots may hold what the caches no longer do.
+        let cached = self.pcpu_items() + lock(&self.depot).wss.nitems as usize;
+        let slabs_keep = target.saturating_sub(cached) / self.keg.geo.items_per_slab;
+        let released = self.keg.reclaim_keep(slabs_keep);
         if released > 0 {
             self.counters
                 .released_bytes
@@ -1174,6 +1214,10 @@ impl ZoneInner {
             released_bytes: kc.released_bytes,
             squeeze_windows: self.counters.squeezes.load(Ordering::Relaxed),
             depot_contention: self.counters.depot_contention.load(Ordering::Relaxed),
+            pool_max_buffer_pages: match self.pool_max.load(Ordering::Relaxed) {
+                usize::MAX => u64::MAX,
+                n => n as u64,
+            },
         }
     }
 

@@ -8,12 +8,19 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+/// These tests check exact accounting: no reclaim thread may trim behind their back.
+fn quiet() {
+    let _ = ebbtide::options::set("reclaim_thread", "false");
+    assert!(!ebbtide::reclaimer::running());
+}
+
 fn zone(name: &str, size: usize) -> Zone {
     Zone::new(ZoneOptions::new(name, size)).unwrap()
 }
 
 #[test]
 fn items_are_distinct_aligned_and_writable() {
+    quiet();
     let z = zone("distinct", 48);
     assert_eq!(z.item_size(), 48);
     let mut seen = HashSet::new();
@@ -40,6 +47,7 @@ fn items_are_distinct_aligned_and_writable() {
 
 #[test]
 fn bad_options_name_the_option() {
+    quiet();
     let e = Zone::new(ZoneOptions::new("z", 0))
         .err()
         .unwrap()
@@ -75,6 +83,7 @@ fn bad_options_name_the_option() {
 
 #[test]
 fn invalid_frees_are_refused_and_change_nothing() {
+    quiet();
     let z = zone("victim", 64);
     let other = zone("other", 64);
     let a = z.alloc().unwrap();
@@ -123,6 +132,7 @@ fn invalid_frees_are_refused_and_change_nothing() {
 
 #[test]
 fn checked_mode_catches_double_free_at_once() {
+    quiet();
     let z = Zone::new(ZoneOptions::new("checked", 32).flags(ZoneFlags::CHECKED)).unwrap();
     let a = z.alloc().unwrap();
     // SAFETY: first free valid; the second is the double free under test.
@@ -139,6 +149,7 @@ fn checked_mode_catches_double_free_at_once() {
 
 #[test]
 fn default_mode_double_free_is_caught_at_the_slab_and_not_applied() {
+    quiet();
     let z = Zone::new(ZoneOptions::new("late", 64).flags(ZoneFlags::NOBUCKET)).unwrap();
     let a = z.alloc().unwrap();
     let keep = z.alloc().unwrap();
@@ -157,6 +168,7 @@ fn default_mode_double_free_is_caught_at_the_slab_and_not_applied() {
 
 #[test]
 fn destroy_with_live_items_fails_with_the_count() {
+    quiet();
     let z = zone("busy", 128);
     let v: Vec<_> = (0..3).map(|_| z.alloc().unwrap()).collect();
     let (z, busy) = z.destroy().unwrap_err();
@@ -209,6 +221,7 @@ unsafe extern "C" fn dtor(item: *mut c_void, _: usize, _: *mut c_void) {
 
 #[test]
 fn hooks_run_at_the_right_layers() {
+    quiet();
     let z = Zone::new(ZoneOptions::new("hooks", 40).hooks(
         Some(init),
         Some(fini),
@@ -243,6 +256,7 @@ fn hooks_run_at_the_right_layers() {
 
 #[test]
 fn limit_fail_mode() {
+    quiet();
     let z = Zone::new(ZoneOptions::new("limited", 64).max_items(100, LimitMode::Fail)).unwrap();
     let mut v = vec![];
     loop {
@@ -272,6 +286,7 @@ fn limit_fail_mode() {
 
 #[test]
 fn limit_wait_mode_sleeps_until_an_item_comes_back() {
+    quiet();
     let z = Arc::new(
         Zone::new(ZoneOptions::new("waiting", 64).max_items(10, LimitMode::Wait)).unwrap(),
     );
@@ -302,6 +317,7 @@ fn limit_wait_mode_sleeps_until_an_item_comes_back() {
 
 #[test]
 fn reclaim_requests_give_memory_back_and_report_bytes() {
+    quiet();
     let z = zone("reclaimable", 256);
     let v: Vec<_> = (0..20_000).map(|_| z.alloc().unwrap()).collect();
     for p in v {
@@ -341,6 +357,7 @@ fn reclaim_requests_give_memory_back_and_report_bytes() {
 
 #[test]
 fn injected_mapping_failure_reclaims_and_retries_once() {
+    quiet();
     let z = zone("mapfail", 4096);
     let before = ebbtide::reclaim::map_failures();
     // The first commit fails; the zone drains caches and retries once, which succeeds.
@@ -377,6 +394,7 @@ fn injected_mapping_failure_reclaims_and_retries_once() {
 
 #[test]
 fn collected_stats_carry_the_zone_and_global_figures() {
+    quiet();
     let z = zone("stats-visible", 100);
     let v: Vec<_> = (0..500).map(|_| z.alloc().unwrap()).collect();
     let snap = ebbtide::stats::collect();

@@ -239,6 +239,19 @@ tunables! {
         doc: "A DRAIN_CPU reclaim (depots, then every per-CPU cache, then depots again) runs at \
               most once per this interval (UMA: once per second). 0 means no rate limit.",
     },
+    /// Rate limit of depot drains.
+    DrainMinIntervalMs {
+        name: "drain_min_interval_ms",
+        kind: Kind::Millis,
+        default: 250,
+        range: 0 => 3_600_000,
+        runtime: true,
+        level: Testing,
+        summary: "minimum time between two pressure-triggered DRAIN reclaims",
+        doc: "A DRAIN reclaim (every depot to the slabs) triggered by Moderate pressure runs at \
+              most once per this interval, so a chatty source cannot cause a reclaim storm; the \
+              squeeze window is still extended by every event. 0 means no rate limit.",
+    },
     /// Rate limit of trims triggered by pressure.
     TrimMinIntervalMs {
         name: "trim_min_interval_ms",
@@ -255,14 +268,15 @@ tunables! {
     LevelHoldMs {
         name: "level_hold_ms",
         kind: Kind::Millis,
-        default: 2000,
+        default: 2500,
         range: 0 => 600_000,
         runtime: true,
         level: Testing,
         summary: "how long a pressure level holds without new events before it drops",
         doc: "The pressure level stays at the highest level seen until no event of that level \
               arrived for this long, then drops one level at a time. 0 means the level drops \
-              at the next check.",
+              at the next check. The default outlasts one 2 s PSI window plus delivery jitter: \
+              PSI reports at most once per window while a stall continues.",
     },
     /// PSI trigger stall for Low pressure.
     PsiLowStallUs {

@@ -97,3 +97,8 @@ pub use source::{
 };
 pub use systemd::{SystemdConfig, SystemdSource};
 pub use watcher::{Watcher, WatcherConfig};
+
+// The process-wide entry points live with the reclaim thread that serves them.
+pub use crate::reclaimer::{
+    level as current_level, notify, register_lowmem_handler, unregister_lowmem_handler,
+};

@@ -575,14 +575,25 @@ mod tests {
             inj.inject(Level::Low);
         });
         let t = Instant::now();
-        let ev = w.wait(Some(Duration::from_secs(10))).unwrap();
+        // The waiter may wake between the two injections (a loaded machine): then the Low comes
+        // as a second event. Either way the Moderate arrives and nothing else does.
+        let mut seen = Vec::new();
+        while !seen
+            .iter()
+            .any(|e: &PressureEvent| e.level == Level::Moderate)
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "inject lost: {seen:?}"
+            );
+            seen.extend(w.wait(Some(Duration::from_secs(5))).unwrap());
+        }
         th.join().unwrap();
-        assert!(t.elapsed() < Duration::from_secs(5));
-        assert_eq!(ev.len(), 1);
-        assert_eq!(
-            (ev[0].kind, ev[0].level),
-            (SourceKind::Explicit, Level::Moderate)
-        );
+        seen.extend(w.wait(Some(Duration::from_millis(20))).unwrap());
+        assert!(seen.len() <= 2, "{seen:?}");
+        assert!(seen
+            .iter()
+            .all(|e| e.kind == SourceKind::Explicit && e.level >= Level::Low));
         // Nothing left over.
         assert!(w.wait(Some(Duration::from_millis(20))).unwrap().is_empty());
     }

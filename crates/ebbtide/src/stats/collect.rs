@@ -72,13 +72,27 @@ pub fn collect() -> Snapshot {
                 0
             }
         },
-        events_mmap_failure: crate::reclaim::map_failures(),
         ..GlobalStats::default()
     };
-    Snapshot {
+    let mut s = Snapshot {
         global,
         sources: Vec::new(),
-        zones: zones.iter().map(ZoneStats::from).collect(),
+        zones: Vec::new(),
         pools: Vec::new(),
+    };
+    for z in &zones {
+        if z.pool_max_buffer_pages != u64::MAX {
+            s.pools.push(super::PoolStats {
+                zone: ZoneStats::from(z),
+                max_buffer_pages: z.pool_max_buffer_pages,
+                free_pages: z.cached_items_pcpu + z.depot.nitems + z.free_items_slabs,
+                pages_in_use: z.used,
+                squeezed: crate::reclaim::squeezing_now(),
+            });
+        } else {
+            s.zones.push(ZoneStats::from(z));
+        }
     }
+    crate::reclaimer::fill_stats(&mut s);
+    s
 }
