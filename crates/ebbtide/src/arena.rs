@@ -36,7 +36,6 @@ pub(crate) struct Arena {
     pub(crate) len: usize,
     /// One tag per chunk (see the module docs).
     pub(crate) map: *const AtomicU64,
-    map_len: usize,
     /// Chunks below this index have been handed out at least once (and are committed).
     bump: AtomicUsize,
     /// Head of the free chunk list (index + 1, 0 = empty), protected by the mutex.
@@ -57,14 +56,6 @@ pub(crate) fn get() -> Result<&'static Arena, OsError> {
     match ARENA.get_or_init(Arena::reserve) {
         Ok(a) => Ok(a),
         Err(e) => Err(*e),
-    }
-}
-
-/// The arena if it exists already (never creates it).
-pub(crate) fn existing() -> Option<&'static Arena> {
-    match ARENA.get() {
-        Some(Ok(a)) => Some(a),
-        _ => None,
     }
 }
 
@@ -92,7 +83,6 @@ impl Arena {
             base: base.as_ptr() as usize,
             len,
             map: map.as_ptr().cast(),
-            map_len,
             bump: AtomicUsize::new(0),
             free: Mutex::new(0),
             next_tag: AtomicU64::new(1),
@@ -172,16 +162,6 @@ impl Arena {
         self.entry(idx)
             .store(((*head as u64) << 1) | 1, Ordering::Release);
         *head = idx + 1;
-    }
-
-    /// Bytes of chunk map (metadata) mapped.
-    pub(crate) fn map_bytes(&self) -> usize {
-        self.map_len
-    }
-
-    /// Chunks handed out at least once.
-    pub(crate) fn chunks_used(&self) -> usize {
-        self.bump.load(Ordering::Relaxed)
     }
 }
 

@@ -129,17 +129,6 @@ impl Bucket {
     }
 }
 
-/// Bytes of backed slabs in the bucket kegs (metadata of the caches).
-pub(crate) fn bucket_bytes() -> usize {
-    match KEGS.get() {
-        Some(Ok(ks)) => ks
-            .iter()
-            .map(|k| k.counts().backed_slabs * k.geo.slab_size)
-            .sum(),
-        _ => 0,
-    }
-}
-
 /// Gives the pages of free bucket slabs back to the OS.
 pub(crate) fn reclaim_bucket_kegs() -> usize {
     match KEGS.get() {

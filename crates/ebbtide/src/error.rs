@@ -17,6 +17,8 @@ pub enum ConfigError {
     /// The name is empty, too long, or contains a NUL byte or a character the stats formats
     /// cannot carry.
     BadName { name_len: usize, why: &'static str },
+    /// `flags` has bits this version does not know.
+    BadFlags { flags: u32, known: u32 },
     /// `max_items` is set together with a flag that contradicts it, or out of range.
     BadLimit { why: &'static str },
 }
@@ -33,6 +35,11 @@ impl fmt::Display for ConfigError {
                 "invalid zone option 'align': {align} (must be a power of two from 1 to the page size {page_size})"
             ),
             ConfigError::BadName { name_len, why } => write!(f, "invalid zone option 'name' ({name_len} bytes): {why}"),
+            ConfigError::BadFlags { flags, known } => write!(
+                f,
+                "invalid zone option 'flags': {flags:#x} has unknown bits {:#x} (known: {known:#x})",
+                flags & !known
+            ),
             ConfigError::BadLimit { why } => write!(f, "invalid zone option 'max_items': {why}"),
         }
     }

@@ -558,11 +558,6 @@ impl Pcpu {
         }
     }
 
-    /// Bytes mapped for the stacks.
-    pub(crate) fn mapped_bytes(&self) -> usize {
-        self.map_len
-    }
-
     pub(crate) fn ncpu(&self) -> usize {
         self.ncpu as usize
     }

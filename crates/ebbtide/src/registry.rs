@@ -75,9 +75,4 @@ impl Locked {
             }
         }
     }
-
-    /// Number of live zones.
-    pub(crate) fn count(&self) -> usize {
-        self.0.count
-    }
 }

@@ -87,7 +87,8 @@ impl Wss {
             self.timin = 0;
         }
         self.last_imin = self.imin;
-        self.imax -= (self.imax - self.nitems + 1) / 2;
+        // UMA: imax -= (imax - nitems + 1) / 2
+        self.imax -= (self.imax - self.nitems).div_ceil(2);
         self.imin = self.nitems;
         self.bimin = self.nitems;
     }

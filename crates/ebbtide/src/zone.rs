@@ -16,7 +16,7 @@ use crate::bucket::{self, Bucket, BUCKET_MAX};
 use crate::depot::DepotInner;
 use crate::error::{report, AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
 use crate::keg::{InvalidKind, Keg};
-use crate::os::{self, OsError};
+use crate::os;
 use crate::pcpu::{self, lock_header, Pcpu};
 use crate::reclaim::{self, Request};
 use crate::slab::MAX_ITEM_SIZE;
@@ -378,13 +378,13 @@ impl Zone {
         let item_size = o.item_size()?;
         let name = ZoneName::new(o.name)?;
         if o.flags.0 & !ZoneFlags::ALL != 0 {
-            return Err(ConfigError::BadName {
-                name_len: o.name.len(),
-                why: "unknown flag bits",
+            return Err(ConfigError::BadFlags {
+                flags: o.flags.0,
+                known: ZoneFlags::ALL,
             }
             .into());
         }
-        if o.max_items > 0 && o.max_items > (1usize << 48) {
+        if o.max_items > (1usize << 48) {
             return Err(ConfigError::BadLimit {
                 why: "above 2^48 items",
             }

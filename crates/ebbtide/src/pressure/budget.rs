@@ -146,7 +146,7 @@ impl Source for BudgetSource {
         if level == Level::Normal {
             return Ok(Outcome::Quiet);
         }
-        let repeat = self.last_report.map_or(true, |t| {
+        let repeat = self.last_report.is_none_or(|t| {
             now.saturating_duration_since(t) >= Duration::from_millis(self.cfg.repeat_ms)
         });
         if changed || repeat {

@@ -131,7 +131,7 @@ impl Coalescer {
         self.signals += count;
         let due = self
             .last
-            .map_or(true, |t| now.saturating_duration_since(t) >= self.interval);
+            .is_none_or(|t| now.saturating_duration_since(t) >= self.interval);
         if due {
             self.last = Some(now);
             self.reported += 1;

@@ -26,6 +26,15 @@ impl Level {
     pub const ALL: [Level; 4] = [Level::Normal, Level::Low, Level::Moderate, Level::Critical];
 
     /// The level with this ABI value, `None` for values above 3.
+    /// From the C ABI value (`EBB_PRESSURE_*`, 0..=3).
+    pub const fn from_raw(v: i32) -> Option<Level> {
+        if v < 0 || v > 3 {
+            None
+        } else {
+            Level::from_u8(v as u8)
+        }
+    }
+
     pub const fn from_u8(v: u8) -> Option<Level> {
         match v {
             0 => Some(Level::Normal),
