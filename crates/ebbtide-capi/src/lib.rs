@@ -745,3 +745,6 @@ mod tests {
         assert!(m.contains("boom"), "{m}");
     }
 }
+
+#[cfg(test)]
+mod abi_check;
