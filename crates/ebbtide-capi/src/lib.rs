@@ -744,6 +744,33 @@ mod tests {
             .unwrap();
         assert!(m.contains("boom"), "{m}");
     }
+
+    /// `guard_abort` (used where no error return exists) aborts with a message; run in a child
+    /// process (this test binary again, filtered to this test, with a marker variable).
+    #[test]
+    fn panics_without_error_return_abort_cleanly() {
+        if std::env::var_os("EBBTIDE_CAPI_ABORT_CHILD").is_some() {
+            guard_abort("ebb_test_fn", || panic!("kaboom"));
+            unreachable!("guard_abort returned after a panic");
+        }
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "tests::panics_without_error_return_abort_cleanly",
+                "--nocapture",
+            ])
+            .env("EBBTIDE_CAPI_ABORT_CHILD", "1")
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("ebbtide: ebb_test_fn: internal error (Rust panic): kaboom; aborting"),
+            "{err}"
+        );
+    }
 }
 
 #[cfg(test)]
