@@ -247,6 +247,30 @@ static void test_invalid_frees(void) {
     ebb_zone_free(z, b);
     ebb_zone_free(z, keep);
     CHECK(ebb_zone_destroy(z) == 0);
+
+    /* Double free outside checked mode: the core catches it when the item reaches its slab
+     * (here: at the drain), reports it and does not apply it. */
+    z = ebb_zone_create("capi-late", 64, 0, 0);
+    REQUIRE(z != NULL);
+    keep = ebb_zone_alloc(z);
+    p = ebb_zone_alloc(z);
+    REQUIRE(keep != NULL && p != NULL);
+    begin_capture();
+    ebb_zone_free(z, p);
+    ebb_zone_free(z, p);
+    CHECK(ebb_reclaim(EBB_RECLAIM_DRAIN_CPU) >= 0);
+    msg = end_capture();
+    CHECK(strstr(msg, "double free") != NULL);
+    CHECK(strstr(msg, "capi-late") != NULL);
+    REQUIRE(zone_stats("capi-late", &st) == 0);
+    CHECK(st.used == 1);
+    a = ebb_zone_alloc(z);
+    b = ebb_zone_alloc(z);
+    CHECK(a != NULL && b != NULL && a != b);
+    ebb_zone_free(z, a);
+    ebb_zone_free(z, b);
+    ebb_zone_free(z, keep);
+    CHECK(ebb_zone_destroy(z) == 0);
 }
 
 static void test_destroy_busy(void) {
