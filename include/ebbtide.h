@@ -5,7 +5,7 @@
  * constants, struct layouts (offsets and sizes compiled in a C program), the exported symbols
  * (nm -D) against the functions declared here, and the stats block below against
  * ebbtide::stats::c_header(). Regenerate that block with
- *   EBBTIDE_BLESS=1 cargo test -p ebbtide-capi --test c_tests header_stats_block
+ *   EBBTIDE_BLESS=1 cargo test -p ebbtide-capi --lib header_stats_block
  *
  * Conventions: a failing call returns NULL / -1 / 0 (as documented per function) and sets
  * errno; ebb_last_error() then says what was wrong (per thread). No call ever lets a Rust panic

@@ -222,8 +222,8 @@ fn header_constants_and_layouts() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The header also compiles as C++ (extern "C" block) when a C++ compiler is there, and as
-/// strict C89-compatible-enough C99.
+/// The header compiles on its own as C99, C11 and C17, and as C++11 when a C++ compiler is
+/// installed.
 #[test]
 fn header_compiles_standalone() {
     let dir = std::env::temp_dir().join(format!("ebbtide-hdr-{}", std::process::id()));
@@ -252,6 +252,34 @@ fn header_compiles_standalone() {
         assert!(
             out.status.success(),
             "{std}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // C++ (the extern "C" block), when a C++ compiler is installed.
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
+    let src = dir.join("h.cc");
+    std::fs::write(
+        &src,
+        "#include \"ebbtide.h\"\nint main() { return ebb_version() == nullptr; }\n",
+    )
+    .unwrap();
+    if let Ok(out) = Command::new(&cxx)
+        .args([
+            "-std=c++11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-fsyntax-only",
+            "-I",
+        ])
+        .arg(root().join("include"))
+        .arg(&src)
+        .output()
+    {
+        assert!(
+            out.status.success(),
+            "C++: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
