@@ -1,0 +1,777 @@
+//! C API of ebbtide: `libebbtide.so` / `libebbtide.a` with `include/ebbtide.h`.
+//!
+//! Conventions (see `docs/c-api.md`):
+//!
+//! * Every function reports failure through its return value (`NULL`, `-1`, `0` for the
+//!   length-returning stats calls) and sets `errno`; [`ebb_last_error`] returns a message
+//!   saying what was wrong (per thread, until the next failure on that thread).
+//! * No Rust panic crosses the boundary: every entry point runs its body under
+//!   [`std::panic::catch_unwind`]. A caught panic is reported as `EIO`, or, in the functions
+//!   without an error return ([`ebb_zone_free`], [`ebb_pool_put`] once pools exist), aborts the
+//!   process after a message on stderr.
+//! * Invalid frees (not an item of the zone, misaligned, double free in checked mode) are
+//!   printed on stderr, counted ([`ebb_invalid_frees`]) and never applied.
+//!
+//! Pending (not exported until the Rust core has them): page pools (`ebb_pool_*`),
+//! `ebb_pressure_notify` and low-memory handler registration.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use core::ffi::{c_char, c_int, c_uint, c_void};
+use core::mem::ManuallyDrop;
+use core::ptr::{self, NonNull};
+use ebbtide_core::options::OptionErrorKind;
+use ebbtide_core::stats::{GlobalStatsC, ZoneStatsC};
+use ebbtide_core::zone::{FiniHook, InitHook};
+use ebbtide_core::{AllocError, CreateError, LimitMode, Request, Zone, ZoneFlags, ZoneOptions};
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::ffi::{CStr, CString};
+use std::io::Write;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// `EBB_ZONE_NOTRIM`: never trim the depot to its working set.
+pub const EBB_ZONE_NOTRIM: c_uint = ZoneFlags::NOTRIM.0;
+/// `EBB_ZONE_NOBUCKET`: no per-CPU caches or depot.
+pub const EBB_ZONE_NOBUCKET: c_uint = ZoneFlags::NOBUCKET.0;
+/// `EBB_ZONE_CHECKED`: full checks on every free (double frees caught at once).
+pub const EBB_ZONE_CHECKED: c_uint = ZoneFlags::CHECKED.0;
+/// `EBB_ZONE_ZERO`: zero each item on allocation.
+pub const EBB_ZONE_ZERO: c_uint = ZoneFlags::ZERO.0;
+/// `EBB_LIMIT_FAIL`: at `max_items`, fail at once.
+pub const EBB_LIMIT_FAIL: c_int = 0;
+/// `EBB_LIMIT_WAIT`: at `max_items`, sleep until an item comes back.
+pub const EBB_LIMIT_WAIT: c_int = 1;
+/// `EBB_RECLAIM_TRIM`.
+pub const EBB_RECLAIM_TRIM: c_int = Request::Trim as c_int;
+/// `EBB_RECLAIM_DRAIN`.
+pub const EBB_RECLAIM_DRAIN: c_int = Request::Drain as c_int;
+/// `EBB_RECLAIM_DRAIN_CPU`.
+pub const EBB_RECLAIM_DRAIN_CPU: c_int = Request::DrainCpu as c_int;
+/// `EBB_PRESSURE_NONE` .. `EBB_PRESSURE_CRITICAL` (the header defines them for
+/// `ebb_pressure_notify`, which is pending; the values are fixed by the issue).
+pub const EBB_PRESSURE_NONE: c_int = 0;
+/// See [`EBB_PRESSURE_NONE`].
+pub const EBB_PRESSURE_LOW: c_int = 1;
+/// See [`EBB_PRESSURE_NONE`].
+pub const EBB_PRESSURE_MODERATE: c_int = 2;
+/// See [`EBB_PRESSURE_NONE`].
+pub const EBB_PRESSURE_CRITICAL: c_int = 3;
+/// Largest `struct ebb_zone_options` size accepted (a larger `size` field is taken for garbage).
+pub const EBB_ZONE_OPTIONS_MAX_SIZE: usize = 4096;
+
+/// The version string, NUL-terminated.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
+
+/// `struct ebb_zone_options` (version 1). Callers set `size = sizeof(struct ebb_zone_options)`;
+/// every field left 0 means its default. Later versions only append fields, so a caller
+/// compiled against an older header passes a smaller `size` and gets defaults for the rest.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct EbbZoneOptions {
+    /// `sizeof(struct ebb_zone_options)` as the caller knows it.
+    pub size: usize,
+    /// Item alignment: 0 = default (8, or 16 for items of 16 bytes or more); else a power of two
+    /// up to the page size.
+    pub align: usize,
+    /// Run when an item leaves a slab; non-zero return fails the allocation.
+    pub init: Option<InitHook>,
+    /// Run when an item returns to a slab.
+    pub fini: Option<FiniHook>,
+    /// Run on every allocation; non-zero return fails the allocation.
+    pub ctor: Option<InitHook>,
+    /// Run on every free.
+    pub dtor: Option<FiniHook>,
+    /// Passed to every hook.
+    pub hook_arg: *mut c_void,
+    /// At most this many items out of the slabs (cached items count); 0 = no limit.
+    pub max_items: usize,
+    /// `EBB_LIMIT_FAIL` (0) or `EBB_LIMIT_WAIT` (1).
+    pub limit_mode: c_int,
+    /// `EBB_ZONE_*` flags.
+    pub flags: c_uint,
+    /// Free slabs kept backed when reclaiming, in items.
+    pub reserve_items: usize,
+    /// Most items the depot may hold; 0 = no cap.
+    pub depot_max_items: u64,
+}
+
+impl EbbZoneOptions {
+    /// All defaults (what a zeroed struct means).
+    pub const fn zeroed() -> Self {
+        EbbZoneOptions {
+            size: core::mem::size_of::<EbbZoneOptions>(),
+            align: 0,
+            init: None,
+            fini: None,
+            ctor: None,
+            dtor: None,
+            hook_arg: ptr::null_mut(),
+            max_items: 0,
+            limit_mode: 0,
+            flags: 0,
+            reserve_items: 0,
+            depot_max_items: 0,
+        }
+    }
+
+    /// `(member, offset, size)` of every member, in order (checked against the C header).
+    pub fn members() -> Vec<(&'static str, usize, usize)> {
+        use core::mem::{offset_of, size_of};
+        macro_rules! m {
+            ($($f:ident: $t:ty),*) => { vec![$((stringify!($f), offset_of!(EbbZoneOptions, $f), size_of::<$t>())),*] };
+        }
+        m!(size: usize, align: usize, init: Option<InitHook>, fini: Option<FiniHook>,
+           ctor: Option<InitHook>, dtor: Option<FiniHook>, hook_arg: *mut c_void,
+           max_items: usize, limit_mode: c_int, flags: c_uint, reserve_items: usize,
+           depot_max_items: u64)
+    }
+
+    /// The `size` values a caller may pass: the end of every member (older versions of the
+    /// struct end at one of them), and anything larger whose unknown tail is zero.
+    pub fn valid_sizes() -> Vec<usize> {
+        Self::members().iter().map(|(_, o, s)| o + s).collect()
+    }
+}
+
+/// Opaque handle of a zone (`ebb_zone *`): the pointer of [`Zone::into_raw`].
+pub enum EbbZone {}
+
+// ---------------------------------------------------------------------------------------------
+// errno and the last error message
+
+fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() = e };
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Records a failure: errno and this thread's message.
+fn fail(errno: c_int, msg: impl Into<String>) {
+    let mut m = msg.into().into_bytes();
+    m.retain(|&b| b != 0);
+    let c = CString::new(m).unwrap_or_default();
+    let _ = LAST_ERROR.try_with(|l| *l.borrow_mut() = c);
+    set_errno(errno);
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic payload".to_string()
+    }
+}
+
+/// Runs `f`; a panic becomes `EIO` and the value `on_panic`.
+fn guard<R>(func: &str, on_panic: R, f: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            fail(
+                libc::EIO,
+                format!("{func}: internal error (Rust panic): {}", panic_text(&*p)),
+            );
+            on_panic
+        }
+    }
+}
+
+/// Runs `f`; a panic aborts the process after a message on stderr (for functions without an
+/// error return).
+fn guard_abort(func: &str, f: impl FnOnce()) {
+    if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "ebbtide: {func}: internal error (Rust panic): {}; aborting",
+            panic_text(&*p)
+        );
+        std::process::abort();
+    }
+}
+
+/// A C string argument as `&str`; `None` (EINVAL recorded) if NULL or not UTF-8.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that lives for `'a`.
+unsafe fn c_str<'a>(func: &str, what: &str, p: *const c_char) -> Option<&'a str> {
+    if p.is_null() {
+        fail(libc::EINVAL, format!("{func}: {what} is NULL"));
+        return None;
+    }
+    // SAFETY: non-null; the caller guarantees NUL termination and lifetime.
+    match unsafe { CStr::from_ptr(p) }.to_str() {
+        Ok(s) => Some(s),
+        Err(_) => {
+            fail(libc::EINVAL, format!("{func}: {what} is not valid UTF-8"));
+            None
+        }
+    }
+}
+
+/// Copies `text` into `buf` with snprintf semantics; returns `text.len()`.
+///
+/// # Safety
+/// `buf` is NULL or valid for `len` bytes of writes.
+unsafe fn copy_out(text: &[u8], buf: *mut c_char, len: usize) -> usize {
+    if !buf.is_null() && len > 0 {
+        let n = text.len().min(len - 1);
+        // SAFETY: `buf` has room for `len` bytes and n + 1 <= len; `text` does not overlap a
+        // buffer the caller owns (it is our own String).
+        unsafe {
+            ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+        }
+    }
+    text.len()
+}
+
+// ---------------------------------------------------------------------------------------------
+// zones
+
+/// Live zone handles created through this API: `ebb_zone_destroy` refuses anything else
+/// (double destroy, garbage). Only create and destroy take this lock.
+static LIVE_ZONES: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
+
+/// Invalid frees seen through this API (also counted per zone by the core).
+static INVALID_FREES: AtomicU64 = AtomicU64::new(0);
+
+fn live_zones() -> std::sync::MutexGuard<'static, BTreeSet<usize>> {
+    LIVE_ZONES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Borrows the zone behind a handle without taking ownership.
+///
+/// # Safety
+/// `z` is a live handle from `ebb_zone_create*`.
+unsafe fn borrow_zone(z: *mut EbbZone) -> ManuallyDrop<Zone> {
+    // SAFETY: caller's guarantee; ManuallyDrop keeps the handle's ownership with the caller.
+    ManuallyDrop::new(unsafe { Zone::from_raw(z.cast()) })
+}
+
+fn create_errno(e: &CreateError) -> c_int {
+    match e {
+        CreateError::Config(_) => libc::EINVAL,
+        CreateError::Os(_) => libc::ENOMEM,
+    }
+}
+
+fn create(func: &str, name: &str, size: usize, o: &EbbZoneOptions) -> *mut EbbZone {
+    let mut zo = ZoneOptions::new(name, size);
+    if o.align != 0 {
+        zo = zo.align(o.align);
+    }
+    let mode = match o.limit_mode {
+        EBB_LIMIT_FAIL => LimitMode::Fail,
+        EBB_LIMIT_WAIT => LimitMode::Wait,
+        m => {
+            fail(
+                libc::EINVAL,
+                format!(
+                    "{func}: limit_mode {m} is neither EBB_LIMIT_FAIL (0) nor EBB_LIMIT_WAIT (1)"
+                ),
+            );
+            return ptr::null_mut();
+        }
+    };
+    if o.flags & !ZoneFlags::ALL != 0 {
+        fail(
+            libc::EINVAL,
+            format!(
+                "{func}: unknown flag bits {:#x} (known: EBB_ZONE_NOTRIM|NOBUCKET|CHECKED|ZERO = {:#x})",
+                o.flags & !ZoneFlags::ALL,
+                ZoneFlags::ALL
+            ),
+        );
+        return ptr::null_mut();
+    }
+    zo = zo
+        .flags(ZoneFlags(o.flags))
+        .max_items(o.max_items, mode)
+        .hooks(o.init, o.fini, o.ctor, o.dtor, o.hook_arg)
+        .reserve_items(o.reserve_items);
+    if o.depot_max_items != 0 {
+        zo = zo.depot_max_items(o.depot_max_items);
+    }
+    match Zone::new(zo) {
+        Ok(z) => {
+            let p = z.into_raw();
+            live_zones().insert(p as usize);
+            p.cast()
+        }
+        Err(e) => {
+            fail(create_errno(&e), format!("{func}: {e}"));
+            ptr::null_mut()
+        }
+    }
+}
+
+/// Creates a zone of `size`-byte items. `align` 0 = default. NULL with errno EINVAL on bad
+/// arguments, ENOMEM when the zone's metadata cannot be mapped.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_zone_create(
+    name: *const c_char,
+    size: usize,
+    align: usize,
+    flags: c_uint,
+) -> *mut EbbZone {
+    const F: &str = "ebb_zone_create";
+    guard(F, ptr::null_mut(), || {
+        // SAFETY: caller's guarantee on `name`.
+        let Some(name) = (unsafe { c_str(F, "name", name) }) else {
+            return ptr::null_mut();
+        };
+        let o = EbbZoneOptions {
+            align,
+            flags,
+            ..EbbZoneOptions::zeroed()
+        };
+        create(F, name, size, &o)
+    })
+}
+
+/// Creates a zone with options (`opts` NULL = all defaults); see [`EbbZoneOptions`] for the
+/// versioning rule of `opts->size`.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; `opts` is NULL or points to at least
+/// `opts->size` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_zone_create_ex(
+    name: *const c_char,
+    item_size: usize,
+    opts: *const EbbZoneOptions,
+) -> *mut EbbZone {
+    const F: &str = "ebb_zone_create_ex";
+    guard(F, ptr::null_mut(), || {
+        // SAFETY: caller's guarantee on `name`.
+        let Some(name) = (unsafe { c_str(F, "name", name) }) else {
+            return ptr::null_mut();
+        };
+        let mut o = EbbZoneOptions::zeroed();
+        if !opts.is_null() {
+            // SAFETY: the caller's struct starts with its `size` member (a size_t).
+            let given = unsafe { ptr::read_unaligned(opts.cast::<usize>()) };
+            let ours = core::mem::size_of::<EbbZoneOptions>();
+            if given < ours && !EbbZoneOptions::valid_sizes().contains(&given) {
+                fail(
+                    libc::EINVAL,
+                    format!("{F}: opts->size {given} is not the size of any version of struct ebb_zone_options (this library's is {ours})"),
+                );
+                return ptr::null_mut();
+            }
+            if given > EBB_ZONE_OPTIONS_MAX_SIZE {
+                fail(
+                    libc::EINVAL,
+                    format!("{F}: opts->size {given} is implausible (this library's struct is {ours} bytes); was it set to sizeof(struct ebb_zone_options)?"),
+                );
+                return ptr::null_mut();
+            }
+            if given > ours {
+                // SAFETY: the caller vouches for `given` readable bytes.
+                let tail = unsafe {
+                    core::slice::from_raw_parts(opts.cast::<u8>().add(ours), given - ours)
+                };
+                if let Some(i) = tail.iter().position(|&b| b != 0) {
+                    fail(
+                        libc::EINVAL,
+                        format!("{F}: opts->size {given} is larger than this library's struct ebb_zone_options ({ours} bytes) and byte {} of the unknown tail is not zero (an option this version does not know)", ours + i),
+                    );
+                    return ptr::null_mut();
+                }
+            }
+            let n = given.min(ours);
+            // SAFETY: `n` bytes are readable at `opts` (caller) and writable at `o`; every
+            // prefix ending at a member boundary of a zeroed `EbbZoneOptions` overwritten with
+            // the caller's bytes is a valid value (all members are plain data or nullable fn
+            // pointers).
+            unsafe {
+                ptr::copy_nonoverlapping(
+                    opts.cast::<u8>(),
+                    (&mut o as *mut EbbZoneOptions).cast::<u8>(),
+                    n,
+                )
+            };
+        }
+        create(F, name, item_size, &o)
+    })
+}
+
+/// Allocates one item. NULL with errno: ENOMEM (no memory, or the zone's limit reached in
+/// `EBB_LIMIT_FAIL` mode), ECANCELED (an init or ctor hook refused the item), EINVAL (NULL
+/// zone), EIO (internal error).
+///
+/// # Safety
+/// `zone` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
+    const F: &str = "ebb_zone_alloc";
+    guard(F, ptr::null_mut(), || {
+        if zone.is_null() {
+            fail(libc::EINVAL, format!("{F}: zone is NULL"));
+            return ptr::null_mut();
+        }
+        // SAFETY: caller's guarantee.
+        let z = unsafe { borrow_zone(zone) };
+        match z.alloc() {
+            Ok(p) => p.as_ptr().cast(),
+            Err(e) => {
+                let errno = match e {
+                    AllocError::OutOfMemory(_) | AllocError::LimitReached { .. } => libc::ENOMEM,
+                    AllocError::InitFailed | AllocError::CtorFailed => libc::ECANCELED,
+                };
+                fail(errno, format!("{F}: zone '{}': {e}", z.name()));
+                ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// Frees an item. `item` NULL does nothing. An invalid free (not an item of this zone, not at
+/// an item's start, a double free caught in checked mode) is printed on stderr, counted and
+/// not applied; errno is set to EINVAL.
+///
+/// # Safety
+/// `zone` is NULL or a live handle; if `item` is an item of `zone`, the caller owns it.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_zone_free(zone: *mut EbbZone, item: *mut c_void) {
+    const F: &str = "ebb_zone_free";
+    guard_abort(F, || {
+        let Some(p) = NonNull::new(item.cast::<u8>()) else {
+            return;
+        };
+        if zone.is_null() {
+            INVALID_FREES.fetch_add(1, Ordering::Relaxed);
+            let _ = writeln!(
+                std::io::stderr(),
+                "ebbtide: invalid free of {p:p}: zone is NULL; not freed"
+            );
+            fail(libc::EINVAL, format!("{F}: zone is NULL"));
+            return;
+        }
+        // SAFETY: caller's guarantee.
+        let z = unsafe { borrow_zone(zone) };
+        // SAFETY: caller's guarantee (ownership of a valid item); invalid pointers are
+        // detected by `free` without touching their memory.
+        if let Err(e) = unsafe { z.free(p) } {
+            INVALID_FREES.fetch_add(1, Ordering::Relaxed);
+            let _ = writeln!(std::io::stderr(), "{e}; not freed");
+            fail(libc::EINVAL, format!("{F}: {e}"));
+        }
+    })
+}
+
+/// Destroys a zone. 0, or -1 with errno EBUSY (items still in use; nothing freed, the zone stays
+/// usable), EINVAL (NULL, or not a live zone handle: double destroy).
+///
+/// # Safety
+/// `zone` is NULL or a pointer returned by `ebb_zone_create*`; no other thread uses the zone
+/// during the call.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_zone_destroy(zone: *mut EbbZone) -> c_int {
+    const F: &str = "ebb_zone_destroy";
+    guard(F, -1, || {
+        if zone.is_null() {
+            fail(libc::EINVAL, format!("{F}: zone is NULL"));
+            return -1;
+        }
+        let mut live = live_zones();
+        if !live.contains(&(zone as usize)) {
+            fail(
+                libc::EINVAL,
+                format!("{F}: {zone:p} is not a live zone (already destroyed?)"),
+            );
+            return -1;
+        }
+        // SAFETY: a live handle (checked above); the caller guarantees exclusive use, and
+        // ownership goes back to the caller on failure (into_raw below).
+        let z = unsafe { Zone::from_raw(zone.cast()) };
+        match z.destroy() {
+            Ok(()) => {
+                live.remove(&(zone as usize));
+                0
+            }
+            Err((z, busy)) => {
+                let _ = z.into_raw();
+                fail(libc::EBUSY, format!("{F}: {busy}"));
+                -1
+            }
+        }
+    })
+}
+
+/// The usable size of the zone's items (requested size rounded up to the alignment); 0 with
+/// errno EINVAL for a NULL zone.
+///
+/// # Safety
+/// `zone` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_zone_item_size(zone: *const EbbZone) -> usize {
+    const F: &str = "ebb_zone_item_size";
+    guard(F, 0, || {
+        if zone.is_null() {
+            fail(libc::EINVAL, format!("{F}: zone is NULL"));
+            return 0;
+        }
+        // SAFETY: caller's guarantee.
+        unsafe { borrow_zone(zone.cast_mut()) }.item_size()
+    })
+}
+
+/// Gives one zone's cached memory back to the OS: bytes given back, or -1 errno EINVAL.
+///
+/// # Safety
+/// `zone` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_zone_reclaim(zone: *mut EbbZone, request: c_int) -> i64 {
+    const F: &str = "ebb_zone_reclaim";
+    guard(F, -1, || {
+        if zone.is_null() {
+            fail(libc::EINVAL, format!("{F}: zone is NULL"));
+            return -1;
+        }
+        let Some(req) = Request::from_raw(request) else {
+            fail(libc::EINVAL, format!("{F}: request {request} is not EBB_RECLAIM_TRIM (1), EBB_RECLAIM_DRAIN (2) or EBB_RECLAIM_DRAIN_CPU (3)"));
+            return -1;
+        };
+        // SAFETY: caller's guarantee.
+        let z = unsafe { borrow_zone(zone) };
+        i64::try_from(z.reclaim(req)).unwrap_or(i64::MAX)
+    })
+}
+
+/// Invalid frees seen through the C API since the process started.
+#[no_mangle]
+pub extern "C" fn ebb_invalid_frees() -> u64 {
+    INVALID_FREES.load(Ordering::Relaxed)
+}
+
+// ---------------------------------------------------------------------------------------------
+// reclaim, stats, tunables, version
+
+/// Reclaims from every zone: bytes given back to the OS, or -1 with errno EINVAL for an
+/// unknown request.
+#[no_mangle]
+pub extern "C" fn ebb_reclaim(request: c_int) -> i64 {
+    const F: &str = "ebb_reclaim";
+    guard(F, -1, || {
+        let Some(req) = Request::from_raw(request) else {
+            fail(libc::EINVAL, format!("{F}: request {request} is not EBB_RECLAIM_TRIM (1), EBB_RECLAIM_DRAIN (2) or EBB_RECLAIM_DRAIN_CPU (3)"));
+            return -1;
+        };
+        i64::try_from(ebbtide_core::reclaim::reclaim_all(req)).unwrap_or(i64::MAX)
+    })
+}
+
+/// The statistics as JSON, snprintf semantics: writes at most `len - 1` bytes and a NUL (when
+/// `len > 0`), returns the length of the whole text. 0 (never a valid length) with errno EIO on
+/// internal error. `buf` may be NULL when `len` is 0.
+///
+/// # Safety
+/// `buf` is NULL or valid for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_stats_json(buf: *mut c_char, len: usize) -> usize {
+    guard("ebb_stats_json", 0, || {
+        let json = ebbtide_core::stats::collect().to_json();
+        // SAFETY: caller's guarantee on buf/len.
+        unsafe { copy_out(json.as_bytes(), buf, len) }
+    })
+}
+
+/// Fills `out[0..n]` with one `struct ebbtide_zone_stats` per zone (oldest first) and returns
+/// the number of zones (may exceed `n`: call again with a larger array). `out` may be NULL
+/// when `n` is 0. `(size_t)-1` with errno EIO on internal error.
+///
+/// # Safety
+/// `out` is NULL or valid for `n` elements.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_stats_zones(out: *mut ZoneStatsC, n: usize) -> usize {
+    guard("ebb_stats_zones", usize::MAX, || {
+        let snap = ebbtide_core::stats::collect();
+        if !out.is_null() {
+            for (i, z) in snap.zones.iter().take(n).enumerate() {
+                // SAFETY: i < n; the caller vouches for n elements.
+                unsafe { out.add(i).write(z.to_c()) };
+            }
+        }
+        snap.zones.len()
+    })
+}
+
+/// Fills `*out` with the global statistics. 0, or -1 errno EINVAL (NULL) / EIO.
+///
+/// # Safety
+/// `out` is NULL or valid for one element.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_stats_global(out: *mut GlobalStatsC) -> c_int {
+    const F: &str = "ebb_stats_global";
+    guard(F, -1, || {
+        if out.is_null() {
+            fail(libc::EINVAL, format!("{F}: out is NULL"));
+            return -1;
+        }
+        let g = ebbtide_core::stats::collect().global.to_c();
+        // SAFETY: caller's guarantee.
+        unsafe { out.write(g) };
+        0
+    })
+}
+
+fn option_errno(k: &OptionErrorKind) -> c_int {
+    match k {
+        OptionErrorKind::UnknownName { .. } => libc::ENOENT,
+        _ => libc::EINVAL,
+    }
+}
+
+/// Reads a tunable as text (canonical form, as `ebb_set` accepts it), snprintf semantics:
+/// returns the length of the value, or -1 with errno EINVAL (NULL/bad name) / ENOENT (no such
+/// tunable).
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; `buf` is NULL or valid for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_get(name: *const c_char, buf: *mut c_char, len: usize) -> c_int {
+    const F: &str = "ebb_get";
+    guard(F, -1, || {
+        // SAFETY: caller's guarantee.
+        let Some(name) = (unsafe { c_str(F, "name", name) }) else {
+            return -1;
+        };
+        match ebbtide_core::options::get(name) {
+            // SAFETY: caller's guarantee on buf/len.
+            Ok(v) => c_int::try_from(unsafe { copy_out(v.as_bytes(), buf, len) }).unwrap_or(-1),
+            Err(e) => {
+                fail(option_errno(&e.kind), format!("{F}: {e}"));
+                -1
+            }
+        }
+    })
+}
+
+/// Sets a tunable from text. 0, or -1 with errno ENOENT (no such tunable) / EINVAL (NULL, bad
+/// value, out of range, start-up only, breaks a cross-tunable rule); nothing is changed on
+/// failure. `ebb_last_error()` says why.
+///
+/// # Safety
+/// `name` and `value` are NULL or NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_set(name: *const c_char, value: *const c_char) -> c_int {
+    const F: &str = "ebb_set";
+    guard(F, -1, || {
+        // SAFETY: caller's guarantee.
+        let Some(name) = (unsafe { c_str(F, "name", name) }) else {
+            return -1;
+        };
+        // SAFETY: caller's guarantee.
+        let Some(value) = (unsafe { c_str(F, "value", value) }) else {
+            return -1;
+        };
+        match ebbtide_core::options::set(name, value) {
+            Ok(()) => 0,
+            Err(e) => {
+                fail(option_errno(&e.kind), format!("{F}: {e}"));
+                -1
+            }
+        }
+    })
+}
+
+/// Every tunable as `name=value\n` lines, snprintf semantics (returns the whole length; 0 with
+/// errno EIO on internal error).
+///
+/// # Safety
+/// `buf` is NULL or valid for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_options_list(buf: *mut c_char, len: usize) -> usize {
+    guard("ebb_options_list", 0, || {
+        let mut s = String::new();
+        for o in ebbtide_core::options::list() {
+            s.push_str(o.def.name);
+            s.push('=');
+            s.push_str(&o.value);
+            s.push('\n');
+        }
+        // SAFETY: caller's guarantee on buf/len.
+        unsafe { copy_out(s.as_bytes(), buf, len) }
+    })
+}
+
+/// The library version, e.g. `"0.1.0"` (static storage).
+#[no_mangle]
+pub extern "C" fn ebb_version() -> *const c_char {
+    VERSION.as_ptr().cast()
+}
+
+/// This thread's message about its last failed call (empty string if none). Valid until the
+/// next failing call on this thread.
+#[no_mangle]
+pub extern "C" fn ebb_last_error() -> *const c_char {
+    LAST_ERROR
+        .try_with(|l| l.borrow().as_ptr())
+        .unwrap_or(c"".as_ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_sizes_are_member_ends() {
+        let v = EbbZoneOptions::valid_sizes();
+        assert_eq!(*v.last().unwrap(), core::mem::size_of::<EbbZoneOptions>());
+        assert_eq!(v[0], core::mem::size_of::<usize>());
+    }
+
+    #[test]
+    fn panics_become_eio() {
+        let r = guard("t", -7, || -> i32 { panic!("boom") });
+        assert_eq!(r, -7);
+        // SAFETY: errno slot of this thread.
+        assert_eq!(unsafe { *libc::__errno_location() }, libc::EIO);
+        // SAFETY: ebb_last_error returns a NUL-terminated string owned by this thread.
+        let m = unsafe { CStr::from_ptr(ebb_last_error()) }
+            .to_str()
+            .unwrap();
+        assert!(m.contains("boom"), "{m}");
+    }
+
+    /// `guard_abort` (used where no error return exists) aborts with a message; run in a child
+    /// process (this test binary again, filtered to this test, with a marker variable).
+    #[test]
+    fn panics_without_error_return_abort_cleanly() {
+        if std::env::var_os("EBBTIDE_CAPI_ABORT_CHILD").is_some() {
+            guard_abort("ebb_test_fn", || panic!("kaboom"));
+            unreachable!("guard_abort returned after a panic");
+        }
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "tests::panics_without_error_return_abort_cleanly",
+                "--nocapture",
+            ])
+            .env("EBBTIDE_CAPI_ABORT_CHILD", "1")
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("ebbtide: ebb_test_fn: internal error (Rust panic): kaboom; aborting"),
+            "{err}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod abi_check;
