@@ -108,7 +108,12 @@ fn tunable_entries(level: super::AbiLevel) -> Vec<Entry> {
 
 /// The setting channels themselves: syntax and rules shared by every tunable.
 fn conf_entry() -> Entry {
-    let reserved = super::ENV_RESERVED.join(", ");
+    let reserved = super::ENV_RESERVED
+        .iter()
+        .map(|s| s.to_string())
+        .chain(super::ENV_RESERVED_PREFIXES.iter().map(|p| format!("{p}*")))
+        .collect::<Vec<_>>()
+        .join(", ");
     entry(
         "ebbtide.conf (env EBBTIDE_CONF and EBBTIDE_<NAME>, API, control socket)".into(),
         format!(

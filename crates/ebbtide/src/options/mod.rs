@@ -61,7 +61,17 @@ pub use parse::Assignment;
 pub use table::{def, lookup, AbiLevel, Kind, Tunable, TunableDef, COUNT, SOURCE_WORDS, TABLE};
 
 /// Environment variables with the `EBBTIDE_` prefix that are not per-tunable variables.
-pub const ENV_RESERVED: &[&str] = &["EBBTIDE_CONF"];
+pub const ENV_RESERVED: &[&str] = &[
+    "EBBTIDE_CONF",
+    "EBBTIDE_RSEQ",
+    "EBBTIDE_BLESS",
+    "EBBTIDE_HOG",
+    "EBBTIDE_LIB_DIR",
+];
+
+/// Prefixes of `EBBTIDE_` variables that belong to the project's tools and tests (the lab, the C
+/// API's tests, test helpers), not to the tunables: never an error.
+pub const ENV_RESERVED_PREFIXES: &[&str] = &["EBBTIDE_LAB_", "EBBTIDE_CAPI_", "EBBTIDE_TEST_"];
 
 /// A change callback: the tunable and its new stored value (see the module docs).
 pub type ChangeCallback = fn(Tunable, u64);
@@ -426,7 +436,7 @@ where
             }
             continue;
         }
-        if ENV_RESERVED.contains(&key) {
+        if ENV_RESERVED.contains(&key) || ENV_RESERVED_PREFIXES.iter().any(|p| key.starts_with(p)) {
             continue;
         }
         let def = TABLE.iter().find(|d| d.env_name() == key);
