@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 echo "== cargo test --workspace"
-cargo test --workspace --no-fail-fast 2>&1 | tee target/test-output.txt
+cargo test --workspace --no-fail-fast
 if [ -f crates/ebbtide/tests/loom_pcpu.rs ]; then
   echo "== loom model of the per-CPU cache protocol"
   RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
