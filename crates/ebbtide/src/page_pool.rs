@@ -43,6 +43,11 @@ impl PagePool {
         Ok(PagePool { zone })
     }
 
+    /// A pool with the `max_buffer_pages` tunable's value as its cap (default 1024, as blkback).
+    pub fn with_default_cap(name: &str) -> Result<PagePool, CreateError> {
+        Self::new(name, crate::options::get_u64(crate::options::Tunable::MaxBufferPages) as usize)
+    }
+
     /// One page-sized, page-aligned buffer.
     #[inline]
     pub fn get(&self) -> Result<NonNull<u8>, AllocError> {

@@ -243,3 +243,35 @@ fn a_forked_child_allocates_and_starts_its_own_reclaim_thread() {
     z.reclaim(ebbtide::Request::DrainCpu);
     z.destroy().map_err(|e| e.1).unwrap();
 }
+
+#[test]
+fn process_exit_never_waits_for_the_reclaim_thread() {
+    let _s = serial();
+    // SAFETY: fork in a test; the child only uses the allocator and exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let z = Zone::new(ZoneOptions::new("rt-exit", 64)).unwrap();
+        burst(&z, 1000);
+        pressure::notify(Level::Low);
+        std::mem::forget(z);
+        // A normal exit (atexit handlers, stdio flush) with the reclaim thread in epoll_wait.
+        std::process::exit(0);
+    }
+    let t = Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: polling our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(5) {
+            // SAFETY: killing our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the child did not exit within 5 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status:#x}");
+}
