@@ -14,6 +14,9 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// default rate limits.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     let g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Only explicit pressure here: the machine's real signals (tested in pressure_e2e) would
+    // trim caches behind these tests' backs. Start-up only: takes effect before the first zone.
+    let _ = options::set("sources", "none");
     options::set("level_hold_ms", "0").unwrap();
     let _z = Zone::new(ZoneOptions::new("rt-calm", 8)).unwrap(); // the reclaim thread runs
     wait_until(Duration::from_secs(5), || {
