@@ -118,8 +118,15 @@ impl PagePool {
 mod tests {
     use super::*;
 
+    /// Exact counts below: no reclaim thread may shrink behind the tests' backs.
+    fn quiet() {
+        let _ = crate::options::set("reclaim_thread", "false");
+        let _ = crate::options::set("sources", "none");
+    }
+
     #[test]
     fn pool_pages_are_page_aligned_and_capped() {
+        quiet();
         let ps = os::page_size();
         let pool = PagePool::new("test-pool", 16).unwrap();
         let pages: Vec<_> = (0..200).map(|_| pool.get().unwrap()).collect();
@@ -147,6 +154,7 @@ mod tests {
 
     #[test]
     fn shrink_never_touches_pages_in_use() {
+        quiet();
         let ps = os::page_size();
         let pool = PagePool::new("test-pool-inuse", 0).unwrap();
         let keep: Vec<_> = (0..50).map(|_| pool.get().unwrap()).collect();
