@@ -121,6 +121,10 @@ impl Arena {
     /// Hands a committed chunk to the keg with `tag`. The chunk's memory reads as zeros.
     pub(crate) fn alloc_chunk(&self, tag: u64) -> Result<NonNull<u8>, OsError> {
         debug_assert!(tag != 0 && tag & 1 == 0);
+        // Injected failures hit every chunk acquisition, also a reused chunk that needs no commit.
+        if os::fault::should_fail() {
+            return Err(OsError { call: "arena chunk (injected)", errno: libc::ENOMEM });
+        }
         let nchunks = self.len >> CHUNK_SHIFT;
         let mut head = crate::sync::lock(&self.free);
         let idx = if *head != 0 {

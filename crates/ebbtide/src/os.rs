@@ -123,8 +123,8 @@ pub mod fault {
     }
     pub(super) static FAILED: AtomicU32 = AtomicU32::new(0);
 
-    /// The next `n` calls to [`super::commit`] and [`super::map`] made by this thread fail with
-    /// `ENOMEM`.
+    /// The next `n` page acquisitions made by this thread fail with `ENOMEM`: [`super::commit`],
+    /// [`super::map`], and a keg taking a chunk from the arena (fresh or reused).
     pub fn fail_next_commits(n: u32) {
         FAIL_COMMITS.with(|c| c.set(n));
     }
@@ -135,7 +135,7 @@ pub mod fault {
     }
 
     #[inline]
-    pub(super) fn should_fail() -> bool {
+    pub(crate) fn should_fail() -> bool {
         FAIL_COMMITS.with(|c| {
             let n = c.get();
             if n == 0 {
