@@ -162,6 +162,7 @@ struct ebbtide_zone_stats {
 	uint64_t released_bytes;	/* counter, bytes: Bytes given back to the OS (munmap or madvise) by this zone. */
 	uint64_t squeeze_windows;	/* counter, events: Squeeze windows opened on this zone. */
 	uint64_t buckets_enabled;	/* 0 or 1: Whether per-CPU buckets are in use (disabled while pressure is critical). */
+	uint64_t invalid_frees;	/* counter, events: Frees refused because the pointer was not a live item of the zone (reported on stderr, never applied). */
 };
 
 struct ebbtide_pool_stats {

@@ -214,8 +214,10 @@ static void test_invalid_frees(void) {
     struct ebbtide_zone_stats st;
     REQUIRE(zone_stats("capi-invalid", &st) == 0);
     CHECK(st.used == 1);
+    CHECK(st.invalid_frees == sizeof bad / sizeof bad[0]); /* counted per zone too */
     REQUIRE(zone_stats("capi-other", &st) == 0);
     CHECK(st.used == 1);
+    CHECK(st.invalid_frees == 0);
     p[63] = 1; /* still ours (ASan would object if anything had been unmapped) */
     ebb_zone_free(z, p);
     ebb_zone_free(other, q);
@@ -239,6 +241,7 @@ static void test_invalid_frees(void) {
     CHECK(ebb_invalid_frees() == before + 1);
     REQUIRE(zone_stats("capi-checked", &st) == 0);
     CHECK(st.used == 1); /* the double free did not take `keep`'s count away */
+    CHECK(st.invalid_frees == 1);
     /* The freed item comes back exactly once. */
     void *a = ebb_zone_alloc(z);
     void *b = ebb_zone_alloc(z);
