@@ -9,7 +9,8 @@
  *
  * Conventions: a failing call returns NULL / -1 / 0 (as documented per function) and sets
  * errno; ebb_last_error() then says what was wrong (per thread). No call ever lets a Rust panic
- * through: internal errors are EIO, or an abort with a message in ebb_zone_free.
+ * through: internal errors are EIO, or an abort with a message in ebb_zone_free and
+ * ebb_pool_put.
  * See docs/c-api.md.
  */
 #ifndef EBBTIDE_H
@@ -24,7 +25,7 @@ extern "C" {
 
 #define EBB_VERSION "0.1.0"
 
-/* Memory pressure levels (for ebb_pressure_notify, pending: see docs/c-api.md). */
+/* Memory pressure levels (ebb_pressure_notify, ebb_pressure_level, low-memory handlers). */
 #define EBB_PRESSURE_NONE      0
 #define EBB_PRESSURE_LOW       1
 #define EBB_PRESSURE_MODERATE  2
@@ -45,7 +46,11 @@ extern "C" {
 #define EBB_LIMIT_FAIL 0 /* fail at once (errno ENOMEM, counted as a fail) */
 #define EBB_LIMIT_WAIT 1 /* sleep until an item comes back (FIFO, counted as a sleep) */
 
+/* Most low-memory handlers registered at once (ebb_lowmem_register). */
+#define EBB_LOWMEM_MAX 16
+
 typedef struct ebb_zone ebb_zone;
+typedef struct ebb_pool ebb_pool;
 
 /* Hooks. init/ctor return 0 on success; anything else fails the allocation (errno ECANCELED).
  * init runs when an item leaves a slab, fini when it returns to one (with the zone's slab lock
@@ -97,6 +102,54 @@ size_t ebb_zone_item_size(const ebb_zone *zone);
 long long ebb_zone_reclaim(ebb_zone *zone, int request);
 /* Invalid frees seen through this API since the process started. */
 unsigned long long ebb_invalid_frees(void);
+
+/* ---- page pools ---- */
+
+/* A pool of page-sized, page-aligned buffers (xen-blkback style) keeping at most
+ * max_buffer_pages free pages: the reclaim thread shrinks every pool to its cap every
+ * pool_shrink_interval_ms (100 ms), and to 0 free pages while a squeeze window is open
+ * (Moderate or Critical pressure). Pages in use are never touched.
+ * NULL, errno EINVAL (bad name, as for zones), ENOMEM (metadata could not be mapped). */
+ebb_pool *ebb_pool_create(const char *name, size_t max_buffer_pages);
+/* One page (page-aligned, page size bytes). NULL, errno ENOMEM (no memory), EINVAL (NULL). */
+void *ebb_pool_get(ebb_pool *pool);
+/* page NULL: nothing. An invalid put (not a page of this pool, not a page's start) is printed
+ * on stderr, counted (ebb_invalid_frees) and NOT applied; errno is set to EINVAL. */
+void ebb_pool_put(ebb_pool *pool, void *page);
+/* 0, or -1 errno EBUSY while pages are in use (nothing freed, the pool stays usable), EINVAL for
+ * NULL or a handle that is not a live pool (double destroy). */
+int ebb_pool_destroy(ebb_pool *pool);
+/* New cap of free pages, used from the next shrink. 0, or -1 errno EINVAL (NULL). */
+int ebb_pool_set_max_buffer_pages(ebb_pool *pool, size_t max_buffer_pages);
+/* Shrink to the cap now (0 free pages during a squeeze window): bytes given back to the OS, or
+ * -1 errno EINVAL (NULL). */
+long long ebb_pool_shrink(ebb_pool *pool);
+
+/* ---- memory pressure ---- */
+
+/* Report memory pressure (EBB_PRESSURE_*). The library's reclaim thread acts at once: low-memory
+ * handlers, then LOW: TRIM; MODERATE: DRAIN and a squeeze window (squeeze_ms: caches and pools
+ * emptied, frees go straight back to the OS); CRITICAL: DRAIN_CPU, squeeze, per-CPU caches off
+ * while critical. Without a reclaim thread (reclaim_thread=false) this is done on the calling
+ * thread before returning. Reclaims are rate limited (*_min_interval_ms tunables). 0, or -1
+ * errno EINVAL for any other level (nothing happens). */
+int ebb_pressure_notify(int level);
+/* The pressure level in effect (EBB_PRESSURE_*); it decays one level per level_hold_ms without
+ * new events. */
+int ebb_pressure_level(void);
+
+/* Low-memory handler: called with the pressure level in effect and its arg. */
+typedef void (*ebb_lowmem_fn)(int level, void *arg);
+/* Register fn(level, arg), called when the level rises or the allocator is about to reclaim for
+ * pressure. It runs on the library's reclaim thread (or on the thread calling
+ * ebb_pressure_notify when there is no reclaim thread), before the allocator reclaims, with no
+ * allocator lock held: it may allocate and free (ebb_zone_alloc/free, ebb_pool_get/put, malloc),
+ * but must not create or destroy zones or pools, and should return quickly. A handle >= 0, or -1
+ * errno EINVAL (fn NULL) / ENOSPC (EBB_LOWMEM_MAX handlers registered). */
+int ebb_lowmem_register(ebb_lowmem_fn fn, void *arg);
+/* 0, or -1 errno EINVAL (not a registered handle). A call already under way on the reclaim
+ * thread may still finish after this returns. */
+int ebb_lowmem_unregister(int handle);
 
 /* ---- reclaim, statistics, tunables ---- */
 
@@ -162,6 +215,7 @@ struct ebbtide_zone_stats {
 	uint64_t released_bytes;	/* counter, bytes: Bytes given back to the OS (munmap or madvise) by this zone. */
 	uint64_t squeeze_windows;	/* counter, events: Squeeze windows opened on this zone. */
 	uint64_t buckets_enabled;	/* 0 or 1: Whether per-CPU buckets are in use (disabled while pressure is critical). */
+	uint64_t invalid_frees;	/* counter, events: Frees refused because the pointer was not a live item of the zone (reported on stderr, never applied). */
 };
 
 struct ebbtide_pool_stats {
@@ -203,6 +257,11 @@ struct ebbtide_source_stats {
 /* One struct ebbtide_zone_stats per zone (oldest first) into out[0..n]; returns the number of
  * zones (may exceed n). out may be NULL when n is 0. (size_t)-1, errno EIO, on internal error. */
 size_t ebb_stats_zones(struct ebbtide_zone_stats *out, size_t n);
+/* One struct ebbtide_pool_stats per page pool (oldest first) into out[0..n]; returns the number
+ * of pools (may exceed n). Pools are not in ebb_stats_zones. (size_t)-1, errno EIO. */
+size_t ebb_stats_pools(struct ebbtide_pool_stats *out, size_t n);
+/* One pool's statistics. 0, or -1 errno EINVAL (NULL) / EIO. */
+int ebb_pool_stats(ebb_pool *pool, struct ebbtide_pool_stats *out);
 /* 0, or -1 errno EINVAL (out NULL) / EIO. */
 int ebb_stats_global(struct ebbtide_global_stats *out);
 

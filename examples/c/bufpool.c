@@ -5,6 +5,11 @@
  * buffers are released on another), then the burst is over: ebb_reclaim gives the cached
  * buffers' memory back to the OS, and the statistics show it.
  *
+ * It also keeps a page pool for receive pages and a stash of spare pages of its own (as a
+ * driver keeps pages granted to a ring). A low-memory handler gives the stash back to the pool
+ * when the library reports pressure; ebb_pressure_notify(EBB_PRESSURE_MODERATE) stands in for
+ * real pressure here, and the pool's free pages go back to the OS (squeeze window).
+ *
  * Build (after scripts/install-capi.sh):
  *   cc -std=c11 -O2 bufpool.c -o bufpool $(pkg-config --cflags --libs ebbtide) -pthread
  * or from the source tree (cargo build -p ebbtide-capi):
@@ -14,10 +19,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <ebbtide.h>
 
@@ -66,6 +73,80 @@ static void *sender(void *arg) {
         *sent += m->len;
         ebb_zone_free(msgs, m);
     }
+}
+
+/* Receive pages: a pool, and spare pages the application holds on to for fast reuse. */
+#define SPARE_MAX 64
+static ebb_pool *rx;
+static void *spare[SPARE_MAX];
+static int nspare;
+static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int lowmem_calls, lowmem_level, lowmem_returned;
+
+/* Low-memory handler: runs on the library's reclaim thread before it reclaims, with no
+ * allocator lock held, so it may put pages back (it must not create or destroy pools). */
+static void on_lowmem(int level, void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&spare_lock);
+    int n = nspare;
+    while (nspare > 0) ebb_pool_put(rx, spare[--nspare]);
+    pthread_mutex_unlock(&spare_lock);
+    atomic_store(&lowmem_level, level);
+    atomic_fetch_add(&lowmem_returned, n);
+    atomic_fetch_add(&lowmem_calls, 1);
+}
+
+static int rx_demo(void) {
+    rx = ebb_pool_create("bufpool-rx", 32); /* keep at most 32 free pages between shrinks */
+    if (rx == NULL) {
+        fprintf(stderr, "ebb_pool_create: %s (%s)\n", strerror(errno), ebb_last_error());
+        return 1;
+    }
+    int h = ebb_lowmem_register(on_lowmem, NULL);
+    if (h < 0) {
+        fprintf(stderr, "ebb_lowmem_register: %s (%s)\n", strerror(errno), ebb_last_error());
+        return 1;
+    }
+    /* A receive burst: 256 pages in flight, then all but SPARE_MAX go back to the pool. */
+    void *pages[256];
+    for (int i = 0; i < 256; i++) {
+        if ((pages[i] = ebb_pool_get(rx)) == NULL) return 1;
+        memset(pages[i], 0, 64); /* "receive" into it */
+    }
+    pthread_mutex_lock(&spare_lock);
+    for (int i = 0; i < 256; i++) {
+        if (nspare < SPARE_MAX) spare[nspare++] = pages[i];
+        else ebb_pool_put(rx, pages[i]);
+    }
+    pthread_mutex_unlock(&spare_lock);
+    struct ebbtide_pool_stats ps;
+    ebb_pool_stats(rx, &ps);
+    unsigned long long free_before = (unsigned long long)ps.free_pages;
+
+    /* Memory pressure (here reported by hand; normally PSI, cgroup events, ...). */
+    ebb_pressure_notify(EBB_PRESSURE_MODERATE);
+    for (int i = 0; i < 200 && atomic_load(&lowmem_calls) == 0; i++) usleep(10 * 1000);
+    for (int i = 0; i < 200; i++) { /* the squeeze empties the pool */
+        ebb_pool_stats(rx, &ps);
+        if (ps.free_pages == 0) break;
+        usleep(10 * 1000);
+    }
+    printf("low-memory handler: called %d time(s), level %d, returned %d spare pages\n",
+           atomic_load(&lowmem_calls), atomic_load(&lowmem_level), atomic_load(&lowmem_returned));
+    printf("pool %s: free pages %llu -> %llu, %llu bytes released to the OS\n", ps.zone.name,
+           free_before, (unsigned long long)ps.free_pages,
+           (unsigned long long)ps.zone.released_bytes);
+
+    ebb_lowmem_unregister(h);
+    pthread_mutex_lock(&spare_lock);
+    while (nspare > 0) ebb_pool_put(rx, spare[--nspare]);
+    pthread_mutex_unlock(&spare_lock);
+    ebb_pressure_notify(EBB_PRESSURE_NONE);
+    if (ebb_pool_destroy(rx) != 0) {
+        fprintf(stderr, "ebb_pool_destroy: %s (%s)\n", strerror(errno), ebb_last_error());
+        return 1;
+    }
+    return 0;
 }
 
 int main(void) {
@@ -126,6 +207,7 @@ int main(void) {
         fprintf(stderr, "ebb_zone_destroy: %s (%s)\n", strerror(errno), ebb_last_error());
         return 1;
     }
+    if (rx_demo() != 0) return 1;
     printf("ebbtide %s: done\n", ebb_version());
     return 0;
 }

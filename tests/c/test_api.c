@@ -1,5 +1,6 @@
-/* Single-threaded tests of the whole C API: zones, bad input, hooks, options versioning,
- * limits, reclaim, statistics, tunables, version. Exit status 0 when every check passed. */
+/* Single-threaded tests of the C API: zones, bad input, hooks, options versioning, limits,
+ * reclaim, page pools, statistics, tunables, version (pressure and low-memory handlers:
+ * test_pressure.c). Exit status 0 when every check passed. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdint.h>
@@ -214,8 +215,10 @@ static void test_invalid_frees(void) {
     struct ebbtide_zone_stats st;
     REQUIRE(zone_stats("capi-invalid", &st) == 0);
     CHECK(st.used == 1);
+    CHECK(st.invalid_frees == sizeof bad / sizeof bad[0]); /* counted per zone too */
     REQUIRE(zone_stats("capi-other", &st) == 0);
     CHECK(st.used == 1);
+    CHECK(st.invalid_frees == 0);
     p[63] = 1; /* still ours (ASan would object if anything had been unmapped) */
     ebb_zone_free(z, p);
     ebb_zone_free(other, q);
@@ -239,6 +242,7 @@ static void test_invalid_frees(void) {
     CHECK(ebb_invalid_frees() == before + 1);
     REQUIRE(zone_stats("capi-checked", &st) == 0);
     CHECK(st.used == 1); /* the double free did not take `keep`'s count away */
+    CHECK(st.invalid_frees == 1);
     /* The freed item comes back exactly once. */
     void *a = ebb_zone_alloc(z);
     void *b = ebb_zone_alloc(z);
@@ -540,6 +544,196 @@ static void test_reclaim(void) {
     CHECK(ebb_zone_destroy(z) == 0);
 }
 
+/* ---- page pools ---- */
+
+/* The stats struct of the pool called `name` from ebb_stats_pools; 0 if found. */
+static int pool_stats(const char *name, struct ebbtide_pool_stats *out) {
+    size_t n = ebb_stats_pools(NULL, 0);
+    REQUIRE(n != (size_t)-1);
+    struct ebbtide_pool_stats *all = calloc(n + 1, sizeof *all);
+    REQUIRE(all != NULL);
+    size_t m = ebb_stats_pools(all, n + 1);
+    int rc = -1;
+    for (size_t i = 0; i < m && i < n + 1; i++) {
+        if (strcmp(all[i].zone.name, name) == 0) {
+            *out = all[i];
+            rc = 0;
+        }
+    }
+    free(all);
+    return rc;
+}
+
+/* Every byte of the page is `v`. */
+static int page_is(const unsigned char *p, size_t len, unsigned char v) {
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] != v) return 0;
+    }
+    return 1;
+}
+
+static void test_pool_bad_args(void) {
+    errno = 0;
+    CHECK(ebb_pool_create(NULL, 4) == NULL);
+    CHECK(errno == EINVAL);
+    errno = 0;
+    CHECK(ebb_pool_create("", 4) == NULL);
+    CHECK(errno == EINVAL);
+    errno = 0;
+    CHECK(ebb_pool_create("bad\"name", 4) == NULL);
+    CHECK(errno == EINVAL);
+    errno = 0;
+    CHECK(ebb_pool_get(NULL) == NULL);
+    CHECK(errno == EINVAL);
+    errno = 0;
+    CHECK(ebb_pool_destroy(NULL) == -1);
+    CHECK(errno == EINVAL);
+    errno = 0;
+    CHECK(ebb_pool_shrink(NULL) == -1);
+    CHECK(errno == EINVAL);
+    errno = 0;
+    CHECK(ebb_pool_set_max_buffer_pages(NULL, 1) == -1);
+    CHECK(errno == EINVAL);
+    struct ebbtide_pool_stats st;
+    errno = 0;
+    CHECK(ebb_pool_stats(NULL, &st) == -1);
+    CHECK(errno == EINVAL);
+    errno = 0;
+    ebb_pool_put(NULL, NULL); /* nothing at all */
+    CHECK(errno == 0);
+}
+
+static void test_pools(void) {
+    const size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+    ebb_pool *pool = ebb_pool_create("capi-pool", 16);
+    REQUIRE(pool != NULL);
+    enum { NP = 200, KEEP = 20 };
+    unsigned char *pages[NP];
+    for (int i = 0; i < NP; i++) {
+        pages[i] = ebb_pool_get(pool);
+        REQUIRE(pages[i] != NULL);
+        CHECK((uintptr_t)pages[i] % ps == 0); /* page-aligned */
+        memset(pages[i], i & 0xff, ps);       /* and a whole page is ours */
+    }
+    for (int i = 0; i < NP; i++) CHECK(page_is(pages[i], ps, (unsigned char)(i & 0xff)));
+
+    struct ebbtide_pool_stats st;
+    REQUIRE(ebb_pool_stats(pool, &st) == 0);
+    CHECK(strcmp(st.zone.name, "capi-pool") == 0);
+    CHECK(st.zone.size == ps);
+    CHECK(st.pages_in_use == NP);
+    CHECK(st.max_buffer_pages == 16);
+    /* Listed by ebb_stats_pools, not by ebb_stats_zones. */
+    CHECK(pool_stats("capi-pool", &st) == 0);
+    CHECK(st.pages_in_use == NP);
+    struct ebbtide_zone_stats zs;
+    CHECK(zone_stats("capi-pool", &zs) != 0);
+
+    /* Destroy while pages are in use: EBUSY, nothing changed, the pool still works. */
+    errno = 0;
+    CHECK(ebb_pool_destroy(pool) == -1);
+    CHECK(errno == EBUSY);
+    CHECK(strstr(ebb_last_error(), "capi-pool") != NULL);
+    CHECK(page_is(pages[NP - 1], ps, (NP - 1) & 0xff));
+    REQUIRE(ebb_pool_stats(pool, &st) == 0);
+    CHECK(st.pages_in_use == NP);
+
+    /* Invalid puts: reported, counted, not applied. */
+    void *heap = malloc(ps);
+    REQUIRE(heap != NULL);
+    ebb_zone *z = ebb_zone_create("capi-pool-zone", 64, 0, 0);
+    REQUIRE(z != NULL);
+    void *item = ebb_zone_alloc(z);
+    ebb_pool *other = ebb_pool_create("capi-pool-other", 0);
+    REQUIRE(item != NULL && other != NULL);
+    void *foreign = ebb_pool_get(other);
+    REQUIRE(foreign != NULL);
+    void *bad[] = {heap, pages[0] + 1, pages[0] + ps / 2, item, foreign};
+    unsigned long long before = ebb_invalid_frees();
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char addr[32];
+        snprintf(addr, sizeof addr, "%#lx", (unsigned long)(uintptr_t)bad[i]);
+        errno = 0;
+        begin_capture();
+        ebb_pool_put(pool, bad[i]);
+        const char *msg = end_capture();
+        CHECK(strstr(msg, "invalid free") != NULL);
+        CHECK(strstr(msg, "capi-pool") != NULL);
+        CHECK(strstr(msg, addr) != NULL);
+        CHECK(errno == EINVAL);
+    }
+    errno = 0;
+    begin_capture();
+    ebb_pool_put(NULL, pages[0]);
+    const char *msg = end_capture();
+    CHECK(strstr(msg, "pool is NULL") != NULL);
+    CHECK(errno == EINVAL);
+    CHECK(ebb_invalid_frees() == before + sizeof bad / sizeof bad[0] + 1);
+    REQUIRE(ebb_pool_stats(pool, &st) == 0);
+    CHECK(st.pages_in_use == NP);
+    CHECK(st.zone.invalid_frees == sizeof bad / sizeof bad[0]);
+    CHECK(page_is(pages[0], ps, 0));
+
+    /* Return all but KEEP pages, then shrink to the cap: 16 free pages stay, the rest goes back
+     * to the OS (the reclaim thread may have shrunk first: it does the same every 100 ms). */
+    for (int i = KEEP; i < NP; i++) ebb_pool_put(pool, pages[i]);
+    long long rel = ebb_pool_shrink(pool);
+    CHECK(rel >= 0 && rel % (long long)ps == 0);
+    REQUIRE(ebb_pool_stats(pool, &st) == 0);
+    CHECK(st.free_pages == 16);
+    CHECK(st.pages_in_use == KEEP);
+    CHECK(st.zone.released_bytes >= (uint64_t)(NP - KEEP - 16) * ps);
+    CHECK(ebb_pool_shrink(pool) == 0); /* at the cap already */
+    for (int i = 0; i < KEEP; i++) CHECK(page_is(pages[i], ps, (unsigned char)(i & 0xff)));
+
+    /* A lower cap is enforced by the reclaim thread's periodic shrink (every 100 ms). */
+    CHECK(ebb_pool_set_max_buffer_pages(pool, 4) == 0);
+    for (int tries = 0; tries < 300; tries++) {
+        REQUIRE(ebb_pool_stats(pool, &st) == 0);
+        if (st.free_pages == 4) break;
+        usleep(10 * 1000);
+    }
+    CHECK(st.max_buffer_pages == 4);
+    CHECK(st.free_pages == 4);
+    CHECK(st.pages_in_use == KEEP);
+    for (int i = 0; i < KEEP; i++) CHECK(page_is(pages[i], ps, (unsigned char)(i & 0xff)));
+    /* Pages come back from the pool (possibly fresh ones) and are whole pages. */
+    unsigned char *again = ebb_pool_get(pool);
+    REQUIRE(again != NULL);
+    CHECK((uintptr_t)again % ps == 0);
+    memset(again, 0xab, ps);
+    ebb_pool_put(pool, again);
+
+    /* The statistics JSON carries the pool under "pools". */
+    size_t need = ebb_stats_json(NULL, 0);
+    char *json = malloc(need + 4096);
+    REQUIRE(json != NULL);
+    REQUIRE(ebb_stats_json(json, need + 4096) < need + 4096);
+    const char *pools = strstr(json, "\"pools\":[");
+    CHECK(pools != NULL);
+    if (pools != NULL) {
+        CHECK(strstr(pools, "\"name\":\"capi-pool\"") != NULL);
+        CHECK(strstr(pools, "\"max_buffer_pages\":4") != NULL);
+        CHECK(strstr(pools, "\"pages_in_use\":20") != NULL);
+        CHECK(strstr(pools, "\"free_pages\"") != NULL);
+        CHECK(strstr(pools, "\"invalid_frees\":5") != NULL);
+    }
+    free(json);
+
+    /* Everything back: destroy works, a second destroy is EINVAL. */
+    for (int i = 0; i < KEEP; i++) ebb_pool_put(pool, pages[i]);
+    CHECK(ebb_pool_destroy(pool) == 0);
+    errno = 0;
+    CHECK(ebb_pool_destroy(pool) == -1);
+    CHECK(errno == EINVAL);
+    CHECK(pool_stats("capi-pool", &st) != 0);
+    ebb_pool_put(other, foreign);
+    CHECK(ebb_pool_destroy(other) == 0);
+    ebb_zone_free(z, item);
+    CHECK(ebb_zone_destroy(z) == 0);
+    free(heap);
+}
+
 /* ---- statistics ---- */
 
 static void test_stats_json(void) {
@@ -575,7 +769,8 @@ static void test_stats_json(void) {
                           "\"used\"",         "\"free\"",           "\"requests\"",
                           "\"fails\"",        "\"sleeps\"",         "\"bucket_size\"",
                           "\"mapped_bytes\"", "\"cached_bytes\"",   "\"released_bytes\"",
-                          "\"pressure_level\"", "\"pressure_events\""};
+                          "\"pressure_level\"", "\"pressure_events\"", "\"invalid_frees\"",
+                          "\"pools\""};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         if (strstr(buf, keys[i]) == NULL) {
             fprintf(stderr, "stats JSON lacks %s\n", keys[i]);
@@ -671,6 +866,9 @@ static void test_tunables(void) {
 }
 
 int main(void) {
+    /* Before the allocator starts: no pressure sources but the explicit API, so pressure on a
+     * busy host cannot open a squeeze window under the pool tests (pools shrink to 0 then). */
+    REQUIRE(ebb_set("sources", "none") == 0);
     test_version();
     test_basic();
     test_bad_create();
@@ -681,6 +879,8 @@ int main(void) {
     test_options_versions();
     test_limits();
     test_reclaim();
+    test_pool_bad_args();
+    test_pools();
     test_stats_json();
     test_tunables();
     return check_finish("test_api");

@@ -1,6 +1,7 @@
 /* Multi-threaded tests: items allocated on one thread and freed on another (ring of threads
- * and a producer/consumer queue), concurrent stats/reclaim, and EBB_LIMIT_WAIT sleeping until
- * another thread frees. Exit status 0 when every check passed. */
+ * and a producer/consumer queue), concurrent stats/reclaim, EBB_LIMIT_WAIT sleeping until
+ * another thread frees, and a page pool passed between threads while another one shrinks it.
+ * Exit status 0 when every check passed. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -216,9 +217,90 @@ static void test_limit_wait(void) {
     CHECK(ebb_zone_destroy(wait_zone) == 0);
 }
 
+/* ---- a page pool shared by threads, shrunk while in use ---- */
+
+enum { POOL_PAGES = 200, POOL_ROUNDS = 8 };
+static ebb_pool *mt_pool;
+static unsigned char *pool_slots[THREADS][POOL_PAGES];
+static size_t page_size;
+static volatile int pool_stop;
+
+/* Like ring_worker, with pages: get and stamp own pages, then check and put a neighbour's. */
+static void *pool_worker(void *arg) {
+    int me = (int)(intptr_t)arg;
+    for (int round = 0; round < POOL_ROUNDS; round++) {
+        for (int i = 0; i < POOL_PAGES; i++) {
+            unsigned char *p = ebb_pool_get(mt_pool);
+            if (p == NULL || (uintptr_t)p % page_size != 0) {
+                ring_error("pool get failed or page not aligned");
+                pool_slots[me][i] = NULL;
+                continue;
+            }
+            memset(p, (me * 31 + round * 7 + i) & 0xff, page_size);
+            pool_slots[me][i] = p;
+        }
+        pthread_barrier_wait(&barrier);
+        int from = (me + 1 + round % (THREADS - 1)) % THREADS;
+        for (int i = 0; i < POOL_PAGES; i++) {
+            unsigned char *p = pool_slots[from][i];
+            if (p == NULL) continue;
+            unsigned char want = (unsigned char)((from * 31 + round * 7 + i) & 0xff);
+            if (p[0] != want || p[page_size / 2] != want || p[page_size - 1] != want)
+                ring_error("page changed while in use");
+            ebb_pool_put(mt_pool, p);
+            pool_slots[from][i] = NULL;
+        }
+        pthread_barrier_wait(&barrier);
+    }
+    return NULL;
+}
+
+/* Shrinks the pool over and over while the workers use it. */
+static void *pool_shrinker(void *arg) {
+    long long *total = arg;
+    while (!__atomic_load_n(&pool_stop, __ATOMIC_SEQ_CST)) {
+        long long r = ebb_pool_shrink(mt_pool);
+        if (r < 0) ring_error("ebb_pool_shrink failed");
+        else *total += r;
+        struct ebbtide_pool_stats st;
+        if (ebb_pool_stats(mt_pool, &st) != 0) ring_error("ebb_pool_stats failed");
+        usleep(1000);
+    }
+    return NULL;
+}
+
+static void test_pool_threads(void) {
+    page_size = (size_t)sysconf(_SC_PAGESIZE);
+    ring_errors = 0;
+    mt_pool = ebb_pool_create("capi-mt-pool", 8);
+    REQUIRE(mt_pool != NULL);
+    REQUIRE(pthread_barrier_init(&barrier, NULL, THREADS) == 0);
+    long long shrunk = 0;
+    pthread_t t[THREADS], s;
+    REQUIRE(pthread_create(&s, NULL, pool_shrinker, &shrunk) == 0);
+    for (int i = 0; i < THREADS; i++)
+        REQUIRE(pthread_create(&t[i], NULL, pool_worker, (void *)(intptr_t)i) == 0);
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    __atomic_store_n(&pool_stop, 1, __ATOMIC_SEQ_CST);
+    pthread_join(s, NULL);
+    pthread_barrier_destroy(&barrier);
+    CHECK(ring_errors == 0);
+    CHECK(shrunk >= 0); /* may be 0: the reclaim thread's own shrink can get there first */
+    struct ebbtide_pool_stats st;
+    REQUIRE(ebb_pool_stats(mt_pool, &st) == 0);
+    CHECK(st.pages_in_use == 0);
+    CHECK(st.zone.requests >= (uint64_t)THREADS * POOL_PAGES * POOL_ROUNDS);
+    CHECK(ebb_pool_shrink(mt_pool) >= 0);
+    REQUIRE(ebb_pool_stats(mt_pool, &st) == 0);
+    CHECK(st.free_pages <= 8);
+    CHECK(st.zone.released_bytes >= (uint64_t)(THREADS * POOL_PAGES - 8) * page_size);
+    CHECK(ebb_pool_destroy(mt_pool) == 0);
+}
+
 int main(void) {
     test_ring();
     test_producer_consumer();
     test_limit_wait();
+    test_pool_threads();
     return check_finish("test_threads");
 }

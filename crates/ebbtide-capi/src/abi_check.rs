@@ -70,6 +70,7 @@ fn expected() -> Vec<String> {
         ("EBB_ZONE_ZERO", ZoneFlags::ZERO.0.into()),
         ("EBB_LIMIT_FAIL", EBB_LIMIT_FAIL.into()),
         ("EBB_LIMIT_WAIT", EBB_LIMIT_WAIT.into()),
+        ("EBB_LOWMEM_MAX", EBB_LOWMEM_MAX as i64),
         (
             "EBBTIDE_STATS_VERSION",
             ebbtide_core::stats::STATS_VERSION.into(),
@@ -92,6 +93,18 @@ fn expected() -> Vec<String> {
         ),
         (0, 1, 2, 3)
     );
+    // ... and are ebbtide::Level's values, both ways.
+    for (c, l) in [
+        (EBB_PRESSURE_NONE, Level::Normal),
+        (EBB_PRESSURE_LOW, Level::Low),
+        (EBB_PRESSURE_MODERATE, Level::Moderate),
+        (EBB_PRESSURE_CRITICAL, Level::Critical),
+    ] {
+        assert_eq!(l as c_int, c);
+        assert_eq!(Level::from_raw(c), Some(l));
+    }
+    assert_eq!(Level::from_raw(-1), None);
+    assert_eq!(Level::from_raw(4), None);
     assert_eq!(
         (EBB_RECLAIM_TRIM, EBB_RECLAIM_DRAIN, EBB_RECLAIM_DRAIN_CPU),
         (1, 2, 3)

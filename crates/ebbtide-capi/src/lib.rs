@@ -7,22 +7,26 @@
 //!   saying what was wrong (per thread, until the next failure on that thread).
 //! * No Rust panic crosses the boundary: every entry point runs its body under
 //!   [`std::panic::catch_unwind`]. A caught panic is reported as `EIO`, or, in the functions
-//!   without an error return ([`ebb_zone_free`], [`ebb_pool_put`] once pools exist), aborts the
+//!   without an error return ([`ebb_zone_free`], [`ebb_pool_put`]), aborts the
 //!   process after a message on stderr.
 //! * Invalid frees (not an item of the zone, misaligned, double free in checked mode) are
 //!   printed on stderr, counted ([`ebb_invalid_frees`]) and never applied.
 //!
-//! Pending (not exported until the Rust core has them): page pools (`ebb_pool_*`),
-//! `ebb_pressure_notify` and low-memory handler registration.
+//! * Page pools (`ebb_pool_*`), explicit pressure (`ebb_pressure_notify`) and low-memory
+//!   handlers (`ebb_lowmem_register`) wrap `ebbtide::PagePool`, `ebbtide::pressure::notify` and
+//!   `ebbtide::reclaimer::register_lowmem_handler_c`.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use core::mem::ManuallyDrop;
 use core::ptr::{self, NonNull};
 use ebbtide_core::options::OptionErrorKind;
-use ebbtide_core::stats::{GlobalStatsC, ZoneStatsC};
+use ebbtide_core::reclaimer::{HandlerId, LowmemHandler};
+use ebbtide_core::stats::{GlobalStatsC, PoolStats, PoolStatsC, ZoneStats, ZoneStatsC};
 use ebbtide_core::zone::{FiniHook, InitHook};
-use ebbtide_core::{AllocError, CreateError, LimitMode, Request, Zone, ZoneFlags, ZoneOptions};
+use ebbtide_core::{
+    AllocError, CreateError, Level, LimitMode, PagePool, Request, Zone, ZoneFlags, ZoneOptions,
+};
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::ffi::{CStr, CString};
@@ -49,8 +53,8 @@ pub const EBB_RECLAIM_TRIM: c_int = Request::Trim as c_int;
 pub const EBB_RECLAIM_DRAIN: c_int = Request::Drain as c_int;
 /// `EBB_RECLAIM_DRAIN_CPU`.
 pub const EBB_RECLAIM_DRAIN_CPU: c_int = Request::DrainCpu as c_int;
-/// `EBB_PRESSURE_NONE` .. `EBB_PRESSURE_CRITICAL` (the header defines them for
-/// `ebb_pressure_notify`, which is pending; the values are fixed by the issue).
+/// `EBB_PRESSURE_NONE` .. `EBB_PRESSURE_CRITICAL`: the levels of `ebb_pressure_notify` and
+/// `ebb_pressure_level` (`ebbtide::Level` as an integer; the values are fixed by the issue).
 pub const EBB_PRESSURE_NONE: c_int = 0;
 /// See [`EBB_PRESSURE_NONE`].
 pub const EBB_PRESSURE_LOW: c_int = 1;
@@ -556,6 +560,348 @@ pub extern "C" fn ebb_invalid_frees() -> u64 {
 }
 
 // ---------------------------------------------------------------------------------------------
+// page pools
+
+/// Opaque handle of a page pool (`ebb_pool *`): a `Box<PagePool>` made at creation (not an
+/// allocation hot path) and given back by `ebb_pool_destroy`.
+pub enum EbbPool {}
+
+/// Live pool handles created through this API: `ebb_pool_destroy` refuses anything else.
+static LIVE_POOLS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
+
+fn live_pools() -> std::sync::MutexGuard<'static, BTreeSet<usize>> {
+    LIVE_POOLS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The pool behind a handle.
+///
+/// # Safety
+/// `p` is a live handle from `ebb_pool_create`, and stays live while the reference is used.
+unsafe fn pool_ref<'a>(p: *const EbbPool) -> &'a PagePool {
+    // SAFETY: caller's guarantee: a pointer from Box::into_raw, not yet destroyed.
+    unsafe { &*p.cast::<PagePool>() }
+}
+
+/// The core's pool marks "not a pool" with `usize::MAX` free pages: keep the cap below it.
+fn pool_cap(n: usize) -> usize {
+    n.min(usize::MAX - 1)
+}
+
+/// Creates a pool of page-sized, page-aligned buffers keeping at most `max_buffer_pages` free
+/// pages between shrinks. NULL with errno EINVAL (bad name), ENOMEM (metadata not mapped).
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_pool_create(
+    name: *const c_char,
+    max_buffer_pages: usize,
+) -> *mut EbbPool {
+    const F: &str = "ebb_pool_create";
+    guard(F, ptr::null_mut(), || {
+        // SAFETY: caller's guarantee on `name`.
+        let Some(name) = (unsafe { c_str(F, "name", name) }) else {
+            return ptr::null_mut();
+        };
+        match PagePool::new(name, pool_cap(max_buffer_pages)) {
+            Ok(pool) => {
+                let p = Box::into_raw(Box::new(pool));
+                live_pools().insert(p as usize);
+                p.cast()
+            }
+            Err(e) => {
+                fail(create_errno(&e), format!("{F}: {e}"));
+                ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// One page-sized, page-aligned buffer. NULL with errno ENOMEM (no memory), EINVAL (NULL pool).
+///
+/// # Safety
+/// `pool` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_pool_get(pool: *mut EbbPool) -> *mut c_void {
+    const F: &str = "ebb_pool_get";
+    guard(F, ptr::null_mut(), || {
+        if pool.is_null() {
+            fail(libc::EINVAL, format!("{F}: pool is NULL"));
+            return ptr::null_mut();
+        }
+        // SAFETY: caller's guarantee.
+        let p = unsafe { pool_ref(pool) };
+        match p.get() {
+            Ok(page) => page.as_ptr().cast(),
+            Err(e) => {
+                let errno = match e {
+                    AllocError::OutOfMemory(_) | AllocError::LimitReached { .. } => libc::ENOMEM,
+                    AllocError::InitFailed | AllocError::CtorFailed => libc::ECANCELED,
+                };
+                fail(errno, format!("{F}: pool '{}': {e}", p.zone().name()));
+                ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// Returns a buffer to its pool. `page` NULL does nothing. An invalid put (not a page of this
+/// pool, not a page's start) is printed on stderr, counted and not applied; errno EINVAL.
+///
+/// # Safety
+/// `pool` is NULL or a live handle; if `page` is a page of `pool`, the caller owns it.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_pool_put(pool: *mut EbbPool, page: *mut c_void) {
+    const F: &str = "ebb_pool_put";
+    guard_abort(F, || {
+        let Some(page) = NonNull::new(page.cast::<u8>()) else {
+            return;
+        };
+        if pool.is_null() {
+            INVALID_FREES.fetch_add(1, Ordering::Relaxed);
+            let _ = writeln!(
+                std::io::stderr(),
+                "ebbtide: invalid free of {page:p}: pool is NULL; not freed"
+            );
+            fail(libc::EINVAL, format!("{F}: pool is NULL"));
+            return;
+        }
+        // SAFETY: caller's guarantee.
+        let p = unsafe { pool_ref(pool) };
+        // SAFETY: caller's guarantee (ownership of a valid page); invalid pointers are detected
+        // without touching their memory.
+        if let Err(e) = unsafe { p.put(page) } {
+            INVALID_FREES.fetch_add(1, Ordering::Relaxed);
+            let _ = writeln!(std::io::stderr(), "{e}; not freed");
+            fail(libc::EINVAL, format!("{F}: {e}"));
+        }
+    })
+}
+
+/// Destroys a pool. 0, or -1 with errno EBUSY (pages still in use; nothing freed, the pool stays
+/// usable), EINVAL (NULL, or not a live pool handle: double destroy).
+///
+/// # Safety
+/// `pool` is NULL or a pointer returned by `ebb_pool_create`; no other thread uses the pool
+/// during the call.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_pool_destroy(pool: *mut EbbPool) -> c_int {
+    const F: &str = "ebb_pool_destroy";
+    guard(F, -1, || {
+        if pool.is_null() {
+            fail(libc::EINVAL, format!("{F}: pool is NULL"));
+            return -1;
+        }
+        let mut live = live_pools();
+        if !live.contains(&(pool as usize)) {
+            fail(
+                libc::EINVAL,
+                format!("{F}: {pool:p} is not a live pool (already destroyed?)"),
+            );
+            return -1;
+        }
+        // Out of the live set while the pool is moved out of its box: if `destroy` panicked,
+        // the handle would not be destroyed (or dropped) a second time.
+        live.remove(&(pool as usize));
+        let slot = pool.cast::<PagePool>();
+        // SAFETY: a live handle (checked above) made by Box::into_raw; the caller guarantees
+        // exclusive use. The pool is moved out, the box's memory stays ours.
+        let p = unsafe { ptr::read(slot) };
+        match p.destroy() {
+            Ok(()) => {
+                // SAFETY: the allocation of the box, whose value was moved out above.
+                drop(unsafe { Box::from_raw(slot.cast::<core::mem::MaybeUninit<PagePool>>()) });
+                0
+            }
+            Err((p, busy)) => {
+                // Back into the same box: the caller's handle stays valid.
+                // SAFETY: the box's memory, empty since the read above.
+                unsafe { ptr::write(slot, p) };
+                live.insert(pool as usize);
+                fail(libc::EBUSY, format!("{F}: {busy}"));
+                -1
+            }
+        }
+    })
+}
+
+/// Changes the pool's cap of free pages (takes effect at the next shrink). 0, or -1 errno
+/// EINVAL (NULL pool).
+///
+/// # Safety
+/// `pool` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_pool_set_max_buffer_pages(
+    pool: *mut EbbPool,
+    max_buffer_pages: usize,
+) -> c_int {
+    const F: &str = "ebb_pool_set_max_buffer_pages";
+    guard(F, -1, || {
+        if pool.is_null() {
+            fail(libc::EINVAL, format!("{F}: pool is NULL"));
+            return -1;
+        }
+        // SAFETY: caller's guarantee.
+        unsafe { pool_ref(pool) }.set_max_buffer_pages(pool_cap(max_buffer_pages));
+        0
+    })
+}
+
+/// Shrinks the pool to its cap now (to 0 free pages while a squeeze window is open), as the
+/// reclaim thread does every `pool_shrink_interval_ms`. Bytes given back to the OS, or -1 errno
+/// EINVAL (NULL pool). Pages in use are never touched.
+///
+/// # Safety
+/// `pool` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_pool_shrink(pool: *mut EbbPool) -> i64 {
+    const F: &str = "ebb_pool_shrink";
+    guard(F, -1, || {
+        if pool.is_null() {
+            fail(libc::EINVAL, format!("{F}: pool is NULL"));
+            return -1;
+        }
+        // SAFETY: caller's guarantee.
+        i64::try_from(unsafe { pool_ref(pool) }.shrink()).unwrap_or(i64::MAX)
+    })
+}
+
+fn pool_stats(s: &ebbtide_core::PoolSnapshot) -> PoolStats {
+    PoolStats {
+        zone: ZoneStats::from(&s.zone),
+        max_buffer_pages: s.max_buffer_pages,
+        free_pages: s.free_pages,
+        pages_in_use: s.pages_in_use,
+        squeezed: s.squeezed,
+    }
+}
+
+/// Fills `*out` with one pool's statistics. 0, or -1 errno EINVAL (NULL) / EIO.
+///
+/// # Safety
+/// `pool` is NULL or a live handle; `out` is NULL or valid for one element.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_pool_stats(pool: *mut EbbPool, out: *mut PoolStatsC) -> c_int {
+    const F: &str = "ebb_pool_stats";
+    guard(F, -1, || {
+        if pool.is_null() || out.is_null() {
+            fail(libc::EINVAL, format!("{F}: pool or out is NULL"));
+            return -1;
+        }
+        // SAFETY: caller's guarantee.
+        let s = pool_stats(&unsafe { pool_ref(pool) }.snapshot()).to_c();
+        // SAFETY: caller's guarantee.
+        unsafe { out.write(s) };
+        0
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// memory pressure and low-memory handlers
+
+/// Reports memory pressure of `level` (`EBB_PRESSURE_*`): the reclaim thread applies the policy
+/// at once (low-memory handlers, then TRIM / DRAIN and a squeeze window / DRAIN_CPU and no
+/// per-CPU caches); without a reclaim thread it is applied on this thread before returning.
+/// 0, or -1 errno EINVAL for a level outside 0..=3 (nothing happens then).
+#[no_mangle]
+pub extern "C" fn ebb_pressure_notify(level: c_int) -> c_int {
+    const F: &str = "ebb_pressure_notify";
+    guard(F, -1, || {
+        let Some(l) = Level::from_raw(level) else {
+            fail(
+                libc::EINVAL,
+                format!("{F}: level {level} is not EBB_PRESSURE_NONE (0), LOW (1), MODERATE (2) or CRITICAL (3)"),
+            );
+            return -1;
+        };
+        ebbtide_core::pressure::notify(l);
+        0
+    })
+}
+
+/// The pressure level in effect (`EBB_PRESSURE_*`), as the policy holds it; -1 errno EIO on an
+/// internal error.
+#[no_mangle]
+pub extern "C" fn ebb_pressure_level() -> c_int {
+    guard("ebb_pressure_level", -1, || {
+        ebbtide_core::pressure::current_level() as c_int
+    })
+}
+
+/// Most low-memory handlers registered at once (the core's limit).
+pub const EBB_LOWMEM_MAX: usize = 16;
+
+/// Handlers registered through this API: the C handle is the index here.
+static LOWMEM: Mutex<[Option<HandlerId>; EBB_LOWMEM_MAX]> = Mutex::new([None; EBB_LOWMEM_MAX]);
+
+fn lowmem() -> std::sync::MutexGuard<'static, [Option<HandlerId>; EBB_LOWMEM_MAX]> {
+    LOWMEM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Registers `f(level, arg)`, called when pressure rises or the allocator is about to reclaim
+/// for pressure: on the reclaim thread (or the thread calling `ebb_pressure_notify` when there
+/// is none), before the allocator reclaims, with no allocator lock held. A handle >= 0, or -1
+/// errno EINVAL (`f` NULL) / ENOSPC (16 handlers registered).
+#[no_mangle]
+pub extern "C" fn ebb_lowmem_register(f: Option<LowmemHandler>, arg: *mut c_void) -> c_int {
+    const F: &str = "ebb_lowmem_register";
+    guard(F, -1, || {
+        let Some(f) = f else {
+            fail(libc::EINVAL, format!("{F}: fn is NULL"));
+            return -1;
+        };
+        let mut slots = lowmem();
+        let Some(i) = slots.iter().position(Option::is_none) else {
+            fail(
+                libc::ENOSPC,
+                format!("{F}: {EBB_LOWMEM_MAX} handlers are registered already"),
+            );
+            return -1;
+        };
+        match ebbtide_core::reclaimer::register_lowmem_handler_c(f, arg) {
+            Some(id) => {
+                slots[i] = Some(id);
+                i as c_int
+            }
+            None => {
+                fail(
+                    libc::ENOSPC,
+                    format!("{F}: {EBB_LOWMEM_MAX} handlers are registered already"),
+                );
+                -1
+            }
+        }
+    })
+}
+
+/// Unregisters a handler. 0, or -1 errno EINVAL (not a registered handle). A call of the handler
+/// already under way on the reclaim thread may still finish after this returns.
+#[no_mangle]
+pub extern "C" fn ebb_lowmem_unregister(handle: c_int) -> c_int {
+    const F: &str = "ebb_lowmem_unregister";
+    guard(F, -1, || {
+        let mut slots = lowmem();
+        let id = usize::try_from(handle)
+            .ok()
+            .and_then(|i| slots.get_mut(i))
+            .and_then(Option::take);
+        match id {
+            Some(id) => {
+                ebbtide_core::reclaimer::unregister_lowmem_handler_c(id);
+                0
+            }
+            None => {
+                fail(
+                    libc::EINVAL,
+                    format!("{F}: {handle} is not a registered handler"),
+                );
+                -1
+            }
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
 // reclaim, stats, tunables, version
 
 /// Reclaims from every zone: bytes given back to the OS, or -1 with errno EINVAL for an
@@ -604,6 +950,26 @@ pub unsafe extern "C" fn ebb_stats_zones(out: *mut ZoneStatsC, n: usize) -> usiz
             }
         }
         snap.zones.len()
+    })
+}
+
+/// Fills `out[0..n]` with one `struct ebbtide_pool_stats` per page pool (oldest first) and
+/// returns the number of pools (may exceed `n`). `out` may be NULL when `n` is 0. `(size_t)-1`
+/// with errno EIO on internal error.
+///
+/// # Safety
+/// `out` is NULL or valid for `n` elements.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_stats_pools(out: *mut PoolStatsC, n: usize) -> usize {
+    guard("ebb_stats_pools", usize::MAX, || {
+        let snap = ebbtide_core::stats::collect();
+        if !out.is_null() {
+            for (i, p) in snap.pools.iter().take(n).enumerate() {
+                // SAFETY: i < n; the caller vouches for n elements.
+                unsafe { out.add(i).write(p.to_c()) };
+            }
+        }
+        snap.pools.len()
     })
 }
 

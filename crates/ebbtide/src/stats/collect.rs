@@ -39,6 +39,7 @@ impl From<&ZoneSnapshot> for ZoneStats {
             released_bytes: z.released_bytes,
             squeeze_windows: z.squeeze_windows,
             buckets_enabled: z.buckets_enabled,
+            invalid_frees: z.invalid_frees,
         }
     }
 }

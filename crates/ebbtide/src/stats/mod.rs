@@ -402,6 +402,7 @@ stats_group! {
         released_bytes: U64, Counter, Bytes, "RELEASED", "Bytes given back to the OS (munmap or madvise) by this zone.";
         squeeze_windows: U64, Counter, Events, "", "Squeeze windows opened on this zone.";
         buckets_enabled: Bool, Gauge, Boolean, "", "Whether per-CPU buckets are in use (disabled while pressure is critical).";
+        invalid_frees: U64, Counter, Events, "", "Frees refused because the pointer was not a live item of the zone (reported on stderr, never applied).";
     }
 }
 
@@ -515,6 +516,7 @@ impl Snapshot {
                 released_bytes: 1 << 20,
                 squeeze_windows: 2,
                 buckets_enabled: true,
+                invalid_frees: 0,
             }
         };
         Snapshot {
