@@ -10,19 +10,21 @@ pub mod error;
 pub(crate) mod keg;
 pub mod options;
 pub mod os;
-pub mod pressure;
 pub(crate) mod pcpu;
+pub mod pressure;
 pub mod reclaim;
 pub(crate) mod registry;
 pub(crate) mod slab;
 pub mod stats;
 pub(crate) mod sync;
+pub mod typed;
 pub mod wss;
 pub mod zone;
 
 pub use error::{AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
 pub use keg::InvalidKind;
 pub use reclaim::Request;
+pub use typed::{TypedZone, ZBox};
 pub use zone::{LimitMode, Zone, ZoneFlags, ZoneOptions, ZoneSnapshot};
 
 static CHECKED_DEFAULT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
