@@ -305,14 +305,11 @@ fn cross_thread_frees_under_concurrent_trim_drain_periodic() {
 
 /// The full mix the issue asks for, with concurrent `reclaim_all(DrainCpu)`.
 ///
-/// KNOWN BUG (reported, not fixed): in rseq mode this fails in most runs with "item handed out
-/// while live" (zone 'stress-24' mostly) within a few seconds; with `EBBTIDE_RSEQ=0` (locked
-/// mode) it passes, as does the same load without DrainCpu (the test above), and
-/// `tests/rseq_fence.rs` shows the kernel's membarrier fence itself holds. Run it with
-/// `cargo test -p ebbtide --test stress -- --ignored --nocapture`; `STRESS_ONLY=0` runs DrainCpu
-/// alone and fails the same way.
+/// Regression test: before the load-order fix in `pcpu.rs` (critical sections loaded `word` before
+/// the stop field), this failed in most runs with "item handed out while live" (zone
+/// 'stress-24' mostly): a section that started after the drainer's fence read the pre-drain count
+/// and then the reopened floor. `STRESS_ONLY=0` runs DrainCpu alone.
 #[test]
-#[ignore = "known bug: duplicate items under concurrent reclaim_all(DrainCpu) in rseq mode"]
 fn cross_thread_frees_under_concurrent_drain_cpu() {
     stress(&[0, 1, 2, 3]);
 }
