@@ -37,6 +37,15 @@
 //! `DRAIN_CPU` makes one IPI per CPU, not per zone (the review point of seed 002). The owning
 //! thread never cooperates: an idle, descheduled or exited thread's cache drains the same way.
 //!
+//! **Load order.** Every critical section loads its stop field (`floor` for pops, `cap` for
+//! pushes) *before* `word`. A section that starts after the fence may still straddle the
+//! drainer's "store `word` = 0, then reopen" (nothing aborts it: the fence is over). Loading the
+//! stop field first makes that safe on x86 (loads are not reordered with loads, stores not with
+//! stores): a section that sees the reopened field also sees the emptied `word`. The opposite
+//! order (word first) let a section combine the pre-drain count with the reopened floor and pop
+//! an item the drainer had already given to the slabs — handed out twice (found by
+//! `tests/stress.rs` under concurrent `DRAIN_CPU` and by the loom model `tests/loom_pcpu.rs`).
+//!
 //! # Locked mode
 //! Without rseq (old glibc, valgrind, `EBBTIDE_RSEQ=0`, or under loom/miri) every operation takes
 //! the header `lock` of `sched_getcpu()`'s stack. Drainers take the same lock and need no fence.
@@ -183,9 +192,10 @@ mod rseq {
                 "jae 7f",
                 "imulq {stride}, %rax",
                 "addq {base}, %rax",
+                "movl 12(%rax), %r8d",
                 "movq (%rax), %rcx",
                 "movzwl %cx, %edx",
-                "cmpl 12(%rax), %edx",
+                "cmpl %r8d, %edx",
                 "jbe 7f",
                 "movq 56(%rax,%rdx,8), {out}",
                 "addq $0xffff, %rcx",
@@ -212,6 +222,7 @@ mod rseq {
                 out("rax") _,
                 out("rcx") _,
                 out("rdx") _,
+                out("r8") _,
                 options(att_syntax, nostack),
             );
         }
@@ -243,9 +254,10 @@ mod rseq {
                 "jae 7f",
                 "imulq {stride}, %rax",
                 "addq {base}, %rax",
+                "movl 8(%rax), %r8d",
                 "movq (%rax), %rcx",
                 "movzwl %cx, %edx",
-                "cmpl 8(%rax), %edx",
+                "cmpl %r8d, %edx",
                 "jae 7f",
                 "movq {item}, 64(%rax,%rdx,8)",
                 "addq $1, %rcx",
@@ -274,6 +286,7 @@ mod rseq {
                 out("rax") _,
                 out("rcx") _,
                 out("rdx") _,
+                out("r8") _,
                 options(att_syntax, nostack),
             );
         }
@@ -307,10 +320,11 @@ mod rseq {
                 "jae 7f",
                 "imulq {stride}, %rax",
                 "addq {base}, %rax",
+                "movl 12(%rax), %r9d",
                 "movq (%rax), %rcx",
                 "movzwl %cx, %edx",
                 "movl %edx, %r8d",
-                "subl 12(%rax), %r8d",
+                "subl %r9d, %r8d",
                 "jbe 7f",
                 "cmpq {max}, %r8",
                 "jbe 10f",
@@ -391,9 +405,9 @@ mod rseq {
                 "jae 7f",
                 "imulq {stride}, %rax",
                 "addq {base}, %rax",
+                "movl 8(%rax), %r8d",
                 "movq (%rax), %rcx",
                 "movzwl %cx, %edx",
-                "movl 8(%rax), %r8d",
                 "cmpl %r8d, %edx",
                 "jae 7f",
                 "subl %edx, %r8d",
