@@ -5,6 +5,7 @@
 
 pub(crate) mod arena;
 pub(crate) mod bucket;
+pub mod control;
 pub(crate) mod depot;
 pub mod error;
 pub(crate) mod keg;
