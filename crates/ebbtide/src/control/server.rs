@@ -169,6 +169,11 @@ impl Server {
             }
         }
         for c in self.conns.drain(..) {
+            // Best effort for a reply queued just before the stop (e.g. the reply to
+            // `set control_socket=false`): one nonblocking write, then close.
+            if c.writing() {
+                let _ = (&c.stream).write(&c.out[c.out_pos..]);
+            }
             fdreg::forget(c.stream.as_raw_fd());
         }
     }
