@@ -141,8 +141,9 @@ pub fn request_with_timeout(
         what: format!("{what} {}", sock.display()),
         err,
     };
-    s.write_all(line.as_bytes())
-        .map_err(|e| io_err("cannot send the request to", e))?;
+    // A server that refuses us writes one `err` line and closes, possibly before our request
+    // is sent: on a failed write, still read what it said.
+    let write_error = s.write_all(line.as_bytes()).err();
     let mut buf = Vec::new();
     let mut chunk = [0u8; 64 * 1024];
     loop {
@@ -153,7 +154,19 @@ pub fn request_with_timeout(
             Err(ReplyError::Incomplete) => {}
         }
         let n = match s.read(&mut chunk) {
+            Ok(0) if write_error.is_some() => {
+                return Err(io_err(
+                    "cannot send the request to",
+                    write_error.expect("checked"),
+                ))
+            }
             Ok(n) => n,
+            Err(_) if write_error.is_some() => {
+                return Err(io_err(
+                    "cannot send the request to",
+                    write_error.expect("checked"),
+                ))
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e)
                 if matches!(

@@ -359,9 +359,16 @@ pub fn decode_reply(buf: &[u8]) -> Result<(Reply, usize), ReplyError> {
             printable(head)
         )));
     };
+    // Canonical decimal only (what `encode_ok` writes): digits, no sign, no leading zero.
+    let canonical = !len.is_empty()
+        && len.len() <= 20
+        && len.bytes().all(|b| b.is_ascii_digit())
+        && (len == "0" || !len.starts_with('0'));
     let len: usize = len
         .parse()
-        .map_err(|_| ReplyError::Malformed(format!("bad length '{}'", printable(len))))?;
+        .ok()
+        .filter(|_| canonical)
+        .ok_or_else(|| ReplyError::Malformed(format!("bad length '{}'", printable(len))))?;
     if len > MAX_REPLY {
         return Err(ReplyError::Malformed(format!(
             "payload of {len} bytes exceeds the {MAX_REPLY}-byte limit"
