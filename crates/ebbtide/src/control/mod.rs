@@ -11,6 +11,7 @@
 //!
 //! | file | concept |
 //! |---|---|
+//! | [`abi`] | the ABI entries of the socket (generated `docs/ABI/testing/control/socket`) |
 //! | [`path`] | where sockets live (`$XDG_RUNTIME_DIR/ebbtide/<pid>.sock`, else `/tmp/ebbtide-<uid>/<pid>.sock`), directory checks, stale sockets |
 //! | [`peer`] | `SO_PEERCRED` and the rule: same uid or root |
 //! | [`protocol`] | request parser and reply framing (pure; fuzzed) |
@@ -41,6 +42,7 @@
 //!   child does not serve the parent's socket. A child that wants its own calls [`start`]
 //!   (it gets `<child pid>.sock`).
 
+pub mod abi;
 pub mod events;
 mod fdreg;
 mod handler;

@@ -383,20 +383,103 @@ pub fn decode_reply(buf: &[u8]) -> Result<(Reply, usize), ReplyError> {
     Ok((Reply::Ok(payload.to_string()), nl + 1 + len))
 }
 
+/// One request verb, for `help`, the ABI documentation and the tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verb {
+    /// The verb.
+    pub name: &'static str,
+    /// Its arguments, as in `help`.
+    pub args: &'static str,
+    /// One line for `help`.
+    pub summary: &'static str,
+    /// What the `ok` payload holds.
+    pub reply: &'static str,
+    /// An example line that [`parse_request`] accepts.
+    pub example: &'static str,
+}
+
+/// Every verb, in `help` order.
+pub const VERBS: &[Verb] = &[
+    Verb {
+        name: "ping",
+        args: "",
+        summary: "check that the process answers",
+        reply: "pong and a newline.",
+        example: "ping",
+    },
+    Verb {
+        name: "version",
+        args: "",
+        summary: "library and protocol version, pid",
+        reply: "'ebbtide <library version> protocol <protocol version> pid <pid>' and a newline.",
+        example: "version",
+    },
+    Verb {
+        name: "stats",
+        args: "[table|json|prometheus]",
+        summary: "statistics (default table)",
+        reply: "the statistics snapshot in that format: the vmstat -z style table, the JSON \
+                object (one line, then a newline; fields in docs/ABI/testing/stats-*), or the \
+                Prometheus text exposition format 0.0.4. 'prom' is accepted for prometheus.",
+        example: "stats json",
+    },
+    Verb {
+        name: "get",
+        args: "[NAME]",
+        summary: "one tunable's value, or all tunables",
+        reply: "with NAME: the tunable's canonical value and a newline (see ebbtide.conf); \
+                without: one line per tunable, 'name = value (default D; range R; run time|\
+                start-up only) summary'. An unknown NAME is an error naming close names.",
+        example: "get squeeze_ms",
+    },
+    Verb {
+        name: "set",
+        args: "NAME=VALUE[,NAME=VALUE...]",
+        summary: "set tunables, all or none",
+        reply: "one 'name=value' line per tunable set, with the canonical value. The text is \
+                one batch in the EBBTIDE_CONF syntax (ebbtide.conf), without white space: if \
+                any entry is wrong nothing changes and the error lists every problem, each \
+                prefixed with 'control socket entry N'. Setting control_socket=false stops \
+                the server after this reply.",
+        example: "set squeeze_ms=20,max_cached_bytes=64M",
+    },
+    Verb {
+        name: "pressure",
+        args: "normal|low|moderate|critical",
+        summary: "inject a pressure level",
+        reply: "'injected <level>: released <bytes> bytes' and a newline. What each level \
+                does: see ebbtide::control::inject (none also means normal).",
+        example: "pressure moderate",
+    },
+    Verb {
+        name: "events",
+        args: "",
+        summary: "recent control events",
+        reply: "the last 64 control events, oldest first, one per line: '<unix time in ms> \
+                <kind> <detail>', kind one of start, stop, cleanup, set, pressure, refused, \
+                error.",
+        example: "events",
+    },
+    Verb {
+        name: "help",
+        args: "",
+        summary: "this list",
+        reply: "one line per request.",
+        example: "help",
+    },
+];
+
 /// The text of `help`.
 pub fn help_text() -> String {
-    format!(
+    let mut out = format!(
         "ebbtide control protocol {PROTOCOL_VERSION}: one request per line, at most \
-         {MAX_REQUEST} bytes\n\
-         ping                                   reply pong\n\
-         version                                library and protocol version, pid\n\
-         stats [table|json|prometheus]          statistics (default table)\n\
-         get [NAME]                             one tunable's value, or all tunables\n\
-         set NAME=VALUE[,NAME=VALUE...]         set tunables, all or none\n\
-         pressure normal|low|moderate|critical  inject a pressure level\n\
-         events                                 recent control events\n\
-         help                                   this text\n"
-    )
+         {MAX_REQUEST} bytes\n"
+    );
+    for v in VERBS {
+        let head = format!("{} {}", v.name, v.args);
+        out.push_str(&format!("{:<40} {}\n", head.trim_end(), v.summary));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -452,6 +535,16 @@ mod tests {
         assert_eq!(e(b"ping\x01"), "request has a control character at byte 4");
         assert_eq!(e(b"\xff"), "request is not valid UTF-8");
         assert!(e(&[b'a'; MAX_REQUEST]).starts_with("request too long"));
+    }
+
+    #[test]
+    fn every_verb_is_parsed_and_listed() {
+        for v in VERBS {
+            let r = parse_request(v.example.as_bytes()).unwrap();
+            assert!(r.to_line().starts_with(v.name), "{v:?}");
+            assert!(help_text().contains(v.summary));
+        }
+        assert_eq!(VERBS.len(), 8);
     }
 
     #[test]
