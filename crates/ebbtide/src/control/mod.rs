@@ -250,29 +250,37 @@ pub fn start() -> io::Result<PathBuf> {
 
 /// Stop the server (idempotent): wake and join the thread, close every connection, remove
 /// the socket file.
+///
+/// The state lock is released before the join: the control thread may be finishing a
+/// request whose tunable callback calls [`start`] or [`stop`] itself, and must not wait for
+/// us while we wait for it.
 pub fn stop() {
-    let mut state = lock(&STATE);
-    forget_after_fork(&mut state);
-    let Some(r) = state.take() else {
-        return;
+    let (path, thread) = {
+        let mut state = lock(&STATE);
+        forget_after_fork(&mut state);
+        let Some(r) = state.take() else {
+            return;
+        };
+        fdreg::forget(r.wake_tx.as_raw_fd());
+        // Closing the write end makes the read end readable (EOF) and wakes the poll.
+        drop(r.wake_tx);
+        // Removed now, under the lock, so that a server started after the lock is released
+        // (same pid, same path) keeps its socket and its exit cleanup.
+        let _ = std::fs::remove_file(&r.path);
+        let mut exit = lock(&EXIT_PATH);
+        if exit.as_ref().is_some_and(|(_, p)| p == &r.path) {
+            *exit = None;
+        }
+        (r.path, r.thread)
     };
-    fdreg::forget(r.wake_tx.as_raw_fd());
-    // Closing the write end makes the read end readable (EOF) and wakes the poll.
-    drop(r.wake_tx);
     if ON_CONTROL_THREAD.with(|c| c.get()) {
-        // Stopping from a request: the loop ends after this reply is queued (the pending
-        // reply is dropped with the connection); the thread cannot join itself.
-        drop(r.thread);
+        // Stopping from a request: the loop ends after this reply (sent best effort); the
+        // thread cannot join itself.
+        drop(thread);
     } else {
-        let _ = r.thread.join();
+        let _ = thread.join();
     }
-    let _ = std::fs::remove_file(&r.path);
-    let mut exit = lock(&EXIT_PATH);
-    if exit.as_ref().is_some_and(|(_, p)| p == &r.path) {
-        *exit = None;
-    }
-    drop(exit);
-    events::record("stop", &format!("removed {}", r.path.display()));
+    events::record("stop", &format!("removed {}", path.display()));
 }
 
 /// The socket being served by this process, if any.
