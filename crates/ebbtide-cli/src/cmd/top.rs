@@ -12,7 +12,7 @@ use ebbtide::control::protocol::{Format, Request};
 use ebbtide::pressure::Level;
 use ebbtide::stats::{FieldKind, Stats, ZoneStats};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
-use ratatui::layout::{Constraint, Layout};
+use ratatui::layout::{Alignment, Constraint, Layout};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table};
@@ -273,15 +273,26 @@ impl State {
                 Constraint::Length(w as u16)
             })
             .collect();
+        // Numbers right-aligned, text left-aligned, as in vmstat -z.
+        let align = |i: usize, text: String| {
+            let line = Line::from(text);
+            Cell::from(if self.columns[i].numeric {
+                line.alignment(Alignment::Right)
+            } else {
+                line
+            })
+        };
         let header = Row::new(self.columns.iter().enumerate().map(|(i, c)| {
             let mut t = c.header.to_string();
             if i == self.sort {
                 t.push(if self.descending { 'v' } else { '^' });
             }
-            Cell::from(t)
+            align(i, t)
         }))
         .style(Style::default().add_modifier(Modifier::REVERSED));
-        let body = rows.into_iter().map(Row::new);
+        let body = rows
+            .into_iter()
+            .map(|r| Row::new(r.into_iter().enumerate().map(|(i, c)| align(i, c))));
         f.render_widget(
             Table::new(body, widths)
                 .header(header)
