@@ -2,9 +2,9 @@
 //! [`protocol::VERBS`] and the limits), in the format of `docs/ABI/README`.
 //!
 //! The file is `docs/ABI/testing/control/socket`; `tests/control_abi.rs` checks it against
-//! [`file`] and rewrites it with `EBBTIDE_BLESS=1`. (It sits in a subdirectory because
+//! [`file()`] and rewrites it with `EBBTIDE_BLESS=1`. (It sits in a subdirectory because
 //! `tests/abi_docs.rs` refuses flat files under `testing/` that
-//! [`crate::options::abi::expected_files`] does not generate; adding [`file`] to that list
+//! [`crate::options::abi::expected_files`] does not generate; adding [`file()`] to that list
 //! would let one test cover both.)
 
 use super::protocol::{self, MAX_REQUEST, PROTOCOL_VERSION};
