@@ -29,7 +29,19 @@ fn ping(path: &Path) -> std::io::Result<String> {
 
 /// Child side: start, print the path, exit in the way `case` says.
 fn child(case: &str) {
-    let p = control::start().unwrap();
+    let p = if case == "env" {
+        // Only the environment (EBBTIDE_CONTROL_SOCKET=1) and the tunable subscription made
+        // by the module's load-time constructor.
+        assert!(ebbtide::options::init_from_env().is_empty());
+        control::socket_path().expect("EBBTIDE_CONTROL_SOCKET=1 started the server")
+    } else {
+        control::start().unwrap()
+    };
+    if case == "env" {
+        println!("\nSOCKET={}", p.display());
+        assert!(p.exists());
+        return;
+    }
     println!("\nSOCKET={}", p.display());
     std::io::stdout().flush().unwrap();
     match case {
@@ -202,5 +214,34 @@ fn forked_child_does_not_serve_the_parents_socket() {
     assert_eq!(ping(&path).unwrap(), "ok 5\npong\n");
     control::stop();
     assert!(!path.exists());
+    std::fs::remove_dir_all(&xdg).unwrap();
+}
+
+#[test]
+fn the_environment_turns_it_on() {
+    if std::env::var_os("CONTROL_PROCESS_CHILD").is_some() {
+        return;
+    }
+    let _g = serial();
+    let xdg = scratch("env");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_entry", "--nocapture"])
+        .env("CONTROL_PROCESS_CHILD", "env")
+        .env("EBBTIDE_CONTROL_SOCKET", "1")
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let sock = text
+        .lines()
+        .find_map(|l| l.strip_prefix("SOCKET="))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(sock.starts_with(&xdg.join("ebbtide").display().to_string()));
+    assert!(!Path::new(sock).exists(), "removed at exit");
     std::fs::remove_dir_all(&xdg).unwrap();
 }

@@ -33,7 +33,9 @@ fn setup() -> (MutexGuard<'static, ()>, PathBuf) {
         Fixture { _zone: z }
     });
     options::set("control_socket", "true").unwrap();
-    let path = control::socket_path().expect("the tunable started the server");
+    // A previous test may have stopped the server with the tunable left on.
+    let path = control::start().unwrap();
+    assert_eq!(control::socket_path().as_ref(), Some(&path));
     (g, path)
 }
 
@@ -343,5 +345,52 @@ fn turning_off_through_the_socket_and_back_on() {
     assert!(!path.exists());
     assert_eq!(control::start().unwrap(), path);
     assert_eq!(control::start().unwrap(), path, "idempotent");
+    assert_eq!(ok(&path, "ping"), "pong\n");
+}
+
+#[test]
+fn toggling_from_both_sides_does_not_deadlock() {
+    let (_g, path) = setup();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let p = path.clone();
+    std::thread::spawn(move || {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = stop.clone();
+        // Requests that turn the socket off and on from the control thread itself.
+        let client = std::thread::spawn(move || {
+            let mut i = 0u32;
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                let v = if i % 2 == 0 { "false" } else { "true" };
+                if let Ok(mut s) = UnixStream::connect(&p) {
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                    let _ = s.write_all(format!("set control_socket={v}\n").as_bytes());
+                    let mut sink = Vec::new();
+                    let _ = s.read_to_end(&mut sink);
+                }
+                i += 1;
+            }
+        });
+        // Meanwhile the API stops and starts it, and flips the tunable.
+        for i in 0..100 {
+            match i % 3 {
+                0 => control::stop(),
+                1 => {
+                    let _ = control::start();
+                }
+                _ => {
+                    let _ = options::set("control_socket", if i % 2 == 0 { "on" } else { "off" });
+                }
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        client.join().unwrap();
+        done_tx.send(()).unwrap();
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("start/stop from the API and from requests deadlocked");
+    // Back to a clean state: on, one socket, answering.
+    options::set("control_socket", "true").unwrap();
+    assert_eq!(control::start().unwrap(), path);
     assert_eq!(ok(&path, "ping"), "pong\n");
 }
