@@ -78,6 +78,8 @@ pub(crate) mod arena;
 #[cfg(not(loom))]
 pub(crate) mod bucket;
 #[cfg(not(loom))]
+pub mod control;
+#[cfg(not(loom))]
 pub(crate) mod depot;
 #[cfg(not(loom))]
 pub mod error;

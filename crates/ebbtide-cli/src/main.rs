@@ -1,0 +1,55 @@
+//! `ebbtide`: list, inspect and steer processes that use the ebbtide allocator, through their
+//! control sockets (see `docs/control-protocol.md`).
+//!
+//! One module per subcommand under `cmd/`, each with an `Args` (clap) and a `run`. Adding a
+//! subcommand: a module in `cmd/`, a variant in [`Command`], an arm in [`main`].
+
+mod client;
+mod cmd;
+mod error;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Inspect and steer processes that use ebbtide.
+#[derive(Parser, Debug)]
+#[command(name = "ebbtide", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List processes that serve a control socket.
+    Ls(cmd::ls::Args),
+    /// Print a process's statistics (vmstat -z style table, JSON or Prometheus).
+    Stat(cmd::stat::Args),
+    /// Live view of a process's zones, sortable by column (q quits).
+    Top(cmd::top::Args),
+    /// Print one tunable, or all of them.
+    Get(cmd::get::Args),
+    /// Set tunables (all or none).
+    Set(cmd::set::Args),
+    /// Inject a pressure level (normal, low, moderate, critical).
+    Pressure(cmd::pressure::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Ls(a) => cmd::ls::run(a),
+        Command::Stat(a) => cmd::stat::run(a),
+        Command::Top(a) => cmd::top::run(a),
+        Command::Get(a) => cmd::get::run(a),
+        Command::Set(a) => cmd::set::run(a),
+        Command::Pressure(a) => cmd::pressure::run(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ebbtide: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

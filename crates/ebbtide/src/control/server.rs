@@ -1,0 +1,302 @@
+//! The server loop: one thread, one `poll` over the listening socket, a wake pipe and every
+//! connection. All sockets are nonblocking, so no single client can hold the thread:
+//!
+//! * a request line must be complete within [`READ_TIMEOUT`] of the connection (or of the
+//!   previous reply); otherwise the client gets `err timeout ...` and is closed;
+//! * a line longer than [`MAX_REQUEST`] gets `err request too long ...` and the connection is
+//!   closed without reading the rest;
+//! * a reply the client does not read within [`WRITE_TIMEOUT`] closes the connection; while a
+//!   reply is pending, nothing more is read from that client (so its replies cannot pile up);
+//! * at most [`MAX_CONNECTIONS`] clients at once; one more gets `err busy ...` and is closed.
+//!
+//! Requests are executed on this thread ([`super::handler::handle`]); the work is bounded and
+//! does not depend on the client. The allocator's threads never wait for this thread.
+
+use super::handler;
+use super::peer;
+use super::protocol::{encode_err, encode_ok, parse_request, MAX_REQUEST};
+use super::{events, fdreg};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::{Duration, Instant};
+
+/// Time a client has to send a complete request line.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(1);
+/// Time a client has to read a reply.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Clients served at once.
+pub const MAX_CONNECTIONS: usize = 32;
+
+struct Conn {
+    stream: UnixStream,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    deadline: Instant,
+    /// Close once `out` is written.
+    closing: bool,
+    /// The peer shut down its write side.
+    eof: bool,
+}
+
+impl Conn {
+    fn new(stream: UnixStream, now: Instant) -> Conn {
+        Conn {
+            stream,
+            inbuf: Vec::new(),
+            out: Vec::new(),
+            out_pos: 0,
+            deadline: now + READ_TIMEOUT,
+            closing: false,
+            eof: false,
+        }
+    }
+
+    fn writing(&self) -> bool {
+        self.out_pos < self.out.len()
+    }
+
+    fn queue(&mut self, reply: Vec<u8>, now: Instant) {
+        self.out = reply;
+        self.out_pos = 0;
+        self.deadline = now + WRITE_TIMEOUT;
+    }
+
+    /// Handle the next complete line in `inbuf`, if any; returns whether one was handled.
+    fn next_request(&mut self, now: Instant) -> bool {
+        let line = match self.inbuf.iter().position(|&b| b == b'\n') {
+            Some(nl) => {
+                let line: Vec<u8> = self.inbuf.drain(..=nl).collect();
+                line
+            }
+            None if self.eof && !self.inbuf.is_empty() => std::mem::take(&mut self.inbuf),
+            None => {
+                if self.inbuf.len() >= MAX_REQUEST {
+                    let msg = format!(
+                        "request too long: {} bytes without a newline (the limit is \
+                         {MAX_REQUEST} bytes per line); closing the connection",
+                        self.inbuf.len()
+                    );
+                    self.queue(encode_err(&msg), now);
+                    self.inbuf = Vec::new();
+                    self.closing = true;
+                    return true;
+                }
+                return false;
+            }
+        };
+        let reply = match parse_request(&line) {
+            Ok(req) => match handler::handle(&req) {
+                Ok(payload) => encode_ok(&payload),
+                Err(msg) => encode_err(&msg),
+            },
+            Err(e) => encode_err(&e.to_string()),
+        };
+        self.queue(reply, now);
+        true
+    }
+}
+
+/// What the thread owns while it runs.
+pub(crate) struct Server {
+    listener: UnixListener,
+    wake: OwnedFd,
+    own_uid: u32,
+    conns: Vec<Conn>,
+}
+
+impl Server {
+    pub(crate) fn new(listener: UnixListener, wake: OwnedFd) -> io::Result<Server> {
+        listener.set_nonblocking(true)?;
+        Ok(Server {
+            listener,
+            wake,
+            own_uid: super::path::euid(),
+            conns: Vec::new(),
+        })
+    }
+
+    /// Serve until the wake pipe says stop (a byte arrives or the write end closes).
+    pub(crate) fn run(mut self) {
+        loop {
+            let now = Instant::now();
+            let mut fds = Vec::with_capacity(2 + self.conns.len());
+            fds.push(pollfd(self.wake.as_raw_fd(), libc::POLLIN));
+            fds.push(pollfd(self.listener.as_raw_fd(), libc::POLLIN));
+            for c in &self.conns {
+                let ev = if c.writing() {
+                    libc::POLLOUT
+                } else {
+                    libc::POLLIN
+                };
+                fds.push(pollfd(c.stream.as_raw_fd(), ev));
+            }
+            let timeout = self
+                .conns
+                .iter()
+                .map(|c| c.deadline.saturating_duration_since(now))
+                .min()
+                .unwrap_or(Duration::from_secs(1))
+                .min(Duration::from_secs(1));
+            let ms = timeout.as_millis().clamp(1, 1000) as libc::c_int;
+            // SAFETY: `fds` is a valid, initialised array of `fds.len()` pollfd structs that
+            // stays alive (and unmoved) for the call.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                events::record("error", &format!("poll failed: {e}; control socket stops"));
+                break;
+            }
+            if fds[0].revents != 0 {
+                break;
+            }
+            let now = Instant::now();
+            // Connections first (their indexes are fds[2..]), then accept new ones.
+            let mut keep = Vec::with_capacity(self.conns.len());
+            for (i, c) in self.conns.drain(..).enumerate() {
+                let rev = fds[2 + i].revents;
+                if let Some(c) = service(c, rev, now) {
+                    keep.push(c);
+                }
+            }
+            self.conns = keep;
+            if fds[1].revents & libc::POLLIN != 0 {
+                self.accept_all(now);
+            }
+        }
+        for c in self.conns.drain(..) {
+            // Best effort for a reply queued just before the stop (e.g. the reply to
+            // `set control_socket=false`): one nonblocking write, then close.
+            if c.writing() {
+                let _ = (&c.stream).write(&c.out[c.out_pos..]);
+            }
+            fdreg::forget(c.stream.as_raw_fd());
+        }
+    }
+
+    fn accept_all(&mut self, now: Instant) {
+        loop {
+            let stream = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and the like: leave the client in the backlog, try next round.
+                    events::record("error", &format!("accept failed: {e}"));
+                    return;
+                }
+            };
+            fdreg::remember(stream.as_raw_fd());
+            let refusal = match peer::peer_cred(stream.as_raw_fd()) {
+                Err(e) => Some(format!(
+                    "permission denied: cannot read peer credentials: {e}"
+                )),
+                Ok(cred) => match peer::check(cred, self.own_uid) {
+                    Err(msg) => {
+                        events::record("refused", &msg);
+                        Some(msg)
+                    }
+                    Ok(()) if self.conns.len() >= MAX_CONNECTIONS => Some(format!(
+                        "busy: {MAX_CONNECTIONS} clients are connected already; try again"
+                    )),
+                    Ok(()) => None,
+                },
+            };
+            if stream.set_nonblocking(true).is_err() {
+                fdreg::forget(stream.as_raw_fd());
+                continue;
+            }
+            match refusal {
+                Some(msg) => {
+                    // One nonblocking attempt: a fresh socket buffer always takes one line.
+                    let _ = (&stream).write(&encode_err(&msg));
+                    fdreg::forget(stream.as_raw_fd());
+                }
+                None => self.conns.push(Conn::new(stream, now)),
+            }
+        }
+    }
+}
+
+fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+/// Advance one connection; `None` when it is closed.
+fn service(mut c: Conn, rev: libc::c_short, now: Instant) -> Option<Conn> {
+    let close = |c: Conn| {
+        fdreg::forget(c.stream.as_raw_fd());
+        None
+    };
+    if c.writing() {
+        if rev & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0 {
+            match (&c.stream).write(&c.out[c.out_pos..]) {
+                Ok(n) => c.out_pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return close(c),
+            }
+        }
+        if c.writing() {
+            return if now >= c.deadline { close(c) } else { Some(c) };
+        }
+        // Reply complete.
+        c.out = Vec::new();
+        c.out_pos = 0;
+        if c.closing {
+            return close(c);
+        }
+        c.deadline = now + READ_TIMEOUT;
+        // A pipelined request may already be buffered.
+        if c.next_request(now) {
+            return Some(c);
+        }
+        if c.eof {
+            return close(c);
+        }
+        return Some(c);
+    }
+    if rev & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+        let room = MAX_REQUEST - c.inbuf.len().min(MAX_REQUEST);
+        let mut buf = [0u8; MAX_REQUEST];
+        match (&c.stream).read(&mut buf[..room.max(1)]) {
+            Ok(0) => c.eof = true,
+            Ok(n) => c.inbuf.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return close(c),
+        }
+        if c.next_request(now) {
+            return Some(c);
+        }
+        if c.eof {
+            return close(c);
+        }
+    }
+    if now >= c.deadline {
+        let msg = if c.inbuf.is_empty() {
+            format!(
+                "timeout: no request within {} ms; closing the connection",
+                READ_TIMEOUT.as_millis()
+            )
+        } else {
+            format!(
+                "timeout: request line not finished within {} ms ({} bytes without a \
+                 newline); closing the connection",
+                READ_TIMEOUT.as_millis(),
+                c.inbuf.len()
+            )
+        };
+        let _ = (&c.stream).write(&encode_err(&msg));
+        return close(c);
+    }
+    Some(c)
+}
