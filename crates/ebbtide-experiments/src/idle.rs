@@ -203,10 +203,10 @@ fn find_lib(name: &str) -> Option<PathBuf> {
 }
 
 /// (name, LD_PRELOAD library, MALLOC_CONF)
-fn variants() -> (
-    Vec<(&'static str, Option<PathBuf>, Option<&'static str>)>,
-    Vec<String>,
-) {
+type Variant = (&'static str, Option<PathBuf>, Option<&'static str>);
+
+/// The allocators to compare, and notes on the peers that are missing.
+fn variants() -> (Vec<Variant>, Vec<String>) {
     let mut v = vec![("ebbtide", None, None), ("glibc", None, None)];
     let mut missing = Vec::new();
     let peers: [(&str, &str, Option<&str>, &str); 4] = [

@@ -2,8 +2,9 @@
 //!
 //! The workload is an allocation-heavy request server: `threads` worker threads in a ring;
 //! each request allocates 32 objects of mixed sizes (64 B to 4 KiB, small ones more often),
-//! writes a header into each, and hands the batch to the next thread, which frees it — every
-//! object is freed by a thread other than the one that allocated it.
+//! writes a header into each; every 16 requests the thread hands its objects to the next
+//! thread, which frees them — every object is freed by a thread other than the one that
+//! allocated it. One worker per CPU.
 //!
 //! (a) Throughput, caches on (per-CPU stacks and depot) against caches off
 //!     (`ZoneFlags::NOBUCKET`: every allocation and free goes to the slabs), n runs each.
@@ -36,6 +37,8 @@ const SIZES: [usize; 7] = [64, 128, 256, 512, 1024, 2048, 4096];
 /// Relative frequency of each size in a request (small objects dominate).
 const WEIGHTS: [u64; 7] = [32, 24, 16, 12, 8, 5, 3];
 const PER_REQUEST: usize = 32;
+/// Requests handed to the next thread at once (one queue operation per handoff).
+const HANDOFF: usize = 16;
 
 /// Sizes of one uma run.
 #[derive(Clone, Debug)]
@@ -73,7 +76,7 @@ impl Params {
                 pr_runs: 1,
             },
             Scale::Quick => Params {
-                threads: 4,
+                threads: 2,
                 tp_seconds: 4,
                 tp_runs: 3,
                 limit_bytes: 256 * MIB,
@@ -83,9 +86,9 @@ impl Params {
                 pr_runs: 1,
             },
             Scale::Full => Params {
-                threads: 4,
+                threads: 2,
                 tp_seconds: 8,
-                tp_runs: 5,
+                tp_runs: 8,
                 limit_bytes: 512 * MIB,
                 swap_bytes: 128 * MIB,
                 phase_bytes: 256 * MIB,
@@ -162,8 +165,8 @@ pub(crate) fn child_throughput() -> i32 {
                 let mut rng = Rng::new(i as u64 + 7);
                 let mut requests = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let mut b = Vec::with_capacity(PER_REQUEST);
-                    for k in 0..PER_REQUEST {
+                    let mut b = Vec::with_capacity(PER_REQUEST * HANDOFF);
+                    for k in 0..PER_REQUEST * HANDOFF {
                         let zi = pick_size(&mut rng);
                         match zs[zi].alloc() {
                             Ok(p) => {
@@ -200,7 +203,7 @@ pub(crate) fn child_throughput() -> i32 {
                             }
                         }
                     }
-                    requests += 1;
+                    requests += HANDOFF as u64;
                     match rx.recv_timeout(Duration::from_millis(100)) {
                         Ok(b) => free_batch(&zs, b),
                         Err(RecvTimeoutError::Timeout) => {}
@@ -329,6 +332,7 @@ struct PrOutcome {
 /// `memory.svg`, `swap.svg` into `opts.out`.
 pub fn run_uma(opts: &Opts) -> Result<Summary> {
     let mut p = Params::for_scale(opts.scale);
+    p.threads = (ebbtide::os::cpu_count() as u64).max(2);
     if let Some(r) = opts.runs {
         p.tp_runs = r.max(2);
         p.pr_runs = r.max(1);
