@@ -230,6 +230,15 @@ pub(crate) struct ChildRun {
 }
 
 impl ChildRun {
+    /// A whole number from the result, else from the last progress line.
+    pub fn int(&self, key: &str) -> Option<u64> {
+        self.result
+            .as_ref()
+            .and_then(|r| r.get(key))
+            .or_else(|| self.progress.as_ref().and_then(|p| p.get(key)))
+            .and_then(Value::as_u64)
+    }
+
     /// A number from the result, else from the last progress line.
     pub fn num(&self, key: &str) -> Option<f64> {
         self.result

@@ -532,10 +532,10 @@ pub fn run_uma(opts: &Opts) -> Result<Summary> {
                     .with("pswpin", si)
                     .with("pswpout", so)
                     .with("mb_per_s", o.run.num("mb_per_s"))
-                    .with("phases", o.run.num("phases"))
+                    .with("phases", o.run.int("phases"))
                     .with("peak_mib", peak_usage(&o.series).map(|b| mib(b as f64)))
                     .with("mean_mib", mean_usage(&o.series).map(mib))
-                    .with("pressure_events", o.run.num("pressure_events"))
+                    .with("pressure_events", o.run.int("pressure_events"))
                     .with("limit_mib", p.limit_bytes / MIB)
                     .with("swap_allowed_mib", p.swap_bytes / MIB),
             );
