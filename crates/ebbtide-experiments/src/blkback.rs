@@ -560,6 +560,40 @@ fn overhead_run(p: &Params, max_pgs: u64) -> Result<ChildRun> {
     run_child("blkback", &env, None, None, Duration::from_secs(300))
 }
 
+/// Writes `memory.svg`, `swap.svg` (before vs after) and `swap-durations.svg` (the sweep).
+pub(crate) fn plots(
+    out: &std::path::Path,
+    all: &[(String, Series)],
+) -> Result<Vec<std::path::PathBuf>> {
+    let tidy: Vec<(String, Series)> = all
+        .iter()
+        .map(|(n, s)| (n.clone(), crate::tidy_marks(s)))
+        .collect();
+    let pick = |f: &dyn Fn(&str) -> bool| -> Vec<(&str, &Series)> {
+        tidy.iter()
+            .filter(|(n, _)| f(n))
+            .map(|(n, s)| (n.as_str(), s))
+            .collect()
+    };
+    let mut written = Vec::new();
+    let main = pick(&|n| n == "before" || n == "after");
+    if !main.is_empty() {
+        let p = out.join("memory.svg");
+        plot::memory_plot("blkback: cgroup memory, before vs after", &main).write_svg(&p)?;
+        written.push(p);
+        let p = out.join("swap.svg");
+        plot::swap_plot("blkback: swap traffic, before vs after", &main).write_svg(&p)?;
+        written.push(p);
+    }
+    let sweep = pick(&|n| n.starts_with("after"));
+    if sweep.len() > 1 {
+        let p = out.join("swap-durations.svg");
+        plot::swap_plot("blkback: swap traffic by squeeze duration", &sweep).write_svg(&p)?;
+        written.push(p);
+    }
+    Ok(written)
+}
+
 /// Runs the blkback experiment; prints progress and the seed's tables; writes `summary.json`,
 /// `tables.txt`, `memory.svg`, `swap.svg` into `opts.out`.
 pub fn run_blkback(opts: &Opts) -> Result<Summary> {
@@ -742,30 +776,11 @@ pub fn run_blkback(opts: &Opts) -> Result<Summary> {
     print!("\n{tables}");
     write_text(&out, "tables.txt", &tables)?;
     summary.write_to(&out)?;
-    if !outcomes.is_empty() {
-        let refs: Vec<(&str, &Series)> = outcomes
-            .iter()
-            .map(|o| (o.name.as_str(), &o.series))
-            .collect();
-        let main: Vec<(&str, &Series)> = refs
-            .iter()
-            .copied()
-            .filter(|(n, _)| *n == "before" || *n == "after")
-            .collect();
-        plot::memory_plot("blkback: cgroup memory, before vs after", &main)
-            .write_svg(&out.join("memory.svg"))?;
-        plot::swap_plot("blkback: swap traffic, before vs after", &main)
-            .write_svg(&out.join("swap.svg"))?;
-        let sweep: Vec<(&str, &Series)> = refs
-            .iter()
-            .copied()
-            .filter(|(n, _)| n.starts_with("after"))
-            .collect();
-        if sweep.len() > 1 {
-            plot::swap_plot("blkback: swap traffic by squeeze duration", &sweep)
-                .write_svg(&out.join("swap-durations.svg"))?;
-        }
-    }
+    let all: Vec<(String, Series)> = outcomes
+        .iter()
+        .map(|o| (o.name.clone(), o.series.clone()))
+        .collect();
+    plots(&out, &all)?;
     eprintln!("blkback: wrote {}", out.display());
     Ok(summary)
 }

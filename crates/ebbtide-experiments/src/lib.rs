@@ -376,6 +376,58 @@ pub(crate) fn write_text(dir: &Path, name: &str, text: &str) -> Result<()> {
     std::fs::write(&p, text).map_err(|e| Error::Other(format!("write {}: {e}", p.display())))
 }
 
+/// A copy of `s` whose marks are fit for a plot: the first pressure event is labelled
+/// `pressure`, later ones carry no label (they come about once a second; their lines remain),
+/// other marks keep theirs except `start`.
+pub fn tidy_marks(s: &ebbtide_lab::Series) -> ebbtide_lab::Series {
+    let mut out = s.clone();
+    let mut first = true;
+    out.marks
+        .retain(|m| m.label != "start" && m.label != "guest ready");
+    for m in &mut out.marks {
+        if m.label.starts_with("pressure") {
+            m.label = if first {
+                "pressure".into()
+            } else {
+                String::new()
+            };
+            m.level = None;
+            first = false;
+        }
+    }
+    out
+}
+
+/// Rewrites the SVG plots of an experiment's output folder from its `series-*.json` files
+/// (blkback, uma); returns the files written.
+pub fn replot(experiment: &str, dir: &Path) -> Result<Vec<PathBuf>> {
+    let load = |name: &str| -> Option<ebbtide_lab::Series> {
+        let t = std::fs::read_to_string(dir.join(format!("series-{name}.json"))).ok()?;
+        serde_json::from_str(&t).ok()
+    };
+    let mut written = Vec::new();
+    match experiment {
+        "blkback" => {
+            let all: Vec<(String, ebbtide_lab::Series)> =
+                ["before", "after", "after-1ms", "after-100ms"]
+                    .iter()
+                    .filter_map(|n| load(n).map(|s| (n.to_string(), s)))
+                    .collect();
+            written.extend(blkback::plots(dir, &all)?);
+        }
+        "uma" => {
+            let all: Vec<(&'static str, ebbtide_lab::Series)> =
+                ["no-back-pressure", "back-pressure"]
+                    .iter()
+                    .filter_map(|n| load(&format!("{n}-1")).map(|s| (*n, s)))
+                    .collect();
+            written.extend(uma::plots(dir, &all)?);
+        }
+        x => return Err(Error::Other(format!("replot: no series plots for {x:?}"))),
+    }
+    Ok(written)
+}
+
 /// Writes a variant's time series as `series-<name>.json` (samples and marks).
 pub(crate) fn write_series(dir: &Path, name: &str, s: &ebbtide_lab::Series) -> Result<()> {
     let text = serde_json::to_string(s).map_err(|e| Error::Other(format!("series: {e}")))?;
@@ -412,4 +464,59 @@ pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rng_range_stays_in_bounds() {
+        let mut r = Rng::new(3);
+        for _ in 0..10_000 {
+            let v = r.range(512, 3072);
+            assert!((512..=3072).contains(&v));
+        }
+        assert_eq!(r.range(5, 5), 5);
+        assert_eq!(r.range(7, 2), 7);
+    }
+
+    #[test]
+    fn blkback_sizes_make_before_exceed_and_after_fit() {
+        for s in [Scale::Smoke, Scale::Quick, Scale::Full] {
+            let p = blkback::Params::for_scale(s);
+            let limit = p.limit_bytes();
+            // Resting pools + guest exceed the limit; the guest alone leaves room for bursts.
+            assert!(p.pool_bytes() + p.guest_bytes() > limit, "{s:?}");
+            assert!(p.guest_bytes() * 10 <= limit * 6, "{s:?}");
+            assert!(
+                p.burst_max > p.max_pgs,
+                "bursts must exceed max_buffer_pages"
+            );
+        }
+    }
+
+    #[test]
+    fn tidy_marks_keeps_lines_and_one_label() {
+        let mark = |t, l: &str| ebbtide_lab::sampler::Mark {
+            t_ms: t,
+            label: l.into(),
+            level: Some(2.0),
+        };
+        let s = ebbtide_lab::Series {
+            interval_ms: 100.0,
+            counter_source: ebbtide_lab::CounterSource::SystemVmstat,
+            samples: Vec::new(),
+            marks: vec![
+                mark(0.0, "start"),
+                mark(1.0, "pressure:cgroup1"),
+                mark(2.0, "pressure:psi"),
+                mark(3.0, "freed"),
+            ],
+            errors: Vec::new(),
+        };
+        let t = tidy_marks(&s);
+        let labels: Vec<&str> = t.marks.iter().map(|m| m.label.as_str()).collect();
+        assert_eq!(labels, ["pressure", "", "freed"]);
+    }
 }

@@ -328,6 +328,30 @@ struct PrOutcome {
     oom_kills: u64,
 }
 
+/// Writes `memory.svg` and `swap.svg` of (b), first run of each variant.
+pub(crate) fn plots(
+    out: &std::path::Path,
+    firsts: &[(&'static str, Series)],
+) -> Result<Vec<std::path::PathBuf>> {
+    if firsts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tidy: Vec<(&str, Series)> = firsts
+        .iter()
+        .map(|(n, s)| (*n, crate::tidy_marks(s)))
+        .collect();
+    let refs: Vec<(&str, &Series)> = tidy.iter().map(|(n, s)| (*n, s)).collect();
+    let m = out.join("memory.svg");
+    plot::memory_plot(
+        "uma (b): cgroup memory under a tight limit, first run",
+        &refs,
+    )
+    .write_svg(&m)?;
+    let w = out.join("swap.svg");
+    plot::swap_plot("uma (b): swap traffic, first run", &refs).write_svg(&w)?;
+    Ok(vec![m, w])
+}
+
 /// Runs the uma experiment; prints progress and tables; writes `summary.json`, `tables.txt`,
 /// `memory.svg`, `swap.svg` into `opts.out`.
 pub fn run_uma(opts: &Opts) -> Result<Summary> {
@@ -554,20 +578,12 @@ pub fn run_uma(opts: &Opts) -> Result<Summary> {
     print!("\n{tables}");
     write_text(&out, "tables.txt", &tables)?;
     summary.write_to(&out)?;
-    let firsts: Vec<(&str, &Series)> = ["no-back-pressure", "back-pressure"]
+    let firsts: Vec<(&'static str, Series)> = ["no-back-pressure", "back-pressure"]
         .iter()
         .filter_map(|n| outcomes.iter().find(|o| o.name == *n))
-        .map(|o| (o.name, &o.series))
+        .map(|o| (o.name, o.series.clone()))
         .collect();
-    if !firsts.is_empty() {
-        plot::memory_plot(
-            "uma (b): cgroup memory under a tight limit, first run",
-            &firsts,
-        )
-        .write_svg(&out.join("memory.svg"))?;
-        plot::swap_plot("uma (b): swap traffic, first run", &firsts)
-            .write_svg(&out.join("swap.svg"))?;
-    }
+    plots(&out, &firsts)?;
     eprintln!("uma: wrote {}", out.display());
     Ok(summary)
 }

@@ -21,13 +21,31 @@ usage: ebbtide-lab <blkback|uma|idle|all> [--quick | --smoke | --full] [--out DI
   --out    output folder (default: lab-out/<experiment>)
   --runs   repetitions where an experiment repeats runs
 
+       ebbtide-lab replot <blkback|uma> DIR   redraw DIR's SVGs from its series-*.json
+
 Root is needed for cgroups and swap files; without it, the parts that need neither run.
 Everything created (cgroups, swap file) is removed at the end, on Ctrl-C, on a crash, and
 leftovers of an interrupted earlier run are removed at the start.";
 
 fn main() {
     child_main_if_requested();
-    let mut args = std::env::args().skip(1);
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("replot") {
+        // ebbtide-lab replot <blkback|uma> DIR: redraw the SVGs from series-*.json.
+        let (Some(e), Some(d)) = (argv.get(1), argv.get(2)) else {
+            eprintln!("usage: ebbtide-lab replot <blkback|uma> DIR");
+            std::process::exit(2);
+        };
+        match ebbtide_experiments::replot(e, std::path::Path::new(d)) {
+            Ok(files) => files.iter().for_each(|f| println!("wrote {}", f.display())),
+            Err(err) => {
+                eprintln!("replot: {err}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
+    let mut args = argv.into_iter();
     let mut what = None;
     let mut scale = Scale::Full;
     let mut out: Option<PathBuf> = None;
