@@ -273,6 +273,14 @@ pub(crate) fn run_child(
         Some(cg) => cg.spawn(&mut cmd)?,
         None => LabChild::spawn(&mut cmd)?,
     };
+    // On Ctrl-C/SIGTERM the cleanup registry runs instead of destructors: make it kill this
+    // child too (a child outside a cgroup would otherwise outlive the run). Disarmed once the
+    // child is reaped, so a reused pid is never signalled.
+    let pid = child.pid();
+    let kill_token = ebbtide_lab::cleanup::register(format!("kill child {pid}"), move || {
+        // SAFETY: kill(2) on our own unreaped child's pid (the token is disarmed after reaping).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    });
     if let Some(s) = sampler {
         s.set_pid(child.pid());
         s.mark("start", None);
@@ -331,6 +339,7 @@ pub(crate) fn run_child(
             run.status = format!("timeout after {} s, killed", timeout.as_secs());
         }
     }
+    kill_token.disarm();
     let _ = reader.join();
     let g = shared.lock().unwrap_or_else(|e| e.into_inner());
     run.result = g.0.clone();
