@@ -32,6 +32,16 @@ fn main() {
         child_mem(&args[1]);
         return;
     }
+    if args.first().map(String::as_str) == Some("pairs") {
+        // `pairs ALLOC SIZE N`: N alloc+free pairs of one allocator, nothing else (for counting
+        // instructions under callgrind: run with two N and take the difference).
+        let size: usize = args[2].parse().expect("size");
+        let n: usize = args[3].parse().expect("n");
+        let zones = Zones::new();
+        let ns = peers::with_alloc(&args[1], size, &zones, Timed { case: "pair64", n });
+        println!("{ns:.2} ns/pair");
+        return;
+    }
     let mut reps = 21usize;
     let mut scale = 1.0f64;
     let mut cases: Vec<&str> = Vec::new();
@@ -393,8 +403,9 @@ fn burst<A: Alloc>(a: &A, n: usize) -> f64 {
     t.elapsed().as_nanos() as f64 / (rounds * LIVE) as f64
 }
 
-/// Producer (CPU 0) allocates and passes each pointer through an SPSC ring to a consumer (CPU 1)
-/// that frees it; wall time from the start barrier to the last free, ns per item.
+/// Producer (CPU 0) allocates, writes the item's first word (the "message") and passes the
+/// pointer through an SPSC ring to a consumer (CPU 1) that reads that word and frees the item;
+/// wall time from the start barrier to the last free, ns per item.
 #[inline(never)]
 fn cross2<A: Alloc>(a: &A, n: usize) -> f64 {
     let ring = ring::Ring::new(1024);
@@ -407,8 +418,11 @@ fn cross2<A: Alloc>(a: &A, n: usize) -> f64 {
             pin(0);
             go.wait();
             let t = Instant::now();
-            for _ in 0..n {
-                prod.push(a.alloc());
+            for k in 0..n {
+                let q = a.alloc();
+                // SAFETY: q points to at least 8 writable, suitably aligned bytes.
+                unsafe { q.cast::<usize>().write(k) };
+                prod.push(q);
             }
             t
         });
@@ -417,6 +431,8 @@ fn cross2<A: Alloc>(a: &A, n: usize) -> f64 {
             go.wait();
             for _ in 0..n {
                 let q = cons.pop();
+                // SAFETY: the producer wrote this word before publishing q.
+                black_box(unsafe { q.cast::<usize>().read() });
                 // SAFETY: each pointer came from a.alloc() on the producer and is freed once.
                 unsafe { a.free(q) };
             }

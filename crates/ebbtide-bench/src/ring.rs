@@ -36,6 +36,18 @@ impl Ring {
     }
 }
 
+/// Spin briefly, then give the CPU away: on a shared machine the other end may be descheduled,
+/// and spinning for a whole time slice would measure the scheduler, not the allocator.
+#[inline]
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 256 {
+        core::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
 /// The producer end (use from one thread only).
 pub struct Producer<'a> {
     r: &'a Ring,
@@ -75,10 +87,11 @@ impl Producer<'_> {
     #[inline]
     pub fn push(&mut self, p: *mut u8) {
         let cap = self.r.mask + 1;
+        let mut spins = 0u32;
         while self.tail - self.head_cache == cap {
             self.head_cache = self.r.head.0.load(Ordering::Acquire);
             if self.tail - self.head_cache == cap {
-                core::hint::spin_loop();
+                backoff(&mut spins);
             }
         }
         // SAFETY: the slot is not visible to the consumer (see `Sync` above).
@@ -91,10 +104,11 @@ impl Producer<'_> {
 impl Consumer<'_> {
     #[inline]
     pub fn pop(&mut self) -> *mut u8 {
+        let mut spins = 0u32;
         while self.head == self.tail_cache {
             self.tail_cache = self.r.tail.0.load(Ordering::Acquire);
             if self.head == self.tail_cache {
-                core::hint::spin_loop();
+                backoff(&mut spins);
             }
         }
         // SAFETY: the slot was published by the producer's Release store of tail.
