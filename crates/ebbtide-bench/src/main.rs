@@ -11,7 +11,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 const USAGE: &str = "usage: ebbtide-bench [all | CASE...] [--reps N] [--scale F]
-cases: pair64 pair256 live256_64 live256_256 burst256_64 burst256_256 cross2 memory_1m64
+cases: pair64 pair256 live256_64 live256_256 burst256_64 burst256_256 cross2 cross2_touch
+       memory_1m64
   --reps N    repetitions per allocator and case (default 21, at least 15 recommended)
   --scale F   multiply the iterations per repetition by F (default 1.0)";
 
@@ -23,6 +24,7 @@ const CASES: &[&str] = &[
     "burst256_64",
     "burst256_256",
     "cross2",
+    "cross2_touch",
     "memory_1m64",
 ];
 
@@ -285,7 +287,7 @@ fn iterations(case: &str) -> usize {
     match case {
         "pair64" | "pair256" => 1 << 21,
         "live256_64" | "live256_256" | "burst256_64" | "burst256_256" => 1 << 20,
-        "cross2" => 1 << 19,
+        "cross2" | "cross2_touch" => 1 << 19,
         _ => unreachable!(),
     }
 }
@@ -309,7 +311,7 @@ fn run_timed(case: &'static str, reps: usize, scale: f64, names: &[&str], zones:
     for round in 0..=reps {
         for k in 0..names.len() {
             let i = (k + round) % names.len();
-            if case != "cross2" {
+            if !case.starts_with("cross2") {
                 pin(cpus - 1);
             }
             let ns = peers::with_alloc(names[i], size, zones, Timed { case, n });
@@ -319,7 +321,9 @@ fn run_timed(case: &'static str, reps: usize, scale: f64, names: &[&str], zones:
         }
     }
     let note = match case {
-        "cross2" if cpus < 2 => "cross2: only one CPU online, both threads share it.".to_string(),
+        "cross2" | "cross2_touch" if cpus < 2 => {
+            "cross2: only one CPU online, both threads share it.".to_string()
+        }
         _ => String::new(),
     };
     Row {
@@ -342,7 +346,8 @@ impl WithAlloc for Timed {
             "pair64" | "pair256" => pair(a, self.n),
             "live256_64" | "live256_256" => live_fifo(a, self.n),
             "burst256_64" | "burst256_256" => burst(a, self.n),
-            "cross2" => cross2(a, self.n),
+            "cross2" => cross2::<A, false>(a, self.n),
+            "cross2_touch" => cross2::<A, true>(a, self.n),
             _ => unreachable!(),
         }
     }
@@ -403,11 +408,12 @@ fn burst<A: Alloc>(a: &A, n: usize) -> f64 {
     t.elapsed().as_nanos() as f64 / (rounds * LIVE) as f64
 }
 
-/// Producer (CPU 0) allocates, writes the item's first word (the "message") and passes the
-/// pointer through an SPSC ring to a consumer (CPU 1) that reads that word and frees the item;
-/// wall time from the start barrier to the last free, ns per item.
+/// Producer (CPU 0) allocates and passes each pointer through an SPSC ring to a consumer (CPU 1)
+/// that frees it; wall time from the start barrier to the last free, ns per item. With `TOUCH`
+/// the producer writes the item's first word (the "message") and the consumer reads it before
+/// the free, so the item's cache line crosses cores for every allocator alike.
 #[inline(never)]
-fn cross2<A: Alloc>(a: &A, n: usize) -> f64 {
+fn cross2<A: Alloc, const TOUCH: bool>(a: &A, n: usize) -> f64 {
     let ring = ring::Ring::new(1024);
     let (mut prod, mut cons) = ring.split();
     let go = std::sync::Barrier::new(2);
@@ -420,8 +426,10 @@ fn cross2<A: Alloc>(a: &A, n: usize) -> f64 {
             let t = Instant::now();
             for k in 0..n {
                 let q = a.alloc();
-                // SAFETY: q points to at least 8 writable, suitably aligned bytes.
-                unsafe { q.cast::<usize>().write(k) };
+                if TOUCH {
+                    // SAFETY: q points to at least 8 writable, suitably aligned bytes.
+                    unsafe { q.cast::<usize>().write(k) };
+                }
                 prod.push(q);
             }
             t
@@ -431,8 +439,10 @@ fn cross2<A: Alloc>(a: &A, n: usize) -> f64 {
             go.wait();
             for _ in 0..n {
                 let q = cons.pop();
-                // SAFETY: the producer wrote this word before publishing q.
-                black_box(unsafe { q.cast::<usize>().read() });
+                if TOUCH {
+                    // SAFETY: the producer wrote this word before publishing q.
+                    black_box(unsafe { q.cast::<usize>().read() });
+                }
                 // SAFETY: each pointer came from a.alloc() on the producer and is freed once.
                 unsafe { a.free(q) };
             }
