@@ -5,6 +5,7 @@
 
 mod peers;
 mod ring;
+mod skeleton;
 
 use peers::{Alloc, WithAlloc, Zones};
 use std::hint::black_box;
@@ -305,6 +306,14 @@ fn run_timed(case: &'static str, reps: usize, scale: f64, names: &[&str], zones:
     let size = case_size(case);
     let cpus = ncpu();
     let mut samples = vec![Vec::with_capacity(reps); names.len()];
+    // For the pair cases, ebbtide's bare rseq critical sections (see skeleton.rs) run in the
+    // same rounds, right after ebbtide.
+    let skel = if case.starts_with("pair") {
+        skeleton::Skeleton::new(cpus)
+    } else {
+        None
+    };
+    let mut skel_ns = Vec::new();
     // One untimed warm-up repetition per allocator, then `reps` rounds; each round runs every
     // allocator once, the starting allocator rotating from round to round (ABC, BCA, CAB, ...)
     // so drift and order effects fall on all of them alike.
@@ -318,12 +327,27 @@ fn run_timed(case: &'static str, reps: usize, scale: f64, names: &[&str], zones:
             if round > 0 {
                 samples[i].push(ns);
             }
+            if let (Some(sk), "ebbtide") = (&skel, names[i]) {
+                let ns = pair(sk, n);
+                if round > 0 {
+                    skel_ns.push(ns);
+                }
+            }
         }
     }
     let note = match case {
         "cross2" | "cross2_touch" if cpus < 2 => {
             "cross2: only one CPU online, both threads share it.".to_string()
         }
+        _ if !skel_ns.is_empty() => format!(
+            "{case}: ebbtide's rseq pop + push critical sections alone (copied into skeleton.rs, \
+             no ownership check, no careful flag, no Result), same rounds: median {:.2} ns \
+             [{:.2}–{:.2}] vs Zone::alloc+free {:.2} ns.",
+            median(&skel_ns),
+            min(&skel_ns),
+            max(&skel_ns),
+            median(&samples[0])
+        ),
         _ => String::new(),
     };
     Row {
