@@ -33,9 +33,19 @@ enum Command {
     Set(cmd::set::Args),
     /// Inject a pressure level (normal, low, moderate, critical).
     Pressure(cmd::pressure::Args),
+    /// Reproduce the seeds' experiments: blkback, uma, idle or all [--quick|--smoke|--full]
+    /// [--out DIR] [--runs N] (root for cgroups and swap files).
+    #[command(disable_help_flag = true)]
+    Lab {
+        /// Passed to the lab: `ebbtide lab --help` lists them.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
+    // The lab's variants re-execute this binary: serve them before parsing arguments.
+    ebbtide_experiments::child_main_if_requested();
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Ls(a) => cmd::ls::run(a),
@@ -44,6 +54,7 @@ fn main() -> ExitCode {
         Command::Get(a) => cmd::get::run(a),
         Command::Set(a) => cmd::set::run(a),
         Command::Pressure(a) => cmd::pressure::run(a),
+        Command::Lab { args } => return ExitCode::from(ebbtide_experiments::cli_main(args).clamp(0, 255) as u8),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
