@@ -54,7 +54,9 @@ fn main() -> ExitCode {
         Command::Get(a) => cmd::get::run(a),
         Command::Set(a) => cmd::set::run(a),
         Command::Pressure(a) => cmd::pressure::run(a),
-        Command::Lab { args } => return ExitCode::from(ebbtide_experiments::cli_main(args).clamp(0, 255) as u8),
+        Command::Lab { args } => {
+            return ExitCode::from(ebbtide_experiments::cli_main(args).clamp(0, 255) as u8)
+        }
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -555,7 +555,6 @@ Root is needed for cgroups and swap files; without it, the parts that need neith
 Everything created (cgroups, swap file) is removed at the end, on Ctrl-C, on a crash, and
 leftovers of an interrupted earlier run are removed at the start.";
 
-
 /// The lab's command line: `args` without the program name. Returns the process exit code.
 /// Call [`child_main_if_requested`] first thing in `main`: variants re-execute the binary.
 pub fn cli_main(argv: Vec<String>) -> i32 {

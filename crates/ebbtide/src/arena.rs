@@ -123,7 +123,10 @@ impl Arena {
         debug_assert!(tag != 0 && tag & 1 == 0);
         // Injected failures hit every chunk acquisition, also a reused chunk that needs no commit.
         if os::fault::should_fail() {
-            return Err(OsError { call: "arena chunk (injected)", errno: libc::ENOMEM });
+            return Err(OsError {
+                call: "arena chunk (injected)",
+                errno: libc::ENOMEM,
+            });
         }
         let nchunks = self.len >> CHUNK_SHIFT;
         let mut head = crate::sync::lock(&self.free);

@@ -45,7 +45,10 @@ impl PagePool {
 
     /// A pool with the `max_buffer_pages` tunable's value as its cap (default 1024, as blkback).
     pub fn with_default_cap(name: &str) -> Result<PagePool, CreateError> {
-        Self::new(name, crate::options::get_u64(crate::options::Tunable::MaxBufferPages) as usize)
+        Self::new(
+            name,
+            crate::options::get_u64(crate::options::Tunable::MaxBufferPages) as usize,
+        )
     }
 
     /// One page-sized, page-aligned buffer.

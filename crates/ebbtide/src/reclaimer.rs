@@ -195,9 +195,22 @@ pub fn level() -> Level {
 /// Reports memory pressure explicitly (xenbus `reclaim_memory`'s analogue): the reclaim thread
 /// applies the policy for `level` at once; without a reclaim thread it is applied on this thread
 /// before returning. Never lost: a notify while the thread is busy is kept as a pending maximum.
+/// `Level::Normal` ends the pressure state at once (level Normal, buckets enabled, rate limits
+/// reset), on this thread.
 pub fn notify(level: Level) {
     count_event(SourceKind::Explicit, level);
     ensure_started();
+    if level == Level::Normal {
+        // An explicit Normal ends the pressure state at once: the policy starts afresh (level
+        // Normal, buckets back on, rate limits cleared) instead of waiting for the hold to decay.
+        let now = Instant::now();
+        let actions = with_policy(|p| {
+            *p = Policy::new(policy_config());
+            p.tick(now)
+        });
+        apply(&actions, now);
+        return;
+    }
     let gen = FORKS.load(Ordering::Acquire);
     if !THREAD_DISABLED.load(Ordering::Acquire) && STARTED.load(Ordering::Acquire) {
         let sh = crate::sync::lock(&SHARED);
@@ -523,19 +536,31 @@ pub(crate) fn fill_stats(s: &mut crate::stats::Snapshot) {
     } else {
         ""
     };
-    s.sources = sh
-        .statuses
-        .iter()
-        .map(|st| crate::stats::SourceStats {
-            name: KIND_NAMES[kind_index(st.kind)].to_string(),
-            active: st.active,
-            reason: if st.active {
-                String::new()
-            } else {
-                st.detail.clone()
-            },
-        })
-        .collect();
+    // One entry per kind: PSI and cgroup v1 register one source per level.
+    let mut sources: Vec<crate::stats::SourceStats> = Vec::new();
+    for st in &sh.statuses {
+        let name = KIND_NAMES[kind_index(st.kind)];
+        match sources.iter_mut().find(|s| s.name == name) {
+            Some(s) => {
+                if st.active {
+                    s.active = true;
+                    s.reason.clear();
+                } else if !s.active && !s.reason.contains(&st.detail) {
+                    s.reason = format!("{}; {}", s.reason, st.detail);
+                }
+            }
+            None => sources.push(crate::stats::SourceStats {
+                name: name.to_string(),
+                active: st.active,
+                reason: if st.active {
+                    String::new()
+                } else {
+                    st.detail.clone()
+                },
+            }),
+        }
+    }
+    s.sources = sources;
     if s.sources.is_empty() && !thread.is_empty() {
         s.sources.push(crate::stats::SourceStats {
             name: "explicit".into(),

@@ -276,5 +276,8 @@ fn process_exit_never_waits_for_the_reclaim_thread() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status:#x}");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "status {status:#x}"
+    );
 }

@@ -3,5 +3,7 @@
 
 fn main() {
     ebbtide_experiments::child_main_if_requested();
-    std::process::exit(ebbtide_experiments::cli_main(std::env::args().skip(1).collect()));
+    std::process::exit(ebbtide_experiments::cli_main(
+        std::env::args().skip(1).collect(),
+    ));
 }

@@ -1,25 +1,19 @@
 //! `pressure <level>`: what the control socket does with an injected pressure level.
 //!
-//! Everything goes through the one function [`inject`]. Today it acts on the reclaim layer
-//! directly, because the pressure layer in this tree has no process-wide entry point (its
-//! [`crate::pressure::Injector`] belongs to a watcher the reclaim thread will own). When
-//! `crate::pressure::notify(level)` exists, the body of [`inject`] should become that one call,
-//! so an injected level goes through the same policy (rate limits, level hold, statistics
-//! `events_explicit`) as a real pressure event.
+//! [`inject`] calls [`crate::pressure::notify`], so an injected level goes through the same
+//! policy as a real pressure event (rate limits, squeeze window, level hold, buckets disabled
+//! while Critical, statistics `events_explicit`), carried out by the reclaim thread (or on this
+//! thread when there is none). `normal` ends the pressure state at once (level Normal, buckets
+//! back on, rate limits reset).
 //!
-//! | level | action now |
-//! |---|---|
-//! | normal | [`reclaim::set_buckets_enabled`]`(true)` |
-//! | low | [`reclaim::reclaim_all`]`(Trim)` |
-//! | moderate | [`reclaim::squeeze`]`(squeeze_ms)` then [`reclaim::reclaim_all`]`(Drain)` |
-//! | critical | [`reclaim::set_buckets_enabled`]`(false)` then [`reclaim::reclaim_all`]`(DrainCpu)` |
+//! The reply reports the bytes given back while the reclaim thread acted, observed for up to
+//! 200 ms (the global `released_bytes` counter before and after; a concurrent reclaim in the same
+//! window is included).
 //!
-//! Runs on the control thread, never on an allocating thread; it takes only the reclaim
-//! layer's own locks, never while holding anything of the control server's.
+//! Runs on the control thread, never on an allocating thread; it takes no lock of the control
+//! server while it waits.
 
-use crate::options::{self, Tunable};
 use crate::pressure::Level;
-use crate::reclaim::{self, Request};
 
 /// What an injection did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,22 +24,23 @@ pub struct Injected {
     pub released_bytes: usize,
 }
 
-/// Act on `level` as described in the module docs. The one place to redirect to the pressure
-/// layer's notify.
+/// Report `level` to the pressure layer and wait briefly for its response (module docs).
 pub fn inject(level: Level) -> Injected {
-    let released_bytes = match level {
-        Level::Normal => reclaim::set_buckets_enabled(true),
-        Level::Low => reclaim::reclaim_all(Request::Trim),
-        Level::Moderate => {
-            let ms = options::get_u64(Tunable::SqueezeMs);
-            reclaim::squeeze(ms.saturating_mul(1_000_000)) + reclaim::reclaim_all(Request::Drain)
+    let released = || crate::stats::collect().global.released_bytes;
+    let before = released();
+    crate::pressure::notify(level);
+    let t = std::time::Instant::now();
+    let mut after = released();
+    while level != Level::Normal && t.elapsed() < std::time::Duration::from_millis(200) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        let now = released();
+        if now == after && crate::pressure::current_level() >= level {
+            break;
         }
-        Level::Critical => {
-            reclaim::set_buckets_enabled(false) + reclaim::reclaim_all(Request::DrainCpu)
-        }
-    };
+        after = now;
+    }
     Injected {
         level,
-        released_bytes,
+        released_bytes: after.saturating_sub(before) as usize,
     }
 }
