@@ -246,6 +246,8 @@ pub fn expected_files() -> Vec<File> {
         path: "testing/stats-global".into(),
         entries: global,
     });
+    // The control socket's requests (generated from its verb table).
+    files.push(crate::control::abi::file());
     files
 }
 
