@@ -1232,6 +1232,8 @@ impl ZoneInner {
             pcpu::fence_cpu(cpu);
             let c = self.pcpu.count(cpu);
             if c > self.pcpu.storage as usize {
+                // Leave the stack open (items untouched): a failed check must not stop a CPU.
+                self.pcpu.reopen(h, cap);
                 return Err(format!(
                     "cpu {cpu}: count {c} above storage {}",
                     self.pcpu.storage
