@@ -475,61 +475,6 @@ pub(crate) fn loadavg() -> String {
         .unwrap_or_default()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rng_range_stays_in_bounds() {
-        let mut r = Rng::new(3);
-        for _ in 0..10_000 {
-            let v = r.range(512, 3072);
-            assert!((512..=3072).contains(&v));
-        }
-        assert_eq!(r.range(5, 5), 5);
-        assert_eq!(r.range(7, 2), 7);
-    }
-
-    #[test]
-    fn blkback_sizes_make_before_exceed_and_after_fit() {
-        for s in [Scale::Smoke, Scale::Quick, Scale::Full] {
-            let p = blkback::Params::for_scale(s);
-            let limit = p.limit_bytes();
-            // Resting pools + guest exceed the limit; the guest alone leaves room for bursts.
-            assert!(p.pool_bytes() + p.guest_bytes() > limit, "{s:?}");
-            assert!(p.guest_bytes() * 10 <= limit * 6, "{s:?}");
-            assert!(
-                p.burst_max > p.max_pgs,
-                "bursts must exceed max_buffer_pages"
-            );
-        }
-    }
-
-    #[test]
-    fn tidy_marks_keeps_lines_and_one_label() {
-        let mark = |t, l: &str| ebbtide_lab::sampler::Mark {
-            t_ms: t,
-            label: l.into(),
-            level: Some(2.0),
-        };
-        let s = ebbtide_lab::Series {
-            interval_ms: 100.0,
-            counter_source: ebbtide_lab::CounterSource::SystemVmstat,
-            samples: Vec::new(),
-            marks: vec![
-                mark(0.0, "start"),
-                mark(1.0, "pressure:cgroup1"),
-                mark(2.0, "pressure:psi"),
-                mark(3.0, "freed"),
-            ],
-            errors: Vec::new(),
-        };
-        let t = tidy_marks(&s);
-        let labels: Vec<&str> = t.marks.iter().map(|m| m.label.as_str()).collect();
-        assert_eq!(labels, ["pressure", "", "freed"]);
-    }
-}
-
 /// Usage of the lab command line (shared by `ebbtide-lab` and `ebbtide lab`).
 pub const USAGE: &str = "\
 usage: ebbtide lab <blkback|uma|idle|all> [--quick | --smoke | --full] [--out DIR] [--runs N]
@@ -640,5 +585,60 @@ pub fn cli_main(argv: Vec<String>) -> i32 {
         1
     } else {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rng_range_stays_in_bounds() {
+        let mut r = Rng::new(3);
+        for _ in 0..10_000 {
+            let v = r.range(512, 3072);
+            assert!((512..=3072).contains(&v));
+        }
+        assert_eq!(r.range(5, 5), 5);
+        assert_eq!(r.range(7, 2), 7);
+    }
+
+    #[test]
+    fn blkback_sizes_make_before_exceed_and_after_fit() {
+        for s in [Scale::Smoke, Scale::Quick, Scale::Full] {
+            let p = blkback::Params::for_scale(s);
+            let limit = p.limit_bytes();
+            // Resting pools + guest exceed the limit; the guest alone leaves room for bursts.
+            assert!(p.pool_bytes() + p.guest_bytes() > limit, "{s:?}");
+            assert!(p.guest_bytes() * 10 <= limit * 6, "{s:?}");
+            assert!(
+                p.burst_max > p.max_pgs,
+                "bursts must exceed max_buffer_pages"
+            );
+        }
+    }
+
+    #[test]
+    fn tidy_marks_keeps_lines_and_one_label() {
+        let mark = |t, l: &str| ebbtide_lab::sampler::Mark {
+            t_ms: t,
+            label: l.into(),
+            level: Some(2.0),
+        };
+        let s = ebbtide_lab::Series {
+            interval_ms: 100.0,
+            counter_source: ebbtide_lab::CounterSource::SystemVmstat,
+            samples: Vec::new(),
+            marks: vec![
+                mark(0.0, "start"),
+                mark(1.0, "pressure:cgroup1"),
+                mark(2.0, "pressure:psi"),
+                mark(3.0, "freed"),
+            ],
+            errors: Vec::new(),
+        };
+        let t = tidy_marks(&s);
+        let labels: Vec<&str> = t.marks.iter().map(|m| m.label.as_str()).collect();
+        assert_eq!(labels, ["pressure", "", "freed"]);
     }
 }

@@ -95,7 +95,7 @@ fn zero_sized_and_odd_types() {
     assert_eq!(format!("{x:?}"), "Aligned(9)");
 
     #[repr(align(8192))]
-    struct Huge(u8);
+    struct Huge(#[allow(dead_code)] u8);
     match TypedZone::<Huge>::new("typed-align8k") {
         Err(CreateError::Config(ConfigError::BadAlign { align, .. })) => assert_eq!(align, 8192),
         Err(e) => panic!("wrong error: {e}"),
