@@ -82,6 +82,27 @@ struct KegInner {
 // the keg mutex held.
 unsafe impl Send for KegInner {}
 
+impl KegInner {
+    /// No chunks, no slabs; `released_bytes` carried over.
+    fn empty(released_bytes: u64) -> KegInner {
+        KegInner {
+            partial: ptr::null_mut(),
+            free: ptr::null_mut(),
+            clean: ptr::null_mut(),
+            chunks: ptr::null_mut(),
+            nchunks: 0,
+            npartial: 0,
+            nfree_slabs: 0,
+            nclean: 0,
+            nfull: 0,
+            backed_slabs: 0,
+            free_items: 0,
+            items_out: 0,
+            released_bytes,
+        }
+    }
+}
+
 /// A snapshot of a keg's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KegCounts {
@@ -157,21 +178,7 @@ impl Keg {
             tag: arena.new_tag(),
             arena,
             reserve_slabs,
-            inner: Mutex::new(KegInner {
-                partial: ptr::null_mut(),
-                free: ptr::null_mut(),
-                clean: ptr::null_mut(),
-                chunks: ptr::null_mut(),
-                nchunks: 0,
-                npartial: 0,
-                nfree_slabs: 0,
-                nclean: 0,
-                nfull: 0,
-                backed_slabs: 0,
-                free_items: 0,
-                items_out: 0,
-                released_bytes: 0,
-            }),
+            inner: Mutex::new(KegInner::empty(0)),
         })
     }
 
@@ -622,21 +629,7 @@ impl Keg {
                 c = next;
             }
         }
-        *g = KegInner {
-            partial: ptr::null_mut(),
-            free: ptr::null_mut(),
-            clean: ptr::null_mut(),
-            chunks: ptr::null_mut(),
-            nchunks: 0,
-            npartial: 0,
-            nfree_slabs: 0,
-            nclean: 0,
-            nfull: 0,
-            backed_slabs: 0,
-            free_items: 0,
-            items_out: 0,
-            released_bytes: g.released_bytes + backed as u64,
-        };
+        *g = KegInner::empty(g.released_bytes + backed as u64);
         Ok(())
     }
 

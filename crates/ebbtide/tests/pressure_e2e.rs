@@ -8,10 +8,7 @@
 mod pressure_support;
 
 use pressure_support::{require_root, require_v1_memory, Hog, ScratchCgroup};
-use std::ffi::CString;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -82,7 +79,6 @@ struct Service {
 impl Service {
     fn spawn(cgroup: &Path, sources: &str, mib: u64) -> Service {
         let exe = std::env::current_exe().unwrap();
-        let procs = CString::new(cgroup.join("cgroup.procs").as_os_str().as_bytes()).unwrap();
         let mut cmd = Command::new(exe);
         cmd.args([
             "--ignored",
@@ -98,22 +94,7 @@ impl Service {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-        // SAFETY: only async-signal-safe calls on data prepared before fork (open/write/close).
-        unsafe {
-            cmd.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let r = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let e = std::io::Error::last_os_error();
-                libc::close(fd);
-                if r != 1 {
-                    return Err(e);
-                }
-                Ok(())
-            });
-        }
+        pressure_support::join_cgroup_before_exec(&mut cmd, cgroup);
         let mut child = cmd.spawn().expect("spawning the service");
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());

@@ -142,6 +142,30 @@ impl Drop for ScratchCgroup {
     }
 }
 
+/// Makes `cmd`'s child join `cgroup` (v1 or v2: writes "0" to its `cgroup.procs`) between fork
+/// and exec, so everything it allocates is charged there from its first instruction.
+pub fn join_cgroup_before_exec(cmd: &mut Command, cgroup: &Path) {
+    let procs = CString::new(cgroup.join("cgroup.procs").as_os_str().as_bytes()).unwrap();
+    // SAFETY: the hook only calls async-signal-safe functions (open, write, close) on data
+    // prepared before fork, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // "0" = the writing process itself.
+            let r = libc::write(fd, b"0".as_ptr().cast(), 1);
+            let e = std::io::Error::last_os_error();
+            libc::close(fd);
+            if r != 1 {
+                return Err(e);
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The hog child process, placed in a cgroup before it runs any code of its own.
 pub struct Hog {
     child: Child,
@@ -154,7 +178,6 @@ impl Hog {
     /// exec, so everything it allocates is charged there).
     pub fn spawn(cgroup: &Path) -> Hog {
         let exe = std::env::current_exe().expect("current_exe");
-        let procs = CString::new(cgroup.join("cgroup.procs").as_os_str().as_bytes()).unwrap();
         let mut cmd = Command::new(exe);
         cmd.args([
             "--ignored",
@@ -167,24 +190,7 @@ impl Hog {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-        // SAFETY: the hook only calls async-signal-safe functions (open, write, close) on
-        // data prepared before fork, and allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // "0" = the writing process itself.
-                let r = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let e = std::io::Error::last_os_error();
-                libc::close(fd);
-                if r != 1 {
-                    return Err(e);
-                }
-                Ok(())
-            });
-        }
+        join_cgroup_before_exec(&mut cmd, cgroup);
         let mut child = cmd.spawn().expect("spawning the hog");
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
