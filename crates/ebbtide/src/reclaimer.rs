@@ -469,6 +469,8 @@ fn run(gen: u64) {
 }
 
 static SQUEEZE_APPLIED: Mutex<Option<Instant>> = Mutex::new(None);
+/// The policy's last bucket decision: 0 none yet, 1 enabled, 2 disabled.
+static BUCKETS_DECISION: AtomicU8 = AtomicU8::new(0);
 
 /// Carries out the policy's actions (also used on the synchronous path).
 fn apply(a: &Actions, now: Instant) {
@@ -492,9 +494,13 @@ fn apply(a: &Actions, now: Instant) {
         reclaim::squeeze(d.as_nanos() as u64);
         reclaim::shrink_pools();
     }
-    // Disabling buckets drains every CPU itself (DRAIN_CPU): do it first, once.
+    // Disabling buckets drains every CPU itself (DRAIN_CPU): do it first, once. Only a change of
+    // the policy's own decision is carried out, so an explicit `set_buckets_enabled` by the
+    // application is not undone at the next tick.
     let mut drained_cpus = false;
-    if a.buckets_enabled != reclaim::buckets_enabled() {
+    let decision = if a.buckets_enabled { 1 } else { 2 };
+    let previous = BUCKETS_DECISION.swap(decision, Ordering::Relaxed);
+    if previous != decision && (previous != 0 || !a.buckets_enabled) {
         reclaim::set_buckets_enabled(a.buckets_enabled);
         drained_cpus = !a.buckets_enabled;
     }

@@ -122,7 +122,16 @@ impl Drop for Restore {
     }
 }
 
+/// The model's expectations are exact (nothing cached while buckets are off, counts after every
+/// step): no reclaim thread may act on the machine's real pressure behind them. Start-up only,
+/// so set before the first zone of this test binary.
+fn quiet() {
+    let _ = ebbtide::options::set("reclaim_thread", "false");
+    let _ = ebbtide::options::set("sources", "none");
+}
+
 fn run_case(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
+    quiet();
     let _restore = Restore;
     let mut flags = ZoneFlags::default();
     if cfg.checked {
