@@ -97,7 +97,7 @@ impl PagePool {
         let z = self.zone.snapshot();
         PoolSnapshot {
             max_buffer_pages: self.max_buffer_pages() as u64,
-            free_pages: z.cached_items_pcpu + z.depot.nitems + z.free_items_slabs,
+            free_pages: z.free,
             pages_in_use: z.used,
             squeezed: crate::reclaim::squeezing_now(),
             zone: z,

@@ -86,7 +86,7 @@ pub fn collect() -> Snapshot {
             s.pools.push(super::PoolStats {
                 zone: ZoneStats::from(z),
                 max_buffer_pages: z.pool_max_buffer_pages,
-                free_pages: z.cached_items_pcpu + z.depot.nitems + z.free_items_slabs,
+                free_pages: z.free,
                 pages_in_use: z.used,
                 squeezed: crate::reclaim::squeezing_now(),
             });
