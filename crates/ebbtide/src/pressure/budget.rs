@@ -17,7 +17,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::source::{Outcome, Readiness, Source, SourceError, SourceKind};
+use super::source::{LevelReporter, Outcome, Readiness, Source, SourceError, SourceKind};
 use super::Level;
 
 /// Thresholds of the budget source.
@@ -76,15 +76,14 @@ pub struct BudgetSource {
     held: HeldBytes,
     cfg: BudgetConfig,
     next: Instant,
-    last_level: Level,
-    last_report: Option<Instant>,
+    reporter: LevelReporter,
 }
 
 impl fmt::Debug for BudgetSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BudgetSource")
             .field("cfg", &self.cfg)
-            .field("last_level", &self.last_level)
+            .field("last_level", &self.reporter.last_level())
             .finish()
     }
 }
@@ -103,8 +102,7 @@ impl BudgetSource {
             held,
             cfg,
             next: now,
-            last_level: Level::Normal,
-            last_report: None,
+            reporter: LevelReporter::default(),
         })
     }
 }
@@ -141,19 +139,7 @@ impl Source for BudgetSource {
     fn on_ready(&mut self, _r: Readiness, now: Instant) -> Result<Outcome, SourceError> {
         self.next = now + Duration::from_millis(self.cfg.interval_ms.max(1));
         let level = budget_level((self.held)(), &self.cfg);
-        let changed = level != self.last_level;
-        self.last_level = level;
-        if level == Level::Normal {
-            return Ok(Outcome::Quiet);
-        }
-        let repeat = self.last_report.is_none_or(|t| {
-            now.saturating_duration_since(t) >= Duration::from_millis(self.cfg.repeat_ms)
-        });
-        if changed || repeat {
-            self.last_report = Some(now);
-            return Ok(Outcome::Event(level));
-        }
-        Ok(Outcome::Quiet)
+        Ok(self.reporter.observe(level, now, self.cfg.repeat_ms))
     }
 }
 

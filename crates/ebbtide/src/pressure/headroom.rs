@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::fs;
-use super::source::{Outcome, Readiness, Source, SourceError, SourceKind};
+use super::source::{LevelReporter, Outcome, Readiness, Source, SourceError, SourceKind};
 use super::Level;
 
 /// Limits at or above this are "unlimited" (v1 reports 9223372036854771712).
@@ -159,8 +159,7 @@ pub struct HeadroomSource {
     files: MemoryFiles,
     cfg: HeadroomConfig,
     next: Instant,
-    last_level: Level,
-    last_report: Option<Instant>,
+    reporter: LevelReporter,
     last_reading: (u64, u64),
     /// The cgroup is the process's own: on failure, re-resolve it as a fallback.
     follow_own: bool,
@@ -205,8 +204,7 @@ impl HeadroomSource {
             files,
             cfg,
             next: now,
-            last_level: Level::Normal,
-            last_report: None,
+            reporter: LevelReporter::default(),
             last_reading: (usage, limit),
             follow_own: false,
         })
@@ -273,20 +271,7 @@ impl Source for HeadroomSource {
 
     fn on_ready(&mut self, _r: Readiness, now: Instant) -> Result<Outcome, SourceError> {
         let level = self.sample(now)?;
-        let changed = level != self.last_level;
-        self.last_level = level;
-        if level == Level::Normal {
-            return Ok(Outcome::Quiet);
-        }
-        let repeat = self.last_report.is_none_or(|t| {
-            now.saturating_duration_since(t) >= Duration::from_millis(self.cfg.repeat_ms)
-        });
-        if changed || repeat {
-            self.last_report = Some(now);
-            Ok(Outcome::Event(level))
-        } else {
-            Ok(Outcome::Quiet)
-        }
+        Ok(self.reporter.observe(level, now, self.cfg.repeat_ms))
     }
 
     fn fallback(&self) -> Option<Result<Box<dyn Source>, SourceError>> {

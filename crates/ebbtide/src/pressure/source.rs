@@ -4,7 +4,7 @@ use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::Level;
 
@@ -106,6 +106,48 @@ pub enum Outcome {
     /// Woken but nothing was there. Many in a row mean the fd is stuck ready: the watcher
     /// disables the source rather than spin.
     Spurious,
+}
+
+/// The reporting rule of the polled sources (headroom, budget): a level other than Normal is
+/// reported when it changes, and otherwise at most once per `repeat_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct LevelReporter {
+    last_level: Level,
+    last_report: Option<Instant>,
+}
+
+impl Default for LevelReporter {
+    fn default() -> Self {
+        LevelReporter {
+            last_level: Level::Normal,
+            last_report: None,
+        }
+    }
+}
+
+impl LevelReporter {
+    /// The level measured at `now`; returns what to report.
+    pub fn observe(&mut self, level: Level, now: Instant, repeat_ms: u64) -> Outcome {
+        let changed = level != self.last_level;
+        self.last_level = level;
+        if level == Level::Normal {
+            return Outcome::Quiet;
+        }
+        let repeat = self
+            .last_report
+            .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_millis(repeat_ms));
+        if changed || repeat {
+            self.last_report = Some(now);
+            Outcome::Event(level)
+        } else {
+            Outcome::Quiet
+        }
+    }
+
+    /// The last level measured.
+    pub fn last_level(&self) -> Level {
+        self.last_level
+    }
 }
 
 /// One pressure signal.
