@@ -210,15 +210,8 @@ fn drain_cpu_locked(reg: &crate::registry::Locked, squeeze: bool) -> usize {
         reg.for_each(|z| {
             if cpu < z.pcpu.ncpu() {
                 let h = z.pcpu.header(cpu);
-                let mut n = 0;
                 let cap = if squeeze { 0 } else { z.bucket_target_cap() };
-                z.pcpu.take_stopped(cpu, h, cap, |p| {
-                    buf[n] = p;
-                    n += 1;
-                });
-                if n > 0 {
-                    z.release_to_keg(&buf[..n]);
-                }
+                empty_stopped(z, cpu, cap, &mut buf);
                 // The header lock taken (and forgotten) above.
                 h.lock.store(0, Ordering::Release);
             }
@@ -271,6 +264,25 @@ pub fn cached_bytes() -> u64 {
     b
 }
 
+/// Empties a zone's stopped and fenced stack on `cpu` into its slabs (through `buf`, large enough
+/// for a full stack) and reopens the stack with `cap`. Returns the items moved.
+fn empty_stopped(
+    z: &ZoneInner,
+    cpu: usize,
+    cap: u32,
+    buf: &mut [*mut u8; 2 * bucket::BUCKET_MAX as usize],
+) -> usize {
+    let mut n = 0;
+    z.pcpu.take_stopped(cpu, z.pcpu.header(cpu), cap, |p| {
+        buf[n] = p;
+        n += 1;
+    });
+    if n > 0 {
+        z.release_to_keg(&buf[..n]);
+    }
+    n
+}
+
 /// Drains the per-CPU stacks of one zone on the CPUs `pick` selects (one fence per CPU). Returns
 /// the items moved to the slabs.
 pub(crate) fn drain_zone_cpus(z: &ZoneInner, pick: impl Fn(usize) -> bool) -> usize {
@@ -284,15 +296,7 @@ pub(crate) fn drain_zone_cpus(z: &ZoneInner, pick: impl Fn(usize) -> bool) -> us
         let _g = lock_header(h);
         z.pcpu.stop(h);
         pcpu::fence_cpu(cpu);
-        let mut n = 0;
-        z.pcpu.take_stopped(cpu, h, z.bucket_target_cap(), |p| {
-            buf[n] = p;
-            n += 1;
-        });
-        if n > 0 {
-            z.release_to_keg(&buf[..n]);
-        }
-        moved += n;
+        moved += empty_stopped(z, cpu, z.bucket_target_cap(), &mut buf);
     }
     moved
 }
