@@ -472,8 +472,32 @@ static SQUEEZE_APPLIED: Mutex<Option<Instant>> = Mutex::new(None);
 /// The policy's last bucket decision: 0 none yet, 1 enabled, 2 disabled.
 static BUCKETS_DECISION: AtomicU8 = AtomicU8::new(0);
 
-/// Carries out the policy's actions (also used on the synchronous path).
+static APPLY: Mutex<()> = Mutex::new(());
+thread_local! {
+    static IN_APPLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Carries out the policy's actions (also used on the synchronous path). Serialised: the reclaim
+/// thread and a thread calling [`notify`] must not interleave (a slow Critical drain could
+/// otherwise overwrite a later Normal's "buckets on"). A handler that notifies from inside runs
+/// its actions at once rather than waiting for itself.
 fn apply(a: &Actions, now: Instant) {
+    if IN_APPLY.with(|f| f.get()) {
+        return apply_locked(a, now);
+    }
+    let _g = crate::sync::lock(&APPLY);
+    IN_APPLY.with(|f| f.set(true));
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            IN_APPLY.with(|f| f.set(false));
+        }
+    }
+    let _reset = Reset;
+    apply_locked(a, now);
+}
+
+fn apply_locked(a: &Actions, now: Instant) {
     let prev = LEVEL.swap(a.level as u8, Ordering::Relaxed);
     let new_squeeze = match a.squeeze_until {
         Some(until) if until > now => {
