@@ -8,7 +8,6 @@ use crate::peers::Alloc;
 
 pub struct Skeleton {
     base: *mut u8,
-    stride: usize,
     ncpu: u32,
     off: isize,
 }
@@ -16,8 +15,11 @@ pub struct Skeleton {
 // SAFETY: each CPU's stack is touched only inside rseq critical sections on that CPU.
 unsafe impl Sync for Skeleton {}
 
-const SLOTS: usize = 1024;
-const PREFILL: usize = 512;
+/// As `ebbtide::pcpu`: one 4 KiB page per CPU, 64-byte header, 504 slots.
+const SHIFT: u32 = 12;
+const STRIDE: usize = 1 << SHIFT;
+const SLOTS: usize = (STRIDE - 64) / 8;
+const PREFILL: usize = 252;
 
 impl Skeleton {
     /// None when glibc has not registered rseq.
@@ -32,11 +34,10 @@ impl Skeleton {
             }
             *(o as *const isize)
         };
-        let stride = 64 + 8 * SLOTS;
-        let mem: &'static mut [u64] = Vec::leak(vec![0u64; stride / 8 * ncpu]);
+        let mem: &'static mut [u64] = Vec::leak(vec![0u64; STRIDE / 8 * ncpu]);
         let items: &'static mut [[u8; 64]] = Vec::leak(vec![[0u8; 64]; PREFILL * ncpu]);
         for cpu in 0..ncpu {
-            let h = &mut mem[cpu * stride / 8..(cpu + 1) * stride / 8];
+            let h = &mut mem[cpu * STRIDE / 8..(cpu + 1) * STRIDE / 8];
             h[0] = PREFILL as u64; // count
             h[1] = SLOTS as u64; // cap = SLOTS, floor = 0
             for i in 0..PREFILL {
@@ -45,7 +46,6 @@ impl Skeleton {
         }
         Some(Skeleton {
             base: mem.as_mut_ptr().cast(),
-            stride,
             ncpu: ncpu as u32,
             off,
         })
@@ -64,11 +64,12 @@ impl Skeleton {
                 "movl %fs:4({off}), %eax",
                 "cmpl {ncpu:e}, %eax",
                 "jae 7f",
-                "imulq {stride}, %rax",
+                "shlq ${shift}, %rax",
                 "addq {base}, %rax",
+                "movl 12(%rax), %r8d",
                 "movq (%rax), %rcx",
                 "movzwl %cx, %edx",
-                "cmpl 12(%rax), %edx",
+                "cmpl %r8d, %edx",
                 "jbe 7f",
                 "movq 56(%rax,%rdx,8), {out}",
                 "addq $0xffff, %rcx",
@@ -78,23 +79,24 @@ impl Skeleton {
                 ".long 0x53053053",
                 "5:",
                 "jmp 2b",
-                "7:",
-                "xorl {out:e}, {out:e}",
-                "8:",
                 ".pushsection __rseq_cs, \"aw\"",
                 ".balign 32",
                 "9:",
                 ".long 0, 0",
                 ".quad 3b, 4b - 3b, 5b",
                 ".popsection",
+                "7:",
+                "xorl {out:e}, {out:e}",
+                "8:",
                 off = in(reg) self.off,
                 ncpu = in(reg) self.ncpu,
-                stride = in(reg) self.stride,
                 base = in(reg) self.base,
+                shift = const SHIFT,
                 out = out(reg) out,
                 out("rax") _,
                 out("rcx") _,
                 out("rdx") _,
+                out("r8") _,
                 options(att_syntax, nostack),
             );
         }
@@ -103,7 +105,6 @@ impl Skeleton {
 
     #[inline(always)]
     fn push(&self, item: *mut u8) -> bool {
-        let ok: u32;
         // SAFETY: the critical section of ebbtide::pcpu::rseq::push on our own headers.
         unsafe {
             core::arch::asm!(
@@ -114,43 +115,42 @@ impl Skeleton {
                 "movl %fs:4({off}), %eax",
                 "cmpl {ncpu:e}, %eax",
                 "jae 7f",
-                "imulq {stride}, %rax",
+                "shlq ${shift}, %rax",
                 "addq {base}, %rax",
+                "movl 8(%rax), %r8d",
                 "movq (%rax), %rcx",
                 "movzwl %cx, %edx",
-                "cmpl 8(%rax), %edx",
+                "cmpl %r8d, %edx",
                 "jae 7f",
                 "movq {item}, 64(%rax,%rdx,8)",
                 "addq $1, %rcx",
                 "movq %rcx, (%rax)",
                 "4:",
-                "movl $1, {ok:e}",
-                "jmp 8f",
+                "jmp {done}",
                 ".long 0x53053053",
                 "5:",
                 "jmp 2b",
-                "7:",
-                "xorl {ok:e}, {ok:e}",
-                "8:",
                 ".pushsection __rseq_cs, \"aw\"",
                 ".balign 32",
                 "9:",
                 ".long 0, 0",
                 ".quad 3b, 4b - 3b, 5b",
                 ".popsection",
+                "7:",
                 off = in(reg) self.off,
                 ncpu = in(reg) self.ncpu,
-                stride = in(reg) self.stride,
                 base = in(reg) self.base,
+                shift = const SHIFT,
                 item = in(reg) item,
-                ok = out(reg) ok,
                 out("rax") _,
                 out("rcx") _,
                 out("rdx") _,
+                out("r8") _,
+                done = label { return true; },
                 options(att_syntax, nostack),
             );
         }
-        ok != 0
+        false
     }
 }
 

@@ -222,7 +222,7 @@ impl Keg {
         if index >= self.geo.items_per_slab {
             return Err(InvalidKind::NotAnItem);
         }
-        if in_slab % self.geo.item_size != 0 {
+        if !in_slab.is_multiple_of(self.geo.item_size) {
             return Err(InvalidKind::Misaligned);
         }
         Ok(ItemLoc {

@@ -3,13 +3,13 @@
 //!
 //! # Layout
 //! ```text
-//!  zone.pcpu.base + cpu * stride:
+//!  zone.pcpu.base + (cpu << STRIDE_SHIFT):        (one 4 KiB page per CPU)
 //!  +0   word   u64  = count (low 16 bits) | fast allocations (high 48 bits)   <- the commit store
 //!  +8   cap    u32    pushes allowed while count < cap        (0 = stopped / caching off)
 //!  +12  floor  u32    pops allowed while count > floor        (0xffff = stopped)
 //!  +16  lock   u32    serialises drainers and cap writers (and every op in locked mode)
 //!  +24  idle_mark u64 `word` at the last periodic pass: unchanged means no operation since
-//!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest
+//!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest; storage <= 504
 //! ```
 //! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: `cap = 2 * bucket_size`,
 //! a miss on allocation refills one bucket from the depot, a miss on free flushes one bucket to
@@ -60,6 +60,11 @@ use core::ptr::{self, NonNull};
 
 /// Offset of the items from the header.
 pub(crate) const HDR: usize = 64;
+/// log2 of the distance between two CPUs' stacks of a zone: one 4 KiB page per (zone, CPU), so
+/// the critical sections locate their header with a shift instead of a multiplication.
+pub(crate) const STRIDE_SHIFT: u32 = 12;
+/// Item slots per CPU stack: what fits in the page after the header (504).
+pub(crate) const STORAGE_MAX: u32 = (((1usize << STRIDE_SHIFT) - HDR) / 8) as u32;
 const FLOOR_STOPPED: u32 = 0xffff;
 const COUNT_MASK: u64 = 0xffff;
 const ALLOC_ONE: u64 = 1 << 16;
@@ -169,29 +174,71 @@ mod rseq {
         r == 0
     }
 
+    // Every critical section below has the same shape, built from these two pieces:
+    //
+    //   2: store the address of descriptor 9 into rseq_cs   (re-armed on every restart)
+    //   3: [start_ip] read the CPU id; out of range (unregistered thread) -> 7
+    //      rax = base + (cpu << STRIDE_SHIFT)                 (this CPU's header)
+    //      ... the section's own checks and moves, committing with one store of `word` ...
+    //   4: [post_commit_ip] the section's success exit
+    //      RSEQ_SIG, then 5: [abort_ip] jmp 2b                 (restart from the top)
+    //   7: the section's failure exit
+    //   9: the descriptor {version 0, flags 0, start_ip 3b, post_commit_offset 4b-3b, abort_ip 5b}
+    //
+    // Operands every section passes: `off` (glibc's rseq offset), `ncpu`, `base`, and `shift`
+    // (= STRIDE_SHIFT); rax is the header pointer and must be declared clobbered.
+
+    /// The start of a critical section: arm the descriptor, locate this CPU's header in rax.
+    macro_rules! rseq_enter {
+        () => {
+            concat!(
+                "2:\n",
+                "leaq 9f(%rip), %rax\n",
+                "movq %rax, %fs:8({off})\n",
+                "3:\n",
+                "movl %fs:4({off}), %eax\n",
+                "cmpl {ncpu:e}, %eax\n",
+                "jae 7f\n",
+                "shlq ${shift}, %rax\n",
+                "addq {base}, %rax\n",
+            )
+        };
+    }
+
+    /// The abort handler (after label 4, which the section places right after its commit) and
+    /// the descriptor. Emitted where control never falls into it: after an unconditional jump.
+    macro_rules! rseq_abort_and_descriptor {
+        () => {
+            concat!(
+                ".long 0x53053053\n",
+                "5:\n",
+                "jmp 2b\n",
+                ".pushsection __rseq_cs, \"aw\"\n",
+                ".balign 32\n",
+                "9:\n",
+                ".long 0, 0\n",
+                ".quad 3b, 4b - 3b, 5b\n",
+                ".popsection\n",
+            )
+        };
+    }
+
     /// Pops the top item of this CPU's stack; null when empty, stopped, or unregistered.
     ///
     /// # Safety
-    /// `base` must point to `ncpu` headers of `stride` bytes, each followed by its item slots, and
-    /// `off` must be glibc's rseq offset.
+    /// `base` must point to `ncpu` headers of `1 << STRIDE_SHIFT` bytes, each followed by its item
+    /// slots, and `off` must be glibc's rseq offset.
     #[inline(always)]
-    pub(super) unsafe fn pop(base: *mut u8, stride: usize, ncpu: u32, off: isize) -> *mut u8 {
+    pub(super) unsafe fn pop(base: *mut u8, ncpu: u32, off: isize) -> *mut u8 {
         let out: usize;
         // SAFETY: an rseq critical section (module docs of `pcpu`). It reads the header and slot
         // of the CPU it runs on (bounds-checked against `ncpu`; count <= storage by invariant)
         // and commits with one store of `word`. The abort handler is preceded by glibc's x86
         // RSEQ_SIG and restarts from the top; the descriptor lives in section __rseq_cs.
+        // `floor` is loaded before `word` (module docs, "Load order").
         unsafe {
             core::arch::asm!(
-                "2:",
-                "leaq 9f(%rip), %rax",
-                "movq %rax, %fs:8({off})",
-                "3:",
-                "movl %fs:4({off}), %eax",
-                "cmpl {ncpu:e}, %eax",
-                "jae 7f",
-                "imulq {stride}, %rax",
-                "addq {base}, %rax",
+                rseq_enter!(),
                 "movl 12(%rax), %r8d",
                 "movq (%rax), %rcx",
                 "movzwl %cx, %edx",
@@ -202,22 +249,14 @@ mod rseq {
                 "movq %rcx, (%rax)",
                 "4:",
                 "jmp 8f",
-                ".long 0x53053053",
-                "5:",
-                "jmp 2b",
+                rseq_abort_and_descriptor!(),
                 "7:",
                 "xorl {out:e}, {out:e}",
                 "8:",
-                ".pushsection __rseq_cs, \"aw\"",
-                ".balign 32",
-                "9:",
-                ".long 0, 0",
-                ".quad 3b, 4b - 3b, 5b",
-                ".popsection",
                 off = in(reg) off,
                 ncpu = in(reg) ncpu,
-                stride = in(reg) stride,
                 base = in(reg) base,
+                shift = const super::STRIDE_SHIFT,
                 out = out(reg) out,
                 out("rax") _,
                 out("rcx") _,
@@ -234,26 +273,13 @@ mod rseq {
     /// # Safety
     /// As [`pop`].
     #[inline(always)]
-    pub(super) unsafe fn push(
-        base: *mut u8,
-        stride: usize,
-        ncpu: u32,
-        off: isize,
-        item: *mut u8,
-    ) -> bool {
-        let ok: u32;
+    pub(super) unsafe fn push(base: *mut u8, ncpu: u32, off: isize, item: *mut u8) -> bool {
         // SAFETY: as in `pop`; the slot written is items[count] with count < cap <= storage.
+        // `cap` is loaded before `word`. Success leaves through the `done` label (asm goto),
+        // failure falls through.
         unsafe {
             core::arch::asm!(
-                "2:",
-                "leaq 9f(%rip), %rax",
-                "movq %rax, %fs:8({off})",
-                "3:",
-                "movl %fs:4({off}), %eax",
-                "cmpl {ncpu:e}, %eax",
-                "jae 7f",
-                "imulq {stride}, %rax",
-                "addq {base}, %rax",
+                rseq_enter!(),
                 "movl 8(%rax), %r8d",
                 "movq (%rax), %rcx",
                 "movzwl %cx, %edx",
@@ -263,34 +289,23 @@ mod rseq {
                 "addq $1, %rcx",
                 "movq %rcx, (%rax)",
                 "4:",
-                "movl $1, {ok:e}",
-                "jmp 8f",
-                ".long 0x53053053",
-                "5:",
-                "jmp 2b",
+                "jmp {done}",
+                rseq_abort_and_descriptor!(),
                 "7:",
-                "xorl {ok:e}, {ok:e}",
-                "8:",
-                ".pushsection __rseq_cs, \"aw\"",
-                ".balign 32",
-                "9:",
-                ".long 0, 0",
-                ".quad 3b, 4b - 3b, 5b",
-                ".popsection",
                 off = in(reg) off,
                 ncpu = in(reg) ncpu,
-                stride = in(reg) stride,
                 base = in(reg) base,
+                shift = const super::STRIDE_SHIFT,
                 item = in(reg) item,
-                ok = out(reg) ok,
                 out("rax") _,
                 out("rcx") _,
                 out("rdx") _,
                 out("r8") _,
+                done = label { return true; },
                 options(att_syntax, nostack),
             );
         }
-        ok != 0
+        false
     }
 
     /// Pops up to `max` items into `dst` (hottest first); returns how many.
@@ -300,7 +315,6 @@ mod rseq {
     #[inline(never)]
     pub(super) unsafe fn pop_batch(
         base: *mut u8,
-        stride: usize,
         ncpu: u32,
         off: isize,
         dst: *mut *mut u8,
@@ -311,15 +325,7 @@ mod rseq {
         // commits `word - n` (allocation counter unchanged: a batch move is not an allocation).
         unsafe {
             core::arch::asm!(
-                "2:",
-                "leaq 9f(%rip), %rax",
-                "movq %rax, %fs:8({off})",
-                "3:",
-                "movl %fs:4({off}), %eax",
-                "cmpl {ncpu:e}, %eax",
-                "jae 7f",
-                "imulq {stride}, %rax",
-                "addq {base}, %rax",
+                rseq_enter!(),
                 "movl 12(%rax), %r9d",
                 "movq (%rax), %rcx",
                 "movzwl %cx, %edx",
@@ -346,22 +352,14 @@ mod rseq {
                 "4:",
                 "movq %r8, {n}",
                 "jmp 8f",
-                ".long 0x53053053",
-                "5:",
-                "jmp 2b",
+                rseq_abort_and_descriptor!(),
                 "7:",
                 "xorl {n:e}, {n:e}",
                 "8:",
-                ".pushsection __rseq_cs, \"aw\"",
-                ".balign 32",
-                "9:",
-                ".long 0, 0",
-                ".quad 3b, 4b - 3b, 5b",
-                ".popsection",
                 off = in(reg) off,
                 ncpu = in(reg) ncpu,
-                stride = in(reg) stride,
                 base = in(reg) base,
+                shift = const super::STRIDE_SHIFT,
                 dst = in(reg) dst,
                 max = in(reg) max,
                 n = out(reg) n,
@@ -385,7 +383,6 @@ mod rseq {
     #[inline(never)]
     pub(super) unsafe fn push_batch(
         base: *mut u8,
-        stride: usize,
         ncpu: u32,
         off: isize,
         src: *const *mut u8,
@@ -396,15 +393,7 @@ mod rseq {
         // `word + k`.
         unsafe {
             core::arch::asm!(
-                "2:",
-                "leaq 9f(%rip), %rax",
-                "movq %rax, %fs:8({off})",
-                "3:",
-                "movl %fs:4({off}), %eax",
-                "cmpl {ncpu:e}, %eax",
-                "jae 7f",
-                "imulq {stride}, %rax",
-                "addq {base}, %rax",
+                rseq_enter!(),
                 "movl 8(%rax), %r8d",
                 "movq (%rax), %rcx",
                 "movzwl %cx, %edx",
@@ -430,22 +419,14 @@ mod rseq {
                 "4:",
                 "movq %r8, {k}",
                 "jmp 8f",
-                ".long 0x53053053",
-                "5:",
-                "jmp 2b",
+                rseq_abort_and_descriptor!(),
                 "7:",
                 "xorl {k:e}, {k:e}",
                 "8:",
-                ".pushsection __rseq_cs, \"aw\"",
-                ".balign 32",
-                "9:",
-                ".long 0, 0",
-                ".quad 3b, 4b - 3b, 5b",
-                ".popsection",
                 off = in(reg) off,
                 ncpu = in(reg) ncpu,
-                stride = in(reg) stride,
                 base = in(reg) base,
+                shift = const super::STRIDE_SHIFT,
                 src = in(reg) src,
                 len = in(reg) len,
                 k = out(reg) k,
@@ -535,11 +516,15 @@ pub(crate) fn lock_header(h: &Header) -> HeaderGuard<'_> {
 }
 
 impl Pcpu {
-    /// Per-CPU stacks of `storage` slots each, for `ncpu` CPUs, every stack stopped at cap 0 until
-    /// [`Pcpu::set_cap`] opens it.
+    /// Per-CPU stacks of `storage` slots each (at most [`STORAGE_MAX`]), for `ncpu` CPUs, every
+    /// stack stopped at cap 0 until [`Pcpu::set_cap`] opens it. Stacks are `1 << STRIDE_SHIFT`
+    /// bytes apart whatever `storage` is (the critical sections rely on it).
     pub(crate) fn new(storage: u32, ncpu: usize) -> Result<Pcpu, OsError> {
-        debug_assert!(storage as u64 <= COUNT_MASK);
-        let stride = HDR + os::round_up(storage as usize * 8, 64);
+        assert!(
+            storage <= STORAGE_MAX,
+            "per-CPU storage {storage} above {STORAGE_MAX}"
+        );
+        let stride = 1usize << STRIDE_SHIFT;
         let map_len = os::round_up(stride * ncpu, os::page_size());
         let base = os::map(map_len)?.as_ptr();
         let p = Pcpu {
@@ -617,24 +602,28 @@ impl Pcpu {
         self.locked_cpu()
     }
 
-    /// Fast path: the hottest item of this CPU's stack, or null.
+    /// Does this layer run on rseq critical sections (else on header locks)?
+    #[inline]
+    pub(crate) fn is_rseq(&self) -> bool {
+        self.rseq_off != NO_RSEQ
+    }
+
+    /// The hottest item of this CPU's stack, or null (either mode).
     #[inline(always)]
     pub(crate) fn pop(&self) -> *mut u8 {
-        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
-        if self.rseq_off != NO_RSEQ {
-            // SAFETY: base/stride/ncpu describe our mapping; rseq_off came from glibc.
-            return unsafe { rseq::pop(self.base, self.stride, self.ncpu, self.rseq_off) };
+        if self.is_rseq() {
+            // SAFETY: rseq mode checked just now.
+            return unsafe { self.rseq_ref().pop() };
         }
         self.locked_pop()
     }
 
-    /// Fast path: pushes onto this CPU's stack; false when it is full or stopped.
+    /// Pushes onto this CPU's stack; false when it is full or stopped (either mode).
     #[inline(always)]
     pub(crate) fn push(&self, item: *mut u8) -> bool {
-        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
-        if self.rseq_off != NO_RSEQ {
-            // SAFETY: as in `pop`.
-            return unsafe { rseq::push(self.base, self.stride, self.ncpu, self.rseq_off, item) };
+        if self.is_rseq() {
+            // SAFETY: rseq mode checked just now.
+            return unsafe { self.rseq_ref().push(item) };
         }
         self.locked_push(item)
     }
@@ -679,7 +668,6 @@ impl Pcpu {
             return unsafe {
                 rseq::pop_batch(
                     self.base,
-                    self.stride,
                     self.ncpu,
                     self.rseq_off,
                     dst.as_mut_ptr(),
@@ -712,14 +700,7 @@ impl Pcpu {
         if self.rseq_off != NO_RSEQ {
             // SAFETY: as in `pop`; src holds src.len() pointers.
             return unsafe {
-                rseq::push_batch(
-                    self.base,
-                    self.stride,
-                    self.ncpu,
-                    self.rseq_off,
-                    src.as_ptr(),
-                    src.len(),
-                )
+                rseq::push_batch(self.base, self.ncpu, self.rseq_off, src.as_ptr(), src.len())
             };
         }
         let cpu = self.locked_cpu();
@@ -819,6 +800,64 @@ impl Pcpu {
     }
 }
 
+/// What the rseq fast path needs of a [`Pcpu`], by value: the zone copies it into every handle
+/// (`Zone` is immutable plain data, so a loop of allocations keeps these in registers).
+#[derive(Clone, Copy)]
+pub(crate) struct RseqRef {
+    base: *mut u8,
+    ncpu: u32,
+    rseq_off: isize,
+}
+
+impl Pcpu {
+    /// The fast-path view; only meaningful in rseq mode ([`Pcpu::is_rseq`]).
+    pub(crate) fn rseq_ref(&self) -> RseqRef {
+        RseqRef {
+            base: self.base,
+            ncpu: self.ncpu,
+            rseq_off: self.rseq_off,
+        }
+    }
+}
+
+impl RseqRef {
+    /// The fast pop: one rseq critical section.
+    ///
+    /// # Safety
+    /// Taken from a live [`Pcpu`] in rseq mode.
+    #[inline(always)]
+    pub(crate) unsafe fn pop(self) -> *mut u8 {
+        debug_assert!(self.rseq_off != NO_RSEQ);
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        {
+            // SAFETY: base/ncpu describe the Pcpu's mapping with 1 << STRIDE_SHIFT bytes per CPU
+            // (`Pcpu::new`); rseq_off came from glibc (caller: not the sentinel).
+            unsafe { rseq::pop(self.base, self.ncpu, self.rseq_off) }
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
+        unreachable!("rseq mode without rseq support compiled in")
+    }
+
+    /// The fast push: one rseq critical section; false when full or stopped.
+    ///
+    /// # Safety
+    /// As [`RseqRef::pop`].
+    #[inline(always)]
+    pub(crate) unsafe fn push(self, item: *mut u8) -> bool {
+        debug_assert!(self.rseq_off != NO_RSEQ);
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        {
+            // SAFETY: as in `pop`.
+            unsafe { rseq::push(self.base, self.ncpu, self.rseq_off, item) }
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
+        {
+            let _ = item;
+            unreachable!("rseq mode without rseq support compiled in")
+        }
+    }
+}
+
 /// After stopping stacks on `cpu`, waits until no critical section can still be running there
 /// with the old header values. In locked mode the header locks already exclude everyone.
 pub(crate) fn fence_cpu(cpu: usize) {
@@ -851,7 +890,7 @@ mod tests {
     #[test]
     fn push_pop_lifo_and_caps() {
         let p = Pcpu::new(8, os::cpu_count()).unwrap();
-        assert!(!p.push(1 as *mut u8), "a new stack is closed");
+        assert!(!p.push(ptr::dangling_mut::<u8>()), "a new stack is closed");
         open(&p, 4);
         // Pin to one CPU so the stack is one stack.
         let cpu = p.this_cpu();

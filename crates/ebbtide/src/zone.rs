@@ -17,7 +17,7 @@ use crate::depot::DepotInner;
 use crate::error::{report, AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
 use crate::keg::{InvalidKind, Keg};
 use crate::os;
-use crate::pcpu::{self, lock_header, Pcpu};
+use crate::pcpu::{self, lock_header, Pcpu, RseqRef};
 use crate::reclaim::{self, Request};
 use crate::slab::MAX_ITEM_SIZE;
 use crate::sync::{
@@ -215,11 +215,14 @@ impl<'a> ZoneOptions<'a> {
     }
 }
 
-// Bits of `ZoneInner::careful`: anything that keeps an operation off the two-instruction path.
+// Bits of `ZoneInner::careful`: anything that keeps an operation off the rseq fast path. One
+// word tested once per operation, so the fast path makes a single test for all of them.
 const C_CTOR: u32 = 1;
 const C_DTOR: u32 = 2;
 const C_CHECKED: u32 = 4;
 const C_ZERO: u32 = 8;
+/// The per-CPU layer runs in locked mode (no rseq): `Pcpu::pop`/`push` instead of the sections.
+const C_LOCKED: u32 = 16;
 
 struct LimitState {
     sleepers: u32,
@@ -242,22 +245,86 @@ struct Counters {
     squeezes: AtomicU64,
 }
 
-/// The zone object; lives in its own mapped pages.
+/// Everything `Zone::alloc` and `Zone::free` read on their fast paths, fixed at creation. Kept by
+/// value in the zone and in each [`Zone`] handle: a handle is immutable plain data (no interior
+/// mutability), so the compiler may keep these in registers across a loop of allocations, where
+/// loads through the zone object would be repeated after every critical section (its `asm!`
+/// may write memory).
+#[derive(Clone, Copy)]
 #[repr(C)]
-pub(crate) struct ZoneInner {
-    // Read by the fast paths: kept together at the start.
-    pub(crate) pcpu: Pcpu,
+pub(crate) struct Fast {
+    pcpu: RseqRef,
+    /// `C_*` bits: any set bit sends both operations to their careful paths.
+    careful: u32,
     arena_base: usize,
     arena_len: usize,
     chunk_map: *const StdAtomicU64,
     tag: u64,
     first_slab: usize,
     slab_mask: usize,
-    slab_shift: u32,
-    slabs_per_chunk: usize,
-    items_bytes: usize,
+    /// End of the last slab relative to `first_slab`: `slabs_per_chunk << slab_shift`.
+    slabs_end: usize,
+    /// `item_check(item_size, items_per_slab)`.
     item_magic: u64,
-    careful: u32,
+    item_bound: u64,
+}
+
+/// The constants of the item-start test: for `x` below the slab size (< 2^32),
+/// `x * magic (mod 2^64) < bound` iff `x = q * d` with `q < n` (`d` = item size, `n` = items per
+/// slab).
+///
+/// With `magic = ceil(2^64 / d)` and `e = d * magic - 2^64` (0 <= e < d), a multiple `x = q * d`
+/// gives `x * magic = q * e (mod 2^64)`, and any other `x < 2^32` gives at least `magic`
+/// (Lemire, Kaser, Kurz, "Faster remainder by direct computation", 2019). For `d` not a power of
+/// two, `e > 0`, so `q < n` iff `q * e < n * e`, and `n * e < n * d <= slab < magic` keeps
+/// non-multiples out. For a power of two, `e = 0` and `d` divides the slab (no tail), so every
+/// multiple below the slab size is an item: bound 1 (only `x * magic = 0`).
+pub(crate) fn item_check(d: usize, n: usize) -> (u64, u64) {
+    let d = d as u64;
+    let magic = (u64::MAX / d).wrapping_add(1);
+    if d.is_power_of_two() {
+        (magic, 1)
+    } else {
+        let e = d.wrapping_mul(magic);
+        (magic, n as u64 * e)
+    }
+}
+
+impl Fast {
+    /// O(1) check that `a` is the start of an item of this zone, reading only the chunk map.
+    #[inline(always)]
+    fn is_item(&self, a: usize) -> bool {
+        let off = a.wrapping_sub(self.arena_base);
+        if off >= self.arena_len {
+            return false;
+        }
+        // SAFETY: off < arena_len, so the index is inside the chunk map, which lives as long as
+        // the process.
+        let tag = unsafe {
+            (*self.chunk_map.add(off >> crate::arena::CHUNK_SHIFT)).load(Ordering::Acquire)
+        };
+        if unlikely(tag != self.tag) {
+            return false;
+        }
+        // Each test its own predictable branch: folded into one flag (`setcc`/`and`) they cost
+        // more instructions than they save.
+        let rel = (a & (CHUNK_SIZE - 1)).wrapping_sub(self.first_slab);
+        if unlikely(rel >= self.slabs_end) {
+            return false;
+        }
+        // One multiply and one compare for "a multiple of the item size, below the slab's last
+        // item" (see `item_check`).
+        ((rel & self.slab_mask) as u64).wrapping_mul(self.item_magic) < self.item_bound
+    }
+}
+
+/// The zone object; lives in its own mapped pages.
+#[repr(C)]
+pub(crate) struct ZoneInner {
+    // Read by the fast paths: kept together at the start.
+    /// The fast paths' constants (also copied into every [`Zone`] handle).
+    fast: Fast,
+    pub(crate) pcpu: Pcpu,
     // The rest.
     pub(crate) name: ZoneName,
     pub(crate) item_size: usize,
@@ -300,6 +367,8 @@ unsafe impl Sync for ZoneInner {}
 /// A zone: a cache of items of one size. Cheap to share (`&Zone` is `Send + Sync`).
 pub struct Zone {
     inner: NonNull<ZoneInner>,
+    /// A copy of `inner.fast` (see [`Fast`]).
+    fast: Fast,
 }
 
 // SAFETY: ZoneInner is Send + Sync; Zone is a pointer to it with unique ownership of destruction.
@@ -395,7 +464,7 @@ impl Zone {
         let geo = keg.geo;
         let bmin = bucket::bucket_size_for(item_size);
         let bmax = BUCKET_MAX;
-        let pcpu = Pcpu::new(2 * bmax, os::cpu_count())?;
+        let pcpu = Pcpu::new((2 * bmax).min(crate::pcpu::STORAGE_MAX), os::cpu_count())?;
         let arena = keg.arena;
         let mut careful = 0;
         if o.ctor.is_some() {
@@ -410,20 +479,24 @@ impl Zone {
         if o.flags.contains(ZoneFlags::ZERO) {
             careful |= C_ZERO;
         }
-        let z = ZoneInner {
+        if !pcpu.is_rseq() {
+            careful |= C_LOCKED;
+        }
+        let fast = Fast {
+            pcpu: pcpu.rseq_ref(),
+            careful,
             arena_base: arena.base,
             arena_len: arena.len,
             chunk_map: arena.map.cast(),
             tag: keg.tag,
             first_slab: geo.first_slab,
             slab_mask: geo.slab_size - 1,
-            slab_shift: geo.slab_shift,
-            slabs_per_chunk: geo.slabs_per_chunk,
-            items_bytes: geo.items_per_slab * geo.item_size,
-            // ceil(2^64 / item_size): x is a multiple of item_size iff x * magic < magic, for
-            // x < 2^32 (Lemire, "Faster remainder by direct computation").
-            item_magic: (u64::MAX / item_size as u64).wrapping_add(1),
-            careful,
+            slabs_end: geo.slabs_per_chunk << geo.slab_shift,
+            item_magic: item_check(geo.item_size, geo.items_per_slab).0,
+            item_bound: item_check(geo.item_size, geo.items_per_slab).1,
+        };
+        let z = ZoneInner {
+            fast,
             pcpu,
             name,
             item_size,
@@ -470,7 +543,7 @@ impl Zone {
             mem.as_ptr().write(z);
             (*mem.as_ptr()).map_len = map_len;
         }
-        let zone = Zone { inner: mem };
+        let zone = Zone { inner: mem, fast };
         zone.inner().open_all_caps();
         crate::registry::insert(mem.as_ptr());
         crate::reclaimer::ensure_started();
@@ -486,13 +559,17 @@ impl Zone {
     /// Allocates one item. Fast path: one rseq critical section, no lock, no system call.
     #[inline(always)]
     pub fn alloc(&self) -> Result<NonNull<u8>, AllocError> {
-        let z = self.inner();
-        let p = z.pcpu.pop();
-        if !unlikely(p.is_null() || z.careful != 0) {
-            // SAFETY: non-null checked above.
-            return Ok(unsafe { NonNull::new_unchecked(p) });
+        let f = &self.fast;
+        if !unlikely(f.careful != 0) {
+            // SAFETY: careful == 0 means C_LOCKED is clear: the per-CPU layer is in rseq mode.
+            let p = unsafe { f.pcpu.pop() };
+            if !unlikely(p.is_null()) {
+                // SAFETY: non-null checked above.
+                return Ok(unsafe { NonNull::new_unchecked(p) });
+            }
+            return self.inner().alloc_slow();
         }
-        z.alloc_careful(p)
+        self.inner().alloc_careful()
     }
 
     /// Frees an item of this zone.
@@ -507,15 +584,20 @@ impl Zone {
     /// not use it afterwards.
     #[inline(always)]
     pub unsafe fn free(&self, p: NonNull<u8>) -> Result<(), InvalidFree> {
-        let z = self.inner();
+        let f = &self.fast;
         let a = p.as_ptr() as usize;
-        if unlikely(!z.is_item(a)) {
-            return Err(z.invalid_now(a));
+        if unlikely(!f.is_item(a)) {
+            return Err(self.inner().invalid_now(a));
         }
-        if !unlikely(z.careful != 0) && z.pcpu.push(p.as_ptr()) {
+        if !unlikely(f.careful != 0) {
+            // SAFETY: careful == 0: rseq mode (as in `alloc`).
+            if unsafe { f.pcpu.push(p.as_ptr()) } {
+                return Ok(());
+            }
+            self.inner().free_slow(p.as_ptr());
             return Ok(());
         }
-        z.free_careful(p.as_ptr())
+        self.inner().free_careful(p.as_ptr())
     }
 
     /// The zone's name.
@@ -552,6 +634,9 @@ impl Zone {
 
     /// Destroys the zone, giving all its memory back. Fails while items are in use, changing
     /// nothing; the zone is handed back with the error.
+    // The handle is large on purpose (it carries the fast-path constants by value, see `Fast`);
+    // handing it back by value on this cold path is what the caller needs.
+    #[allow(clippy::result_large_err)]
     pub fn destroy(self) -> Result<(), (Zone, ZoneBusy)> {
         let z = self.inner.as_ptr();
         // SAFETY: `self` is the only handle; destruction is exclusive by ownership.
@@ -576,8 +661,11 @@ impl Zone {
     /// `p` must come from [`Zone::into_raw`] and be used as a unique owner afterwards.
     pub unsafe fn from_raw(p: *mut c_void) -> Zone {
         // SAFETY: caller's guarantee: non-null pointer from into_raw.
+        let inner: NonNull<ZoneInner> = unsafe { NonNull::new_unchecked(p.cast()) };
         Zone {
-            inner: unsafe { NonNull::new_unchecked(p.cast()) },
+            inner,
+            // SAFETY: a live zone (caller's guarantee).
+            fast: unsafe { inner.as_ref().fast },
         }
     }
 
@@ -604,24 +692,8 @@ impl Drop for Zone {
 }
 
 impl ZoneInner {
-    /// O(1) check that `a` is the start of an item of this zone, reading only the chunk map.
-    #[inline(always)]
     fn is_item(&self, a: usize) -> bool {
-        let off = a.wrapping_sub(self.arena_base);
-        if off >= self.arena_len {
-            return false;
-        }
-        // SAFETY: off < arena_len, so the index is inside the chunk map, which lives as long as
-        // the process.
-        let tag = unsafe {
-            (*self.chunk_map.add(off >> crate::arena::CHUNK_SHIFT)).load(Ordering::Acquire)
-        };
-        let rel = (a & (CHUNK_SIZE - 1)).wrapping_sub(self.first_slab);
-        let in_slab = (rel & self.slab_mask) as u64;
-        tag == self.tag
-            && (rel >> self.slab_shift) < self.slabs_per_chunk
-            && (in_slab as usize) < self.items_bytes
-            && in_slab.wrapping_mul(self.item_magic) < self.item_magic
+        self.fast.is_item(a)
     }
 
     #[cold]
@@ -717,12 +789,12 @@ impl ZoneInner {
 
     #[cold]
     #[inline(never)]
-    fn alloc_careful(&self, popped: *mut u8) -> Result<NonNull<u8>, AllocError> {
-        let p = match NonNull::new(popped) {
+    fn alloc_careful(&self) -> Result<NonNull<u8>, AllocError> {
+        let p = match NonNull::new(self.pcpu.pop()) {
             Some(p) => p,
             None => self.alloc_slow()?,
         };
-        if self.careful & C_CHECKED != 0 {
+        if self.fast.careful & C_CHECKED != 0 {
             if let Ok(loc) = self.keg.locate(p.as_ptr() as usize) {
                 if !self.keg.mark_live(loc) {
                     report(format_args!(
@@ -733,7 +805,7 @@ impl ZoneInner {
                 }
             }
         }
-        if self.careful & C_ZERO != 0 {
+        if self.fast.careful & C_ZERO != 0 {
             // SAFETY: the item is ours, item_size bytes.
             unsafe { p.as_ptr().write_bytes(0, self.item_size) };
         }
@@ -741,7 +813,7 @@ impl ZoneInner {
             // SAFETY: hook contract: called with an item of this zone and the zone's argument.
             if unsafe { ctor(p.as_ptr().cast(), self.item_size, self.hook_arg) } != 0 {
                 self.counters.fails.fetch_add(1, Ordering::Relaxed);
-                if self.careful & C_CHECKED != 0 {
+                if self.fast.careful & C_CHECKED != 0 {
                     if let Ok(loc) = self.keg.locate(p.as_ptr() as usize) {
                         self.keg.mark_dead(loc);
                     }
@@ -978,7 +1050,7 @@ impl ZoneInner {
     #[cold]
     #[inline(never)]
     fn free_careful(&self, p: *mut u8) -> Result<(), InvalidFree> {
-        if self.careful & C_CHECKED != 0 {
+        if self.fast.careful & C_CHECKED != 0 {
             match self.keg.locate(p as usize) {
                 Ok(loc) => {
                     if !self.keg.mark_dead(loc) {
@@ -1309,5 +1381,36 @@ impl ZoneInner {
             os::unmap(NonNull::new_unchecked(z.cast()), len);
         }
         Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::item_check;
+    use crate::slab::Geometry;
+
+    /// The one-compare item test agrees with "multiple of the size, below the last item" at every
+    /// offset of the slab, for every 8-aligned size up to 4 KiB and a spread of larger ones.
+    #[test]
+    fn item_check_is_exact() {
+        let sizes = (8..=4096).step_by(8).chain([
+            4104,
+            5000 & !7,
+            8192,
+            12288,
+            65536 - 8,
+            65536,
+            100_000,
+            1 << 20,
+        ]);
+        for d in sizes {
+            let g = Geometry::for_item(d);
+            let (magic, bound) = item_check(g.item_size, g.items_per_slab);
+            for x in 0..g.slab_size {
+                let fast = (x as u64).wrapping_mul(magic) < bound;
+                let slow = x % d == 0 && x / d < g.items_per_slab;
+                assert_eq!(fast, slow, "size {d}, offset {x}, slab {}", g.slab_size);
+            }
+        }
     }
 }

@@ -360,7 +360,7 @@ fn toggling_from_both_sides_does_not_deadlock() {
         let client = std::thread::spawn(move || {
             let mut i = 0u32;
             while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-                let v = if i % 2 == 0 { "false" } else { "true" };
+                let v = if i.is_multiple_of(2) { "false" } else { "true" };
                 if let Ok(mut s) = UnixStream::connect(&p) {
                     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
                     let _ = s.write_all(format!("set control_socket={v}\n").as_bytes());

@@ -474,7 +474,7 @@ mod tests {
         fn on_ready(&mut self, _r: Readiness, now: Instant) -> Result<Outcome, SourceError> {
             self.next = now + self.every;
             self.fired += 1;
-            Ok(if self.fired % 3 == 0 {
+            Ok(if self.fired.is_multiple_of(3) {
                 Outcome::Event(Level::Low)
             } else {
                 Outcome::Quiet
