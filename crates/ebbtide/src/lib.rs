@@ -11,7 +11,7 @@
 //!   Zone  ── one item size, hooks, limit, flags; the unit users see            zone.rs
 //!    │
 //!    ├─ per-CPU stacks  ── LIFO of free items per (zone, CPU); rseq critical   pcpu.rs
-//!    │                     sections, no lock; cap = 2 × bucket size
+//!    │                     sections, no lock; cap = 2 × bucket size (≤ 504)
 //!    ├─ depot           ── full buckets, MRU first, capped; WSS estimator      depot.rs, wss.rs
 //!    │    └ buckets     ── arrays of item pointers from internal kegs          bucket.rs
 //!    └─ keg             ── slabs on partial / free / clean lists               keg.rs
@@ -36,6 +36,12 @@
 //! depot; when the depot is at its cap, caching is off (NOBUCKET, buckets disabled by critical
 //! pressure, a squeeze window, limit sleepers) or the thread has no rseq area, straight to the
 //! slabs. Every free is first checked in O(1) against the chunk map (never touching the item).
+//!
+//! The fast path's constants (per-CPU base, CPU count, rseq offset, the `careful` bits that send
+//! hooks, checked/zeroing zones and locked mode to the slow path, arena bounds, chunk tag, slab
+//! geometry) are copied into every `Zone` handle: a handle is immutable plain data, so a loop of
+//! allocations keeps them in registers instead of reloading them through the zone object after
+//! each critical section.
 //!
 //! ## Reclaim order
 //! `TRIM` (depot to its working set) → `DRAIN` (whole depot) → `DRAIN_CPU` (depot, then every

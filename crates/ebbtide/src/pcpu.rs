@@ -11,7 +11,8 @@
 //!  +24  idle_mark u64 `word` at the last periodic pass: unchanged means no operation since
 //!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest; storage <= 504
 //! ```
-//! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: `cap = 2 * bucket_size`,
+//! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: `cap = 2 * bucket_size`
+//! (at most 504, what fits in the page),
 //! a miss on allocation refills one bucket from the depot, a miss on free flushes one bucket to
 //! it. (UMA's third, cross-domain bucket has no use on a single NUMA domain.)
 //!
