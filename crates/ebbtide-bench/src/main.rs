@@ -216,8 +216,8 @@ impl Row {
     fn ratio(&self, names: &[&str]) -> (f64, &'static str) {
         let m = self.medians();
         let mut best = (f64::INFINITY, "");
-        for (i, v) in m.iter().enumerate().skip(1) {
-            if *v < best.0 {
+        for (i, v) in m.iter().enumerate() {
+            if peers::is_peer(names[i]) && *v < best.0 {
                 best = (*v, peers::ALL.iter().find(|n| **n == names[i]).unwrap());
             }
         }
@@ -263,9 +263,11 @@ fn print_table(rows: &[Row], names: &[&str]) {
             println!(
                 " {:+.1} pts vs {best} |",
                 r.medians()[0]
-                    - r.medians()[1..]
+                    - r.medians()
                         .iter()
-                        .copied()
+                        .zip(names)
+                        .filter(|(_, n)| peers::is_peer(n))
+                        .map(|(v, _)| *v)
                         .fold(f64::INFINITY, f64::min)
             );
         } else {
@@ -528,6 +530,8 @@ fn child_mem(name: &str) {
         return;
     }
     match name {
+        // Made after the baseline too, like ebbtide's zone above.
+        "ebbtide-c" => Fill(&mut ptrs).run(&peers::EbbtideC::new(MEM_ITEM)),
         "mimalloc" => Fill(&mut ptrs).run(&peers::Mimalloc(MEM_ITEM)),
         "jemalloc" => Fill(&mut ptrs).run(&peers::Jemalloc(MEM_ITEM)),
         "glibc" => Fill(&mut ptrs).run(&peers::Glibc(MEM_ITEM)),

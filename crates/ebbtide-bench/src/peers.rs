@@ -164,8 +164,66 @@ impl Alloc for Tcmalloc {
     }
 }
 
-/// The allocators by name, in the order they are reported.
-pub const ALL: &[&str] = &["ebbtide", "mimalloc", "jemalloc", "glibc", "tcmalloc"];
+type EbbAllocFn = unsafe extern "C" fn(*mut ebbtide_c::EbbZone) -> *mut c_void;
+type EbbFreeFn = unsafe extern "C" fn(*mut ebbtide_c::EbbZone, *mut c_void);
+
+/// ebbtide through its C API: `ebb_zone_alloc` / `ebb_zone_free` called through function
+/// pointers the optimiser cannot see through, so every operation is an out-of-line call with
+/// the zone's constants loaded from the zone object, as a C program gets it. (The Rust API
+/// instead inlines its fast path into the caller's loop.) Not a peer: reported beside ebbtide.
+pub struct EbbtideC {
+    zone: *mut ebbtide_c::EbbZone,
+    alloc: EbbAllocFn,
+    free: EbbFreeFn,
+}
+
+// SAFETY: a zone may be used from any thread (the C API's contract, as `Zone: Send + Sync`).
+unsafe impl Send for EbbtideC {}
+// SAFETY: as above.
+unsafe impl Sync for EbbtideC {}
+
+impl EbbtideC {
+    pub fn new(size: usize) -> EbbtideC {
+        let name = std::ffi::CString::new(format!("bench-c{size}")).unwrap();
+        // SAFETY: a NUL-terminated name; align 0 = default, no flags.
+        let zone = unsafe { ebbtide_c::ebb_zone_create(name.as_ptr(), size, 0, 0) };
+        assert!(!zone.is_null(), "ebb_zone_create failed");
+        EbbtideC {
+            zone,
+            alloc: std::hint::black_box(ebbtide_c::ebb_zone_alloc as EbbAllocFn),
+            free: std::hint::black_box(ebbtide_c::ebb_zone_free as EbbFreeFn),
+        }
+    }
+}
+
+impl Alloc for EbbtideC {
+    #[inline(always)]
+    fn alloc(&self) -> *mut u8 {
+        // SAFETY: a live zone from ebb_zone_create.
+        check(unsafe { (self.alloc)(self.zone) })
+    }
+    #[inline(always)]
+    unsafe fn free(&self, p: *mut u8) {
+        // SAFETY: p came from ebb_zone_alloc of this zone.
+        unsafe { (self.free)(self.zone, p.cast()) }
+    }
+}
+
+/// The allocators by name, in the order they are reported. The first two are ebbtide (Rust API,
+/// C API); the rest are the peers.
+pub const ALL: &[&str] = &[
+    "ebbtide",
+    "ebbtide-c",
+    "mimalloc",
+    "jemalloc",
+    "glibc",
+    "tcmalloc",
+];
+
+/// Is `name` one of the peers (not one of ebbtide's own columns)?
+pub fn is_peer(name: &str) -> bool {
+    !name.starts_with("ebbtide")
+}
 
 /// Names of the allocators present in this build / on this machine.
 pub fn present() -> Vec<&'static str> {
@@ -186,6 +244,7 @@ pub trait WithAlloc {
 pub fn with_alloc<W: WithAlloc>(name: &str, size: usize, zones: &Zones, w: W) -> W::Out {
     match name {
         "ebbtide" => w.run(zones.get(size)),
+        "ebbtide-c" => w.run(zones.get_c(size)),
         "mimalloc" => w.run(&Mimalloc(size)),
         "jemalloc" => w.run(&Jemalloc(size)),
         "glibc" => w.run(&Glibc(size)),
@@ -198,6 +257,8 @@ pub fn with_alloc<W: WithAlloc>(name: &str, size: usize, zones: &Zones, w: W) ->
 pub struct Zones {
     z64: Ebbtide,
     z256: Ebbtide,
+    c64: EbbtideC,
+    c256: EbbtideC,
 }
 
 impl Zones {
@@ -205,12 +266,21 @@ impl Zones {
         Zones {
             z64: Ebbtide::new(64),
             z256: Ebbtide::new(256),
+            c64: EbbtideC::new(64),
+            c256: EbbtideC::new(256),
         }
     }
     pub fn get(&self, size: usize) -> &Ebbtide {
         match size {
             64 => &self.z64,
             256 => &self.z256,
+            _ => panic!("no zone of size {size}"),
+        }
+    }
+    pub fn get_c(&self, size: usize) -> &EbbtideC {
+        match size {
+            64 => &self.c64,
+            256 => &self.c256,
             _ => panic!("no zone of size {size}"),
         }
     }

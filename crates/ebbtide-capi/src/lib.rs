@@ -418,21 +418,40 @@ pub unsafe extern "C" fn ebb_zone_create_ex(
 /// `zone` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
+    if !zone.is_null() {
+        // SAFETY: caller's guarantee (a live zone). The fast path cannot panic, so it runs
+        // outside the unwind guard (whose frame would cost more than the path itself).
+        let p = unsafe { Zone::alloc_fast_raw(zone.cast()) };
+        if !p.is_null() {
+            return p.cast();
+        }
+    }
+    // SAFETY: forwarded.
+    unsafe { zone_alloc_guarded(zone) }
+}
+
+/// `ebb_zone_alloc` beyond this CPU's stack: the slow paths, hooks, errors, all under the guard.
+///
+/// # Safety
+/// As `ebb_zone_alloc`.
+#[inline(never)]
+unsafe fn zone_alloc_guarded(zone: *mut EbbZone) -> *mut c_void {
     const F: &str = "ebb_zone_alloc";
     guard(F, ptr::null_mut(), || {
         if zone.is_null() {
             fail(libc::EINVAL, format!("{F}: zone is NULL"));
             return ptr::null_mut();
         }
-        // SAFETY: caller's guarantee.
-        let z = unsafe { borrow_zone(zone) };
-        match z.alloc() {
+        // SAFETY: caller's guarantee (a live zone).
+        match unsafe { Zone::alloc_raw(zone.cast()) } {
             Ok(p) => p.as_ptr().cast(),
             Err(e) => {
                 let errno = match e {
                     AllocError::OutOfMemory(_) | AllocError::LimitReached { .. } => libc::ENOMEM,
                     AllocError::InitFailed | AllocError::CtorFailed => libc::ECANCELED,
                 };
+                // SAFETY: as above.
+                let z = unsafe { borrow_zone(zone) };
                 fail(errno, format!("{F}: zone '{}': {e}", z.name()));
                 ptr::null_mut()
             }
@@ -448,6 +467,23 @@ pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
 /// `zone` is NULL or a live handle; if `item` is an item of `zone`, the caller owns it.
 #[no_mangle]
 pub unsafe extern "C" fn ebb_zone_free(zone: *mut EbbZone, item: *mut c_void) {
+    if let (false, Some(p)) = (zone.is_null(), NonNull::new(item.cast::<u8>())) {
+        // SAFETY: caller's guarantee (a live zone, ownership of the item); the fast path checks
+        // the pointer without touching it and cannot panic, so it runs outside the guard.
+        if unsafe { Zone::free_fast_raw(zone.cast(), p) } {
+            return;
+        }
+    }
+    // SAFETY: forwarded.
+    unsafe { zone_free_guarded(zone, item) }
+}
+
+/// `ebb_zone_free` beyond this CPU's stack (full stack, careful zone, invalid pointer, NULLs).
+///
+/// # Safety
+/// As `ebb_zone_free`.
+#[inline(never)]
+unsafe fn zone_free_guarded(zone: *mut EbbZone, item: *mut c_void) {
     const F: &str = "ebb_zone_free";
     guard_abort(F, || {
         let Some(p) = NonNull::new(item.cast::<u8>()) else {
@@ -462,11 +498,9 @@ pub unsafe extern "C" fn ebb_zone_free(zone: *mut EbbZone, item: *mut c_void) {
             fail(libc::EINVAL, format!("{F}: zone is NULL"));
             return;
         }
-        // SAFETY: caller's guarantee.
-        let z = unsafe { borrow_zone(zone) };
-        // SAFETY: caller's guarantee (ownership of a valid item); invalid pointers are
-        // detected by `free` without touching their memory.
-        if let Err(e) = unsafe { z.free(p) } {
+        // SAFETY: caller's guarantee (a live zone, ownership of a valid item); invalid pointers
+        // are detected by `free_raw` without touching their memory.
+        if let Err(e) = unsafe { Zone::free_raw(zone.cast(), p) } {
             INVALID_FREES.fetch_add(1, Ordering::Relaxed);
             let _ = writeln!(std::io::stderr(), "{e}; not freed");
             fail(libc::EINVAL, format!("{F}: {e}"));

@@ -438,6 +438,43 @@ fn unlikely(b: bool) -> bool {
     b
 }
 
+/// The fast path of [`Zone::alloc`]: `f` is the zone's [`Fast`] (the handle's copy or the zone's
+/// own), `z` the zone.
+#[inline(always)]
+fn alloc_with(f: &Fast, z: &ZoneInner) -> Result<NonNull<u8>, AllocError> {
+    if !unlikely(f.careful != 0) {
+        // SAFETY: careful == 0 means C_LOCKED is clear: the per-CPU layer is in rseq mode.
+        let p = unsafe { f.pcpu.pop() };
+        if !unlikely(p.is_null()) {
+            // SAFETY: non-null checked above.
+            return Ok(unsafe { NonNull::new_unchecked(p) });
+        }
+        return z.alloc_slow();
+    }
+    z.alloc_careful()
+}
+
+/// The fast path of [`Zone::free`] (arguments as in [`alloc_with`]).
+///
+/// # Safety
+/// As [`Zone::free`].
+#[inline(always)]
+unsafe fn free_with(f: &Fast, z: &ZoneInner, p: NonNull<u8>) -> Result<(), InvalidFree> {
+    let a = p.as_ptr() as usize;
+    if unlikely(!f.is_item(a)) {
+        return Err(z.invalid_now(a));
+    }
+    if !unlikely(f.careful != 0) {
+        // SAFETY: careful == 0: rseq mode (as in `alloc_with`).
+        if unsafe { f.pcpu.push(p.as_ptr()) } {
+            return Ok(());
+        }
+        z.free_slow(p.as_ptr());
+        return Ok(());
+    }
+    z.free_careful(p.as_ptr())
+}
+
 impl Zone {
     /// Creates a zone.
     ///
@@ -559,17 +596,7 @@ impl Zone {
     /// Allocates one item. Fast path: one rseq critical section, no lock, no system call.
     #[inline(always)]
     pub fn alloc(&self) -> Result<NonNull<u8>, AllocError> {
-        let f = &self.fast;
-        if !unlikely(f.careful != 0) {
-            // SAFETY: careful == 0 means C_LOCKED is clear: the per-CPU layer is in rseq mode.
-            let p = unsafe { f.pcpu.pop() };
-            if !unlikely(p.is_null()) {
-                // SAFETY: non-null checked above.
-                return Ok(unsafe { NonNull::new_unchecked(p) });
-            }
-            return self.inner().alloc_slow();
-        }
-        self.inner().alloc_careful()
+        alloc_with(&self.fast, self.inner())
     }
 
     /// Frees an item of this zone.
@@ -584,20 +611,64 @@ impl Zone {
     /// not use it afterwards.
     #[inline(always)]
     pub unsafe fn free(&self, p: NonNull<u8>) -> Result<(), InvalidFree> {
-        let f = &self.fast;
-        let a = p.as_ptr() as usize;
-        if unlikely(!f.is_item(a)) {
-            return Err(self.inner().invalid_now(a));
+        // SAFETY: forwarded.
+        unsafe { free_with(&self.fast, self.inner(), p) }
+    }
+
+    /// [`Zone::alloc`] on a raw zone pointer (the C API), reading the fast-path constants in
+    /// place rather than copying them into a handle first.
+    ///
+    /// # Safety
+    /// `z` must come from [`Zone::into_raw`] and the zone must not be destroyed meanwhile.
+    #[inline(always)]
+    pub unsafe fn alloc_raw(z: *mut c_void) -> Result<NonNull<u8>, AllocError> {
+        // SAFETY: a live zone (caller's guarantee).
+        let z = unsafe { &*z.cast::<ZoneInner>() };
+        alloc_with(&z.fast, z)
+    }
+
+    /// Only the fast path of [`Zone::alloc_raw`]: the item from this CPU's stack, or null when
+    /// the stack is empty or the zone is careful (then call [`Zone::alloc_raw`]). Never runs a
+    /// hook, takes a lock or panics, so a C entry point needs no unwind guard around it.
+    ///
+    /// # Safety
+    /// As [`Zone::alloc_raw`].
+    #[inline(always)]
+    pub unsafe fn alloc_fast_raw(z: *mut c_void) -> *mut u8 {
+        // SAFETY: a live zone (caller's guarantee).
+        let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
+        if f.careful != 0 {
+            return ptr::null_mut();
         }
-        if !unlikely(f.careful != 0) {
-            // SAFETY: careful == 0: rseq mode (as in `alloc`).
-            if unsafe { f.pcpu.push(p.as_ptr()) } {
-                return Ok(());
-            }
-            self.inner().free_slow(p.as_ptr());
-            return Ok(());
+        // SAFETY: careful == 0: rseq mode.
+        unsafe { f.pcpu.pop() }
+    }
+
+    /// Only the fast path of [`Zone::free_raw`]: true when `p` passed the item check and went
+    /// onto this CPU's stack; false changes nothing (then call [`Zone::free_raw`], which also
+    /// reports an invalid pointer). Never panics.
+    ///
+    /// # Safety
+    /// As [`Zone::free_raw`].
+    #[inline(always)]
+    pub unsafe fn free_fast_raw(z: *mut c_void, p: NonNull<u8>) -> bool {
+        // SAFETY: a live zone (caller's guarantee).
+        let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
+        // SAFETY: careful == 0: rseq mode; the item passed the check.
+        f.careful == 0 && f.is_item(p.as_ptr() as usize) && unsafe { f.pcpu.push(p.as_ptr()) }
+    }
+
+    /// [`Zone::free`] on a raw zone pointer (the C API).
+    ///
+    /// # Safety
+    /// As [`Zone::alloc_raw`] for `z`, and as [`Zone::free`] for `p`.
+    #[inline(always)]
+    pub unsafe fn free_raw(z: *mut c_void, p: NonNull<u8>) -> Result<(), InvalidFree> {
+        // SAFETY: a live zone (caller's guarantee); `p` forwarded.
+        unsafe {
+            let z = &*z.cast::<ZoneInner>();
+            free_with(&z.fast, z, p)
         }
-        self.inner().free_careful(p.as_ptr())
     }
 
     /// The zone's name.
