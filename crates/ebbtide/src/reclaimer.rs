@@ -369,6 +369,9 @@ pub fn detect_config() -> DetectConfig {
     cfg.headroom.low_free = options::get_u64(Tunable::HeadroomLowPct) as f64 / 100.0;
     cfg.headroom.moderate_free = options::get_u64(Tunable::HeadroomModeratePct) as f64 / 100.0;
     cfg.headroom.critical_free = options::get_u64(Tunable::HeadroomCriticalPct) as f64 / 100.0;
+    cfg.headroom.min_interval_ms = options::get_u64(Tunable::HeadroomMinIntervalMs);
+    cfg.headroom.max_interval_ms = options::get_u64(Tunable::HeadroomMaxIntervalMs);
+    cfg.headroom.repeat_ms = options::get_u64(Tunable::HeadroomRepeatMs);
     cfg.memory_events.enabled = src.contains("events");
     let budget = options::get_u64(Tunable::MaxCachedBytes);
     if src.contains("budget") && budget > 0 {
@@ -384,8 +387,30 @@ pub fn detect_config() -> DetectConfig {
     cfg
 }
 
-fn run(gen: u64) {
-    let mut watcher = match Watcher::new(pressure::detect(&detect_config())) {
+/// The tunables [`detect_config`] reads: when any of them changes at run time, the reclaim thread
+/// detects and opens its sources again, so new thresholds and intervals take effect at once.
+const SOURCE_TUNABLES: &[Tunable] = &[
+    Tunable::Sources,
+    Tunable::PsiWindowUs,
+    Tunable::PsiLowStallUs,
+    Tunable::PsiModerateStallUs,
+    Tunable::PsiCriticalStallUs,
+    Tunable::HeadroomLowPct,
+    Tunable::HeadroomModeratePct,
+    Tunable::HeadroomCriticalPct,
+    Tunable::HeadroomMinIntervalMs,
+    Tunable::HeadroomMaxIntervalMs,
+    Tunable::HeadroomRepeatMs,
+    Tunable::MaxCachedBytes,
+];
+
+fn source_settings() -> [u64; SOURCE_TUNABLES.len()] {
+    core::array::from_fn(|i| options::get_u64(SOURCE_TUNABLES[i]))
+}
+
+/// Detects the sources and opens a watcher on them, publishing its injector and statuses.
+fn open_watcher(gen: u64) -> Option<Watcher> {
+    let watcher = match Watcher::new(pressure::detect(&detect_config())) {
         Ok(w) => Some(w),
         Err(e) => {
             crate::error::report(format_args!(
@@ -394,14 +419,18 @@ fn run(gen: u64) {
             None
         }
     };
-    {
-        let mut sh = crate::sync::lock(&SHARED);
-        sh.injector = watcher.as_ref().map(|w| (gen, w.injector()));
-        sh.statuses = watcher
-            .as_ref()
-            .map(|w| w.status().to_vec())
-            .unwrap_or_default();
-    }
+    let mut sh = crate::sync::lock(&SHARED);
+    sh.injector = watcher.as_ref().map(|w| (gen, w.injector()));
+    sh.statuses = watcher
+        .as_ref()
+        .map(|w| w.status().to_vec())
+        .unwrap_or_default();
+    watcher
+}
+
+fn run(gen: u64) {
+    let mut settings = source_settings();
+    let mut watcher = open_watcher(gen);
     let mut opt_gen = options::global().generation();
     let start = Instant::now();
     let mut next_periodic = start + options::get_duration(Tunable::TrimIntervalMs);
@@ -464,6 +493,12 @@ fn run(gen: u64) {
             // New intervals take effect now, not after the old timer fires.
             next_periodic = next_periodic.min(now + options::get_duration(Tunable::TrimIntervalMs));
             next_pools = next_pools.min(now + options::get_duration(Tunable::PoolShrinkIntervalMs));
+            let new = source_settings();
+            if new != settings {
+                settings = new;
+                drop(watcher.take()); // closes the old sources' descriptors first
+                watcher = open_watcher(gen);
+            }
         }
     }
 }

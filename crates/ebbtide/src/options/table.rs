@@ -361,6 +361,44 @@ tunables! {
         summary: "free share of the memory limit below which the headroom source signals Critical",
         doc: "As headroom_low_pct, for the Critical level. 0 disables the level.",
     },
+    /// Headroom poll interval at the Critical threshold.
+    HeadroomMinIntervalMs {
+        name: "headroom_min_interval_ms",
+        kind: Kind::Millis,
+        default: 10,
+        range: 1 => 60_000,
+        runtime: true,
+        level: Testing,
+        summary: "headroom poll interval at (and below) the Critical threshold",
+        doc: "The headroom source reads the cgroup's usage this often once the free share is at \
+              headroom_critical_pct; the interval grows linearly with the free share up to \
+              headroom_max_interval_ms at twice headroom_low_pct.",
+    },
+    /// Headroom poll interval far from the limit.
+    HeadroomMaxIntervalMs {
+        name: "headroom_max_interval_ms",
+        kind: Kind::Millis,
+        default: 1000,
+        range: 1 => 600_000,
+        runtime: true,
+        level: Testing,
+        summary: "headroom poll interval while at least twice headroom_low_pct is free",
+        doc: "The longest headroom poll interval, used far from the limit (and while the cgroup \
+              has no limit, to notice a new one). A value below headroom_min_interval_ms is \
+              raised to it.",
+    },
+    /// Repeat of a persisting headroom level.
+    HeadroomRepeatMs {
+        name: "headroom_repeat_ms",
+        kind: Kind::Millis,
+        default: 500,
+        range: 10 => 600_000,
+        runtime: true,
+        level: Testing,
+        summary: "how often the headroom source repeats a persisting non-Normal level",
+        doc: "A level other than Normal that persists is reported again after this long, so the \
+              policy's level hold stays fresh; changes of level are reported at once.",
+    },
     /// Which pressure sources to start.
     Sources {
         name: "sources",

@@ -18,6 +18,7 @@
 //! the Low threshold is free, `min_interval_ms` (10 ms) at the Critical threshold, linear in
 //! between. A non-Normal level is reported when it changes and then again every
 //! `repeat_ms` (500 ms) while it lasts, so the policy's level hold stays fresh without a storm.
+//! (Tunables `headroom_min_interval_ms`, `headroom_max_interval_ms`, `headroom_repeat_ms`.)
 //! The limit is re-read every poll (it may change at run time).
 
 use std::path::{Path, PathBuf};
