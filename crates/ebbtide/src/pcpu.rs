@@ -180,10 +180,14 @@ mod rseq {
     //   2: store the address of descriptor 9 into rseq_cs   (re-armed on every restart)
     //   3: [start_ip] read the CPU id; out of range (unregistered thread) -> 7
     //      rax = base + (cpu << STRIDE_SHIFT)                 (this CPU's header)
-    //      ... the section's own checks and moves, committing with one store of `word` ...
-    //   4: [post_commit_ip] the section's success exit
+    //      ... the section's own checks (failing -> 7) and moves, committing with one store of
+    //      `word` ...
+    //   4: [post_commit_ip] success falls through to the code after the asm
+    //
+    //   out of line, in section __rseq_failure (as librseq does), so that the hot path is one
+    //   straight run of instructions with no jump over never-executed bytes:
     //      RSEQ_SIG, then 5: [abort_ip] jmp 2b                 (restart from the top)
-    //   7: the section's failure exit
+    //      7: the section's failure exit (given by the section), jumping back or to a label
     //   9: the descriptor {version 0, flags 0, start_ip 3b, post_commit_offset 4b-3b, abort_ip 5b}
     //
     // Operands every section passes: `off` (glibc's rseq offset), `ncpu`, `base`, and `shift`
@@ -206,14 +210,19 @@ mod rseq {
         };
     }
 
-    /// The abort handler (after label 4, which the section places right after its commit) and
-    /// the descriptor. Emitted where control never falls into it: after an unconditional jump.
-    macro_rules! rseq_abort_and_descriptor {
-        () => {
+    /// Right after the commit store: the post-commit label, then (out of line) the abort handler,
+    /// the failure exit `$fail`, and the descriptor.
+    macro_rules! rseq_exit {
+        ($fail:expr) => {
             concat!(
+                "4:\n",
+                ".pushsection __rseq_failure, \"ax\"\n",
                 ".long 0x53053053\n",
                 "5:\n",
                 "jmp 2b\n",
+                "7:\n",
+                $fail,
+                ".popsection\n",
                 ".pushsection __rseq_cs, \"aw\"\n",
                 ".balign 32\n",
                 "9:\n",
@@ -248,12 +257,7 @@ mod rseq {
                 "movq 56(%rax,%rdx,8), {out}",
                 "addq $0xffff, %rcx",
                 "movq %rcx, (%rax)",
-                "4:",
-                "jmp 8f",
-                rseq_abort_and_descriptor!(),
-                "7:",
-                "xorl {out:e}, {out:e}",
-                "8:",
+                rseq_exit!("xorl {out:e}, {out:e}\njmp 4b\n"),
                 off = in(reg) off,
                 ncpu = in(reg) ncpu,
                 base = in(reg) base,
@@ -276,8 +280,8 @@ mod rseq {
     #[inline(always)]
     pub(super) unsafe fn push(base: *mut u8, ncpu: u32, off: isize, item: *mut u8) -> bool {
         // SAFETY: as in `pop`; the slot written is items[count] with count < cap <= storage.
-        // `cap` is loaded before `word`. Success leaves through the `done` label (asm goto),
-        // failure falls through.
+        // `cap` is loaded before `word`. Success falls through; failure leaves through the
+        // `full` label (asm goto) from the out-of-line exit.
         unsafe {
             core::arch::asm!(
                 rseq_enter!(),
@@ -289,10 +293,7 @@ mod rseq {
                 "movq {item}, 64(%rax,%rdx,8)",
                 "addq $1, %rcx",
                 "movq %rcx, (%rax)",
-                "4:",
-                "jmp {done}",
-                rseq_abort_and_descriptor!(),
-                "7:",
+                rseq_exit!("jmp {full}\n"),
                 off = in(reg) off,
                 ncpu = in(reg) ncpu,
                 base = in(reg) base,
@@ -302,11 +303,11 @@ mod rseq {
                 out("rcx") _,
                 out("rdx") _,
                 out("r8") _,
-                done = label { return true; },
+                full = label { return false; },
                 options(att_syntax, nostack),
             );
         }
-        false
+        true
     }
 
     /// Pops up to `max` items into `dst` (hottest first); returns how many.
@@ -350,13 +351,8 @@ mod rseq {
                 "12:",
                 "subq %r8, %rcx",
                 "movq %rcx, (%rax)",
-                "4:",
+                rseq_exit!("xorl %r8d, %r8d\njmp 4b\n"),
                 "movq %r8, {n}",
-                "jmp 8f",
-                rseq_abort_and_descriptor!(),
-                "7:",
-                "xorl {n:e}, {n:e}",
-                "8:",
                 off = in(reg) off,
                 ncpu = in(reg) ncpu,
                 base = in(reg) base,
@@ -417,13 +413,8 @@ mod rseq {
                 "12:",
                 "addq %r8, %rcx",
                 "movq %rcx, (%rax)",
-                "4:",
+                rseq_exit!("xorl %r8d, %r8d\njmp 4b\n"),
                 "movq %r8, {k}",
-                "jmp 8f",
-                rseq_abort_and_descriptor!(),
-                "7:",
-                "xorl {k:e}, {k:e}",
-                "8:",
                 off = in(reg) off,
                 ncpu = in(reg) ncpu,
                 base = in(reg) base,
