@@ -15,7 +15,7 @@ use crate::arena::CHUNK_SIZE;
 use crate::bucket::{self, Bucket, BUCKET_MAX};
 use crate::depot::DepotInner;
 use crate::error::{report, AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
-use crate::keg::{InvalidKind, Keg};
+use crate::keg::{Emptied, InvalidKind, Keg};
 use crate::os;
 use crate::pcpu::{self, lock_header, Pcpu};
 use crate::reclaim::{self, Request};
@@ -952,20 +952,25 @@ impl ZoneInner {
 
     /// Returns items to the slabs (fini, validation, accounting, squeeze release).
     pub(crate) fn release_to_keg(&self, items: &[*mut u8]) -> usize {
-        let mut valid = 0;
-        let fini = self.fini;
-        let released = self.keg.release(
-            items,
-            reclaim::squeezing_now(),
-            |p| {
-                valid += 1;
-                if let Some(f) = fini {
-                    // SAFETY: hook contract.
-                    unsafe { f(p.cast(), self.item_size, self.hook_arg) };
-                }
-            },
-            |p, k| self.invalid_late(p, k),
-        );
+        let emptied = if reclaim::squeezing_now() {
+            Emptied::GiveBack
+        } else {
+            Emptied::Keep
+        };
+        let invalid = |p, k| self.invalid_late(p, k);
+        let r = match self.fini {
+            Some(f) => self.keg.release_in(
+                items,
+                emptied,
+                // SAFETY: hook contract.
+                Some(|p: *mut u8| unsafe { f(p.cast(), self.item_size, self.hook_arg) }),
+                invalid,
+            ),
+            None => self
+                .keg
+                .release_in(items, emptied, None::<fn(*mut u8)>, invalid),
+        };
+        let (released, valid) = (r.bytes, r.valid);
         self.unreserve(valid);
         if released > 0 {
             self.counters
