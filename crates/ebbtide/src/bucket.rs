@@ -8,6 +8,7 @@
 
 use crate::keg::Keg;
 use crate::os::OsError;
+use crate::release::Session;
 use core::ptr::{self, NonNull};
 use std::sync::OnceLock;
 
@@ -131,8 +132,13 @@ impl Bucket {
 
 /// Gives the pages of free bucket slabs back to the OS.
 pub(crate) fn reclaim_bucket_kegs() -> usize {
+    reclaim_bucket_kegs_in(&mut Session::inactive())
+}
+
+/// [`reclaim_bucket_kegs`] through a release session (bytes counted when it completes).
+pub(crate) fn reclaim_bucket_kegs_in(sess: &mut Session) -> usize {
     match KEGS.get() {
-        Some(Ok(ks)) => ks.iter().map(|k| k.reclaim(false)).sum(),
+        Some(Ok(ks)) => ks.iter().map(|k| k.reclaim_in(false, sess)).sum(),
         _ => 0,
     }
 }

@@ -7,6 +7,13 @@
 //! [`Keg::reclaim`] moves free slabs beyond the reserve to `clean`, giving their pages back with
 //! one `madvise` per run of adjacent slabs.
 //!
+//! Inside a reclaim, pages go back through the [release pipeline](crate::release) instead: a slab
+//! left entirely free by [`Keg::release`] (beyond the reserve), or picked by [`Keg::reclaim_in`],
+//! becomes `Clean` at once (so a free into it is a double free) but waits on a fourth list,
+//! `releasing`, which allocation never looks at, until the session has seen its `madvise` done
+//! and calls [`Keg::complete_releases`], which splices the whole list onto `clean` in O(1). The
+//! keg lock is not held during those `madvise` calls, so allocation from the keg goes on.
+//!
 //! Locking: one mutex per keg protects the lists, the slab metadata and the counters. It is the
 //! innermost lock of the allocator: nothing is called with it held except the `fini` hook
 //! (documented: hooks must not call into the same zone).
@@ -18,6 +25,7 @@
 
 use crate::arena::{self, Arena, CHUNK_SIZE};
 use crate::os::{self, OsError};
+use crate::release::Session;
 use crate::slab::{Geometry, SlabMeta, SlabState, CHUNK_HEADER};
 use crate::sync::{lock, Mutex};
 use core::ptr::{self, NonNull};
@@ -63,11 +71,16 @@ struct KegInner {
     partial: *mut SlabMeta,
     free: *mut SlabMeta,
     clean: *mut SlabMeta,
+    /// Clean slabs whose pages a release session is giving back (see the module docs), and the
+    /// last of them (for the O(1) splice onto `clean`).
+    releasing: *mut SlabMeta,
+    releasing_tail: *mut SlabMeta,
     chunks: *mut ChunkHeader,
     nchunks: usize,
     npartial: usize,
     nfree_slabs: usize,
     nclean: usize,
+    nreleasing: usize,
     nfull: usize,
     /// Slabs whose pages are backed (partial + full + free).
     backed_slabs: usize,
@@ -89,11 +102,14 @@ impl KegInner {
             partial: ptr::null_mut(),
             free: ptr::null_mut(),
             clean: ptr::null_mut(),
+            releasing: ptr::null_mut(),
+            releasing_tail: ptr::null_mut(),
             chunks: ptr::null_mut(),
             nchunks: 0,
             npartial: 0,
             nfree_slabs: 0,
             nclean: 0,
+            nreleasing: 0,
             nfull: 0,
             backed_slabs: 0,
             free_items: 0,
@@ -110,6 +126,8 @@ pub struct KegCounts {
     pub partial_slabs: usize,
     pub free_slabs: usize,
     pub clean_slabs: usize,
+    /// Clean slabs whose release is in progress (zero outside a reclaim).
+    pub releasing_slabs: usize,
     pub full_slabs: usize,
     pub backed_slabs: usize,
     pub free_items: usize,
@@ -131,6 +149,149 @@ pub(crate) struct Keg {
 unsafe impl Sync for Keg {}
 // SAFETY: as above.
 unsafe impl Send for Keg {}
+
+/// What [`Keg::release_in`] does with a slab it leaves entirely free.
+pub(crate) enum Emptied<'a> {
+    /// Onto the free list; its pages stay backed.
+    Keep,
+    /// Its pages go back to the OS at once, one `madvise` per slab (the squeeze window).
+    GiveBack,
+    /// Beyond the keg's reserve (none when the session does not keep reserves), to the session's
+    /// release pipeline; onto the free list within it, or when the session cannot take one more
+    /// keg (a later [`Keg::reclaim_in`] gives those back). An inactive session means `Keep`.
+    Pipeline(&'a mut Session),
+}
+
+/// What [`Keg::release_in`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Released {
+    /// Bytes given back to the OS during the call.
+    pub(crate) bytes: usize,
+    /// Valid items returned to their slabs.
+    pub(crate) valid: usize,
+}
+
+/// [`Keg::release_in`]'s cache of the slab it is working on: its state, free count and one
+/// bitmap word, plus the items returned but not yet counted in the keg's counters, and what the
+/// fast path may do without looking further.
+struct Cursor {
+    slab: *mut SlabMeta,
+    /// The slab's first item (meaningless while `slab` is null).
+    base: usize,
+    /// The slab's free bitmap.
+    bits: *mut u64,
+    state: SlabState,
+    nfree: u32,
+    word_at: *mut u64,
+    word: u64,
+    pending: usize,
+    /// The fast path takes items at offsets below this from `base`: the slab's item bytes while
+    /// it is partial and a word is cached, 0 otherwise.
+    fast_limit: usize,
+    /// Items the fast path may still free in this slab (all but the one that empties it).
+    fast_left: u32,
+}
+
+impl Default for Cursor {
+    fn default() -> Cursor {
+        Cursor {
+            slab: ptr::null_mut(),
+            base: 0,
+            bits: ptr::null_mut(),
+            state: SlabState::Clean,
+            nfree: 0,
+            word_at: ptr::null_mut(),
+            word: 0,
+            pending: 0,
+            fast_limit: 0,
+            fast_left: 0,
+        }
+    }
+}
+
+impl Cursor {
+    /// Writes the cached values back; they stay cached (memory now agrees with them).
+    ///
+    /// # Safety
+    /// `slab` and `word_at` (when non-null) are valid for writes; `g` is the locked keg they
+    /// belong to.
+    #[inline(always)]
+    unsafe fn sync(&mut self, g: &mut KegInner) {
+        // SAFETY: caller's guarantee.
+        unsafe {
+            if !self.word_at.is_null() {
+                *self.word_at = self.word;
+            }
+            if !self.slab.is_null() {
+                (*self.slab).nfree = self.nfree;
+            }
+        }
+        g.items_out -= self.pending;
+        g.free_items += self.pending;
+        self.pending = 0;
+    }
+
+    /// Starts caching slab `s`, whose first item is at `base` and free bitmap at `bits` (after a
+    /// `sync`).
+    ///
+    /// # Safety
+    /// `s` is a valid meta; its keg is locked.
+    #[inline(always)]
+    unsafe fn load(&mut self, s: *mut SlabMeta, base: usize, bits: *mut u64) {
+        self.slab = s;
+        self.base = base;
+        self.bits = bits;
+        self.word_at = ptr::null_mut();
+        self.fast_limit = 0;
+        // SAFETY: caller's guarantee.
+        unsafe {
+            self.state = (*s).state;
+            self.nfree = (*s).nfree;
+        }
+    }
+
+    /// Caches the bitmap word at `at` (of the cached slab), writing the previous one back.
+    ///
+    /// # Safety
+    /// `at` is a word of the cached slab's free bitmap; its keg is locked.
+    #[inline(always)]
+    unsafe fn load_word(&mut self, at: *mut u64) {
+        if at != self.word_at {
+            // SAFETY: caller's guarantee; the previous word is of the same slab.
+            unsafe {
+                if !self.word_at.is_null() {
+                    *self.word_at = self.word;
+                }
+                self.word = *at;
+            }
+            self.word_at = at;
+        }
+    }
+
+    /// Recomputes what the fast path may do: items of a partial slab with a cached word, all but
+    /// the one that would empty it.
+    #[inline(always)]
+    fn refresh_fast(&mut self, ips: u32, items_bytes: usize) {
+        if self.state == SlabState::Partial && !self.word_at.is_null() && self.nfree < ips {
+            self.fast_limit = items_bytes;
+            self.fast_left = ips - self.nfree - 1;
+        } else {
+            self.fast_limit = 0;
+            self.fast_left = 0;
+        }
+    }
+}
+
+/// [`Keg::release_in`]'s state between items.
+struct Work<'a> {
+    cur: Cursor,
+    /// The last chunk found to be ours.
+    our_chunk: usize,
+    out: Released,
+    give_back: bool,
+    keep: usize,
+    session: Option<&'a mut Session>,
+}
 
 /// Where a valid item lives.
 #[derive(Clone, Copy)]
@@ -203,26 +364,32 @@ impl Keg {
 
     /// Locates the item at `addr`, checking it is the start of an item of this keg. Does not look
     /// at the free bitmap (that needs the lock).
+    #[inline]
     pub(crate) fn locate(&self, addr: usize) -> Result<ItemLoc, InvalidKind> {
         if !self.owns(addr) {
             return Err(InvalidKind::NotInZone);
         }
+        self.locate_owned(addr)
+    }
+
+    /// [`Keg::locate`] for an address already known to lie in one of this keg's chunks.
+    #[inline(always)]
+    fn locate_owned(&self, addr: usize) -> Result<ItemLoc, InvalidKind> {
         let chunk = addr & !(CHUNK_SIZE - 1);
         let off = addr - chunk;
-        if off < self.geo.first_slab {
+        let Some(rel) = off.checked_sub(self.geo.first_slab) else {
             return Err(InvalidKind::NotAnItem);
-        }
-        let rel = off - self.geo.first_slab;
+        };
         let slab = rel >> self.geo.slab_shift;
         if slab >= self.geo.slabs_per_chunk {
             return Err(InvalidKind::NotAnItem);
         }
         let in_slab = rel & (self.geo.slab_size - 1);
-        let index = in_slab / self.geo.item_size;
-        if index >= self.geo.items_per_slab {
+        if in_slab >= self.geo.items_bytes {
             return Err(InvalidKind::NotAnItem);
         }
-        if !in_slab.is_multiple_of(self.geo.item_size) {
+        let (index, exact) = self.geo.div_item(in_slab);
+        if !exact {
             return Err(InvalidKind::Misaligned);
         }
         Ok(ItemLoc {
@@ -338,79 +505,277 @@ impl Keg {
         Ok(n)
     }
 
-    /// Returns items to their slabs. Each pointer is checked first; invalid ones are skipped and
-    /// reported through `invalid(ptr, kind)` (called with the keg lock held: it must not call
-    /// into this keg). `fini` runs on each valid item before its bit is set.
-    /// With `release_empty`, a slab that becomes entirely free gives its pages back at once
-    /// (the squeeze window). Returns the bytes given back.
+    /// Returns items to their slabs. With `release_empty`, a slab that becomes entirely free gives
+    /// its pages back at once (the squeeze window); otherwise it goes onto the free list. See
+    /// [`Keg::release_in`].
     pub(crate) fn release(
         &self,
         items: &[*mut u8],
         release_empty: bool,
-        mut fini: impl FnMut(*mut u8),
-        mut invalid: impl FnMut(*mut u8, InvalidKind),
+        fini: impl FnMut(*mut u8),
+        invalid: impl FnMut(*mut u8, InvalidKind),
     ) -> usize {
+        let emptied = if release_empty {
+            Emptied::GiveBack
+        } else {
+            Emptied::Keep
+        };
+        self.release_in(items, emptied, Some(fini), invalid).bytes
+    }
+
+    /// Returns items to their slabs. Each pointer is checked first; invalid ones are skipped and
+    /// reported through `invalid(ptr, kind)` (called with the keg lock held: it must not call
+    /// into this keg). `fini` (if any) runs on each valid item before its bit is set. `emptied`
+    /// says what happens to a slab that becomes entirely free. Returns the bytes given back (only
+    /// [`Emptied::GiveBack`] gives any back here; the pipeline's are counted when its session
+    /// completes) and the number of valid items.
+    ///
+    /// Speed (a drain returns millions of items): a [`Cursor`] caches the current slab's state,
+    /// free count and one bitmap word, plus the items not yet added to the keg's counters, and
+    /// writes them back when it moves to another slab, before it calls `fini` or `invalid`, and at
+    /// the end, so the keg is consistent whenever other code runs (a panicking hook leaves a
+    /// valid, if poisoned, lock). Items in the cached word of a partial slab that do not empty it
+    /// take a five-instruction path with every value in registers (no `fini` to run); everything
+    /// else (another slab or word, an invalid pointer, a double free, the slab's last item, a
+    /// state change) goes through [`Keg::release_general`], which checks everything.
+    pub(crate) fn release_in<F: FnMut(*mut u8)>(
+        &self,
+        items: &[*mut u8],
+        emptied: Emptied<'_>,
+        mut fini: Option<F>,
+        mut invalid: impl FnMut(*mut u8, InvalidKind),
+    ) -> Released {
+        let (give_back, session) = match emptied {
+            Emptied::Keep => (false, None),
+            Emptied::GiveBack => (true, None),
+            Emptied::Pipeline(s) if s.active() => (false, Some(s)),
+            Emptied::Pipeline(_) => (false, None),
+        };
+        let keep = match &session {
+            Some(s) if s.keep_reserve() => self.reserve_slabs,
+            _ => 0,
+        };
+        let fast = fini.is_none();
         let mut g = lock(&self.inner);
-        let mut released = 0;
-        for &p in items {
-            let loc = match self.locate(p as usize) {
-                Ok(l) => l,
-                Err(k) => {
-                    invalid(p, k);
-                    continue;
-                }
-            };
-            let (w, b) = (loc.index / 64, loc.index % 64);
-            // SAFETY: `loc.slab` is a valid meta of this keg (locate checked the chunk tag and
-            // bounds); the lock is held.
-            unsafe {
-                let s = loc.slab;
-                if (*s).state == SlabState::Clean || (*s).state == SlabState::Free {
-                    invalid(p, InvalidKind::DoubleFree);
-                    continue;
-                }
-                let bits = SlabMeta::free_bits(s, self.geo.words);
-                if *bits.add(w) & (1 << b) != 0 {
-                    invalid(p, InvalidKind::DoubleFree);
-                    continue;
-                }
-                fini(p);
-                *bits.add(w) |= 1 << b;
-                (*s).nfree += 1;
-                g.items_out -= 1;
-                g.free_items += 1;
-                if (*s).state == SlabState::Full {
-                    (*s).state = SlabState::Partial;
-                    g.nfull -= 1;
-                    g.npartial += 1;
-                    list_push(&mut g.partial, s);
-                }
-                if (*s).nfree as usize == self.geo.items_per_slab {
-                    list_remove(&mut g.partial, s);
-                    g.npartial -= 1;
-                    if release_empty {
-                        (*s).state = SlabState::Clean;
-                        list_push(&mut g.clean, s);
-                        g.nclean += 1;
-                        g.backed_slabs -= 1;
-                        g.free_items -= self.geo.items_per_slab;
-                        os::release(
-                            NonNull::new_unchecked(self.slab_base(s) as *mut u8),
-                            self.geo.slab_size,
-                        );
-                        released += self.geo.slab_size;
-                    } else {
-                        (*s).state = SlabState::Free;
-                        list_push(&mut g.free, s);
-                        g.nfree_slabs += 1;
+        let mut w = Work {
+            cur: Cursor::default(),
+            our_chunk: usize::MAX,
+            out: Released { bytes: 0, valid: 0 },
+            give_back,
+            keep,
+            session,
+        };
+        let mut i = 0;
+        while i < items.len() {
+            if fast {
+                let c = &mut w.cur;
+                let (base, limit, word_at) = (c.base, c.fast_limit, c.word_at);
+                let (mut word, mut left, start) = (c.word, c.fast_left, i);
+                while i < items.len() {
+                    let off = (items[i] as usize).wrapping_sub(base);
+                    if off >= limit {
+                        break;
                     }
+                    let (index, exact) = self.geo.div_item(off);
+                    let bit = 1u64 << (index % 64);
+                    let at = c.bits.wrapping_add(index / 64);
+                    if !exact || at != word_at || word & bit != 0 || left == 0 {
+                        break;
+                    }
+                    word |= bit;
+                    left -= 1;
+                    i += 1;
+                }
+                let k = i - start;
+                c.word = word;
+                c.fast_left = left;
+                c.nfree += k as u32;
+                c.pending += k;
+                w.out.valid += k;
+                if i == items.len() {
+                    break;
                 }
             }
+            self.release_general(items[i], &mut g, &mut w, &mut fini, &mut invalid);
+            i += 1;
         }
-        if released > 0 {
-            self.account_release(&mut g, released);
+        // SAFETY: the cursor's slab and word (if any) are valid metas of this keg; lock held.
+        unsafe { w.cur.sync(&mut g) };
+        if w.out.bytes > 0 {
+            self.account_release(&mut g, w.out.bytes);
         }
-        released
+        w.out
+    }
+
+    /// [`Keg::release_in`] for one item, in full generality. Leaves the cursor on the item's slab
+    /// (when it is one of ours) with its fast-path fields up to date.
+    #[inline(never)]
+    fn release_general<F: FnMut(*mut u8)>(
+        &self,
+        p: *mut u8,
+        g: &mut KegInner,
+        w: &mut Work<'_>,
+        fini: &mut Option<F>,
+        invalid: &mut impl FnMut(*mut u8, InvalidKind),
+    ) {
+        let cur = &mut w.cur;
+        let addr = p as usize;
+        let in_cur = addr.wrapping_sub(cur.base);
+        let (s, index) = if !cur.slab.is_null() && in_cur < self.geo.items_bytes {
+            // Inside the items of the slab the cursor holds: this is what `locate_owned` finds.
+            let (index, exact) = self.geo.div_item(in_cur);
+            if !exact {
+                // SAFETY: the cursor's slab and word (if any) are valid; lock held.
+                unsafe { cur.sync(g) };
+                invalid(p, InvalidKind::Misaligned);
+                return;
+            }
+            (cur.slab, index)
+        } else {
+            if addr & !(CHUNK_SIZE - 1) != w.our_chunk {
+                if !self.owns(addr) {
+                    // SAFETY: as above.
+                    unsafe { cur.sync(g) };
+                    invalid(p, InvalidKind::NotInZone);
+                    return;
+                }
+                // A chunk of ours cannot change hands while we hold the lock (only `destroy`
+                // frees chunks), so later items in it skip the chunk map.
+                w.our_chunk = addr & !(CHUNK_SIZE - 1);
+            }
+            match self.locate_owned(addr) {
+                Ok(l) => {
+                    // SAFETY: as above; `l.slab` is a valid meta of this keg.
+                    unsafe {
+                        cur.sync(g);
+                        cur.load(
+                            l.slab,
+                            self.slab_base(l.slab),
+                            SlabMeta::free_bits(l.slab, self.geo.words),
+                        );
+                    }
+                    (l.slab, l.index)
+                }
+                Err(k) => {
+                    // SAFETY: as above.
+                    unsafe { cur.sync(g) };
+                    invalid(p, k);
+                    return;
+                }
+            }
+        };
+        let bit = 1u64 << (index % 64);
+        let ips = self.geo.items_per_slab as u32;
+        // SAFETY: `s` is the cursor's slab, a valid meta of this keg; its bitmap has `words` words
+        // and `index / 64` is below that; the lock is held, so the cursor's cached copies are the
+        // only writers.
+        unsafe {
+            if cur.state == SlabState::Clean || cur.state == SlabState::Free {
+                cur.sync(g);
+                invalid(p, InvalidKind::DoubleFree);
+                return;
+            }
+            cur.load_word(cur.bits.add(index / 64));
+            if cur.word & bit != 0 {
+                cur.sync(g);
+                invalid(p, InvalidKind::DoubleFree);
+                cur.refresh_fast(ips, self.geo.items_bytes);
+                return;
+            }
+            if let Some(f) = fini.as_mut() {
+                cur.sync(g);
+                f(p);
+            }
+            cur.word |= bit;
+            cur.nfree += 1;
+            cur.pending += 1;
+            w.out.valid += 1;
+            if cur.state == SlabState::Full {
+                (*s).state = SlabState::Partial;
+                cur.state = SlabState::Partial;
+                g.nfull -= 1;
+                g.npartial += 1;
+                list_push(&mut g.partial, s);
+            }
+            if cur.nfree == ips {
+                cur.sync(g);
+                list_remove(&mut g.partial, s);
+                g.npartial -= 1;
+                if w.give_back {
+                    (*s).state = SlabState::Clean;
+                    list_push(&mut g.clean, s);
+                    g.nclean += 1;
+                    g.backed_slabs -= 1;
+                    g.free_items -= self.geo.items_per_slab;
+                    os::release(
+                        NonNull::new_unchecked(self.slab_base(s) as *mut u8),
+                        self.geo.slab_size,
+                    );
+                    w.out.bytes += self.geo.slab_size;
+                } else if g.nfree_slabs >= w.keep
+                    && w.session.as_deref_mut().is_some_and(|x| x.try_enlist(self))
+                {
+                    self.to_releasing(g, s);
+                    if let Some(sess) = w.session.as_deref_mut() {
+                        sess.add(self.slab_base(s), self.geo.slab_size);
+                    }
+                } else {
+                    (*s).state = SlabState::Free;
+                    list_push(&mut g.free, s);
+                    g.nfree_slabs += 1;
+                }
+                cur.state = (*s).state;
+            }
+            cur.refresh_fast(ips, self.geo.items_bytes);
+        }
+    }
+
+    /// Makes `s` (entirely free, on no list) a `Clean` slab on the `releasing` list. Its pages are
+    /// still backed and counted in MAPPED_BYTES until [`Keg::complete_releases`].
+    ///
+    /// # Safety
+    /// `s` is a valid meta of this keg with every item free, on no list; `g` is this keg's locked
+    /// state.
+    unsafe fn to_releasing(&self, g: &mut KegInner, s: *mut SlabMeta) {
+        // SAFETY: caller's guarantee.
+        unsafe {
+            (*s).state = SlabState::Clean;
+            if g.releasing.is_null() {
+                g.releasing_tail = s;
+            }
+            list_push(&mut g.releasing, s);
+        }
+        g.nreleasing += 1;
+        g.backed_slabs -= 1;
+        g.free_items -= self.geo.items_per_slab;
+    }
+
+    /// Called by a release session once the `madvise` of every slab it was handed is complete:
+    /// the `releasing` slabs become ordinary clean slabs and their bytes are counted as given
+    /// back. Returns those bytes.
+    pub(crate) fn complete_releases(&self) -> usize {
+        let mut g = lock(&self.inner);
+        if g.nreleasing == 0 {
+            return 0;
+        }
+        let (head, tail) = (g.releasing, g.releasing_tail);
+        // SAFETY: `head..=tail` is the releasing list of valid metas of this keg, `g.clean` (when
+        // non-null) the head of the clean list; lock held.
+        unsafe {
+            (*tail).next = g.clean;
+            if !g.clean.is_null() {
+                (*g.clean).prev = tail;
+            }
+        }
+        g.clean = head;
+        g.releasing = ptr::null_mut();
+        g.releasing_tail = ptr::null_mut();
+        let n = g.nreleasing;
+        g.nclean += n;
+        g.nreleasing = 0;
+        let bytes = n * self.geo.slab_size;
+        self.account_release(&mut g, bytes);
+        bytes
     }
 
     fn account_release(&self, g: &mut KegInner, bytes: usize) {
@@ -428,6 +793,24 @@ impl Keg {
 
     /// Gives the pages of free slabs back to the OS until at most `keep` free slabs stay backed.
     pub(crate) fn reclaim_keep(&self, keep: usize) -> usize {
+        self.reclaim_keep_in(keep, &mut Session::inactive())
+    }
+
+    /// [`Keg::reclaim`] through a release session: the free slabs are handed to the session and
+    /// their bytes are counted when it completes (returns 0 then); with an inactive session, the
+    /// pages go back here, under the lock, and the bytes are returned.
+    pub(crate) fn reclaim_in(&self, keep_reserve: bool, sess: &mut Session) -> usize {
+        self.reclaim_keep_in(if keep_reserve { self.reserve_slabs } else { 0 }, sess)
+    }
+
+    fn reclaim_keep_in(&self, keep: usize, sess: &mut Session) -> usize {
+        if sess.active() {
+            if lock(&self.inner).nfree_slabs <= keep {
+                return 0;
+            }
+            // Not under our lock: enlisting may complete the session's other kegs.
+            sess.enlist(self);
+        }
         let mut g = lock(&self.inner);
         if g.nfree_slabs <= keep {
             return 0;
@@ -446,17 +829,24 @@ impl Keg {
                 };
                 if take {
                     let s = self.meta(chunk, i);
+                    g.nfree_slabs -= 1;
+                    to_release -= 1;
                     // SAFETY: `s` is on the free list; lock held.
+                    unsafe { list_remove(&mut g.free, s) };
+                    if sess.active() {
+                        // SAFETY: `s` is entirely free and now on no list; lock held.
+                        unsafe { self.to_releasing(&mut g, s) };
+                        sess.add(self.slab_base(s), self.geo.slab_size);
+                        continue;
+                    }
+                    // SAFETY: as above.
                     unsafe {
-                        list_remove(&mut g.free, s);
                         (*s).state = SlabState::Clean;
                         list_push(&mut g.clean, s);
                     }
-                    g.nfree_slabs -= 1;
                     g.nclean += 1;
                     g.backed_slabs -= 1;
                     g.free_items -= self.geo.items_per_slab;
-                    to_release -= 1;
                     run = Some(match run {
                         Some((first, n)) => (first, n + 1),
                         None => (i, 1),
@@ -487,6 +877,7 @@ impl Keg {
             partial_slabs: g.npartial,
             free_slabs: g.nfree_slabs,
             clean_slabs: g.nclean,
+            releasing_slabs: g.nreleasing,
             full_slabs: g.nfull,
             backed_slabs: g.backed_slabs,
             free_items: g.free_items,
@@ -574,15 +965,26 @@ impl Keg {
             count_list(g.partial),
             count_list(g.free),
             count_list(g.clean),
+            count_list(g.releasing),
         );
-        if lists != (np, nf, nc)
-            || (g.npartial, g.nfree_slabs, g.nclean, g.nfull) != (np, nf, nc, nfull)
+        if lists != (np, nf, g.nclean, g.nreleasing)
+            || (g.npartial, g.nfree_slabs, g.nclean + g.nreleasing, g.nfull) != (np, nf, nc, nfull)
         {
             return Err(format!(
                 "slab lists {lists:?} / counters {:?} disagree with states {:?}",
-                (g.npartial, g.nfree_slabs, g.nclean, g.nfull),
+                (g.npartial, g.nfree_slabs, g.nclean, g.nreleasing, g.nfull),
                 (np, nf, nc, nfull)
             ));
+        }
+        let mut last = g.releasing;
+        // SAFETY: list of valid metas; lock held.
+        unsafe {
+            while !last.is_null() && !(*last).next.is_null() {
+                last = (*last).next;
+            }
+        }
+        if last != g.releasing_tail {
+            return Err("releasing list: tail is not the last slab".into());
         }
         if nchunks != g.nchunks || g.backed_slabs != np + nf + nfull || g.free_items != free_items {
             return Err(format!(
@@ -616,6 +1018,9 @@ impl Keg {
         if g.items_out != 0 {
             return Err(g.items_out);
         }
+        // Release sessions complete before their reclaim returns, and no reclaim runs on a keg
+        // being destroyed (see `release::Session::complete`).
+        debug_assert_eq!(g.nreleasing, 0, "keg destroyed during a release session");
         let backed = g.backed_slabs * self.geo.slab_size;
         MAPPED_BYTES.fetch_sub(backed, Ordering::Relaxed);
         RELEASED_BYTES.fetch_add(backed as u64, Ordering::Relaxed);
@@ -739,5 +1144,395 @@ mod tests {
         let c = k.validate().unwrap();
         assert_eq!((c.backed_slabs, c.clean_slabs > 0), (0, true));
         k.destroy().unwrap();
+    }
+}
+
+#[cfg(test)]
+mod bulk_tests {
+    //! The bulk release path (`release_in`'s cursor and fast path) and the release pipeline.
+    use super::*;
+    use crate::release::Session;
+
+    fn import_n(k: &Keg, n: usize) -> Vec<*mut u8> {
+        let mut v = vec![ptr::null_mut(); n];
+        let mut got = 0;
+        while got < n {
+            got += k.import(&mut v[got..]).unwrap();
+        }
+        v
+    }
+
+    /// Pages of `[addr, addr + len)` resident in memory.
+    fn resident_pages(addr: usize, len: usize) -> usize {
+        let ps = os::page_size();
+        let mut vec = vec![0u8; len.div_ceil(ps)];
+        // SAFETY: the range is mapped memory of ours (page aligned); `vec` has one byte per page.
+        let r = unsafe { libc::mincore(addr as *mut _, len, vec.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        vec.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    fn no_invalid(p: *mut u8, k: InvalidKind) {
+        panic!("unexpected invalid pointer {p:?}: {k:?}")
+    }
+
+    #[test]
+    fn pipeline_release_empties_slabs_and_gives_pages_back() {
+        let k = Keg::new(64, 0).unwrap();
+        let v = import_n(&k, 64 * 40);
+        for p in &v {
+            // SAFETY: ours, 64 bytes: every page of the 40 slabs becomes resident.
+            unsafe { p.write_bytes(0xa5, 64) };
+        }
+        let slabs: Vec<usize> = {
+            let mut s: Vec<usize> = v.iter().map(|&p| p as usize & !4095).collect();
+            s.sort();
+            s.dedup();
+            s
+        };
+        assert_eq!(slabs.len(), 40);
+        assert!(slabs.iter().all(|&s| resident_pages(s, 4096) == 1));
+        let mut sess = Session::begin_wait(true);
+        // In bucket-sized batches, in reverse (as a drain does).
+        let mut rev = v.clone();
+        rev.reverse();
+        let mut valid = 0;
+        for c in rev.chunks(254) {
+            let r = k.release_in(
+                c,
+                Emptied::Pipeline(&mut sess),
+                None::<fn(*mut u8)>,
+                no_invalid,
+            );
+            assert_eq!(r.bytes, 0, "pipeline bytes are counted by the session");
+            valid += r.valid;
+        }
+        assert_eq!(valid, v.len());
+        let c = k.validate().unwrap();
+        assert_eq!(
+            (c.items_out, c.backed_slabs, c.releasing_slabs, c.free_slabs),
+            (0, 0, 40, 0),
+            "emptied slabs wait on `releasing`, not backed, not allocatable"
+        );
+        assert_eq!(sess.finish(), 40 * 4096);
+        let c = k.validate().unwrap();
+        assert_eq!((c.releasing_slabs, c.released_bytes), (0, 40 * 4096));
+        assert!(c.clean_slabs >= 40);
+        for &s in &slabs {
+            assert_eq!(resident_pages(s, 4096), 0, "slab {s:#x} still resident");
+        }
+        k.destroy().unwrap();
+    }
+
+    #[test]
+    fn pipeline_keeps_the_reserve_and_inactive_session_keeps_everything() {
+        let k = Keg::new(64, 3).unwrap();
+        let v = import_n(&k, 64 * 10);
+        let mut sess = Session::begin_wait(true);
+        k.release_in(
+            &v[..64 * 5],
+            Emptied::Pipeline(&mut sess),
+            None::<fn(*mut u8)>,
+            no_invalid,
+        );
+        let c = k.validate().unwrap();
+        assert_eq!((c.free_slabs, c.releasing_slabs), (3, 2));
+        assert_eq!(sess.finish(), 2 * 4096);
+        // An inactive session means Keep.
+        let mut off = Session::inactive();
+        k.release_in(
+            &v[64 * 5..],
+            Emptied::Pipeline(&mut off),
+            None::<fn(*mut u8)>,
+            no_invalid,
+        );
+        let c = k.validate().unwrap();
+        assert_eq!((c.free_slabs, c.releasing_slabs, c.backed_slabs), (8, 0, 8));
+        // reclaim_in through a session: all but the reserve, counted at the end.
+        let mut sess = Session::begin_wait(true);
+        assert_eq!(k.reclaim_in(true, &mut sess), 0);
+        assert_eq!(k.validate().unwrap().releasing_slabs, 5);
+        assert_eq!(sess.finish(), 5 * 4096);
+        let c = k.validate().unwrap();
+        assert_eq!((c.free_slabs, c.backed_slabs), (3, 3));
+        k.destroy().unwrap();
+    }
+
+    #[test]
+    fn bad_pointers_inside_a_bulk_release_are_reported_not_applied() {
+        let k = Keg::new(64, 0).unwrap();
+        let other = Keg::new(64, 0).unwrap();
+        let v = import_n(&k, 64 * 3);
+        let w = import_n(&other, 1);
+        // Free slab 2 entirely first: its items are double frees afterwards.
+        k.release(&v[128..], false, |_| {}, no_invalid);
+        let mut x = 0u64;
+        let batch = [
+            v[0],
+            v[1],
+            v[1],                 // double free inside the batch, in the cached word
+            v[2].wrapping_add(8), // misaligned, inside the cached slab
+            v[3],
+            v[130], // already free (whole free slab)
+            w[0],   // another keg's item
+            (&mut x as *mut u64).cast(),
+            v[64], // next slab
+            v[0],  // double free, back in the first slab
+            v[65],
+            (v[0] as usize & !(CHUNK_SIZE - 1)) as *mut u8, // the chunk header
+            v[66],
+        ];
+        let mut bad = vec![];
+        let mut seen = vec![];
+        let mut sess = Session::begin_wait(true);
+        let r = k.release_in(
+            &batch,
+            Emptied::Pipeline(&mut sess),
+            Some(|p| seen.push(p)),
+            |p, kind| bad.push((p, kind)),
+        );
+        assert_eq!(sess.finish(), 0);
+        assert_eq!(r.valid, 6);
+        assert_eq!(
+            seen,
+            vec![v[0], v[1], v[3], v[64], v[65], v[66]],
+            "fini on valid items only"
+        );
+        assert_eq!(
+            bad,
+            vec![
+                (v[1], InvalidKind::DoubleFree),
+                (v[2].wrapping_add(8), InvalidKind::Misaligned),
+                (v[130], InvalidKind::DoubleFree),
+                (w[0], InvalidKind::NotInZone),
+                ((&mut x as *mut u64).cast(), InvalidKind::NotInZone),
+                (v[0], InvalidKind::DoubleFree),
+                (
+                    (v[0] as usize & !(CHUNK_SIZE - 1)) as *mut u8,
+                    InvalidKind::NotAnItem
+                ),
+            ]
+        );
+        let c = k.validate().unwrap();
+        assert_eq!(c.items_out, 128 - 6);
+        // The same batch without fini (the fast path) reports the same and applies nothing.
+        let mut bad2 = vec![];
+        let r = k.release_in(&batch, Emptied::Keep, None::<fn(*mut u8)>, |p, kind| {
+            bad2.push((p, kind))
+        });
+        assert_eq!(r.valid, 0);
+        assert_eq!(bad2.len(), batch.len());
+        assert!(bad2
+            .iter()
+            .all(|b| b.1 != InvalidKind::NotAnItem || b.0 == batch[11]));
+        assert_eq!(k.validate().unwrap().items_out, 128 - 6);
+        k.release(&v[..128], false, |_| {}, |_, _| {});
+        other.release(&w, false, |_| {}, no_invalid);
+        assert_eq!(k.validate().unwrap().items_out, 0);
+        k.destroy().unwrap();
+        other.destroy().unwrap();
+    }
+
+    /// Random batches (duplicates, already free items, misaligned pointers, several slabs and
+    /// bitmap words, item sizes with and without a fast path) against a shadow set.
+    #[test]
+    fn bulk_release_matches_a_shadow_model() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for &size in &[16usize, 64, 96, 256, 4096] {
+            let k = Keg::new(size, 1).unwrap();
+            let mut out: Vec<*mut u8> = import_n(&k, 3000);
+            let mut free: Vec<*mut u8> = vec![];
+            for round in 0..60 {
+                let mut batch = vec![];
+                let n = (next() % 400) as usize;
+                for _ in 0..n {
+                    let r = next() % 100;
+                    if r < 80 && !out.is_empty() {
+                        let i = (next() as usize) % out.len();
+                        batch.push(out.swap_remove(i));
+                    } else if r < 90 && !batch.is_empty() {
+                        batch.push(batch[(next() as usize) % batch.len()]);
+                    } else if r < 95 && !free.is_empty() {
+                        batch.push(free[(next() as usize) % free.len()]);
+                    } else if !batch.is_empty() {
+                        batch.push(batch[0].wrapping_add(8));
+                    }
+                }
+                if round % 3 == 0 {
+                    batch.sort();
+                }
+                // Expected: the first occurrence of an item taken out of `out` is valid.
+                let mut seen = std::collections::HashSet::new();
+                let mut expect_valid = 0;
+                let mut expect_bad = 0;
+                let taken: std::collections::HashSet<*mut u8> = batch
+                    .iter()
+                    .copied()
+                    .filter(|p| !free.contains(p) && (*p as usize).is_multiple_of(8))
+                    .collect();
+                for &p in &batch {
+                    if taken.contains(&p) && k.locate(p as usize).is_ok() && seen.insert(p) {
+                        expect_valid += 1;
+                    } else {
+                        expect_bad += 1;
+                    }
+                }
+                let mut bad = 0;
+                let mut sess = Session::begin_wait(round % 2 == 0);
+                let mode = match round % 3 {
+                    0 => Emptied::Pipeline(&mut sess),
+                    1 => Emptied::Keep,
+                    _ => Emptied::GiveBack,
+                };
+                let r = k.release_in(&batch, mode, None::<fn(*mut u8)>, |_, _| bad += 1);
+                sess.finish();
+                assert_eq!(
+                    (r.valid, bad),
+                    (expect_valid, expect_bad),
+                    "size {size} round {round}"
+                );
+                free.extend(seen);
+                k.validate().unwrap();
+                // Give some back out (the keg may hand out any free item, also ones in `free`).
+                let again = import_n(&k, (next() % 200) as usize);
+                for p in again {
+                    if let Some(i) = free.iter().position(|&f| f == p) {
+                        free.swap_remove(i);
+                    }
+                    out.push(p);
+                }
+                let c = k.validate().unwrap();
+                assert_eq!(c.items_out, out.len(), "size {size} round {round}");
+            }
+            k.release(&out, false, |_| {}, no_invalid);
+            k.destroy().unwrap();
+        }
+    }
+
+    /// Allocation goes on while another thread releases through the pipeline: a slab is never
+    /// handed out while its pages are being given back (its contents would turn to zeros).
+    #[test]
+    fn concurrent_alloc_during_pipeline_release() {
+        let k = std::sync::Arc::new(Keg::new(64, 0).unwrap());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let user = {
+            let (k, stop) = (k.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rounds = 0u64;
+                while !stop.load(Ordering::Relaxed) || rounds < 50 {
+                    let v = import_n(&k, 300);
+                    for (i, p) in v.iter().enumerate() {
+                        // SAFETY: ours, 64 bytes.
+                        unsafe { p.write_bytes(i as u8 | 1, 64) };
+                    }
+                    std::thread::yield_now();
+                    for (i, p) in v.iter().enumerate() {
+                        for b in 0..64 {
+                            // SAFETY: ours, 64 bytes.
+                            let got = unsafe { *p.add(b) };
+                            assert_eq!(got, i as u8 | 1, "item {p:?} changed under its owner");
+                        }
+                    }
+                    k.release(&v, false, |_| {}, no_invalid);
+                    rounds += 1;
+                }
+            })
+        };
+        for _ in 0..30 {
+            let v = import_n(&k, 64 * 200);
+            for p in &v {
+                // SAFETY: ours, 64 bytes.
+                unsafe { p.write_bytes(0xee, 64) };
+            }
+            let mut sess = Session::begin_wait(false);
+            for c in v.chunks(254) {
+                k.release_in(
+                    c,
+                    Emptied::Pipeline(&mut sess),
+                    None::<fn(*mut u8)>,
+                    no_invalid,
+                );
+            }
+            k.reclaim_in(false, &mut sess);
+            sess.finish();
+            k.validate().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        user.join().unwrap();
+        let c = k.validate().unwrap();
+        assert_eq!((c.items_out, c.releasing_slabs), (0, 0));
+        k.destroy().unwrap();
+    }
+
+    /// More kegs than a session tracks at once, and far more runs than the ring holds (every
+    /// other slab of a chunk: one-page runs, so the owner also gives runs back itself when the
+    /// ring is full).
+    #[test]
+    fn many_kegs_and_fragmented_runs() {
+        let kegs: Vec<Keg> = (0..20).map(|_| Keg::new(4096, 0).unwrap()).collect();
+        let items: Vec<Vec<*mut u8>> = kegs.iter().map(|k| import_n(k, 600)).collect();
+        for v in &items {
+            for p in v {
+                // SAFETY: ours, 4096 bytes.
+                unsafe { p.write_bytes(1, 4096) };
+            }
+        }
+        let mut sess = Session::begin_wait(true);
+        for (k, v) in kegs.iter().zip(&items) {
+            let odd: Vec<*mut u8> = v.iter().copied().skip(1).step_by(2).collect();
+            k.release_in(
+                &odd,
+                Emptied::Pipeline(&mut sess),
+                None::<fn(*mut u8)>,
+                no_invalid,
+            );
+        }
+        // The session tracks 16 kegs: the other 4 kept their emptied slabs on the free list...
+        let waiting: Vec<usize> = kegs.iter().map(|k| k.counts().free_slabs).collect();
+        assert_eq!(
+            waiting.iter().filter(|&&n| n == 300).count(),
+            4,
+            "{waiting:?}"
+        );
+        assert_eq!(
+            waiting.iter().filter(|&&n| n == 0).count(),
+            16,
+            "{waiting:?}"
+        );
+        // ... which the reclaim's final pass hands over (completing the first 16 to make room).
+        for k in &kegs {
+            assert_eq!(k.reclaim_in(true, &mut sess), 0);
+        }
+        assert_eq!(sess.finish(), 20 * 300 * 4096);
+        for (k, v) in kegs.iter().zip(&items) {
+            let c = k.validate().unwrap();
+            assert_eq!(
+                (c.items_out, c.releasing_slabs, c.backed_slabs),
+                (300, 0, 300)
+            );
+            for p in v.iter().skip(1).step_by(2) {
+                assert_eq!(resident_pages(*p as usize, 4096), 0);
+            }
+            for p in v.iter().step_by(2) {
+                assert_eq!(
+                    resident_pages(*p as usize, 4096),
+                    1,
+                    "a live item was released"
+                );
+            }
+            k.release(
+                &v.iter().copied().step_by(2).collect::<Vec<_>>(),
+                false,
+                |_| {},
+                no_invalid,
+            );
+            k.destroy().unwrap();
+        }
     }
 }

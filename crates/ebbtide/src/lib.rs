@@ -108,6 +108,8 @@ pub mod reclaimer;
 #[cfg(not(loom))]
 pub(crate) mod registry;
 #[cfg(not(loom))]
+pub(crate) mod release;
+#[cfg(not(loom))]
 pub(crate) mod slab;
 #[cfg(not(loom))]
 pub mod stats;

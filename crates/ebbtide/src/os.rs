@@ -6,6 +6,7 @@
 //! | [`commit`] | make a chunk of the reservation readable and writable (`mprotect`) | range inside a reservation, page aligned |
 //! | [`release`] | give the pages of a free slab back (`MADV_DONTNEED`) | range inside a committed chunk, page aligned |
 //! | [`map`] / [`unmap`] | metadata pages (zone objects, per-CPU arrays) | length a multiple of the page size |
+//! | `futex_wait` / `futex_wake` | the page release helper's sleep (`release.rs`) | a process-private word |
 //! | [`page_size`], [`cpu_count`], [`current_cpu`], [`now_ns`] | facts | none |
 //!
 //! **Why `MADV_DONTNEED` and not `munmap` to give memory back.** Both drop the pages at once
@@ -220,6 +221,34 @@ pub unsafe fn release(ptr: NonNull<u8>, len: usize) {
     // SAFETY: the caller guarantees the range is ours, page aligned and unused.
     let r = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_DONTNEED) };
     debug_assert_eq!(r, 0, "madvise(MADV_DONTNEED) failed");
+}
+
+/// Sleeps while `word` holds `expected` (returns at once if it does not; may return spuriously).
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
+    // SAFETY: FUTEX_WAIT_PRIVATE on a valid, aligned u32 that lives as long as the call (a
+    // static in practice); a null timeout waits without limit.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            core::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+/// Wakes one thread sleeping in [`futex_wait`] on `word`.
+pub(crate) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE_PRIVATE on a valid, aligned u32; wakes at most one waiter.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        );
+    }
 }
 
 /// Maps `len` bytes of fresh zeroed memory (a multiple of the page size) for metadata.

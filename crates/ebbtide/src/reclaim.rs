@@ -6,7 +6,11 @@
 //! | [`Request::Drain`] | whole depot to the slabs, free slabs back to the OS | −1 |
 //! | [`Request::DrainCpu`] | depot, then every CPU's stack (one loop over CPUs draining every zone on each, one `membarrier` per CPU), then the depot again; free slabs back | halved toward the minimum first |
 //!
-//! Every call returns the bytes given back to the OS. Reclaim is serialised by one mutex and
+//! Every call returns the bytes given back to the OS, all of them given back by the time it
+//! returns. Inside a reclaim, slabs left entirely free go back to the OS through a
+//! release session (`release.rs`) as soon as they are free, overlapping the kernel's work
+//! with the sorting of the remaining items (and sharing it with a helper thread); the session
+//! ends before the call returns. Reclaim is serialised by one mutex and
 //! re-entry proof: a reclaim called from inside a reclaim (a `fini` hook, a low-memory handler)
 //! returns 0 at once instead of deadlocking.
 //!
@@ -18,6 +22,7 @@
 use crate::bucket;
 use crate::os;
 use crate::pcpu::{self, lock_header};
+use crate::release::Session;
 use crate::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::zone::{Zone, ZoneInner};
 use std::cell::Cell;
@@ -111,7 +116,9 @@ pub fn squeeze(duration_ns: u64) -> usize {
     exclusive(|| {
         let reg = crate::registry::lock();
         reg.for_each(|z| z.count_squeeze());
-        drain_cpu_locked(&reg, true)
+        let mut sess = Session::begin(false);
+        let b = drain_cpu_locked(&reg, true, &mut sess);
+        b + sess.finish()
     })
     .unwrap_or(0)
 }
@@ -130,10 +137,16 @@ pub fn map_failures() -> u64 {
 
 /// Reclaims from one zone.
 pub(crate) fn reclaim_zone(z: &ZoneInner, req: Request) -> usize {
-    exclusive(|| reclaim_zone_locked(z, req)).unwrap_or(0)
+    exclusive(|| {
+        let mut sess = Session::begin(true);
+        let b = reclaim_zone_locked(z, req, &mut sess);
+        b + sess.finish()
+    })
+    .unwrap_or(0)
 }
 
-fn reclaim_zone_locked(z: &ZoneInner, req: Request) -> usize {
+/// One zone's reclaim; the bytes `sess` gives back are counted by its owner.
+fn reclaim_zone_locked(z: &ZoneInner, req: Request, sess: &mut Session) -> usize {
     let mut bytes = 0;
     match req {
         Request::Trim => {
@@ -146,21 +159,21 @@ fn reclaim_zone_locked(z: &ZoneInner, req: Request) -> usize {
                     d.wss.trim_target()
                 }
             };
-            z.trim_depot(keep);
+            z.trim_depot_in(keep, Some(sess));
             z.shrink_bucket_size();
         }
         Request::Drain => {
-            z.trim_depot(0);
+            z.trim_depot_in(0, Some(sess));
             z.shrink_bucket_size();
         }
         Request::DrainCpu => {
             z.halve_bucket_size();
-            z.trim_depot(0);
-            drain_zone_cpus(z, |_| true);
-            z.trim_depot(0);
+            z.trim_depot_in(0, Some(sess));
+            drain_zone_cpus_in(z, |_| true, Some(sess));
+            z.trim_depot_in(0, Some(sess));
         }
     }
-    bytes += z.keg.reclaim(true);
+    bytes += z.keg.reclaim_in(true, sess);
     z.count_reclaim(req, bytes);
     bytes
 }
@@ -169,27 +182,29 @@ fn reclaim_zone_locked(z: &ZoneInner, req: Request) -> usize {
 pub fn reclaim_all(req: Request) -> usize {
     exclusive(|| {
         let reg = crate::registry::lock();
+        let mut sess = Session::begin(true);
         let bytes = match req {
             Request::Trim | Request::Drain => {
                 let mut b = 0;
-                reg.for_each(|z| b += reclaim_zone_locked(z, req));
+                reg.for_each(|z| b += reclaim_zone_locked(z, req, &mut sess));
                 b
             }
-            Request::DrainCpu => drain_cpu_locked(&reg, false),
+            Request::DrainCpu => drain_cpu_locked(&reg, false, &mut sess),
         };
-        bytes + bucket::reclaim_bucket_kegs()
+        let b = bytes + bucket::reclaim_bucket_kegs_in(&mut sess);
+        b + sess.finish()
     })
     .unwrap_or(0)
 }
 
 /// DRAIN_CPU over every zone: one loop over CPUs, each stopping every zone's stack on that CPU,
-/// one fence, then emptying them.
-fn drain_cpu_locked(reg: &crate::registry::Locked, squeeze: bool) -> usize {
+/// one fence, then emptying them. The bytes `sess` gives back are counted by its owner.
+fn drain_cpu_locked(reg: &crate::registry::Locked, squeeze: bool, sess: &mut Session) -> usize {
     reg.for_each(|z| {
         if !squeeze {
             z.halve_bucket_size();
         }
-        z.trim_depot(0);
+        z.trim_depot_in(0, Some(sess));
     });
     let ncpu = os::cpu_count();
     let mut buf = [core::ptr::null_mut::<u8>(); 2 * bucket::BUCKET_MAX as usize];
@@ -211,7 +226,7 @@ fn drain_cpu_locked(reg: &crate::registry::Locked, squeeze: bool) -> usize {
             if cpu < z.pcpu.ncpu() {
                 let h = z.pcpu.header(cpu);
                 let cap = if squeeze { 0 } else { z.bucket_target_cap() };
-                empty_stopped(z, cpu, cap, &mut buf);
+                empty_stopped(z, cpu, cap, &mut buf, Some(sess));
                 // The header lock taken (and forgotten) above.
                 h.lock.store(0, Ordering::Release);
             }
@@ -219,8 +234,8 @@ fn drain_cpu_locked(reg: &crate::registry::Locked, squeeze: bool) -> usize {
     }
     let mut bytes = 0;
     reg.for_each(|z| {
-        z.trim_depot(0);
-        bytes += z.keg.reclaim(!squeeze);
+        z.trim_depot_in(0, Some(sess));
+        bytes += z.keg.reclaim_in(!squeeze, sess);
         z.count_reclaim(Request::DrainCpu, 0);
     });
     bytes
@@ -271,6 +286,7 @@ fn empty_stopped(
     cpu: usize,
     cap: u32,
     buf: &mut [*mut u8; 2 * bucket::BUCKET_MAX as usize],
+    sess: Option<&mut Session>,
 ) -> usize {
     let mut n = 0;
     z.pcpu.take_stopped(cpu, z.pcpu.header(cpu), cap, |p| {
@@ -278,7 +294,7 @@ fn empty_stopped(
         n += 1;
     });
     if n > 0 {
-        z.release_to_keg(&buf[..n]);
+        z.release_to_keg_in(&buf[..n], sess);
     }
     n
 }
@@ -286,6 +302,15 @@ fn empty_stopped(
 /// Drains the per-CPU stacks of one zone on the CPUs `pick` selects (one fence per CPU). Returns
 /// the items moved to the slabs.
 pub(crate) fn drain_zone_cpus(z: &ZoneInner, pick: impl Fn(usize) -> bool) -> usize {
+    drain_zone_cpus_in(z, pick, None)
+}
+
+/// [`drain_zone_cpus`] inside a reclaim (emptied slabs go to the session's release pipeline).
+fn drain_zone_cpus_in(
+    z: &ZoneInner,
+    pick: impl Fn(usize) -> bool,
+    mut sess: Option<&mut Session>,
+) -> usize {
     let mut buf = [core::ptr::null_mut::<u8>(); 2 * bucket::BUCKET_MAX as usize];
     let mut moved = 0;
     for cpu in 0..z.pcpu.ncpu() {
@@ -296,7 +321,7 @@ pub(crate) fn drain_zone_cpus(z: &ZoneInner, pick: impl Fn(usize) -> bool) -> us
         let _g = lock_header(h);
         z.pcpu.stop(h);
         pcpu::fence_cpu(cpu);
-        moved += empty_stopped(z, cpu, z.bucket_target_cap(), &mut buf);
+        moved += empty_stopped(z, cpu, z.bucket_target_cap(), &mut buf, sess.as_deref_mut());
     }
     moved
 }

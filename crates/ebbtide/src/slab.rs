@@ -58,6 +58,14 @@ pub(crate) struct Geometry {
     pub(crate) slab_size: usize,
     pub(crate) slab_shift: u32,
     pub(crate) items_per_slab: usize,
+    /// `items_per_slab * item_size`: offsets in a slab at or beyond it are its unused tail.
+    pub(crate) items_bytes: usize,
+    /// `ceil(2^64 / item_size)`, for division without a divide instruction: for `x < 2^32`,
+    /// `x / item_size == (x * item_magic) >> 64` and `x % item_size == 0` iff
+    /// `x * item_magic mod 2^64 < item_magic` (Lemire, Kaser and Kurz, "Faster remainder by direct
+    /// computation", 2019). Offsets inside a slab are below `MAX_ITEM_SIZE`-sized slabs, far
+    /// below 2^32.
+    pub(crate) item_magic: u64,
     /// u64 words per bitmap.
     pub(crate) words: usize,
     /// Bytes per SlabMeta including both bitmaps.
@@ -112,11 +120,21 @@ impl Geometry {
             slab_size,
             slab_shift: slab_size.trailing_zeros(),
             items_per_slab,
+            items_bytes: items_per_slab * item_size,
+            item_magic: (u64::MAX / item_size as u64).wrapping_add(1),
             words,
             meta_size,
             slabs_per_chunk: n,
             first_slab: first(n),
         }
+    }
+
+    /// `(x / item_size, x % item_size == 0)` for an offset `x` inside a slab, by multiplication.
+    #[inline(always)]
+    pub(crate) fn div_item(&self, x: usize) -> (usize, bool) {
+        debug_assert!(x < 1 << 32);
+        let p = (x as u128) * (self.item_magic as u128);
+        ((p >> 64) as usize, (p as u64) < self.item_magic)
     }
 
     /// UMA's efficiency: item bytes per byte of memory used for a slab, in percent (metadata
@@ -184,6 +202,22 @@ mod tests {
                 "{size}"
             );
             assert!(g.efficiency_pct() > 85.0, "{size}: {}", g.efficiency_pct());
+        }
+    }
+
+    #[test]
+    fn magic_division_is_exact_over_a_slab() {
+        for size in (8..=5000)
+            .step_by(8)
+            .chain([8192, 12288, 65536, MAX_ITEM_SIZE])
+        {
+            let g = Geometry::for_item(size);
+            for x in (0..g.slab_size).step_by(if size < 512 { 1 } else { 7 }) {
+                assert_eq!(g.div_item(x), (x / size, x % size == 0), "{size} {x}");
+            }
+            for x in [g.slab_size - 1, g.items_bytes, g.items_bytes - 1] {
+                assert_eq!(g.div_item(x), (x / size, x % size == 0), "{size} {x}");
+            }
         }
     }
 }

@@ -15,10 +15,11 @@ use crate::arena::CHUNK_SIZE;
 use crate::bucket::{self, Bucket, BUCKET_MAX};
 use crate::depot::DepotInner;
 use crate::error::{report, AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
-use crate::keg::{InvalidKind, Keg};
+use crate::keg::{Emptied, InvalidKind, Keg};
 use crate::os;
 use crate::pcpu::{self, lock_header, Pcpu, RseqRef};
 use crate::reclaim::{self, Request};
+use crate::release::Session;
 use crate::slab::MAX_ITEM_SIZE;
 use crate::sync::{
     lock, try_lock, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering,
@@ -584,6 +585,7 @@ impl Zone {
         zone.inner().open_all_caps();
         crate::registry::insert(mem.as_ptr());
         crate::reclaimer::ensure_started();
+        crate::release::ensure_worker();
         Ok(zone)
     }
 
@@ -1095,20 +1097,34 @@ impl ZoneInner {
 
     /// Returns items to the slabs (fini, validation, accounting, squeeze release).
     pub(crate) fn release_to_keg(&self, items: &[*mut u8]) -> usize {
-        let mut valid = 0;
-        let fini = self.fini;
-        let released = self.keg.release(
-            items,
-            reclaim::squeezing_now(),
-            |p| {
-                valid += 1;
-                if let Some(f) = fini {
-                    // SAFETY: hook contract.
-                    unsafe { f(p.cast(), self.item_size, self.hook_arg) };
-                }
-            },
-            |p, k| self.invalid_late(p, k),
-        );
+        self.release_to_keg_in(items, None)
+    }
+
+    /// [`ZoneInner::release_to_keg`] inside a reclaim: with an active session, slabs it leaves
+    /// entirely free go to the session's release pipeline (their bytes are counted when the
+    /// session completes, not returned here).
+    pub(crate) fn release_to_keg_in(&self, items: &[*mut u8], sess: Option<&mut Session>) -> usize {
+        let squeezing = reclaim::squeezing_now();
+        let emptied = match sess {
+            // A session that keeps reserves would keep some of what a squeeze gives back.
+            Some(s) if s.active() && !(squeezing && s.keep_reserve()) => Emptied::Pipeline(s),
+            _ if squeezing => Emptied::GiveBack,
+            _ => Emptied::Keep,
+        };
+        let invalid = |p, k| self.invalid_late(p, k);
+        let r = match self.fini {
+            Some(f) => self.keg.release_in(
+                items,
+                emptied,
+                // SAFETY: hook contract.
+                Some(|p: *mut u8| unsafe { f(p.cast(), self.item_size, self.hook_arg) }),
+                invalid,
+            ),
+            None => self
+                .keg
+                .release_in(items, emptied, None::<fn(*mut u8)>, invalid),
+        };
+        let (released, valid) = (r.bytes, r.valid);
         self.unreserve(valid);
         if released > 0 {
             self.counters
@@ -1194,6 +1210,13 @@ impl ZoneInner {
 
     /// Empties the depot (`keep` items stay) into the slabs; returns items moved.
     pub(crate) fn trim_depot(&self, keep: u64) -> usize {
+        self.trim_depot_in(keep, None)
+    }
+
+    /// [`ZoneInner::trim_depot`] inside a reclaim: emptied item slabs go to the session's release
+    /// pipeline. Bucket slabs do not: bucket kegs are shared by every zone, so their pages are
+    /// given back (and counted) by `reclaim_all`, not by one zone's reclaim.
+    pub(crate) fn trim_depot_in(&self, keep: u64, mut sess: Option<&mut Session>) -> usize {
         let mut moved = 0;
         loop {
             let b = lock(&self.depot).take_cold_above(keep);
@@ -1201,7 +1224,7 @@ impl ZoneInner {
             // SAFETY: the bucket came out of the depot; ours alone.
             unsafe {
                 let n = (*b.as_ptr()).count as usize;
-                self.release_to_keg(&Bucket::slots(b)[..n]);
+                self.release_to_keg_in(&Bucket::slots(b)[..n], sess.as_deref_mut());
                 moved += n;
                 Bucket::free(b);
             }
