@@ -158,6 +158,9 @@ fn start_worker() {
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         return; // nothing to overlap with; WORKER_UP stays set so we do not ask again
     }
+    if crate::options::get_u64(crate::options::Tunable::ReleaseThread) == 0 {
+        return; // switched off (release_thread=false): the reclaiming thread does it all
+    }
     static ATFORK: std::sync::Once = std::sync::Once::new();
     ATFORK.call_once(|| {
         // SAFETY: registers a child handler that only touches an atomic (async-signal-safe).

@@ -425,6 +425,22 @@ tunables! {
               when the application calls the reclaim API, and page pools shrink on their own \
               allocation and free paths.",
     },
+    /// Whether reclaims hand emptied slabs to a helper thread.
+    ReleaseThread {
+        name: "release_thread",
+        kind: Kind::Bool,
+        default: 1,
+        range: 0 => 1,
+        runtime: false,
+        level: Testing,
+        summary: "give pages back on a helper thread while a reclaim is still emptying slabs",
+        doc: "When true (and more than one CPU is available) the first zone starts an idle \
+              thread, ebbtide-release, to which large reclaims hand the slabs they empty, so \
+              the kernel's work of giving the pages back overlaps with the item work; a reclaim \
+              still returns only when every page it counts is gone. When false no such thread \
+              exists and the reclaiming thread gives every page back itself (slower for large \
+              caches of small items).",
+    },
     /// Whether the control socket listens.
     ControlSocket {
         name: "control_socket",
