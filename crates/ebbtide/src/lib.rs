@@ -47,8 +47,11 @@
 //! `TRIM` (depot to its working set) → `DRAIN` (whole depot) → `DRAIN_CPU` (depot, then every
 //! CPU's stack of every zone — one loop over CPUs, one `membarrier` per CPU — then the depot
 //! again). Items go back to their slabs; free slabs go back to the OS with `MADV_DONTNEED`, one
-//! call per run of adjacent slabs ([`reclaim`]). The pressure layer ([`pressure`]) turns signals
-//! into levels and levels into these requests, rate-limited, from one reclaim thread.
+//! call per run of adjacent slabs ([`reclaim`]). In a large drain the slabs emptied along the way
+//! are handed to a helper thread (`release`, tunable `release_thread`) that gives their pages
+//! back while the drain goes on; the call still returns only when every page it counts is gone.
+//! The pressure layer ([`pressure`]) turns signals into levels and levels into these requests,
+//! rate-limited, from one reclaim thread.
 //!
 //! ## Locks (outermost first) and who owns them
 //! | lock | owner | protects |
