@@ -204,11 +204,13 @@ pub fn notify(level: Level) {
         // An explicit Normal ends the pressure state at once: the policy starts afresh (level
         // Normal, buckets back on, rate limits cleared) instead of waiting for the hold to decay.
         let now = Instant::now();
-        let actions = with_policy(|p| {
+        let (actions, epoch) = decide(|p| {
             *p = Policy::new(policy_config());
+            // Actions decided before this reset are stale from now on (see `decide`).
+            POLICY_EPOCH.fetch_add(1, Ordering::Relaxed);
             p.tick(now)
         });
-        apply(&actions, now);
+        apply(&actions, epoch, now);
         return;
     }
     let gen = FORKS.load(Ordering::Acquire);
@@ -223,11 +225,11 @@ pub fn notify(level: Level) {
     }
     // No reclaim thread (disabled, not up yet, restarting, or stopped after panics): apply here.
     let now = Instant::now();
-    let actions = with_policy(|p| {
+    let (actions, epoch) = decide(|p| {
         p.tick(now);
         p.on_event(level, now)
     });
-    apply(&actions, now);
+    apply(&actions, epoch, now);
 }
 
 /// Runs `f` on the one policy of the process (shared by the thread and the synchronous path, so
@@ -238,6 +240,21 @@ fn with_policy<R>(f: impl FnOnce(&mut Policy) -> R) -> R {
         .policy
         .get_or_insert_with(|| Policy::new(policy_config()));
     f(p)
+}
+
+/// Bumped (under the policy's lock) whenever an explicit Normal resets the policy.
+static POLICY_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// Runs a policy step and returns its actions with the epoch they were decided in (read under
+/// the same lock as the step). [`apply`] drops actions of an older epoch: a thread that decided
+/// "Critical: buckets off" just before an explicit Normal must not carry that out after the
+/// Normal's own actions (found by the CLI end-to-end test: `pressure critical` then `pressure
+/// normal` could leave buckets disabled).
+fn decide(f: impl FnOnce(&mut Policy) -> Actions) -> (Actions, u64) {
+    with_policy(|p| {
+        let a = f(p);
+        (a, POLICY_EPOCH.load(Ordering::Relaxed))
+    })
 }
 
 fn count_event(kind: SourceKind, level: Level) {
@@ -472,12 +489,12 @@ fn run(gen: u64) {
             if ev.kind != SourceKind::Explicit {
                 count_event(ev.kind, ev.level);
             }
-            let a = with_policy(|p| p.on_event(ev.level, ev.at));
-            apply(&a, Instant::now());
+            let (a, epoch) = decide(|p| p.on_event(ev.level, ev.at));
+            apply(&a, epoch, Instant::now());
         }
         let now = Instant::now();
-        let a = with_policy(|p| p.tick(now));
-        apply(&a, now);
+        let (a, epoch) = decide(|p| p.tick(now));
+        apply(&a, epoch, now);
         if now >= next_periodic {
             reclaim::periodic_all(crate::os::now_ns());
             next_periodic = now + options::get_duration(Tunable::TrimIntervalMs);
@@ -516,11 +533,16 @@ thread_local! {
 /// thread and a thread calling [`notify`] must not interleave (a slow Critical drain could
 /// otherwise overwrite a later Normal's "buckets on"). A handler that notifies from inside runs
 /// its actions at once rather than waiting for itself.
-fn apply(a: &Actions, now: Instant) {
+fn apply(a: &Actions, epoch: u64, now: Instant) {
     if IN_APPLY.with(|f| f.get()) {
         return apply_locked(a, now);
     }
     let _g = crate::sync::lock(&APPLY);
+    // Relaxed suffices: the epoch is written under the policy lock, which the Normal's own apply
+    // took (and released) before it took APPLY; whoever holds APPLY after it sees the bump.
+    if epoch != POLICY_EPOCH.load(Ordering::Relaxed) {
+        return; // decided before an explicit Normal reset the policy (see `decide`)
+    }
     IN_APPLY.with(|f| f.set(true));
     struct Reset;
     impl Drop for Reset {
