@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 echo "== cargo test --workspace"
 cargo test --workspace --no-fail-fast
+echo "== the README's main command resolves (its argument parsing, not the experiment)"
+cargo run -q -p ebbtide-cli -- lab blkback --help > /dev/null
 if [ -f crates/ebbtide/tests/loom_pcpu.rs ]; then
   echo "== loom model of the per-CPU cache protocol"
   RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
