@@ -311,7 +311,7 @@ fn run_timed(case: &'static str, reps: usize, scale: f64, names: &[&str], zones:
     // For the pair cases, ebbtide's bare rseq critical sections (see skeleton.rs) run in the
     // same rounds, right after ebbtide.
     let skel = if case.starts_with("pair") {
-        skeleton::Skeleton::new(cpus)
+        skeleton::Skeleton::new()
     } else {
         None
     };
@@ -342,7 +342,7 @@ fn run_timed(case: &'static str, reps: usize, scale: f64, names: &[&str], zones:
             "cross2: only one CPU online, both threads share it.".to_string()
         }
         _ if !skel_ns.is_empty() => format!(
-            "{case}: ebbtide's rseq pop + push critical sections alone (copied into skeleton.rs, \
+            "{case}: ebbtide's rseq pop + push critical sections alone (pcpu::BareStacks, \
              no ownership check, no careful flag, no Result), same rounds: median {:.2} ns \
              [{:.2}–{:.2}] vs Zone::alloc+free {:.2} ns.",
             median(&skel_ns),

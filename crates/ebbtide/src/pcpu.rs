@@ -850,6 +850,77 @@ impl RseqRef {
     }
 }
 
+/// Per-CPU stacks with nothing around them, for benchmarks: the fast path's own critical
+/// sections ([`RseqRef::pop`], [`RseqRef::push`]) on stacks no zone owns, with no ownership check,
+/// no `careful` test and no slow path. `ebbtide-bench` times it beside `Zone::alloc`/`Zone::free`
+/// as the floor of the design; it is not an allocator (the items are whatever the caller gave).
+#[doc(hidden)]
+#[cfg(not(loom))]
+pub struct BareStacks {
+    pcpu: Pcpu,
+    fast: RseqRef,
+}
+
+#[cfg(not(loom))]
+impl BareStacks {
+    /// Stacks of [`STORAGE_MAX`] slots, each CPU's holding `per_cpu` items from `item`, open for
+    /// pushes up to full. `None` without rseq (locked mode has no critical sections to time).
+    pub fn new(per_cpu: usize, mut item: impl FnMut() -> *mut u8) -> Option<BareStacks> {
+        let pcpu = Pcpu::new(STORAGE_MAX, os::cpu_count()).ok()?;
+        if !pcpu.is_rseq() || per_cpu > STORAGE_MAX as usize {
+            // SAFETY: empty and never shared.
+            unsafe { pcpu.unmap() };
+            return None;
+        }
+        for cpu in 0..pcpu.ncpu() {
+            let h = pcpu.header(cpu);
+            let g = lock_header(h);
+            for i in 0..per_cpu {
+                // SAFETY: i < per_cpu <= storage; the stacks are not shared yet, so nothing else
+                // touches this one.
+                unsafe { *pcpu.slot(cpu, i) = item() };
+            }
+            h.word.store(per_cpu as u64, Ordering::Relaxed);
+            // Release (in set_cap and the lock's drop): the slots and count are visible to the
+            // first critical section that sees the stack open.
+            pcpu.set_cap(&g, h, STORAGE_MAX);
+        }
+        let fast = pcpu.rseq_ref();
+        Some(BareStacks { pcpu, fast })
+    }
+
+    /// The fast path's pop: null when this CPU's stack is empty.
+    #[inline(always)]
+    pub fn pop(&self) -> *mut u8 {
+        // SAFETY: `fast` comes from our Pcpu, in rseq mode (checked in `new`).
+        unsafe { self.fast.pop() }
+    }
+
+    /// The fast path's push: false when this CPU's stack is full.
+    // `p` is stored and handed back by a later `pop`, never dereferenced.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    #[inline(always)]
+    pub fn push(&self, p: *mut u8) -> bool {
+        // SAFETY: as in `pop`.
+        unsafe { self.fast.push(p) }
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for BareStacks {
+    fn drop(&mut self) {
+        // SAFETY: no more use (we are being dropped); the items belong to the caller.
+        unsafe { self.pcpu.unmap() };
+    }
+}
+
+// SAFETY: as for Pcpu: the stacks are only touched through the rseq sections.
+#[cfg(not(loom))]
+unsafe impl Sync for BareStacks {}
+// SAFETY: as above.
+#[cfg(not(loom))]
+unsafe impl Send for BareStacks {}
+
 /// After stopping stacks on `cpu`, waits until no critical section can still be running there
 /// with the old header values. In locked mode the header locks already exclude everyone.
 pub(crate) fn fence_cpu(cpu: usize) {
