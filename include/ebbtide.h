@@ -244,6 +244,7 @@ struct ebbtide_global_stats {
 	uint64_t last_event_level;	/* gauge, level (0 none, 1 low, 2 moderate, 3 critical): Level of the last pressure event (0 if none yet). */
 	uint64_t last_event_ms_ago;	/* gauge, milliseconds: Time since the last pressure event (0 if none yet). */
 	uint64_t squeeze_until_ms;	/* gauge, milliseconds: Time left until the current squeeze window closes; 0 when no window is open. */
+	uint64_t metadata_bytes;	/* gauge, bytes: Bytes of the library's own metadata in memory (zone objects, per-CPU stacks, chunk headers and slab descriptors, the used part of the chunk map); with mapped_bytes, every byte the library maps and touches. */
 };
 
 struct ebbtide_source_stats {

@@ -1,163 +1,101 @@
 //! # ebbtide
 //!
 //! Kernel-style object caches for userspace processes that give memory back when the system or
-//! the container runs short: FreeBSD UMA's zone allocator (per-CPU bucket caches over a depot of
-//! full buckets over slabs), xen-blkback's squeeze of page pools, and the Linux pressure signals
-//! that no userspace allocator listens to.
-//!
-//! ## Objects, top to bottom
+//! the container runs short. This crate is the runtime and the public facade over two layers:
 //!
 //! ```text
-//!   Zone  ── one item size, hooks, limit, flags; the unit users see            zone.rs
-//!    │
-//!    ├─ per-CPU stacks  ── LIFO of free items per (zone, CPU); rseq critical   pcpu.rs
-//!    │                     sections, no lock; cap = 2 × bucket size (≤ 504)
-//!    ├─ depot           ── full buckets, MRU first, capped; WSS estimator      depot.rs, wss.rs
-//!    │    └ buckets     ── arrays of item pointers from internal kegs          bucket.rs
-//!    └─ keg             ── slabs on partial / free / clean lists               keg.rs
-//!         └ slabs       ── runs of pages cut into items; metadata off-page     slab.rs
-//!              └ chunks ── 4 MiB pieces of one arena reservation, tagged in    arena.rs
-//!                          a chunk map so any pointer maps to its keg in O(1)
-//!                 └ OS  ── mmap/mprotect/madvise/membarrier, clock, CPU id     os.rs
+//!   ebbtide           runtime: reclaim thread, release helper, options, stats and their
+//!   (this crate)      formats, control socket; re-exports what users need
+//!     │        │
+//!     ▼        ▼
+//!   ebbtide-core    ebbtide-pressure    the no-allocation allocator core (zones, per-CPU
+//!                                       caches, depot, slabs, page pools, reclaim entry points)
+//!                                       and the pressure signals and level policy; neither
+//!                                       knows the other
 //! ```
 //!
-//! Vocabulary: an *item* is what a zone hands out; a *slab* is a run of OS pages holding items of
-//! one keg; a *chunk* is the 4 MiB unit of address space a keg owns; a *bucket* is an array of free
-//! item pointers; a *stack* is one CPU's cache of one zone (UMA's alloc and free buckets end to
-//! end).
+//! Cargo enforces the direction: the core and the pressure crate cannot name anything above
+//! them. The core knows nothing of threads, options or pressure: at load time this crate
+//! installs its hooks ([`ebbtide_core::runtime`]): zone creation reads the configuration and
+//! starts the runtime's threads (never an allocation), a failed mapping is counted as a pressure
+//! event, and the release helper is a thread of this crate running the core's
+//! [`ebbtide_core::release::serve_forever`].
 //!
-//! ## Allocation order
-//! 1. this CPU's stack (fast path, inlined: one rseq critical section);
-//! 2. a full bucket from the depot (one item returned, the rest pushed onto this CPU's stack);
-//! 3. a bucket's worth imported from the keg: partial slabs, then free slabs, then clean (given
-//!    back) slabs, then a new chunk; a failed mapping triggers DRAIN_CPU and one retry.
+//! The design of the allocator itself (objects, allocation and reclaim orders, locks,
+//! invariants) is the documentation of [`ebbtide_core`].
 //!
-//! Free goes the other way: this CPU's stack; when full, a bucket's worth is flushed to the
-//! depot; when the depot is at its cap, caching is off (NOBUCKET, buckets disabled by critical
-//! pressure, a squeeze window, limit sleepers) or the thread has no rseq area, straight to the
-//! slabs. Every free is first checked in O(1) against the chunk map (never touching the item).
-//!
-//! The fast path's constants (per-CPU base, CPU count, rseq offset, the `careful` bits that send
-//! hooks, checked/zeroing zones and locked mode to the slow path, arena bounds, chunk tag, slab
-//! geometry) are copied into every `Zone` handle: a handle is immutable plain data, so a loop of
-//! allocations keeps them in registers instead of reloading them through the zone object after
-//! each critical section.
-//!
-//! ## Reclaim order
-//! `TRIM` (depot to its working set) → `DRAIN` (whole depot) → `DRAIN_CPU` (depot, then every
-//! CPU's stack of every zone — one loop over CPUs, one `membarrier` per CPU — then the depot
-//! again). Items go back to their slabs; free slabs go back to the OS with `MADV_DONTNEED`, one
-//! call per run of adjacent slabs ([`reclaim`]). In a large drain the slabs emptied along the way
-//! are handed to a helper thread (`release`, tunable `release_thread`) that gives their pages
-//! back while the drain goes on; the call still returns only when every page it counts is gone.
-//! The pressure layer ([`pressure`]) turns signals into levels and levels into these requests,
-//! rate-limited, from one reclaim thread.
-//!
-//! ## Locks (outermost first) and who owns them
-//! | lock | owner | protects |
-//! |---|---|---|
-//! | reclaim mutex | [`reclaim`] | one reclaim at a time (re-entry returns 0) |
-//! | registry mutex | `registry` | the list of zones |
-//! | header lock (per zone, per CPU) | `pcpu` | drainers and cap writers; every op in locked mode |
-//! | depot mutex (per zone) | `depot` | buckets and the WSS estimator; `try_lock` failure grows the bucket size |
-//! | keg mutex (per keg) | `keg` | slab lists, bitmaps, counters |
-//! | arena free-chunk mutex | `arena` | the free chunk list |
-//!
-//! The fast path takes none of them. No path of the core (alloc, free, reclaim) calls the global
-//! allocator once a zone exists: metadata lives in the library's own pages (zone objects, per-CPU
-//! arrays, chunk headers, buckets), so the core can later serve as a process's `malloc`.
-//!
-//! ## Invariants
-//! * keg: `backed_slabs × items_per_slab = items_out + free_items`;
-//! * zone: `items_out = used + Σ per-CPU counts + depot items`, so
-//!   `items mapped = used + per-CPU + depot + free in slabs` ([`Zone::validate`] walks every
-//!   layer and checks it; it is compiled in every build);
-//! * depot: `imax ≥ nitems ≥ bimin ≥ imin` ([`wss::Wss::check`]).
-//!
-//! ## Unsafe code
-//! `unsafe_op_in_unsafe_fn` is denied; every `unsafe fn` lists its obligations under `# Safety`,
-//! every `unsafe` block discharges them in a `// SAFETY:` comment, and every non-Relaxed atomic
-//! says what it pairs with.
+//! ## Modules of this crate (upper layers first; each uses only those below it)
+//! | module | what |
+//! |---|---|
+//! | [`control`] | the per-process control socket (requests, server thread) |
+//! | [`stats`] | statistics defined once: struct, JSON, Prometheus, `vmstat -z` table, C header |
+//! | [`reclaimer`] | the reclaim thread: pressure sources → policy → reclaim requests |
+//! | `threads` | the runtime's lazily started threads and their one fork handler |
+//! | [`options`] | the tunables: one table, environment, run-time changes |
 #![deny(unsafe_op_in_unsafe_fn)]
 
-// Under `--cfg loom` only the loom shim and the pure estimator compile: the rest maps memory and
-// keeps `static` locks, which loom cannot model (tests/loom_pcpu.rs models the per-CPU protocol).
-#[cfg(not(loom))]
-pub(crate) mod arena;
-#[cfg(not(loom))]
-pub(crate) mod bucket;
-#[cfg(not(loom))]
 pub mod control;
-#[cfg(not(loom))]
-pub(crate) mod depot;
-#[cfg(not(loom))]
-pub mod error;
-#[cfg(not(loom))]
-pub(crate) mod keg;
-#[cfg(not(loom))]
 pub mod options;
-#[cfg(not(loom))]
-pub mod os;
-#[cfg(not(loom))]
-pub mod page_pool;
-#[cfg(not(loom))]
-pub mod pcpu;
-#[cfg(not(loom))]
-pub mod pressure;
-#[cfg(not(loom))]
-pub mod reclaim;
-#[cfg(not(loom))]
 pub mod reclaimer;
-#[cfg(not(loom))]
-pub(crate) mod registry;
-#[cfg(not(loom))]
-pub(crate) mod release;
-#[cfg(not(loom))]
-pub(crate) mod slab;
-#[cfg(not(loom))]
 pub mod stats;
-#[cfg_attr(loom, allow(dead_code, unused_imports))]
-pub(crate) mod sync;
-#[cfg(not(loom))]
-pub mod typed;
-pub mod wss;
-#[cfg(not(loom))]
-pub mod zone;
+mod threads;
 
-#[cfg(not(loom))]
-pub use error::{AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
-#[cfg(not(loom))]
-pub use keg::InvalidKind;
-#[cfg(not(loom))]
-pub use page_pool::{PagePool, PoolSnapshot};
-#[cfg(not(loom))]
-pub use pcpu::Mode as PcpuMode;
-#[cfg(not(loom))]
+// The core's modules, under the paths users and tools have always used.
+pub(crate) use ebbtide_core::keg;
+pub use ebbtide_core::{error, os, page_pool, pcpu, reclaim, release, runtime, typed, wss, zone};
+
+pub use ebbtide_core::{
+    AllocError, ConfigError, CreateError, InvalidFree, InvalidKind, LimitMode, PagePool, PcpuMode,
+    PoolSnapshot, Request, TypedZone, ZBox, Zone, ZoneBusy, ZoneFlags, ZoneOptions, ZoneSnapshot,
+};
+
+/// Memory pressure: the signals and the policy ([`ebbtide_pressure`]), and the process-wide
+/// entry points of the reclaim thread that serves them.
+pub mod pressure {
+    pub use ebbtide_pressure::*;
+
+    pub use crate::reclaimer::{
+        level as current_level, notify, register_lowmem_handler, unregister_lowmem_handler,
+    };
+}
+
 pub use pressure::Level;
-#[cfg(not(loom))]
-pub use reclaim::Request;
-#[cfg(not(loom))]
-pub use typed::{TypedZone, ZBox};
-#[cfg(not(loom))]
-pub use zone::{LimitMode, Zone, ZoneFlags, ZoneOptions, ZoneSnapshot};
-
-#[cfg(not(loom))]
-static CHECKED_DEFAULT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether zones created from now on run in checked mode (the `checked` tunable).
-#[cfg(not(loom))]
-pub(crate) fn checked_by_default() -> bool {
-    CHECKED_DEFAULT.load(std::sync::atomic::Ordering::Relaxed)
+pub fn checked_by_default() -> bool {
+    ebbtide_core::runtime::checked_by_default()
 }
 
 /// Sets the default of checked mode for zones created from now on.
-#[cfg(not(loom))]
 pub fn set_checked_by_default(on: bool) {
-    CHECKED_DEFAULT.store(on, std::sync::atomic::Ordering::Relaxed);
+    ebbtide_core::runtime::set_checked_by_default(on)
 }
 
 /// How the per-CPU caches synchronise in this process (rseq, or locked as a fallback).
-#[cfg(not(loom))]
 pub fn pcpu_mode() -> pcpu::Mode {
-    pcpu::mode()
+    ebbtide_core::pcpu_mode()
 }
+
+/// The runtime's hooks, installed into the core when the program (or this library) is loaded.
+static HOOKS: ebbtide_core::runtime::Hooks = ebbtide_core::runtime::Hooks {
+    before_create: threads::before_zone_create,
+    map_failure: reclaimer::count_map_failure,
+};
+
+/// Installs the runtime's hooks into the core (idempotent; no allocation, no thread). Runs at
+/// load time in every program that links this crate as an rlib or a shared object; a C program
+/// linked against the static library calls it through the C API's entry points.
+pub fn install_runtime() {
+    ebbtide_core::runtime::install(&HOOKS);
+}
+
+extern "C" fn install_hooks() {
+    install_runtime();
+}
+
+// A load-time constructor: it only stores a pointer (no allocation, no thread), so it is safe at
+// any point of process start. Linked in whenever this crate is (rustc keeps `#[used]` statics of
+// every linked rlib).
+#[used]
+#[link_section = ".init_array"]
+static INSTALL_HOOKS: extern "C" fn() = install_hooks;

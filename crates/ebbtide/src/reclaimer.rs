@@ -26,8 +26,13 @@ use crate::pressure::{
 };
 use crate::reclaim::{self, Request};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// Locks ignoring poisoning: every critical section here leaves its data consistent.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 static STARTED: AtomicBool = AtomicBool::new(false);
 static THREAD_DISABLED: AtomicBool = AtomicBool::new(false);
@@ -44,7 +49,7 @@ static INJECT_PANIC: AtomicBool = AtomicBool::new(false);
 #[doc(hidden)]
 pub fn inject_panic_for_test() {
     INJECT_PANIC.store(true, Ordering::SeqCst);
-    if let Some((_, inj)) = &crate::sync::lock(&SHARED).injector {
+    if let Some((_, inj)) = &lock(&SHARED).injector {
         inj.inject(Level::Normal);
     }
 }
@@ -123,7 +128,7 @@ pub fn register_lowmem_handler(f: fn(Level)) -> bool {
 
 /// Removes a handler registered before; returns whether it was found.
 pub fn unregister_lowmem_handler(f: fn(Level)) -> bool {
-    let mut hs = crate::sync::lock(&HANDLERS);
+    let mut hs = lock(&HANDLERS);
     for h in hs.iter_mut() {
         if h.rust.is_some_and(|g| g as usize == f as usize) {
             *h = Handler {
@@ -151,7 +156,7 @@ pub fn register_lowmem_handler_c(
 
 /// Removes a handler registered with [`register_lowmem_handler_c`].
 pub fn unregister_lowmem_handler_c(id: HandlerId) -> bool {
-    let mut hs = crate::sync::lock(&HANDLERS);
+    let mut hs = lock(&HANDLERS);
     match hs.get_mut(id.0) {
         Some(h) if h.f.is_some() => {
             *h = Handler {
@@ -166,7 +171,7 @@ pub fn unregister_lowmem_handler_c(id: HandlerId) -> bool {
 }
 
 fn add_handler(new: Handler) -> Option<HandlerId> {
-    let mut hs = crate::sync::lock(&HANDLERS);
+    let mut hs = lock(&HANDLERS);
     let i = hs.iter().position(|h| h.f.is_none() && h.rust.is_none())?;
     hs[i] = new;
     Some(HandlerId(i))
@@ -174,7 +179,7 @@ fn add_handler(new: Handler) -> Option<HandlerId> {
 
 fn run_handlers(level: Level) {
     // Copy out so no lock is held while handlers run (they may register or unregister).
-    let hs = *crate::sync::lock(&HANDLERS);
+    let hs = *lock(&HANDLERS);
     for h in hs {
         if let Some(f) = h.rust {
             f(level);
@@ -199,7 +204,7 @@ pub fn level() -> Level {
 /// reset), on this thread.
 pub fn notify(level: Level) {
     count_event(SourceKind::Explicit, level);
-    ensure_started();
+    crate::threads::start_runtime();
     if level == Level::Normal {
         // An explicit Normal ends the pressure state at once: the policy starts afresh (level
         // Normal, buckets back on, rate limits cleared) instead of waiting for the hold to decay.
@@ -215,7 +220,7 @@ pub fn notify(level: Level) {
     }
     let gen = FORKS.load(Ordering::Acquire);
     if !THREAD_DISABLED.load(Ordering::Acquire) && STARTED.load(Ordering::Acquire) {
-        let sh = crate::sync::lock(&SHARED);
+        let sh = lock(&SHARED);
         if let Some((g, inj)) = &sh.injector {
             if *g == gen {
                 inj.inject(level);
@@ -235,7 +240,7 @@ pub fn notify(level: Level) {
 /// Runs `f` on the one policy of the process (shared by the thread and the synchronous path, so
 /// the level and the rate limits are the same whoever applies them).
 fn with_policy<R>(f: impl FnOnce(&mut Policy) -> R) -> R {
-    let mut sh = crate::sync::lock(&SHARED);
+    let mut sh = lock(&SHARED);
     let p = sh
         .policy
         .get_or_insert_with(|| Policy::new(policy_config()));
@@ -268,13 +273,15 @@ fn count_index(i: usize, level: Level) {
     LAST_EVENT_NS.store(crate::os::now_ns(), Ordering::Relaxed);
 }
 
-/// A failed mapping was handled (DRAIN_CPU and a retry): counted as a Critical event.
+/// A failed mapping was handled (DRAIN_CPU and a retry): counted as a Critical event. (The
+/// core's `map_failure` hook: only counters.)
 pub(crate) fn count_map_failure() {
     count_index(MMAP_FAILURE, Level::Critical);
 }
 
-extern "C" fn after_fork_child() {
-    // The child has no reclaim thread: the next zone operation starts one. Only atomics here.
+/// Called by the runtime's fork handler (`threads.rs`) in a child: it has no reclaim thread;
+/// the next zone creation or notification starts one. Only atomics here.
+pub(crate) fn after_fork_child() {
     FORKS.fetch_add(1, Ordering::AcqRel);
     STARTED.store(false, Ordering::Release);
 }
@@ -295,7 +302,7 @@ fn start_slow() {
     }
     let errors = options::freeze_startup();
     for e in errors {
-        crate::error::report(format_args!(
+        ebbtide_core::error::report(format_args!(
             "ebbtide: ignoring the environment's settings: {e}"
         ));
     }
@@ -303,17 +310,12 @@ fn start_slow() {
         THREAD_DISABLED.store(true, Ordering::Release);
         return;
     }
-    static ATFORK: std::sync::Once = std::sync::Once::new();
-    ATFORK.call_once(|| {
-        // SAFETY: registers a child handler that only touches atomics (async-signal-safe).
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
-    });
     let gen = FORKS.load(Ordering::Acquire);
     let r = std::thread::Builder::new()
         .name("ebbtide-reclaim".into())
         .spawn(move || supervise(gen));
     if let Err(e) = r {
-        crate::error::report(format_args!(
+        ebbtide_core::error::report(format_args!(
             "ebbtide: cannot start the reclaim thread ({e}); pressure is handled on notify only"
         ));
         THREAD_DISABLED.store(true, Ordering::Release);
@@ -332,17 +334,17 @@ fn supervise(gen: u64) {
                     .map(|s| s.to_string())
                     .or_else(|| e.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".into());
-                crate::error::report(format_args!(
+                ebbtide_core::error::report(format_args!(
                     "ebbtide: reclaim thread panicked ({msg}); restart {n}/10"
                 ));
                 // Until the loop is back, notify() applies pressure on the caller's thread.
-                crate::sync::lock(&SHARED).injector = None;
+                lock(&SHARED).injector = None;
                 if n >= 10 {
-                    crate::error::report(format_args!(
+                    ebbtide_core::error::report(format_args!(
                         "ebbtide: reclaim thread stopped after 10 panics; pressure is handled on notify only"
                     ));
                     THREAD_DISABLED.store(true, Ordering::Release);
-                    crate::sync::lock(&SHARED).injector = None;
+                    lock(&SHARED).injector = None;
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(100));
@@ -430,13 +432,13 @@ fn open_watcher(gen: u64) -> Option<Watcher> {
     let watcher = match Watcher::new(pressure::detect(&detect_config())) {
         Ok(w) => Some(w),
         Err(e) => {
-            crate::error::report(format_args!(
+            ebbtide_core::error::report(format_args!(
                 "ebbtide: pressure watcher unavailable ({e}); periodic work only"
             ));
             None
         }
     };
-    let mut sh = crate::sync::lock(&SHARED);
+    let mut sh = lock(&SHARED);
     sh.injector = watcher.as_ref().map(|w| (gen, w.injector()));
     sh.statuses = watcher
         .as_ref()
@@ -469,11 +471,11 @@ fn run(gen: u64) {
             Some(w) => match w.wait(Some(timeout)) {
                 Ok(ev) => ev,
                 Err(e) => {
-                    crate::error::report(format_args!(
+                    ebbtide_core::error::report(format_args!(
                         "ebbtide: pressure watcher failed ({e}); periodic work only"
                     ));
                     watcher = None;
-                    crate::sync::lock(&SHARED).injector = None;
+                    lock(&SHARED).injector = None;
                     Vec::new()
                 }
             },
@@ -483,7 +485,7 @@ fn run(gen: u64) {
             }
         };
         if let Some(w) = watcher.as_ref() {
-            crate::sync::lock(&SHARED).statuses = w.status().to_vec();
+            lock(&SHARED).statuses = w.status().to_vec();
         }
         for ev in events {
             if ev.kind != SourceKind::Explicit {
@@ -537,7 +539,7 @@ fn apply(a: &Actions, epoch: u64, now: Instant) {
     if IN_APPLY.with(|f| f.get()) {
         return apply_locked(a, now);
     }
-    let _g = crate::sync::lock(&APPLY);
+    let _g = lock(&APPLY);
     // Relaxed suffices: the epoch is written under the policy lock, which the Normal's own apply
     // took (and released) before it took APPLY; whoever holds APPLY after it sees the bump.
     if epoch != POLICY_EPOCH.load(Ordering::Relaxed) {
@@ -558,7 +560,7 @@ fn apply_locked(a: &Actions, now: Instant) {
     let prev = LEVEL.swap(a.level as u8, Ordering::Relaxed);
     let new_squeeze = match a.squeeze_until {
         Some(until) if until > now => {
-            let mut last = crate::sync::lock(&SQUEEZE_APPLIED);
+            let mut last = lock(&SQUEEZE_APPLIED);
             if last.is_none_or(|l| until > l) {
                 *last = Some(until);
                 Some(until - now)
@@ -571,26 +573,30 @@ fn apply_locked(a: &Actions, now: Instant) {
     if a.any_reclaim() || new_squeeze.is_some() || a.level as u8 > prev {
         run_handlers(a.level);
     }
-    if let Some(d) = new_squeeze {
-        reclaim::squeeze(d.as_nanos() as u64);
-        reclaim::shrink_pools();
-    }
-    // Disabling buckets drains every CPU itself (DRAIN_CPU): do it first, once. Only a change of
-    // the policy's own decision is carried out, so an explicit `set_buckets_enabled` by the
-    // application is not undone at the next tick.
-    let mut drained_cpus = false;
+    // Only a change of the policy's own bucket decision is carried out, so an explicit
+    // `set_buckets_enabled` by the application is not undone at the next tick.
     let decision = if a.buckets_enabled { 1 } else { 2 };
     let previous = BUCKETS_DECISION.swap(decision, Ordering::Relaxed);
-    if previous != decision && (previous != 0 || !a.buckets_enabled) {
-        reclaim::set_buckets_enabled(a.buckets_enabled);
-        drained_cpus = !a.buckets_enabled;
-    }
-    if a.drain_cpu && !drained_cpus {
-        reclaim::reclaim_all(Request::DrainCpu);
-    } else if a.drain && !drained_cpus {
-        reclaim::reclaim_all(Request::Drain);
+    let buckets = (previous != decision && (previous != 0 || !a.buckets_enabled))
+        .then_some(a.buckets_enabled);
+    let request = if a.drain_cpu {
+        Some(Request::DrainCpu)
+    } else if a.drain {
+        Some(Request::Drain)
     } else if a.trim {
-        reclaim::reclaim_all(Request::Trim);
+        Some(Request::Trim)
+    } else {
+        None
+    };
+    // One call: a squeeze, buckets going off and a DRAIN_CPU share one pass over the CPUs (one
+    // membarrier per CPU per event).
+    reclaim::respond(reclaim::Response {
+        squeeze_ns: new_squeeze.map(|d| d.as_nanos() as u64),
+        buckets_enabled: buckets,
+        request,
+    });
+    if new_squeeze.is_some() {
+        reclaim::shrink_pools();
     }
 }
 
@@ -615,7 +621,7 @@ pub(crate) fn fill_stats(s: &mut crate::stats::Snapshot) {
         g.last_event_ms_ago =
             crate::os::now_ns().saturating_sub(LAST_EVENT_NS.load(Ordering::Relaxed)) / 1_000_000;
     }
-    let sh = crate::sync::lock(&SHARED);
+    let sh = lock(&SHARED);
     let thread = if THREAD_DISABLED.load(Ordering::Relaxed) {
         "reclaim thread off (reclaim_thread=false, failed to start, or stopped after panics)"
     } else if !STARTED.load(Ordering::Relaxed) {

@@ -46,10 +46,7 @@ impl From<&ZoneSnapshot> for ZoneStats {
 
 /// Snapshots of every live zone (oldest first).
 pub fn zone_snapshots() -> Vec<ZoneSnapshot> {
-    let mut v = Vec::new();
-    crate::registry::lock().for_each(|z| v.push(z.snapshot()));
-    v.reverse();
-    v
+    ebbtide_core::zone::snapshots()
 }
 
 /// The process's statistics now. Pressure figures are filled in by the pressure layer when it
@@ -61,9 +58,10 @@ pub fn collect() -> Snapshot {
         .map(|z| z.cached_bytes_pcpu + z.cached_bytes_depot + z.free_bytes_slabs)
         .sum();
     let global = GlobalStats {
-        mapped_bytes: crate::keg::MAPPED_BYTES.load(std::sync::atomic::Ordering::Relaxed) as u64,
+        mapped_bytes: crate::keg::mapped_bytes(),
+        metadata_bytes: crate::os::metadata_bytes(),
         cached_bytes: cached,
-        released_bytes: crate::keg::RELEASED_BYTES.load(std::sync::atomic::Ordering::Relaxed),
+        released_bytes: crate::keg::released_bytes(),
         squeeze_until_ms: {
             let until = crate::reclaim::squeeze_until();
             let now = crate::os::now_ns();

@@ -436,6 +436,7 @@ stats_group! {
         last_event_level: U64, Gauge, Level, "", "Level of the last pressure event (0 if none yet).";
         last_event_ms_ago: U64, Gauge, Millis, "", "Time since the last pressure event (0 if none yet).";
         squeeze_until_ms: U64, Gauge, Millis, "", "Time left until the current squeeze window closes; 0 when no window is open.";
+        metadata_bytes: U64, Gauge, Bytes, "", "Bytes of the library's own metadata in memory (zone objects, per-CPU stacks, chunk headers and slab descriptors, the used part of the chunk map); with mapped_bytes, every byte the library maps and touches.";
     }
 }
 
@@ -538,6 +539,7 @@ impl Snapshot {
                 last_event_level: 2,
                 last_event_ms_ago: 1500,
                 squeeze_until_ms: 0,
+                metadata_bytes: 1 << 20,
             },
             sources: vec![
                 SourceStats {

@@ -1,6 +1,7 @@
+#![deny(unsafe_op_in_unsafe_fn)]
 //! Memory pressure: where the signals come from, and what to do about them.
 //!
-//! This module turns the operating system's memory pressure signals into [`Level`]s and the
+//! This crate turns the operating system's memory pressure signals into [`Level`]s and the
 //! levels into reclaim [`Actions`]. It is layered:
 //!
 //! 1. **Sources** ([`Source`]): one per signal and fd. Each reads one kernel interface and
@@ -12,10 +13,11 @@
 //!    with a reason (and replaced by their fallback), never spun on.
 //! 4. **Policy** ([`Policy`]): a pure state machine, events + `now` → [`Actions`].
 //!
-//! The reclaim thread (in the allocator core) runs:
+//! It depends on nothing of the allocator (the layer below the `ebbtide` runtime, beside
+//! `ebbtide-core`): the reclaim thread of the `ebbtide` crate runs:
 //!
 //! ```no_run
-//! use ebbtide::pressure::{detect, DetectConfig, Policy, Watcher};
+//! use ebbtide_pressure::{detect, DetectConfig, Policy, Watcher};
 //! use std::time::{Duration, Instant};
 //! let mut watcher = Watcher::new(detect(&DetectConfig::default())).expect("epoll");
 //! let injector = watcher.injector(); // give to notify(level) callers on any thread
@@ -39,7 +41,7 @@
 //!
 //! | kind | interface | levels | defaults | inactive when |
 //! |------|-----------|--------|----------|---------------|
-//! | [`systemd`] | `$MEMORY_PRESSURE_WATCH` (file: POLLPRI; FIFO/socket: POLLIN, read and discard) after writing base64-decoded `$MEMORY_PRESSURE_WRITE` | each notification → one level | Moderate; write `"some 200000 2000000\0"` | variable unset, empty or `/dev/null`; malformed base64 (error names the variable) |
+//! | [`systemd`] | `$MEMORY_PRESSURE_WATCH` (file: POLLPRI; FIFO/socket: POLLIN, read and discard) after writing base64-decoded `$MEMORY_PRESSURE_WRITE` (only if set) | each notification → one level | Moderate; writes nothing when `$MEMORY_PRESSURE_WRITE` is unset | variable unset, empty or `/dev/null`; malformed base64 (error names the variable) |
 //! | [`psi`] | PSI trigger on own cgroup v2 `memory.pressure`, else (absent, or EACCES/EINVAL opening or arming it) `/proc/pressure/memory`; window rounded up to 2 s multiples on EINVAL; POLLERR re-resolves | one trigger (fd) per level | Low `some 70000 2000000`, Moderate `some 100000 2000000`, Critical `full 100000 2000000` (GLib) | no PSI file; trigger rejected |
 //! | [`cgroup_v1_event`] | v1 `memory.pressure_level` + `cgroup.event_control` + eventfd | low/medium/critical → Low/Moderate/Critical | all three, mode default, coalesced to 1 report / 100 ms / level | no v1 memory controller; EACCES |
 //! | [`headroom`] | v2 `memory.current` vs min(`memory.high`, `memory.max`); v1 `memory.usage_in_bytes` vs `memory.limit_in_bytes` | free < 20 % Low, < 10 % Moderate, < 5 % Critical | polled 1 s far → 10 ms close | no limit (v1 reads 9223372036854771712) |
@@ -97,8 +99,3 @@ pub use source::{
 };
 pub use systemd::{SystemdConfig, SystemdSource};
 pub use watcher::{Watcher, WatcherConfig};
-
-// The process-wide entry points live with the reclaim thread that serves them.
-pub use crate::reclaimer::{
-    level as current_level, notify, register_lowmem_handler, unregister_lowmem_handler,
-};

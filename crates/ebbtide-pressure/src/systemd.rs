@@ -3,9 +3,10 @@
 //! * `$MEMORY_PRESSURE_WATCH`: the path to watch. Unset → the source is inactive
 //!   ("MEMORY_PRESSURE_WATCH not set"; PSI covers the fallback systemd's own library would
 //!   use). Empty or `/dev/null` → disabled by the service manager.
-//! * `$MEMORY_PRESSURE_WRITE`: base64 of the bytes to write after opening. Unset → the
-//!   default [`DEFAULT_WRITE`] (`"some 200000 2000000\0"`). Malformed → an error naming the
-//!   variable.
+//! * `$MEMORY_PRESSURE_WRITE`: base64 of the bytes to write after opening, written **only if
+//!   the variable is set** (systemd's `docs/PRESSURE.md`): unset → nothing is written (with a
+//!   FIFO, the source would otherwise read its own bytes back as an event). Malformed → an error
+//!   naming the variable.
 //! * By file type of the path:
 //!   - regular file (a PSI file): open `O_RDWR|O_NONBLOCK|O_CLOEXEC`, write, wait for
 //!     `POLLPRI`, never read;
@@ -15,9 +16,9 @@
 //!
 //! Every notification maps to one configured level (default [`Level::Moderate`]).
 //!
-//! Note on FIFOs: the WRITE bytes go into the same pipe the source reads from; whoever
-//! provides the FIFO is expected to read them. Bytes still in the pipe when the watcher first
-//! polls are reported as an event.
+//! Note on FIFOs: the WRITE bytes (when set) go into the same pipe the source reads from;
+//! whoever provides the FIFO is expected to read them. Bytes still in the pipe when the watcher
+//! first polls are reported as an event.
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -30,7 +31,9 @@ use super::psi::{PsiSource, PsiTrigger};
 use super::source::{Outcome, Readiness, Source, SourceError, SourceKind};
 use super::Level;
 
-/// Bytes written when `$MEMORY_PRESSURE_WRITE` is unset.
+/// What systemd itself puts in `$MEMORY_PRESSURE_WRITE` for its default
+/// `MemoryPressureThresholdSec=200ms`, decoded: the manager's value, never written by ebbtide on
+/// its own (only the variable's bytes are written).
 pub const DEFAULT_WRITE: &[u8] = b"some 200000 2000000\0";
 
 /// Name of the variable holding the path.
@@ -114,7 +117,8 @@ pub enum WatchRequest {
     Watch {
         /// The path from `$MEMORY_PRESSURE_WATCH`.
         path: PathBuf,
-        /// The decoded `$MEMORY_PRESSURE_WRITE` (or the default).
+        /// The decoded `$MEMORY_PRESSURE_WRITE`; empty when the variable is unset (nothing is
+        /// written).
         write: Vec<u8>,
     },
 }
@@ -135,7 +139,7 @@ pub fn watch_request(env: &dyn Fn(&str) -> Option<OsString>) -> Result<WatchRequ
         )));
     }
     let write = match env(WRITE_VAR) {
-        None => DEFAULT_WRITE.to_vec(),
+        None => Vec::new(),
         Some(v) => {
             let s = v.to_str().ok_or_else(|| {
                 SourceError::invalid(format!("{WRITE_VAR} is not valid UTF-8 base64"))
@@ -356,8 +360,9 @@ mod tests {
             watch_request(&env(&[(WATCH_VAR, "/x")])).unwrap(),
             WatchRequest::Watch {
                 path: "/x".into(),
-                write: DEFAULT_WRITE.to_vec()
-            }
+                write: Vec::new()
+            },
+            "nothing is written when MEMORY_PRESSURE_WRITE is unset"
         );
         assert_eq!(
             watch_request(&env(&[(WATCH_VAR, "/x"), (WRITE_VAR, "Zm9v")])).unwrap(),

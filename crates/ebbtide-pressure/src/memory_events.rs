@@ -201,7 +201,7 @@ mod file_tests {
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join("memory.events"), "high 0\n").unwrap();
         let s = MemoryEventsSource::open(&d).unwrap();
-        let w = crate::pressure::Watcher::from_sources(vec![Box::new(s)]).unwrap();
+        let w = crate::Watcher::from_sources(vec![Box::new(s)]).unwrap();
         assert_eq!(w.active_sources(), 0);
         let st = w
             .status()

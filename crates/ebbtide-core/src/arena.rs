@@ -148,6 +148,10 @@ impl Arena {
             // SAFETY: the chunk lies inside our reservation and is chunk (hence page) aligned.
             unsafe { os::commit(NonNull::new_unchecked(p as *mut u8), CHUNK_SIZE)? };
             self.bump.store(idx + 1, Ordering::Relaxed);
+            // The chunk map is touched a page at a time as chunks are first used.
+            if (idx * 8).is_multiple_of(os::page_size()) {
+                os::add_metadata(os::page_size());
+            }
             idx
         };
         // Release: a thread that reads this tag (tag_of, Acquire) sees the chunk's header, which

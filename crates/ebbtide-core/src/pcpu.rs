@@ -79,8 +79,26 @@ pub(crate) struct Header {
     pub(crate) lock: AtomicU32,
     /// The `word` seen by the last periodic pass (idle detection; written by the reclaim code).
     pub(crate) idle_mark: AtomicU64,
+    _pad: [u64; 3],
+    /// Always 0, never written: the slot "below" item 0, which the push section's duplicate
+    /// check (`items[count - 1] == item`) reads when the stack is empty, so the check needs no
+    /// branch on `count > 0`. Zero is never an item.
+    below_items: u64,
 }
 const _: () = assert!(core::mem::size_of::<Header>() == HDR);
+const _: () = assert!(core::mem::offset_of!(Header, below_items) == HDR - 8);
+
+/// What a push did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Push {
+    /// The item is on this CPU's stack.
+    Done,
+    /// The stack is full, stopped or closed (cap 0): nothing changed.
+    Full,
+    /// The item is already the top of this CPU's stack: an immediate double free
+    /// (`free(p); free(p)`), refused; nothing changed.
+    Duplicate,
+}
 
 /// How the per-CPU layer synchronises (decided once per process).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,16 +296,20 @@ mod rseq {
     /// # Safety
     /// As [`pop`].
     #[inline(always)]
-    pub(super) unsafe fn push(base: *mut u8, ncpu: u32, off: isize, item: *mut u8) -> bool {
+    pub(super) unsafe fn push(base: *mut u8, ncpu: u32, off: isize, item: *mut u8) -> super::Push {
         // SAFETY: as in `pop`; the slot written is items[count] with count < cap <= storage.
-        // `cap` is loaded before `word`. Success falls through; failure leaves through the
-        // `full` label (asm goto) from the out-of-line exit.
+        // `cap` is loaded before `word`. The slot read is items[count - 1], the header's
+        // always-zero `below_items` when count is 0 (count <= storage, so inside the page).
+        // Success falls through; a full stack leaves through the `full` label (asm goto) from the
+        // out-of-line exit, a duplicate of the top through `dup`, before any store.
         unsafe {
             core::arch::asm!(
                 rseq_enter!(),
                 "movl 8(%rax), %r8d",
                 "movq (%rax), %rcx",
                 "movzwl %cx, %edx",
+                "cmpq {item}, 56(%rax,%rdx,8)",
+                "je {dup}",
                 "cmpl %r8d, %edx",
                 "jae 7f",
                 "movq {item}, 64(%rax,%rdx,8)",
@@ -303,11 +325,12 @@ mod rseq {
                 out("rcx") _,
                 out("rdx") _,
                 out("r8") _,
-                full = label { return false; },
+                full = label { return super::Push::Full; },
+                dup = label { return super::Push::Duplicate; },
                 options(att_syntax, nostack),
             );
         }
-        true
+        super::Push::Done
     }
 
     /// Pops up to `max` items into `dst` (hottest first); returns how many.
@@ -519,6 +542,7 @@ impl Pcpu {
         let stride = 1usize << STRIDE_SHIFT;
         let map_len = os::round_up(stride * ncpu, os::page_size());
         let base = os::map(map_len)?.as_ptr();
+        os::add_metadata(map_len);
         let p = Pcpu {
             base,
             stride,
@@ -612,7 +636,7 @@ impl Pcpu {
 
     /// Pushes onto this CPU's stack; false when it is full or stopped (either mode).
     #[inline(always)]
-    pub(crate) fn push(&self, item: *mut u8) -> bool {
+    pub(crate) fn push(&self, item: *mut u8) -> Push {
         if self.is_rseq() {
             // SAFETY: rseq mode checked just now.
             return unsafe { self.rseq_ref().push(item) };
@@ -637,19 +661,23 @@ impl Pcpu {
     }
 
     #[cold]
-    fn locked_push(&self, item: *mut u8) -> bool {
+    fn locked_push(&self, item: *mut u8) -> Push {
         let cpu = self.locked_cpu();
         let h = self.header(cpu);
         let _g = lock_header(h);
         let w = h.word.load(Ordering::Relaxed);
         let c = (w & COUNT_MASK) as u32;
+        // SAFETY: c - 1 < count <= storage; we hold the header lock.
+        if c > 0 && unsafe { *self.slot(cpu, c as usize - 1) } == item {
+            return Push::Duplicate;
+        }
         if c >= h.cap.load(Ordering::Relaxed) {
-            return false;
+            return Push::Full;
         }
         // SAFETY: c < cap <= storage; we hold the header lock.
         unsafe { *self.slot(cpu, c as usize) = item };
         h.word.store(w + 1, Ordering::Relaxed);
-        true
+        Push::Done
     }
 
     /// Moves up to `dst.len()` items from this CPU's stack into `dst`; returns how many.
@@ -788,6 +816,7 @@ impl Pcpu {
         if self.map_len > 0 {
             // SAFETY: the mapping is ours and no longer used (caller's guarantee).
             unsafe { os::unmap(NonNull::new_unchecked(self.base), self.map_len) };
+            os::sub_metadata(self.map_len);
         }
     }
 }
@@ -835,7 +864,7 @@ impl RseqRef {
     /// # Safety
     /// As [`RseqRef::pop`].
     #[inline(always)]
-    pub(crate) unsafe fn push(self, item: *mut u8) -> bool {
+    pub(crate) unsafe fn push(self, item: *mut u8) -> Push {
         debug_assert!(self.rseq_off != NO_RSEQ);
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
         {
@@ -896,13 +925,13 @@ impl BareStacks {
         unsafe { self.fast.pop() }
     }
 
-    /// The fast path's push: false when this CPU's stack is full.
+    /// The fast path's push: false when this CPU's stack is full (or `p` is its top).
     // `p` is stored and handed back by a later `pop`, never dereferenced.
     #[allow(clippy::not_unsafe_ptr_arg_deref)]
     #[inline(always)]
     pub fn push(&self, p: *mut u8) -> bool {
         // SAFETY: as in `pop`.
-        unsafe { self.fast.push(p) }
+        unsafe { self.fast.push(p) == Push::Done }
     }
 }
 
@@ -924,6 +953,7 @@ unsafe impl Send for BareStacks {}
 /// After stopping stacks on `cpu`, waits until no critical section can still be running there
 /// with the old header values. In locked mode the header locks already exclude everyone.
 pub(crate) fn fence_cpu(cpu: usize) {
+    FENCES.fetch_add(1, Ordering::Relaxed);
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
     if mode() == Mode::Rseq {
         let ok = rseq::fence_cpu(cpu);
@@ -936,6 +966,14 @@ pub(crate) fn fence_cpu(cpu: usize) {
     }
     let _ = cpu;
     crate::sync::fence(Ordering::SeqCst);
+}
+
+static FENCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Remote fences (one `membarrier` per CPU in rseq mode) issued so far: every drain of another
+/// CPU's stack costs one per CPU, shared by all zones drained in the same pass.
+pub fn fences() -> u64 {
+    FENCES.load(Ordering::Relaxed)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -953,13 +991,17 @@ mod tests {
     #[test]
     fn push_pop_lifo_and_caps() {
         let p = Pcpu::new(8, os::cpu_count()).unwrap();
-        assert!(!p.push(ptr::dangling_mut::<u8>()), "a new stack is closed");
+        assert_eq!(
+            p.push(ptr::dangling_mut::<u8>()),
+            Push::Full,
+            "a new stack is closed"
+        );
         open(&p, 4);
         // Pin to one CPU so the stack is one stack.
         let cpu = p.this_cpu();
         let mut pushed = 0;
         for i in 1..=10usize {
-            if p.push((i * 8) as *mut u8) {
+            if p.push((i * 8) as *mut u8) == Push::Done {
                 pushed += 1;
             }
         }

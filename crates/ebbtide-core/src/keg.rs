@@ -5,13 +5,15 @@
 //! `clean` (all free, pages given back). Full slabs are on no list. Allocation prefers partial
 //! slabs, then free ones, then clean ones (whose pages fault in on first touch), then a new chunk.
 //! [`Keg::reclaim`] moves free slabs beyond the reserve to `clean`, giving their pages back with
-//! one `madvise` per run of adjacent slabs.
+//! one `madvise` per run of adjacent slabs. No `madvise` runs under the keg lock: slabs being
+//! given back are taken off every list (`ninflight`, state `Clean`), the lock is dropped for the
+//! `madvise`, and they go onto `clean` when it is done.
 //!
 //! Inside a reclaim, pages go back through the [release pipeline](crate::release) instead: a slab
 //! left entirely free by [`Keg::release`] (beyond the reserve), or picked by [`Keg::reclaim_in`],
 //! becomes `Clean` at once (so a free into it is a double free) but waits on a fourth list,
 //! `releasing`, which allocation never looks at, until the session has seen its `madvise` done
-//! and calls [`Keg::complete_releases`], which splices the whole list onto `clean` in O(1). The
+//! and calls [`crate::release::Releasing::complete_releases`], which splices the whole list onto `clean` in O(1). The
 //! keg lock is not held during those `madvise` calls, so allocation from the keg goes on.
 //!
 //! Locking: one mutex per keg protects the lists, the slab metadata and the counters. It is the
@@ -36,29 +38,17 @@ pub(crate) static MAPPED_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// Bytes given back to the OS since the process started, over all kegs.
 pub(crate) static RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
 
-/// What is wrong with a pointer handed back to a keg.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InvalidKind {
-    /// Not inside any slab of this zone (another zone's memory, or not allocator memory at all).
-    NotInZone,
-    /// Inside the zone's slab metadata or the unused tail of a slab.
-    NotAnItem,
-    /// Inside an item but not at its start.
-    Misaligned,
-    /// The item is already free.
-    DoubleFree,
+/// Bytes of item slabs backed by memory now, over every keg.
+pub fn mapped_bytes() -> u64 {
+    MAPPED_BYTES.load(Ordering::Relaxed) as u64
 }
 
-impl InvalidKind {
-    pub(crate) fn describe(self) -> &'static str {
-        match self {
-            InvalidKind::NotInZone => "pointer is not inside any slab of this zone",
-            InvalidKind::NotAnItem => "pointer is inside the zone's memory but not inside an item",
-            InvalidKind::Misaligned => "pointer is inside an item but not at its start",
-            InvalidKind::DoubleFree => "double free: the item is already free",
-        }
-    }
+/// Bytes given back to the OS so far, over every keg.
+pub fn released_bytes() -> u64 {
+    RELEASED_BYTES.load(Ordering::Relaxed)
 }
+
+pub use crate::error::InvalidKind;
 
 #[repr(C)]
 struct ChunkHeader {
@@ -81,6 +71,11 @@ struct KegInner {
     nfree_slabs: usize,
     nclean: usize,
     nreleasing: usize,
+    /// Clean slabs on no list: a thread took them off their list under the lock and gives their
+    /// pages back with the lock dropped (`madvise` never runs under a keg lock); they go onto
+    /// `clean` when it is done. Nothing can allocate from them meanwhile (they are on no list)
+    /// and a free into them is refused as a double free (their state is `Clean`).
+    ninflight: usize,
     nfull: usize,
     /// Slabs whose pages are backed (partial + full + free).
     backed_slabs: usize,
@@ -110,6 +105,7 @@ impl KegInner {
             nfree_slabs: 0,
             nclean: 0,
             nreleasing: 0,
+            ninflight: 0,
             nfull: 0,
             backed_slabs: 0,
             free_items: 0,
@@ -154,7 +150,8 @@ unsafe impl Send for Keg {}
 pub(crate) enum Emptied<'a> {
     /// Onto the free list; its pages stay backed.
     Keep,
-    /// Its pages go back to the OS at once, one `madvise` per slab (the squeeze window).
+    /// Its pages go back to the OS before the call returns, with the keg lock dropped (the
+    /// squeeze window).
     GiveBack,
     /// Beyond the keg's reserve (none when the session does not keep reserves), to the session's
     /// release pipeline; onto the free list within it, or when the session cannot take one more
@@ -284,6 +281,9 @@ impl Cursor {
 
 /// [`Keg::release_in`]'s state between items.
 struct Work<'a> {
+    /// Slabs emptied in give-back mode, taken off every list (`ninflight`), whose pages go back
+    /// once the lock is dropped.
+    deferred: Deferred,
     cur: Cursor,
     /// The last chunk found to be ours.
     our_chunk: usize,
@@ -291,6 +291,28 @@ struct Work<'a> {
     give_back: bool,
     keep: usize,
     session: Option<&'a mut Session>,
+}
+
+/// Slabs whose pages a thread gives back with the keg lock dropped (see `KegInner::ninflight`).
+struct Deferred {
+    slabs: [*mut SlabMeta; DEFERRED],
+    n: usize,
+}
+
+/// Slabs given back per round of dropping the lock.
+const DEFERRED: usize = 64;
+
+impl Deferred {
+    fn new() -> Deferred {
+        Deferred {
+            slabs: [ptr::null_mut(); DEFERRED],
+            n: 0,
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.n == DEFERRED
+    }
 }
 
 /// Where a valid item lives.
@@ -430,6 +452,7 @@ impl Keg {
         }
         g.chunks = hdr;
         g.nchunks += 1;
+        os::add_metadata(self.geo.first_slab);
         g.nclean += self.geo.slabs_per_chunk;
         Ok(())
     }
@@ -558,6 +581,7 @@ impl Keg {
         let fast = fini.is_none();
         let mut g = lock(&self.inner);
         let mut w = Work {
+            deferred: Deferred::new(),
             cur: Cursor::default(),
             our_chunk: usize::MAX,
             out: Released { bytes: 0, valid: 0 },
@@ -598,13 +622,65 @@ impl Keg {
             }
             self.release_general(items[i], &mut g, &mut w, &mut fini, &mut invalid);
             i += 1;
+            let overflow = w.session.as_deref().is_some_and(|s| s.has_overflow());
+            if w.deferred.full() || overflow {
+                // SAFETY: the cursor's slab and word are valid metas of this keg; lock held.
+                unsafe { w.cur.sync(&mut g) };
+                w.cur = Cursor::default(); // the slab may change while the lock is dropped
+                if overflow {
+                    drop(g);
+                    if let Some(s) = w.session.as_deref_mut() {
+                        s.drain_overflow();
+                    }
+                    g = lock(&self.inner);
+                }
+                if w.deferred.n > 0 {
+                    g = self.give_back_deferred(g, &mut w.deferred);
+                }
+            }
         }
         // SAFETY: the cursor's slab and word (if any) are valid metas of this keg; lock held.
         unsafe { w.cur.sync(&mut g) };
+        if w.deferred.n > 0 {
+            g = self.give_back_deferred(g, &mut w.deferred);
+        }
         if w.out.bytes > 0 {
             self.account_release(&mut g, w.out.bytes);
         }
         w.out
+    }
+
+    /// Gives the pages of the deferred slabs back with the keg lock dropped, then puts the slabs
+    /// on the clean list. Returns the lock, taken again.
+    fn give_back_deferred<'g>(
+        &'g self,
+        g: crate::sync::MutexGuard<'g, KegInner>,
+        d: &mut Deferred,
+    ) -> crate::sync::MutexGuard<'g, KegInner> {
+        drop(g);
+        let mut i = 0;
+        while i < d.n {
+            // Adjacent slabs (emptied in address order by a drain) go back in one call.
+            let start = self.slab_base(d.slabs[i]);
+            let mut len = self.geo.slab_size;
+            while i + 1 < d.n && self.slab_base(d.slabs[i + 1]) == start + len {
+                len += self.geo.slab_size;
+                i += 1;
+            }
+            // SAFETY: the slabs are ours, entirely free, and on no list (`ninflight`): nothing
+            // hands them out or frees into them until they are back on a list.
+            unsafe { os::release(NonNull::new_unchecked(start as *mut u8), len) };
+            i += 1;
+        }
+        let mut g = lock(&self.inner);
+        for &s in &d.slabs[..d.n] {
+            // SAFETY: `s` is a valid meta of this keg, Clean, on no list; lock held.
+            unsafe { list_push(&mut g.clean, s) };
+        }
+        g.nclean += d.n;
+        g.ninflight -= d.n;
+        d.n = 0;
+        g
     }
 
     /// [`Keg::release_in`] for one item, in full generality. Leaves the cursor on the item's slab
@@ -702,15 +778,14 @@ impl Keg {
                 list_remove(&mut g.partial, s);
                 g.npartial -= 1;
                 if w.give_back {
+                    // On no list until its pages are gone: given back once the lock is
+                    // dropped (`give_back_deferred`), never under it.
                     (*s).state = SlabState::Clean;
-                    list_push(&mut g.clean, s);
-                    g.nclean += 1;
+                    g.ninflight += 1;
                     g.backed_slabs -= 1;
                     g.free_items -= self.geo.items_per_slab;
-                    os::release(
-                        NonNull::new_unchecked(self.slab_base(s) as *mut u8),
-                        self.geo.slab_size,
-                    );
+                    w.deferred.slabs[w.deferred.n] = s;
+                    w.deferred.n += 1;
                     w.out.bytes += self.geo.slab_size;
                 } else if g.nfree_slabs >= w.keep
                     && w.session.as_deref_mut().is_some_and(|x| x.try_enlist(self))
@@ -731,7 +806,7 @@ impl Keg {
     }
 
     /// Makes `s` (entirely free, on no list) a `Clean` slab on the `releasing` list. Its pages are
-    /// still backed and counted in MAPPED_BYTES until [`Keg::complete_releases`].
+    /// still backed and counted in MAPPED_BYTES until [`crate::release::Releasing::complete_releases`].
     ///
     /// # Safety
     /// `s` is a valid meta of this keg with every item free, on no list; `g` is this keg's locked
@@ -749,11 +824,13 @@ impl Keg {
         g.backed_slabs -= 1;
         g.free_items -= self.geo.items_per_slab;
     }
+}
 
+impl crate::release::Releasing for Keg {
     /// Called by a release session once the `madvise` of every slab it was handed is complete:
     /// the `releasing` slabs become ordinary clean slabs and their bytes are counted as given
     /// back. Returns those bytes.
-    pub(crate) fn complete_releases(&self) -> usize {
+    fn complete_releases(&self) -> usize {
         let mut g = lock(&self.inner);
         if g.nreleasing == 0 {
             return 0;
@@ -777,7 +854,9 @@ impl Keg {
         self.account_release(&mut g, bytes);
         bytes
     }
+}
 
+impl Keg {
     fn account_release(&self, g: &mut KegInner, bytes: usize) {
         g.released_bytes += bytes as u64;
         MAPPED_BYTES.fetch_sub(bytes, Ordering::Relaxed);
@@ -817,51 +896,52 @@ impl Keg {
         }
         let mut to_release = g.nfree_slabs - keep;
         let mut released = 0;
+        let mut d = Deferred::new();
         let mut c = g.chunks;
         while !c.is_null() && to_release > 0 {
             let chunk = c as usize;
-            let mut run: Option<(usize, usize)> = None; // (first slab, count)
-            for i in 0..=self.geo.slabs_per_chunk {
-                let take = i < self.geo.slabs_per_chunk && to_release > 0 && {
-                    let s = self.meta(chunk, i);
-                    // SAFETY: `s` is a valid meta of this chunk; lock held.
-                    unsafe { (*s).state == SlabState::Free }
-                };
-                if take {
-                    let s = self.meta(chunk, i);
-                    g.nfree_slabs -= 1;
-                    to_release -= 1;
-                    // SAFETY: `s` is on the free list; lock held.
-                    unsafe { list_remove(&mut g.free, s) };
-                    if sess.active() {
-                        // SAFETY: `s` is entirely free and now on no list; lock held.
-                        unsafe { self.to_releasing(&mut g, s) };
-                        sess.add(self.slab_base(s), self.geo.slab_size);
-                        continue;
+            for i in 0..self.geo.slabs_per_chunk {
+                if to_release == 0 {
+                    break;
+                }
+                let s = self.meta(chunk, i);
+                // SAFETY: `s` is a valid meta of this chunk; lock held.
+                if unsafe { (*s).state } != SlabState::Free {
+                    continue;
+                }
+                g.nfree_slabs -= 1;
+                to_release -= 1;
+                // SAFETY: `s` is on the free list; lock held.
+                unsafe { list_remove(&mut g.free, s) };
+                if sess.active() {
+                    // SAFETY: `s` is entirely free and now on no list; lock held.
+                    unsafe { self.to_releasing(&mut g, s) };
+                    sess.add(self.slab_base(s), self.geo.slab_size);
+                    if sess.has_overflow() {
+                        drop(g);
+                        sess.drain_overflow();
+                        g = lock(&self.inner);
                     }
-                    // SAFETY: as above.
-                    unsafe {
-                        (*s).state = SlabState::Clean;
-                        list_push(&mut g.clean, s);
-                    }
-                    g.nclean += 1;
-                    g.backed_slabs -= 1;
-                    g.free_items -= self.geo.items_per_slab;
-                    run = Some(match run {
-                        Some((first, n)) => (first, n + 1),
-                        None => (i, 1),
-                    });
-                } else if let Some((first, n)) = run.take() {
-                    let addr = chunk + self.geo.first_slab + (first << self.geo.slab_shift);
-                    let len = n << self.geo.slab_shift;
-                    // SAFETY: the run is `n` free slabs of this chunk: committed memory of ours
-                    // that holds no live item.
-                    unsafe { os::release(NonNull::new_unchecked(addr as *mut u8), len) };
-                    released += len;
+                    continue;
+                }
+                // SAFETY: as above; on no list until its pages are gone (`give_back_deferred`).
+                unsafe { (*s).state = SlabState::Clean };
+                g.ninflight += 1;
+                g.backed_slabs -= 1;
+                g.free_items -= self.geo.items_per_slab;
+                d.slabs[d.n] = s;
+                d.n += 1;
+                released += self.geo.slab_size;
+                if d.full() {
+                    // Chunks stay on the keg's list while it lives: `c` stays valid.
+                    g = self.give_back_deferred(g, &mut d);
                 }
             }
             // SAFETY: `c` is a valid chunk header of this keg; lock held.
             c = unsafe { (*c).next };
+        }
+        if d.n > 0 {
+            g = self.give_back_deferred(g, &mut d);
         }
         if released > 0 {
             self.account_release(&mut g, released);
@@ -968,7 +1048,12 @@ impl Keg {
             count_list(g.releasing),
         );
         if lists != (np, nf, g.nclean, g.nreleasing)
-            || (g.npartial, g.nfree_slabs, g.nclean + g.nreleasing, g.nfull) != (np, nf, nc, nfull)
+            || (
+                g.npartial,
+                g.nfree_slabs,
+                g.nclean + g.nreleasing + g.ninflight,
+                g.nfull,
+            ) != (np, nf, nc, nfull)
         {
             return Err(format!(
                 "slab lists {lists:?} / counters {:?} disagree with states {:?}",
@@ -1031,6 +1116,7 @@ impl Keg {
             unsafe {
                 let next = (*c).next;
                 self.arena.free_chunk(NonNull::new_unchecked(c as *mut u8));
+                os::sub_metadata(self.geo.first_slab);
                 c = next;
             }
         }
@@ -1470,9 +1556,65 @@ mod bulk_tests {
         k.destroy().unwrap();
     }
 
+    /// No `madvise` under the keg lock (review: the squeeze's give-back and the synchronous
+    /// reclaim ran it with the lock held, stalling every allocation from the keg meanwhile).
+    /// Each give-back here is slowed to 100 ms; another thread must still get the lock at once.
+    #[test]
+    fn pages_go_back_with_the_keg_lock_dropped() {
+        let k = Keg::new(4096, 0).unwrap();
+        let longest_wait = |give_back: &dyn Fn()| {
+            let done = std::sync::atomic::AtomicBool::new(false);
+            std::thread::scope(|s| {
+                let waiter = s.spawn(|| {
+                    let mut worst = std::time::Duration::ZERO;
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                        let t = std::time::Instant::now();
+                        let _ = k.counts(); // takes the keg lock
+                        worst = worst.max(t.elapsed());
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    worst
+                });
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                crate::os::fault::set_release_delay_us(100_000);
+                give_back();
+                crate::os::fault::set_release_delay_us(0);
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                waiter.join().unwrap()
+            })
+        };
+        // The squeeze: slabs emptied by a release in give-back mode.
+        let v = import_n(&k, 8);
+        let w = longest_wait(&|| {
+            let r = k.release_in(&v, Emptied::GiveBack, None::<fn(*mut u8)>, |p, kind| {
+                panic!("{p:?}: {kind:?}")
+            });
+            assert_eq!(r.bytes, 8 * 4096);
+        });
+        assert!(
+            w < std::time::Duration::from_millis(50),
+            "lock held {w:?} during madvise"
+        );
+        // The synchronous reclaim of free slabs (every other slab, so one madvise per slab).
+        let v = import_n(&k, 16);
+        let keep: Vec<_> = v.iter().step_by(2).copied().collect();
+        let drop_: Vec<_> = v.iter().skip(1).step_by(2).copied().collect();
+        k.release(&drop_, false, |_| {}, |p, kind| panic!("{p:?}: {kind:?}"));
+        let w = longest_wait(&|| assert_eq!(k.reclaim(false), 8 * 4096));
+        assert!(
+            w < std::time::Duration::from_millis(50),
+            "lock held {w:?} during madvise"
+        );
+        k.release(&keep, false, |_| {}, |p, kind| panic!("{p:?}: {kind:?}"));
+        k.reclaim(false);
+        let c = k.validate().unwrap();
+        assert_eq!((c.items_out, c.backed_slabs), (0, 0));
+        k.destroy().unwrap();
+    }
+
     /// More kegs than a session tracks at once, and far more runs than the ring holds (every
-    /// other slab of a chunk: one-page runs, so the owner also gives runs back itself when the
-    /// ring is full).
+    /// other slab of a chunk: one-page runs, so runs also find the ring full and wait in the
+    /// session's overflow until the owner drops the keg lock).
     #[test]
     fn many_kegs_and_fragmented_runs() {
         let kegs: Vec<Keg> = (0..20).map(|_| Keg::new(4096, 0).unwrap()).collect();

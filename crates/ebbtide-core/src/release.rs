@@ -26,15 +26,14 @@
 //!   taken is inactive and its callers take the old synchronous paths. Reclaims are serialised
 //!   anyway, so this is only a guard.
 //! * **No global allocation** on any of these paths: the ring is static, the session lives on the
-//!   caller's stack, the helper is woken through a futex word. The helper is started with the
-//!   first zone ([`ensure_worker`], where allocation is allowed), sleeps on a futex when there is
+//!   caller's stack, the helper is woken through a futex word. The helper ([`serve_forever`]) is
+//!   started by the runtime on a thread of its own (the core starts no thread), sleeps on a futex when there is
 //!   nothing to do, never touches allocator metadata (only `madvise` on ranges it is given) and is
 //!   detached: process exit does not wait for it. Without it (one CPU, failed spawn, a forked
 //!   child before its next zone creation, loom, miri) the reclaiming thread does every `madvise`
 //!   itself.
 
 use crate::arena::CHUNK_SIZE;
-use crate::keg::Keg;
 use crate::os;
 use core::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -46,6 +45,14 @@ const RING: usize = 64;
 /// the end. Whole chunks measured better than 1 MiB runs here (fewer `madvise` calls, each with
 /// its fixed cost and TLB flush); the helper still starts within a few chunks of a drain.
 pub(crate) const MAX_RUN: usize = CHUNK_SIZE;
+/// What a session completes at its end: an owner of slabs handed to the session (a keg), which
+/// moves them from its `releasing` list to `clean` once their pages are gone and returns their
+/// bytes. Defined here so that the pipeline sits below the kegs that use it.
+pub(crate) trait Releasing {
+    /// Called once the session has seen every run it posted given back.
+    fn complete_releases(&self) -> usize;
+}
+
 /// Most kegs one session serves before it completes what it has and starts over.
 const MAX_KEGS: usize = 16;
 
@@ -113,73 +120,49 @@ fn give_back(addr: usize, len: usize) {
     DONE.fetch_add(1, Ordering::Release);
 }
 
-fn helper_main() {
-    loop {
-        while let Some((a, l)) = claim() {
-            give_back(a, l);
-            WORKER_RUNS.fetch_add(1, Ordering::Relaxed);
-        }
-        // Dekker with `post`: we store SLEEPING = 1 then load POSTED; `post` stores POSTED then
-        // swaps SLEEPING. All SeqCst, so either we see the new run or `post` sees us asleep and
-        // wakes us (futex_wait returns at once if the word is no longer 1).
-        SLEEPING.store(1, Ordering::SeqCst);
-        if CLAIMED.load(Ordering::SeqCst) != POSTED.load(Ordering::SeqCst) {
-            SLEEPING.store(0, Ordering::SeqCst);
-            continue;
-        }
-        os::futex_wait(&SLEEPING, 1);
+/// One round of the helper: every run posted so far, then sleep until the next is posted.
+fn helper_pass() {
+    while let Some((a, l)) = claim() {
+        give_back(a, l);
+        WORKER_RUNS.fetch_add(1, Ordering::Relaxed);
+    }
+    // Dekker with `post`: we store SLEEPING = 1 then load POSTED; `post` stores POSTED then
+    // swaps SLEEPING. All SeqCst, so either we see the new run or `post` sees us asleep and
+    // wakes us (futex_wait returns at once if the word is no longer 1).
+    SLEEPING.store(1, Ordering::SeqCst);
+    if CLAIMED.load(Ordering::SeqCst) != POSTED.load(Ordering::SeqCst) {
         SLEEPING.store(0, Ordering::SeqCst);
-    }
-}
-
-extern "C" fn after_fork_child() {
-    // Only atomics (async-signal-safe): the child has no helper; the next zone creation starts one.
-    WORKER_UP.store(false, Ordering::Release);
-}
-
-/// Starts the helper thread if this process has none and more than one CPU to run it on. Called
-/// on zone creation (which may allocate); cheap when the helper runs.
-pub(crate) fn ensure_worker() {
-    #[cfg(not(any(loom, miri)))]
-    {
-        if WORKER_UP.load(Ordering::Acquire) {
-            return;
-        }
-        start_worker();
-    }
-}
-
-#[cfg(not(any(loom, miri)))]
-#[cold]
-fn start_worker() {
-    if WORKER_UP.swap(true, Ordering::AcqRel) {
         return;
     }
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        return; // nothing to overlap with; WORKER_UP stays set so we do not ask again
+    os::futex_wait(&SLEEPING, 1);
+    SLEEPING.store(0, Ordering::SeqCst);
+}
+
+/// The helper's loop: gives back every run posted by any session, sleeping on a futex word
+/// between them. Never returns. A runtime runs it on a thread of its own (the core starts no
+/// thread) and says so with [`set_helper_running`]; without one, sessions do every `madvise`
+/// themselves when they finish.
+pub fn serve_forever() -> ! {
+    loop {
+        helper_pass();
     }
-    if crate::options::get_u64(crate::options::Tunable::ReleaseThread) == 0 {
-        return; // switched off (release_thread=false): the reclaiming thread does it all
-    }
-    static ATFORK: std::sync::Once = std::sync::Once::new();
-    ATFORK.call_once(|| {
-        // SAFETY: registers a child handler that only touches an atomic (async-signal-safe).
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
-    });
-    let r = std::thread::Builder::new()
-        .name("ebbtide-release".into())
-        .stack_size(64 * 1024)
-        .spawn(helper_main);
-    if let Err(e) = r {
-        crate::error::report(format_args!(
-            "ebbtide: cannot start the page release helper ({e}); reclaim gives pages back on the calling thread"
-        ));
-    }
+}
+
+/// Whether a helper thread serves the ring in this process (set by the runtime that started it;
+/// cleared by the runtime in a forked child, which has none).
+pub fn set_helper_running(on: bool) {
+    // Release/Acquire: pairs with `helper_running`; a thread that sees `true` also sees whatever
+    // the runtime did before starting the helper.
+    WORKER_UP.store(on, Ordering::Release);
+}
+
+/// See [`set_helper_running`].
+pub fn helper_running() -> bool {
+    WORKER_UP.load(Ordering::Acquire)
 }
 
 /// Runs given back by the helper thread since the process started.
-#[cfg(test)]
-pub(crate) fn helper_runs() -> usize {
+pub fn helper_runs() -> usize {
     WORKER_RUNS.load(Ordering::Relaxed)
 }
 
@@ -201,14 +184,13 @@ const PENDING: usize = 4;
 
 /// Hands the run `[addr, addr + len)` to the helper (or gives it back here when the ring is
 /// full). Only the session owning the ring calls this.
-fn post(addr: usize, len: usize) {
+///
+/// Returns false, posting nothing, when the ring is full (the helper is behind).
+fn post(addr: usize, len: usize) -> bool {
     let p = POSTED.load(Ordering::Relaxed);
     // Acquire: the consumer that finished run `p - RING` read its slot before (see `claim`).
     if p.wrapping_sub(DONE.load(Ordering::Acquire)) >= RING {
-        // Ring full: the helper is behind; do this run here.
-        // SAFETY: as in `give_back`.
-        unsafe { os::release(NonNull::new_unchecked(addr as *mut u8), len) };
-        return;
+        return false;
     }
     let s = &SLOTS[p % RING];
     s.addr.store(addr, Ordering::Relaxed);
@@ -219,7 +201,11 @@ fn post(addr: usize, len: usize) {
     if SLEEPING.swap(0, Ordering::SeqCst) == 1 {
         os::futex_wake(&SLEEPING);
     }
+    true
 }
+
+/// Runs one flush can produce at most (every other page of a chunk).
+const OVERFLOW: usize = CHUNK_PAGES_MAX / 2;
 
 /// One reclaim's use of the pipeline. See the module documentation.
 ///
@@ -231,12 +217,17 @@ pub(crate) struct Session {
     active: bool,
     pending: [Pending; PENDING],
     clock: u64,
-    kegs: [*const Keg; MAX_KEGS],
+    kegs: [Option<NonNull<dyn Releasing>>; MAX_KEGS],
     nkegs: usize,
     /// Bytes given back by completed kegs so far.
     bytes: usize,
     /// Free slabs each keg keeps backed: its reserve, or none.
     keep_reserve: bool,
+    /// Runs that found the ring full: given back by the owner at its next call of
+    /// [`Session::drain_overflow`], which callers make with no keg lock held (a `madvise` never
+    /// runs under a keg lock).
+    overflow: [(usize, usize); OVERFLOW],
+    noverflow: usize,
 }
 
 impl Session {
@@ -279,11 +270,29 @@ impl Session {
                 bits: [0; CHUNK_PAGES_MAX / 64],
             }; PENDING],
             clock: 0,
-            kegs: [core::ptr::null(); MAX_KEGS],
+            kegs: [None; MAX_KEGS],
             nkegs: 0,
             bytes: 0,
             keep_reserve: true,
+            overflow: [(0, 0); OVERFLOW],
+            noverflow: 0,
         }
+    }
+
+    /// Whether runs wait in the overflow: the caller should drop its keg lock and call
+    /// [`Session::drain_overflow`] before it adds more.
+    #[inline]
+    pub(crate) fn has_overflow(&self) -> bool {
+        self.noverflow > 0
+    }
+
+    /// Gives back the runs that found the ring full, on this thread. Call with no keg lock held.
+    pub(crate) fn drain_overflow(&mut self) {
+        for &(a, l) in &self.overflow[..self.noverflow] {
+            // SAFETY: as in `give_back`: runs of slabs on their keg's releasing list.
+            unsafe { os::release(NonNull::new_unchecked(a as *mut u8), l) };
+        }
+        self.noverflow = 0;
     }
 
     #[inline]
@@ -299,7 +308,7 @@ impl Session {
     /// Registers `k` as a keg whose `releasing` slabs this session completes, completing the
     /// kegs enlisted so far first if the table is full. Must be called without any keg lock held
     /// (completing takes their locks).
-    pub(crate) fn enlist(&mut self, k: &Keg) {
+    pub(crate) fn enlist(&mut self, k: &(dyn Releasing + 'static)) {
         if self.active && !self.try_enlist(k) {
             self.complete();
             let ok = self.try_enlist(k);
@@ -309,26 +318,30 @@ impl Session {
 
     /// Registers `k` if the table has room (or it is already there); never blocks, so it may be
     /// called with `k`'s lock held. False: `k` must not hand this session any slab.
-    pub(crate) fn try_enlist(&mut self, k: &Keg) -> bool {
-        let kp = k as *const Keg;
+    pub(crate) fn try_enlist(&mut self, k: &(dyn Releasing + 'static)) -> bool {
+        let kp = NonNull::from(k);
         if !self.active {
             return false;
         }
         // Most recent first: a drain hands over one keg's slabs at a time.
-        if self.kegs[..self.nkegs].iter().rev().any(|&x| x == kp) {
+        let same = |x: &Option<NonNull<dyn Releasing>>| {
+            x.is_some_and(|x| x.cast::<u8>() == kp.cast::<u8>())
+        };
+        if self.kegs[..self.nkegs].iter().rev().any(same) {
             return true;
         }
         if self.nkegs == MAX_KEGS {
             return false;
         }
-        self.kegs[self.nkegs] = kp;
+        self.kegs[self.nkegs] = Some(kp);
         self.nkegs += 1;
         true
     }
 
     /// Adds `[addr, addr + len)` (whole slabs of an enlisted keg, taken off its lists; page
     /// aligned, inside one chunk) to the pages to give back. Called with that keg's lock held;
-    /// never blocks on anything but the `madvise` it may do itself when the ring is full.
+    /// never blocks and never gives pages back itself: runs that find the ring full wait in the
+    /// overflow, which the caller drains after dropping the lock ([`Session::has_overflow`]).
     pub(crate) fn add(&mut self, addr: usize, len: usize) {
         debug_assert!(self.active);
         let ps = os::page_size();
@@ -388,7 +401,13 @@ impl Session {
             while pg < npg && bit(pg) {
                 pg += 1;
             }
-            post(p.chunk + start * ps, (pg - start) * ps);
+            let (a, l) = (p.chunk + start * ps, (pg - start) * ps);
+            if !post(a, l) {
+                // Callers drain the overflow after every `add`, and one flush yields at most
+                // OVERFLOW runs, so there is room.
+                self.overflow[self.noverflow] = (a, l);
+                self.noverflow += 1;
+            }
         }
     }
 
@@ -396,6 +415,9 @@ impl Session {
     fn drain_ring(&mut self) {
         for i in 0..PENDING {
             self.flush(i);
+            // Flushing may leave runs in the overflow (ring full): give them back now, before the
+            // kegs are told their slabs are clean. (No keg lock is held here.)
+            self.drain_overflow();
         }
         while let Some((a, l)) = claim() {
             give_back(a, l);
@@ -419,11 +441,11 @@ impl Session {
             return;
         }
         self.drain_ring();
-        for &k in &self.kegs[..self.nkegs] {
+        for k in self.kegs[..self.nkegs].iter().flatten() {
             // SAFETY: enlisted kegs outlive the session: kegs are destroyed only with no reclaim
             // in progress on them (zone destruction owns the zone; bucket kegs are never
             // destroyed), and a session never outlives the reclaim that opened it.
-            self.bytes += unsafe { &*k }.complete_releases();
+            self.bytes += unsafe { k.as_ref() }.complete_releases();
         }
         self.nkegs = 0;
     }
@@ -468,7 +490,11 @@ mod tests {
 
     #[test]
     fn the_helper_gives_runs_back_while_the_owner_waits() {
-        ensure_worker();
+        static HELPER: std::sync::Once = std::sync::Once::new();
+        HELPER.call_once(|| {
+            std::thread::spawn(|| serve_forever());
+            set_helper_running(true);
+        });
         let k = Keg::new(4096, 0).unwrap();
         // 24 MiB of one-page slabs: six chunks, so chunks are posted (evicted from the four
         // pending slots) before the session finishes.

@@ -15,7 +15,15 @@ use crate::error::{AllocError, CreateError, InvalidFree, ZoneBusy};
 use crate::os;
 use crate::zone::{Zone, ZoneOptions, ZoneSnapshot};
 use core::ptr::NonNull;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static DEFAULT_CAP: AtomicUsize = AtomicUsize::new(1024);
+
+/// Sets the cap of pools made by [`PagePool::with_default_cap`] from now on (the runtime's
+/// `max_buffer_pages` tunable).
+pub fn set_default_cap(max_buffer_pages: usize) {
+    DEFAULT_CAP.store(max_buffer_pages, Ordering::Relaxed);
+}
 
 /// A pool of page-sized, page-aligned buffers.
 pub struct PagePool {
@@ -43,12 +51,13 @@ impl PagePool {
         Ok(PagePool { zone })
     }
 
-    /// A pool with the `max_buffer_pages` tunable's value as its cap (default 1024, as blkback).
+    /// A pool with the default cap as its cap ([`set_default_cap`]: the runtime's
+    /// `max_buffer_pages` tunable; 1024, as blkback, when no runtime set it).
     pub fn with_default_cap(name: &str) -> Result<PagePool, CreateError> {
-        Self::new(
-            name,
-            crate::options::get_u64(crate::options::Tunable::MaxBufferPages) as usize,
-        )
+        // Zone creation first: it lets the runtime read its configuration (and set the cap).
+        let pool = Self::new(name, usize::MAX - 1)?;
+        pool.set_max_buffer_pages(DEFAULT_CAP.load(Ordering::Relaxed));
+        Ok(pool)
     }
 
     /// One page-sized, page-aligned buffer.
@@ -84,7 +93,7 @@ impl PagePool {
     /// Shrinks to the cap now (0 while squeezing), as the reclaim thread does every
     /// `pool_shrink_interval_ms`. Returns the bytes given back.
     pub fn shrink(&self) -> usize {
-        let target = if crate::reclaim::squeezing_now() {
+        let target = if crate::gate::squeezing_now() {
             0
         } else {
             self.max_buffer_pages()
@@ -99,7 +108,7 @@ impl PagePool {
             max_buffer_pages: self.max_buffer_pages() as u64,
             free_pages: z.free,
             pages_in_use: z.used,
-            squeezed: crate::reclaim::squeezing_now(),
+            squeezed: crate::gate::squeezing_now(),
             zone: z,
         }
     }
@@ -124,15 +133,8 @@ impl PagePool {
 mod tests {
     use super::*;
 
-    /// Exact counts below: no reclaim thread may shrink behind the tests' backs.
-    fn quiet() {
-        let _ = crate::options::set("reclaim_thread", "false");
-        let _ = crate::options::set("sources", "none");
-    }
-
     #[test]
     fn pool_pages_are_page_aligned_and_capped() {
-        quiet();
         let ps = os::page_size();
         let pool = PagePool::new("test-pool", 16).unwrap();
         let pages: Vec<_> = (0..200).map(|_| pool.get().unwrap()).collect();
@@ -160,7 +162,6 @@ mod tests {
 
     #[test]
     fn shrink_never_touches_pages_in_use() {
-        quiet();
         let ps = os::page_size();
         let pool = PagePool::new("test-pool-inuse", 0).unwrap();
         let keep: Vec<_> = (0..50).map(|_| pool.get().unwrap()).collect();

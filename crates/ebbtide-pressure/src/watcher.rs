@@ -416,7 +416,7 @@ impl Watcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pressure::Level;
+    use crate::Level;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
 
@@ -528,8 +528,8 @@ mod tests {
 
     #[test]
     fn stuck_fd_is_disabled_not_spun_on() {
-        let efd = crate::pressure::fs::eventfd().unwrap();
-        crate::pressure::fs::eventfd_signal(efd.as_raw_fd()).unwrap();
+        let efd = crate::fs::eventfd().unwrap();
+        crate::fs::eventfd_signal(efd.as_raw_fd()).unwrap();
         let calls = Arc::new(AtomicU32::new(0));
         let mut w = Watcher::from_sources(vec![Box::new(Stuck {
             efd,

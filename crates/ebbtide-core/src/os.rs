@@ -130,6 +130,23 @@ pub mod fault {
         FAIL_COMMITS.with(|c| c.set(n));
     }
 
+    thread_local! {
+        static RELEASE_DELAY_US: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// Test hook: every page give-back ([`super::release`]) by this thread sleeps `us`
+    /// microseconds first, so a test can see what else waits for it (no lock may).
+    pub fn set_release_delay_us(us: u32) {
+        RELEASE_DELAY_US.with(|c| c.set(us));
+    }
+
+    pub(crate) fn release_delay() {
+        let us = RELEASE_DELAY_US.with(|c| c.get());
+        if us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(us as u64));
+        }
+    }
+
     /// How many commits or maps failed because of injection since the process started.
     pub fn injected_failures() -> u32 {
         FAILED.load(Ordering::SeqCst)
@@ -218,6 +235,7 @@ pub unsafe fn commit(ptr: NonNull<u8>, len: usize) -> Result<(), OsError> {
 /// # Safety
 /// The range must be committed memory of ours, page aligned, and hold nothing anyone still uses.
 pub unsafe fn release(ptr: NonNull<u8>, len: usize) {
+    fault::release_delay();
     // SAFETY: the caller guarantees the range is ours, page aligned and unused.
     let r = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_DONTNEED) };
     debug_assert_eq!(r, 0, "madvise(MADV_DONTNEED) failed");
@@ -249,6 +267,26 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
             1,
         );
     }
+}
+
+static METADATA_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of the library's own metadata in memory: zone objects, per-CPU stacks, chunk headers
+/// with their slab descriptors, and the used pages of the chunk map. Beside the kegs'
+/// `mapped_bytes` (slabs of items and of buckets), this accounts for every byte the library maps
+/// and touches.
+pub fn metadata_bytes() -> u64 {
+    METADATA_BYTES.load(Ordering::Relaxed) as u64
+}
+
+/// Counts `n` more bytes of metadata (see [`metadata_bytes`]).
+pub(crate) fn add_metadata(n: usize) {
+    METADATA_BYTES.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Counts `n` bytes of metadata gone.
+pub(crate) fn sub_metadata(n: usize) {
+    METADATA_BYTES.fetch_sub(n, Ordering::Relaxed);
 }
 
 /// Maps `len` bytes of fresh zeroed memory (a multiple of the page size) for metadata.
@@ -293,6 +331,14 @@ pub unsafe fn unmap(ptr: NonNull<u8>, len: usize) {
 #[inline]
 pub const fn round_up(n: usize, to: usize) -> usize {
     (n + to - 1) & !(to - 1)
+}
+
+/// Writes `msg` to standard error with one `write(2)` (no allocation, no lock; a message of up
+/// to `PIPE_BUF` bytes is not interleaved with other writers). Errors are ignored: there is
+/// nowhere left to report them.
+pub fn write_stderr(msg: &[u8]) {
+    // SAFETY: writes `msg.len()` initialised bytes from a live slice to fd 2.
+    unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! destructor and gives the item back to the zone.
 //!
 //! ```
-//! use ebbtide::{TypedZone, ZBox};
+//! use ebbtide_core::{TypedZone, ZBox};
 //! let zone = TypedZone::<[u64; 4]>::new("typed-doc").unwrap();
 //! let mut b: ZBox<'_, [u64; 4]> = zone.alloc([1, 2, 3, 4]).unwrap();
 //! b[0] = 10;
@@ -13,7 +13,7 @@
 //!
 //! A box borrows its zone, so it cannot outlive it:
 //! ```compile_fail
-//! use ebbtide::TypedZone;
+//! use ebbtide_core::TypedZone;
 //! let b;
 //! {
 //!     let zone = TypedZone::<u64>::new("typed-outlive").unwrap();
@@ -24,7 +24,7 @@
 //!
 //! Nor can the zone be moved (or destroyed) while a box is alive:
 //! ```compile_fail
-//! use ebbtide::TypedZone;
+//! use ebbtide_core::TypedZone;
 //! let zone = TypedZone::<u64>::new("typed-move").unwrap();
 //! let b = zone.alloc(1).unwrap();
 //! let moved = zone; // cannot move out of `zone` because it is borrowed

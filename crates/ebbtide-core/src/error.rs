@@ -1,7 +1,6 @@
 //! Errors of the zone API. Every error names what was wrong: the option and why, the zone and the
 //! address, the count of live items.
 
-use crate::keg::InvalidKind;
 use crate::os::OsError;
 use core::fmt;
 
@@ -79,7 +78,7 @@ impl std::error::Error for AllocError {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InvalidFree {
     /// The zone's name (up to 63 bytes, as given at creation).
-    pub zone: crate::zone::ZoneName,
+    pub zone: ZoneName,
     /// The address passed.
     pub addr: usize,
     /// What is wrong with it.
@@ -104,7 +103,7 @@ impl std::error::Error for InvalidFree {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ZoneBusy {
     /// The zone's name.
-    pub zone: crate::zone::ZoneName,
+    pub zone: ZoneName,
     /// Items allocated and not freed.
     pub live_items: usize,
 }
@@ -155,7 +154,7 @@ impl From<OsError> for CreateError {
 }
 
 /// Writes a message to stderr without allocating (usable inside the allocator).
-pub(crate) fn report(args: fmt::Arguments<'_>) {
+pub fn report(args: fmt::Arguments<'_>) {
     struct Buf {
         b: [u8; 512],
         n: usize,
@@ -172,6 +171,73 @@ pub(crate) fn report(args: fmt::Arguments<'_>) {
     let mut buf = Buf { b: [0; 512], n: 0 };
     let _ = fmt::write(&mut buf, args);
     buf.b[buf.n] = b'\n';
-    // SAFETY: writes buf.n + 1 initialised bytes from a live stack buffer to fd 2.
-    unsafe { libc::write(2, buf.b.as_ptr().cast(), buf.n + 1) };
+    crate::os::write_stderr(&buf.b[..buf.n + 1]);
+}
+
+/// A zone's name, stored inline (no allocation).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ZoneName {
+    bytes: [u8; 63],
+    len: u8,
+}
+
+impl ZoneName {
+    pub(crate) fn new(s: &str) -> Result<ZoneName, ConfigError> {
+        let bad = |why| ConfigError::BadName {
+            name_len: s.len(),
+            why,
+        };
+        if s.is_empty() {
+            return Err(bad("empty"));
+        }
+        if s.len() > 63 {
+            return Err(bad("longer than 63 bytes"));
+        }
+        if s.bytes()
+            .any(|b| b.is_ascii_control() || b == b'"' || b == b'\\')
+        {
+            return Err(bad("contains a control character, a quote or a backslash"));
+        }
+        let mut bytes = [0; 63];
+        bytes[..s.len()].copy_from_slice(s.as_bytes());
+        Ok(ZoneName {
+            bytes,
+            len: s.len() as u8,
+        })
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("?")
+    }
+}
+
+impl core::fmt::Debug for ZoneName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+/// What is wrong with a pointer handed back to a keg.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvalidKind {
+    /// Not inside any slab of this zone (another zone's memory, or not allocator memory at all).
+    NotInZone,
+    /// Inside the zone's slab metadata or the unused tail of a slab.
+    NotAnItem,
+    /// Inside an item but not at its start.
+    Misaligned,
+    /// The item is already free.
+    DoubleFree,
+}
+
+impl InvalidKind {
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            InvalidKind::NotInZone => "pointer is not inside any slab of this zone",
+            InvalidKind::NotAnItem => "pointer is inside the zone's memory but not inside an item",
+            InvalidKind::Misaligned => "pointer is inside an item but not at its start",
+            InvalidKind::DoubleFree => "double free: the item is already free",
+        }
+    }
 }

@@ -1,0 +1,74 @@
+//! The runtime's threads, started lazily from zone creation (never from an allocation), and the
+//! one fork handler that forgets them in a child.
+//!
+//! | thread | started by | what it runs |
+//! |---|---|---|
+//! | `ebbtide-reclaim` | [`before_zone_create`], [`crate::pressure::notify`] | the reclaim loop ([`crate::reclaimer`]) |
+//! | `ebbtide-release` | [`before_zone_create`] | the core's release helper ([`ebbtide_core::release::serve_forever`]) |
+//!
+//! A forked child has none of its parent's threads. The fork handler only clears atomics
+//! (async-signal-safe: POSIX allows nothing else in the child of a multithreaded process before
+//! `exec`); the child starts its own threads at its next zone creation or pressure notification,
+//! not from inside an allocation.
+
+use crate::options::{self, Tunable};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Once;
+
+/// The core's hook ([`ebbtide_core::runtime::Hooks::before_create`]): reads the configuration
+/// (once: the environment is frozen at the first zone), pushes the settings the core reads into
+/// it, and starts the threads that should run and do not.
+pub(crate) fn before_zone_create() {
+    start_runtime();
+}
+
+/// Everything [`before_zone_create`] does; also called by the other entry points that may start
+/// the runtime (`notify`).
+pub(crate) fn start_runtime() {
+    register_fork_handler();
+    crate::reclaimer::ensure_started();
+    ebbtide_core::runtime::set_checked_by_default(options::get_bool(Tunable::Checked));
+    ebbtide_core::page_pool::set_default_cap(options::get_u64(Tunable::MaxBufferPages) as usize);
+    ensure_release_helper();
+}
+
+/// Set once a release helper was started in this process, or found unnecessary (one CPU, or
+/// switched off); cleared in a forked child.
+static HELPER_TRIED: AtomicBool = AtomicBool::new(false);
+
+fn ensure_release_helper() {
+    if cfg!(miri) || HELPER_TRIED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return; // nothing to overlap with
+    }
+    if options::get_u64(Tunable::ReleaseThread) == 0 {
+        return; // switched off (release_thread=false): the reclaiming thread does it all
+    }
+    let r = std::thread::Builder::new()
+        .name("ebbtide-release".into())
+        .stack_size(64 * 1024)
+        .spawn(|| ebbtide_core::release::serve_forever());
+    match r {
+        Ok(_) => ebbtide_core::release::set_helper_running(true),
+        Err(e) => ebbtide_core::error::report(format_args!(
+            "ebbtide: cannot start the page release helper ({e}); reclaim gives pages back on the calling thread"
+        )),
+    }
+}
+
+extern "C" fn after_fork_child() {
+    // Only atomics (async-signal-safe).
+    HELPER_TRIED.store(false, Ordering::Release);
+    ebbtide_core::release::set_helper_running(false);
+    crate::reclaimer::after_fork_child();
+}
+
+fn register_fork_handler() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a child handler that only stores to atomics (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    });
+}
