@@ -10,7 +10,7 @@
 //! `madvise`, and they go onto `clean` when it is done.
 //!
 //! Inside a reclaim, pages go back through the [release pipeline](crate::release) instead: a slab
-//! left entirely free by [`Keg::release`] (beyond the reserve), or picked by [`Keg::reclaim_in`],
+//! left entirely free by `Keg::release` (beyond the reserve), or picked by `Keg::reclaim_in`,
 //! becomes `Clean` at once (so a free into it is a double free) but waits on a fourth list,
 //! `releasing`, which allocation never looks at, until the session has seen its `madvise` done
 //! and calls [`crate::release::Releasing::complete_releases`], which splices the whole list onto `clean` in O(1). The
@@ -155,7 +155,7 @@ pub(crate) enum Emptied<'a> {
     GiveBack,
     /// Beyond the keg's reserve (none when the session does not keep reserves), to the session's
     /// release pipeline; onto the free list within it, or when the session cannot take one more
-    /// keg (a later [`Keg::reclaim_in`] gives those back). An inactive session means `Keep`.
+    /// keg (a later `Keg::reclaim_in` gives those back). An inactive session means `Keep`.
     Pipeline(&'a mut Session),
 }
 

@@ -5,10 +5,17 @@
 //! full buckets over slabs), xen-blkback's squeeze of page pools, and the Linux pressure signals
 //! that no userspace allocator listens to.
 //!
+//! This crate is the allocator core: it never calls the global allocator on its paths, never
+//! starts a thread, and knows nothing of pressure sources, options, statistics formats or the
+//! control socket. What it needs from a runtime above it (the `ebbtide` crate, or a malloc) is
+//! passed in ([`runtime`]): a hook called at zone creation (configuration, threads), a hook
+//! counting failed mappings, checked mode by default, the release helper
+//! ([`release::serve_forever`], run on the runtime's thread).
+//!
 //! ## Objects, top to bottom
 //!
 //! ```text
-//!   Zone  ── one item size, hooks, limit, flags; the unit users see            zone.rs
+//!   Zone  ── one item size, hooks, limit, flags; the unit users see            zone/
 //!    │
 //!    ├─ per-CPU stacks  ── LIFO of free items per (zone, CPU); rseq critical   pcpu.rs
 //!    │                     sections, no lock; cap = 2 × bucket size (≤ 504)
@@ -18,8 +25,22 @@
 //!         └ slabs       ── runs of pages cut into items; metadata off-page     slab.rs
 //!              └ chunks ── 4 MiB pieces of one arena reservation, tagged in    arena.rs
 //!                          a chunk map so any pointer maps to its keg in O(1)
-//!                 └ OS  ── mmap/mprotect/madvise/membarrier, clock, CPU id     os.rs
+//!                 └ OS  ── mmap/mprotect/madvise/membarrier/dlsym/atfork,      os.rs
+//!                          write(2), the clock (one time base; fake in tests)
 //! ```
+//!
+//! Beside them: the list of live zones (`registry`), the squeeze window, the "buckets disabled"
+//! switch and the one-reclaim-at-a-time lock (`gate`), the release pipeline that gives pages
+//! back while a drain goes on ([`release`]), page pools ([`page_pool`]), typed zones
+//! ([`typed`]), the reclaim entry points ([`reclaim`]).
+//!
+//! ## Layers
+//! Layer order (bottom first): sync, os, wss, error, runtime, gate, registry, arena, slab, release, keg, bucket, pcpu, depot, zone, reclaim, page_pool, typed.
+//!
+//! Each module names only modules before it in that list (`tests/layers.rs` reads the code and
+//! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
+//! release ring knows kegs only through its `Releasing` trait; the gates sit below the zones
+//! that read them and above nothing but the OS.
 //!
 //! Vocabulary: an *item* is what a zone hands out; a *slab* is a run of OS pages holding items of
 //! one keg; a *chunk* is the 4 MiB unit of address space a keg owns; a *bucket* is an array of free
@@ -35,7 +56,9 @@
 //! Free goes the other way: this CPU's stack; when full, a bucket's worth is flushed to the
 //! depot; when the depot is at its cap, caching is off (NOBUCKET, buckets disabled by critical
 //! pressure, a squeeze window, limit sleepers) or the thread has no rseq area, straight to the
-//! slabs. Every free is first checked in O(1) against the chunk map (never touching the item).
+//! slabs. Every free is first checked in O(1) against the chunk map (never touching the item),
+//! and the push refuses an item that is already the top of this CPU's stack (an immediate double
+//! free, `free(p); free(p)`).
 //!
 //! The fast path's constants (per-CPU base, CPU count, rseq offset, the `careful` bits that send
 //! hooks, checked/zeroing zones and locked mode to the slow path, arena bounds, chunk tag, slab
@@ -47,25 +70,30 @@
 //! `TRIM` (depot to its working set) → `DRAIN` (whole depot) → `DRAIN_CPU` (depot, then every
 //! CPU's stack of every zone — one loop over CPUs, one `membarrier` per CPU — then the depot
 //! again). Items go back to their slabs; free slabs go back to the OS with `MADV_DONTNEED`, one
-//! call per run of adjacent slabs ([`reclaim`]). In a large drain the slabs emptied along the way
-//! are handed to a helper thread (`release`, tunable `release_thread`) that gives their pages
-//! back while the drain goes on; the call still returns only when every page it counts is gone.
-//! The pressure layer ([`pressure`]) turns signals into levels and levels into these requests,
-//! rate-limited, from one reclaim thread.
+//! call per run of adjacent slabs, never under a keg lock. In a large drain the slabs emptied
+//! along the way are handed to the release helper (the runtime's thread running
+//! [`release::serve_forever`]), which gives their pages back while the drain goes on; the call
+//! still returns only when every page it counts is gone. A policy step that opens a squeeze
+//! window, turns buckets off and asks for DRAIN_CPU is one pass over the CPUs
+//! ([`reclaim::respond`]).
 //!
 //! ## Locks (outermost first) and who owns them
 //! | lock | owner | protects |
 //! |---|---|---|
-//! | reclaim mutex | [`reclaim`] | one reclaim at a time (re-entry returns 0) |
-//! | registry mutex | `registry` | the list of zones |
+//! | reclaim mutex | `gate` | one reclaim at a time (re-entry returns 0) |
+//! | registry mutex | `registry` | the list of live zones |
+//! | limit mutex (per zone) | `zone/limit.rs` | `max_items` sleepers (FIFO tickets); taken alone, never with another core lock held |
 //! | header lock (per zone, per CPU) | `pcpu` | drainers and cap writers; every op in locked mode |
 //! | depot mutex (per zone) | `depot` | buckets and the WSS estimator; `try_lock` failure grows the bucket size |
-//! | keg mutex (per keg) | `keg` | slab lists, bitmaps, counters |
+//! | keg mutex (per keg) | `keg` | slab lists, bitmaps, counters; innermost; only `fini` runs under it, never `madvise` |
 //! | arena free-chunk mutex | `arena` | the free chunk list |
 //!
 //! The fast path takes none of them. No path of the core (alloc, free, reclaim) calls the global
 //! allocator once a zone exists: metadata lives in the library's own pages (zone objects, per-CPU
-//! arrays, chunk headers, buckets), so the core can later serve as a process's `malloc`.
+//! arrays, chunk headers, buckets), so the core can serve as a process's `malloc`. Every byte it
+//! maps is counted: item and bucket slabs in [`mapped_bytes`], its own structures in
+//! [`os::metadata_bytes`]. The runtime's locks (policy, handlers, `APPLY`) are all outside these
+//! (see the `ebbtide` crate).
 //!
 //! ## Invariants
 //! * keg: `backed_slabs × items_per_slab = items_out + free_items`;
@@ -93,7 +121,7 @@ pub mod error;
 #[cfg(not(loom))]
 pub(crate) mod gate;
 #[cfg(not(loom))]
-pub mod keg;
+pub(crate) mod keg;
 #[cfg(not(loom))]
 pub mod os;
 #[cfg(not(loom))]
@@ -121,7 +149,7 @@ pub mod zone;
 #[cfg(not(loom))]
 pub use error::{AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
 #[cfg(not(loom))]
-pub use keg::InvalidKind;
+pub use keg::{mapped_bytes, released_bytes, InvalidKind};
 #[cfg(not(loom))]
 pub use page_pool::{PagePool, PoolSnapshot};
 #[cfg(not(loom))]

@@ -22,7 +22,7 @@
 //! exactly as a refused `mprotect` of a strict-overcommit system would.
 
 use core::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// An error from the OS boundary: which call failed and its `errno`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,9 +99,14 @@ pub fn current_cpu() -> usize {
     }
 }
 
-/// Monotonic time in nanoseconds (`CLOCK_MONOTONIC`).
+/// Monotonic time in nanoseconds (`CLOCK_MONOTONIC`): the core's one time base (squeeze
+/// windows, idle detection). Tests may replace it with a fake clock ([`fault::set_fake_clock`]).
 #[inline]
 pub fn now_ns() -> u64 {
+    let fake = fault::FAKE_NOW.load(Ordering::Relaxed);
+    if fake != 0 {
+        return fake;
+    }
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -132,6 +137,17 @@ pub mod fault {
 
     thread_local! {
         static RELEASE_DELAY_US: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// The fake clock's reading in ns; 0 = the real clock.
+    pub(super) static FAKE_NOW: AtomicU64 = AtomicU64::new(0);
+
+    /// Test hook: [`super::now_ns`] returns `ns` from now on for every thread (`None`: the real
+    /// clock again). For tests of time-dependent core state (squeeze windows) in their own
+    /// process.
+    pub fn set_fake_clock(ns: Option<u64>) {
+        // 0 stands for "real clock", so a fake reading of 0 is stored as 1 ns.
+        FAKE_NOW.store(ns.map_or(0, |n| n.max(1)), Ordering::Relaxed);
     }
 
     /// Test hook: every page give-back ([`super::release`]) by this thread sleeps `us`
@@ -267,6 +283,64 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
             1,
         );
     }
+}
+
+/// glibc's registered rseq area: `(__rseq_offset, __rseq_size)`, or `None` when this libc
+/// exports neither (not glibc, or older than 2.35). A size below 20 means not registered.
+pub fn glibc_rseq_area() -> Option<(isize, u32)> {
+    // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names has no preconditions.
+    let (off, size) = unsafe {
+        (
+            libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()),
+            libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()),
+        )
+    };
+    if off.is_null() || size.is_null() {
+        return None;
+    }
+    // SAFETY: glibc defines these as `const ptrdiff_t __rseq_offset` and
+    // `const unsigned int __rseq_size`, valid for the life of the process.
+    Some(unsafe { (*(off as *const isize), *(size as *const u32)) })
+}
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 7;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 8;
+const MEMBARRIER_CMD_FLAG_CPU: libc::c_uint = 1;
+
+/// Registers the process for `MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ`; false if the kernel
+/// refuses (then remote drains cannot use rseq fences).
+pub fn membarrier_register_rseq() -> bool {
+    // SAFETY: membarrier registration has no memory-safety preconditions.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ,
+            0,
+            0,
+        ) == 0
+    }
+}
+
+/// Restarts every rseq critical section running on `cpu` (and fences it): one
+/// `membarrier(PRIVATE_EXPEDITED_RSEQ, FLAG_CPU, cpu)`. False if the kernel refused.
+pub fn membarrier_rseq_cpu(cpu: usize) -> bool {
+    // SAFETY: membarrier has no memory-safety preconditions.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
+            MEMBARRIER_CMD_FLAG_CPU,
+            cpu as libc::c_int,
+        ) == 0
+    }
+}
+
+/// Registers fork handlers (`pthread_atfork`): `child` runs in the child after a fork. It must
+/// only do what is async-signal-safe (in practice: store to atomics).
+pub fn atfork_child(child: extern "C" fn()) {
+    // SAFETY: registers a handler; the caller's obligation (async-signal-safe body) is stated
+    // above and in every handler's comment.
+    unsafe { libc::pthread_atfork(None, None, Some(child)) };
 }
 
 static METADATA_BYTES: AtomicUsize = AtomicUsize::new(0);

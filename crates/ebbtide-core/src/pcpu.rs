@@ -17,8 +17,8 @@
 //! it. (UMA's third, cross-domain bucket has no use on a single NUMA domain.)
 //!
 //! # Fast path (rseq mode)
-//! glibc registers a restartable sequence area for every thread (`__rseq_offset`). [`Pcpu::pop`]
-//! and [`Pcpu::push`] are rseq critical sections in inline assembly: read the CPU id, locate the
+//! glibc registers a restartable sequence area for every thread (`__rseq_offset`). `Pcpu::pop`
+//! and `Pcpu::push` are rseq critical sections in inline assembly: read the CPU id, locate the
 //! header, check `count` against `floor`/`cap`, move the item, and commit with **one 8-byte store
 //! of `word`** (count ± 1, plus the allocation counter). If the thread is preempted, migrated or
 //! signalled before that store, the kernel restarts the section from the top, so two threads never
@@ -116,10 +116,6 @@ const NO_RSEQ: isize = isize::MIN;
 mod rseq {
     use std::sync::OnceLock;
 
-    const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 7;
-    const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 8;
-    const MEMBARRIER_CMD_FLAG_CPU: libc::c_uint = 1;
-
     static OFFSET: OnceLock<Option<isize>> = OnceLock::new();
 
     /// The thread-pointer offset of glibc's rseq area, if rseq can be used for per-CPU caches.
@@ -128,32 +124,11 @@ mod rseq {
             if matches!(std::env::var_os("EBBTIDE_RSEQ"), Some(v) if v == "0") {
                 return None;
             }
-            // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names has no preconditions.
-            let (off, size) = unsafe {
-                (
-                    libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()),
-                    libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()),
-                )
-            };
-            if off.is_null() || size.is_null() {
-                return None;
-            }
-            // SAFETY: glibc defines these as `const ptrdiff_t __rseq_offset` and
-            // `const unsigned int __rseq_size`.
-            let (off, size) = unsafe { (*(off as *const isize), *(size as *const u32)) };
+            let (off, size) = crate::os::glibc_rseq_area()?;
             if size < 20 {
                 return None; // rseq not registered (disabled by tunable, or the kernel refused)
             }
-            // SAFETY: membarrier registration has no memory-safety preconditions.
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_membarrier,
-                    MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ,
-                    0,
-                    0,
-                )
-            };
-            if r != 0 {
+            if !crate::os::membarrier_register_rseq() {
                 return None;
             }
             // The calling thread must see a valid CPU id through the area.
@@ -181,16 +156,7 @@ mod rseq {
 
     /// Restarts every rseq critical section running on `cpu` and fences it.
     pub(super) fn fence_cpu(cpu: usize) -> bool {
-        // SAFETY: membarrier has no memory-safety preconditions.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_membarrier,
-                MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
-                MEMBARRIER_CMD_FLAG_CPU,
-                cpu as libc::c_int,
-            )
-        };
-        r == 0
+        crate::os::membarrier_rseq_cpu(cpu)
     }
 
     // Every critical section below has the same shape, built from these two pieces:

@@ -10,7 +10,7 @@
 //! | [`Hooks::before_create`] | at the start of [`crate::Zone::new`] (so also of every page pool) | allocation, free, reclaim |
 //! | [`Hooks::map_failure`] | after a failed mapping was answered with a DRAIN_CPU | (any path: it must only count) |
 //! | [`set_checked_by_default`] | read once per zone creation | |
-//! | [`crate::release::set_helper`] | read by every release session | |
+//! | [`crate::release::set_helper_running`] | read by every release session | |
 //!
 //! `before_create` is where a runtime reads its configuration and starts its threads: zone
 //! creation may allocate and block, allocation may not. The core never starts a thread and

@@ -57,7 +57,7 @@ impl<T> TypedZone<T> {
         Self::with_flags(name, ZoneFlags::default())
     }
 
-    /// As [`TypedZone::new`], with zone flags (e.g. [`ZoneFlags::CHECKED`]).
+    /// As [`TypedZone::new`], with zone flags (e.g. [`crate::ZoneFlags::CHECKED`]).
     pub fn with_flags(name: &str, flags: ZoneFlags) -> Result<Self, CreateError> {
         Self::from_options(ZoneOptions::new(name, 1).flags(flags))
     }

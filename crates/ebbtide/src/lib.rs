@@ -41,7 +41,6 @@ pub mod stats;
 mod threads;
 
 // The core's modules, under the paths users and tools have always used.
-pub(crate) use ebbtide_core::keg;
 pub use ebbtide_core::{error, os, page_pool, pcpu, reclaim, release, runtime, typed, wss, zone};
 
 pub use ebbtide_core::{

@@ -67,8 +67,6 @@ extern "C" fn after_fork_child() {
 
 fn register_fork_handler() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: registers a child handler that only stores to atomics (async-signal-safe).
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
-    });
+    // The handler only stores to atomics (async-signal-safe).
+    ONCE.call_once(|| ebbtide_core::os::atfork_child(after_fork_child));
 }

@@ -151,7 +151,7 @@ impl Zone {
     ///
     /// The pointer is checked in O(1) without touching its memory: outside this zone's slabs,
     /// inside slab metadata, or not at the start of an item → `Err`, nothing changed. A double free
-    /// is caught at once in checked mode ([`ZoneFlags::CHECKED`] or the `checked` tunable), and
+    /// is caught at once in checked mode (`ZoneFlags::CHECKED` or the `checked` tunable), and
     /// otherwise when the item reaches its slab (reported on stderr and counted, never applied).
     ///
     /// # Safety

@@ -5,7 +5,7 @@
 //! imported from the keg (slabs, then new pages). Free order: this CPU's stack → flush a bucket's
 //! worth to the depot → (depot full, buckets disabled or squeezing) straight to the slabs.
 //!
-//! Counting (see also [`crate::keg`]):
+//! Counting (see also `keg.rs`):
 //! `items_out(keg) == used + Σ per-CPU counts + depot items`, hence
 //! `items in backed slabs == used + per-CPU + depot + free in slabs`. `used` is derived from the
 //! other three; the property test checks it against a shadow model of live items, and

@@ -58,10 +58,10 @@ pub fn collect() -> Snapshot {
         .map(|z| z.cached_bytes_pcpu + z.cached_bytes_depot + z.free_bytes_slabs)
         .sum();
     let global = GlobalStats {
-        mapped_bytes: crate::keg::mapped_bytes(),
+        mapped_bytes: ebbtide_core::mapped_bytes(),
         metadata_bytes: crate::os::metadata_bytes(),
         cached_bytes: cached,
-        released_bytes: crate::keg::released_bytes(),
+        released_bytes: ebbtide_core::released_bytes(),
         squeeze_until_ms: {
             let until = crate::reclaim::squeeze_until();
             let now = crate::os::now_ns();
