@@ -60,6 +60,13 @@ impl Injector {
         let _ = fs::eventfd_signal(self.inner.efd.as_raw_fd());
     }
 
+    /// Wakes the watcher without a level: its `wait` returns (with no event for this), so the
+    /// loop around it sees changed settings at once. Never blocks, never allocates.
+    pub fn wake(&self) {
+        // As in `inject`: a failure means the watcher is already woken.
+        let _ = fs::eventfd_signal(self.inner.efd.as_raw_fd());
+    }
+
     /// The eventfd (readable while a notification is unread).
     pub fn fd(&self) -> RawFd {
         self.inner.efd.as_raw_fd()
@@ -94,5 +101,11 @@ mod tests {
         assert_eq!(fs::poll_one(i.fd(), libc::POLLIN, 0).unwrap(), 0);
         i.inject(Level::Normal);
         assert_eq!(i.take().unwrap(), Some(Level::Normal));
+        i.wake();
+        assert_eq!(
+            fs::poll_one(i.fd(), libc::POLLIN, 0).unwrap() & libc::POLLIN,
+            libc::POLLIN
+        );
+        assert_eq!(i.take().unwrap(), None, "a wake carries no level");
     }
 }

@@ -341,9 +341,10 @@ impl Watcher {
         self.slots.iter().filter_map(|s| s.next_poll(now)).min()
     }
 
-    /// Wait until at least one pressure event is available, or `timeout` passes (`None` =
-    /// no timeout). Returns the events (empty on timeout). Errors only for epoll failures;
-    /// source failures are handled inside (see the module docs).
+    /// Wait until at least one pressure event is available, `timeout` passes (`None` = no
+    /// timeout), or the injector is woken ([`Injector::wake`]). Returns the events (empty on
+    /// timeout or wake). Errors only for epoll failures; source failures are handled inside
+    /// (see the module docs).
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<Vec<PressureEvent>, SourceError> {
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
@@ -389,15 +390,17 @@ impl Watcher {
                 ));
             }
             let now = Instant::now();
+            let mut woken = false;
             for ev in &evs[..n as usize] {
                 let (token, bits) = (ev.u64, ev.events);
                 if token == INJECT_TOKEN {
-                    if let Some(level) = self.injector.take()? {
-                        out.push(PressureEvent {
+                    match self.injector.take()? {
+                        Some(level) => out.push(PressureEvent {
                             kind: SourceKind::Explicit,
                             level,
                             at: now,
-                        });
+                        }),
+                        None => woken = true,
                     }
                     continue;
                 }
@@ -406,7 +409,7 @@ impl Watcher {
                 }
             }
             self.run_due(now, &mut out);
-            if !out.is_empty() || deadline.is_some_and(|d| now >= d) {
+            if !out.is_empty() || woken || deadline.is_some_and(|d| now >= d) {
                 return Ok(out);
             }
         }
@@ -418,6 +421,24 @@ mod tests {
     use super::*;
     use crate::Level;
     use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[test]
+    fn a_wake_ends_the_wait_without_an_event() {
+        let mut w = Watcher::from_sources(Vec::new()).unwrap();
+        let inj = w.injector();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            inj.wake();
+        });
+        let start = Instant::now();
+        let ev = w.wait(Some(Duration::from_secs(10))).unwrap();
+        assert!(ev.is_empty());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "woken, not timed out"
+        );
+        t.join().unwrap();
+    }
     use std::sync::Arc;
 
     /// An fd that is always readable (an eventfd with a count that is never read) and a

@@ -310,6 +310,8 @@ fn start_slow() {
         THREAD_DISABLED.store(true, Ordering::Release);
         return;
     }
+    static SUBSCRIBE: std::sync::Once = std::sync::Once::new();
+    SUBSCRIBE.call_once(|| options::subscribe(wake_on_change));
     let gen = FORKS.load(Ordering::Acquire);
     let r = std::thread::Builder::new()
         .name("ebbtide-reclaim".into())
@@ -319,6 +321,14 @@ fn start_slow() {
             "ebbtide: cannot start the reclaim thread ({e}); pressure is handled on notify only"
         ));
         THREAD_DISABLED.store(true, Ordering::Release);
+    }
+}
+
+/// A tunable changed: wake the reclaim thread so that new intervals and thresholds take effect
+/// now, not when the sleep computed from the old ones ends.
+fn wake_on_change(_: Tunable, _: u64) {
+    if let Some((_, inj)) = &lock(&SHARED).injector {
+        inj.wake();
     }
 }
 
