@@ -110,6 +110,8 @@ impl Arena {
         if off >= self.len {
             return 0;
         }
+        // Acquire: pairs with the Release store of the tag in `alloc_chunk`, so the chunk's
+        // header (written before the tag) is visible to whoever goes on to locate an item in it.
         let t = self.entry(off >> CHUNK_SHIFT).load(Ordering::Acquire);
         if t & 1 == 1 {
             0
@@ -170,6 +172,10 @@ impl Arena {
         // SAFETY: the caller guarantees the chunk is ours and unused.
         unsafe { os::release(chunk, CHUNK_SIZE) };
         let mut head = crate::sync::lock(&self.free);
+        // Release: pairs with the Acquire loads in `tag_of` and the fast path's item check; a
+        // reader that sees the "free" mark (odd value) sees the chunk given back (no stale
+        // header can pass for a keg's). The free-list link in the entry itself is read under
+        // the `free` mutex only.
         self.entry(idx)
             .store(((*head as u64) << 1) | 1, Ordering::Release);
         *head = idx + 1;

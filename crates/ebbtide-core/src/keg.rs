@@ -1131,6 +1131,9 @@ impl Keg {
         // only accessed atomically.
         let word =
             unsafe { &*(SlabMeta::live_bits(loc.slab, self.geo.words).add(w) as *const AtomicU64) };
+        // AcqRel: pairs with the AcqRel `fetch_and` of `mark_dead` on another CPU, so the
+        // allocation that sets the bit happens after the free that cleared it (the item's
+        // ownership moves through this word in checked mode).
         word.fetch_or(1 << b, Ordering::AcqRel) & (1 << b) == 0
     }
 
@@ -1141,6 +1144,7 @@ impl Keg {
         // SAFETY: as in `mark_live`.
         let word =
             unsafe { &*(SlabMeta::live_bits(loc.slab, self.geo.words).add(w) as *const AtomicU64) };
+        // AcqRel: pairs with `mark_live`'s `fetch_or` (see there).
         word.fetch_and(!(1 << b), Ordering::AcqRel) & (1 << b) != 0
     }
 }

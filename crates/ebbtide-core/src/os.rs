@@ -165,6 +165,8 @@ pub mod fault {
 
     /// How many commits or maps failed because of injection since the process started.
     pub fn injected_failures() -> u32 {
+        // SeqCst (here and in `should_fail`): a plain counter read by tests after joining the
+        // threads that failed; the strongest order costs nothing on this cold path.
         FAILED.load(Ordering::SeqCst)
     }
 

@@ -763,6 +763,8 @@ impl Pcpu {
         cap: u32,
         mut f: impl FnMut(*mut u8),
     ) -> usize {
+        // Acquire: pairs with the fence after `stop` (membarrier in rseq mode, the header lock in
+        // locked mode): every push that committed before the stop is visible with its slot.
         let w = h.word.load(Ordering::Acquire);
         let c = (w & COUNT_MASK) as usize;
         for i in (0..c).rev() {
@@ -931,6 +933,9 @@ pub(crate) fn fence_cpu(cpu: usize) {
         );
     }
     let _ = cpu;
+    // SeqCst fence: the drainer's side of the stop protocol (pairs with the stop store in
+    // `stop` and, in locked mode, with the header lock's Release on unlock): loads after it see
+    // every operation that committed before the CPU observed the stop.
     crate::sync::fence(Ordering::SeqCst);
 }
 

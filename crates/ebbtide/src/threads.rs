@@ -59,7 +59,9 @@ fn ensure_release_helper() {
 }
 
 extern "C" fn after_fork_child() {
-    // Only atomics (async-signal-safe).
+    // Only atomics (async-signal-safe). The child has one thread: Release only orders this
+    // store before whatever the child does next (it pairs with the AcqRel swap in
+    // `ensure_release_helper`).
     HELPER_TRIED.store(false, Ordering::Release);
     ebbtide_core::release::set_helper_running(false);
     crate::reclaimer::after_fork_child();

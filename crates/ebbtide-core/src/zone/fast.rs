@@ -68,6 +68,8 @@ impl Fast {
         // SAFETY: off < arena_len, so the index is inside the chunk map, which lives as long as
         // the process.
         let tag = unsafe {
+            // Acquire: pairs with the Release store of the tag in `Arena::alloc_chunk` (the chunk's
+            // header is initialised before its tag is published).
             (*self.chunk_map.add(off >> crate::arena::CHUNK_SHIFT)).load(Ordering::Acquire)
         };
         if unlikely(tag != self.tag) {

@@ -14,6 +14,9 @@ impl ZoneInner {
                 let take = want.min(room);
                 if self
                     .items_reserved
+                    // AcqRel: the count is a budget handed between threads; pairs with the
+                    // SeqCst `fetch_sub` in `unreserve` (a reservation made possible by a return
+                    // happens after it).
                     .compare_exchange(cur, cur + take, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
                 {
@@ -42,6 +45,9 @@ impl ZoneInner {
         st.next_ticket += 1;
         st.sleepers += 1;
         if st.sleepers == 1 {
+            // SeqCst: a Dekker pair with `unreserve` (it lowers `items_reserved`, then loads
+            // `limit_full`; we store `limit_full`, then load `items_reserved` in the loop, all
+            // SeqCst): one of the two sees the other, so a return is never missed by a sleeper.
             self.limit_full.store(true, Ordering::SeqCst);
             drop(st);
             self.close_all_caps();
@@ -49,7 +55,8 @@ impl ZoneInner {
             st = lock(&self.limit);
         }
         loop {
-            let room = self.items_reserved.load(Ordering::Acquire) < self.max_items;
+            // SeqCst: the load of the Dekker pair with `unreserve` (see `limit_full` above).
+            let room = self.items_reserved.load(Ordering::SeqCst) < self.max_items;
             if room && st.serving == ticket {
                 break;
             }
@@ -69,6 +76,7 @@ impl ZoneInner {
         st.serving += 1;
         st.sleepers -= 1;
         if st.sleepers == 0 {
+            // SeqCst: as the store of `true` above.
             self.limit_full.store(false, Ordering::SeqCst);
         }
         drop(st);
@@ -79,8 +87,12 @@ impl ZoneInner {
         if self.max_items == 0 || n == 0 {
             return;
         }
-        self.items_reserved.fetch_sub(n, Ordering::AcqRel);
-        if self.limit_full.load(Ordering::Acquire) {
+        // SeqCst decrement, then SeqCst load of `limit_full`: our side of the Dekker pair with
+        // `wait_for_room` (see there): a sleeper that raised `limit_full` before this load is
+        // woken below, one that raises it after loads the lowered count. (The sleeper's 50 ms
+        // timed wait is only a backstop.) Limit paths only: the cost does not matter.
+        self.items_reserved.fetch_sub(n, Ordering::SeqCst);
+        if self.limit_full.load(Ordering::SeqCst) {
             let _g = lock(&self.limit);
             self.limit_cv.notify_all();
         }

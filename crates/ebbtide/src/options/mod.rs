@@ -231,11 +231,14 @@ impl Registry {
 
     /// Forbid setting start-up-only tunables from now on.
     pub fn freeze_startup(&self) {
+        // Release: pairs with the Acquire in `is_frozen`: a thread that sees the registry frozen
+        // sees the start-up values committed before (the batch commit itself is under a lock).
         self.started.store(true, Ordering::Release);
     }
 
     /// Whether [`Registry::freeze_startup`] was called.
     pub fn is_frozen(&self) -> bool {
+        // Acquire: pairs with the Release in `freeze_startup`.
         self.started.load(Ordering::Acquire)
     }
 
