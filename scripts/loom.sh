@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/loom}" \
-    cargo test --release -p ebbtide --test loom_pcpu
+    cargo test --release -p ebbtide-core --test loom_pcpu

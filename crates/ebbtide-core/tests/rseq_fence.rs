@@ -106,7 +106,7 @@ fn run(fault_inside: bool) {
         eprintln!("skipped: membarrier RSEQ registration refused");
         return;
     }
-    let ncpu = ebbtide::os::cpu_count();
+    let ncpu = ebbtide_core::os::cpu_count();
     let slots: Vec<Slot> = (0..ncpu)
         .map(|_| Slot {
             count: AtomicU64::new(0),
@@ -122,7 +122,7 @@ fn run(fault_inside: bool) {
             s.spawn(|| {
                 // A private page the section writes to; with `fault_inside` it is given back
                 // before every section, so the section takes a page fault before its commit.
-                let page = ebbtide::os::map(4096).unwrap().as_ptr();
+                let page = ebbtide_core::os::map(4096).unwrap().as_ptr();
                 let mut ok = 0u64;
                 while !done.load(Ordering::Relaxed) {
                     for _ in 0..1000 {

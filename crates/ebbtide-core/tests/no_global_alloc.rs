@@ -9,7 +9,7 @@
 //! Everything runs in one `#[test]` (the counters are process-wide, and squeeze / buckets
 //! disabled are process-wide switches).
 
-use ebbtide::{LimitMode, Request, Zone, ZoneFlags, ZoneOptions};
+use ebbtide_core::{LimitMode, Request, Zone, ZoneFlags, ZoneOptions};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::ptr::NonNull;
@@ -118,18 +118,18 @@ fn allocator_paths_never_use_the_global_allocator() {
         assert_eq!(c.used, 0);
     }
     for req in [Request::Trim, Request::Drain, Request::DrainCpu] {
-        armed("reclaim_all", || ebbtide::reclaim::reclaim_all(req));
+        armed("reclaim_all", || ebbtide_core::reclaim::reclaim_all(req));
     }
     armed("set_buckets_enabled(false)", || {
-        ebbtide::reclaim::set_buckets_enabled(false)
+        ebbtide_core::reclaim::set_buckets_enabled(false)
     });
     armed("alloc/free with buckets disabled", || {
         churn(&zones[0], &mut store)
     });
     armed("set_buckets_enabled(true)", || {
-        ebbtide::reclaim::set_buckets_enabled(true)
+        ebbtide_core::reclaim::set_buckets_enabled(true)
     });
-    armed("squeeze", || ebbtide::reclaim::squeeze(1_000_000));
+    armed("squeeze", || ebbtide_core::reclaim::squeeze(1_000_000));
     armed("alloc/free around a squeeze", || {
         churn(&zones[1], &mut store)
     });
@@ -168,7 +168,7 @@ fn allocator_paths_never_use_the_global_allocator() {
                             .unwrap()
                     };
                 }
-                ebbtide::reclaim::reclaim_all(Request::DrainCpu);
+                ebbtide_core::reclaim::reclaim_all(Request::DrainCpu);
             })
         });
     });

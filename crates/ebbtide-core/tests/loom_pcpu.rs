@@ -1,6 +1,6 @@
 //! A loom model of the per-CPU stack protocol of `src/pcpu.rs` against a concurrent remote drain.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test --release -p ebbtide --test loom_pcpu`
+//! Run: `RUSTFLAGS="--cfg loom" cargo test --release -p ebbtide-core --test loom_pcpu`
 //! (`LOOM_MAX_PREEMPTIONS` bounds the search; the default here is 3.)
 //!
 //! loom cannot run the rseq assembly, so the model restates the protocol with loom types and makes

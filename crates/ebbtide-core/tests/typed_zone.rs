@@ -1,6 +1,6 @@
 //! The typed API: `TypedZone<T>` and its owning `ZBox`.
 
-use ebbtide::{AllocError, ConfigError, CreateError, LimitMode, TypedZone, ZBox};
+use ebbtide_core::{AllocError, ConfigError, CreateError, LimitMode, TypedZone, ZBox};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -107,7 +107,7 @@ fn zero_sized_and_odd_types() {
 fn failed_alloc_hands_the_value_back() {
     let drops = Cell::new(0);
     let z = TypedZone::<Counted>::from_options(
-        ebbtide::ZoneOptions::new("typed-limit", 0).max_items(1, LimitMode::Fail),
+        ebbtide_core::ZoneOptions::new("typed-limit", 0).max_items(1, LimitMode::Fail),
     )
     .unwrap();
     let mk = |v| Counted {

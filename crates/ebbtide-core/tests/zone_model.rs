@@ -14,7 +14,7 @@
 //! Squeeze and "buckets disabled" are process-wide, so this file is its own test binary and every
 //! test takes `GLOBAL` (other zones' reclaims would otherwise move items between `validate`'s reads).
 
-use ebbtide::{InvalidKind, Request, Zone, ZoneFlags, ZoneOptions};
+use ebbtide_core::{InvalidKind, Request, Zone, ZoneFlags, ZoneOptions};
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::ptr::NonNull;
@@ -118,20 +118,14 @@ fn intact(p: NonNull<u8>, len: usize, tag: u64) -> Result<(), String> {
 struct Restore;
 impl Drop for Restore {
     fn drop(&mut self) {
-        ebbtide::reclaim::set_buckets_enabled(true);
+        ebbtide_core::reclaim::set_buckets_enabled(true);
     }
 }
 
-/// The model's expectations are exact (nothing cached while buckets are off, counts after every
-/// step): no reclaim thread may act on the machine's real pressure behind them. Start-up only,
-/// so set before the first zone of this test binary.
-fn quiet() {
-    let _ = ebbtide::options::set("reclaim_thread", "false");
-    let _ = ebbtide::options::set("sources", "none");
-}
-
 fn run_case(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
-    quiet();
+    // The model's expectations are exact (nothing cached while buckets are off, counts after
+    // every step): this runs on the core alone, where no reclaim thread exists to act on the
+    // machine's real pressure behind them.
     let _restore = Restore;
     let mut flags = ZoneFlags::default();
     if cfg.checked {
@@ -251,7 +245,7 @@ fn run_case(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
                 zone.reclaim(req);
             }
             Op::ReclaimAll(req) => {
-                ebbtide::reclaim::reclaim_all(req);
+                ebbtide_core::reclaim::reclaim_all(req);
             }
             Op::Periodic => {
                 now += 1_000_000_000;
@@ -259,12 +253,12 @@ fn run_case(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
             }
             Op::Squeeze => {
                 // A short window: it expires by itself, so nothing must be restored.
-                ebbtide::reclaim::squeeze(200_000);
+                ebbtide_core::reclaim::squeeze(200_000);
                 let c = zone.validate().map_err(TestCaseError::fail)?;
                 prop_assert_eq!((c.pcpu, c.depot), (0, 0), "squeeze left items cached");
             }
             Op::Buckets(on) => {
-                ebbtide::reclaim::set_buckets_enabled(on);
+                ebbtide_core::reclaim::set_buckets_enabled(on);
                 buckets_on = on;
             }
         }
@@ -318,7 +312,7 @@ fn run_case(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
         // SAFETY: live item, freed once.
         unsafe { zone.free(p) }.map_err(|e| TestCaseError::fail(e.to_string()))?;
     }
-    ebbtide::reclaim::set_buckets_enabled(true);
+    ebbtide_core::reclaim::set_buckets_enabled(true);
     zone.reclaim(Request::DrainCpu);
     let c = zone.validate().map_err(TestCaseError::fail)?;
     prop_assert_eq!(

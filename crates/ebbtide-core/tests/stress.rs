@@ -17,7 +17,7 @@
 //!
 //! Run with `--nocapture` to see the throughput.
 
-use ebbtide::{Request, Zone, ZoneOptions};
+use ebbtide_core::{Request, Zone, ZoneOptions};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -207,13 +207,13 @@ fn stress(mix: &[u64]) {
             while !done.load(Ordering::Acquire) {
                 match only.unwrap_or(mix[k as usize % mix.len()]) {
                     0 => {
-                        ebbtide::reclaim::reclaim_all(Request::DrainCpu);
+                        ebbtide_core::reclaim::reclaim_all(Request::DrainCpu);
                     }
                     1 => {
-                        ebbtide::reclaim::reclaim_all(Request::Trim);
+                        ebbtide_core::reclaim::reclaim_all(Request::Trim);
                     }
                     2 => {
-                        ebbtide::reclaim::reclaim_all(Request::Drain);
+                        ebbtide_core::reclaim::reclaim_all(Request::Drain);
                     }
                     9 => {}
                     _ => {
@@ -283,7 +283,7 @@ fn stress(mix: &[u64]) {
         assert_eq!(s.used, 0);
         assert!(s.reclaim_drain_cpu + s.reclaim_trim + s.reclaim_drain > 0 || mix == [3]);
     }
-    ebbtide::reclaim::reclaim_all(Request::DrainCpu);
+    ebbtide_core::reclaim::reclaim_all(Request::DrainCpu);
     for z in zones {
         let c = z.validate().unwrap();
         assert_eq!(
