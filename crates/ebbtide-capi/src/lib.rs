@@ -252,7 +252,7 @@ static LIVE_ZONES: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
 static INVALID_FREES: AtomicU64 = AtomicU64::new(0);
 
 fn live_zones() -> std::sync::MutexGuard<'static, BTreeSet<usize>> {
-    LIVE_ZONES.lock().unwrap_or_else(|e| e.into_inner())
+    ebbtide_rt::lock(&LIVE_ZONES)
 }
 
 /// Borrows the zone behind a handle without taking ownership.
@@ -632,7 +632,7 @@ pub enum EbbPool {}
 static LIVE_POOLS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
 
 fn live_pools() -> std::sync::MutexGuard<'static, BTreeSet<usize>> {
-    LIVE_POOLS.lock().unwrap_or_else(|e| e.into_inner())
+    ebbtide_rt::lock(&LIVE_POOLS)
 }
 
 /// The pool behind a handle.
@@ -897,7 +897,7 @@ pub const EBB_LOWMEM_MAX: usize = 16;
 static LOWMEM: Mutex<[Option<HandlerId>; EBB_LOWMEM_MAX]> = Mutex::new([None; EBB_LOWMEM_MAX]);
 
 fn lowmem() -> std::sync::MutexGuard<'static, [Option<HandlerId>; EBB_LOWMEM_MAX]> {
-    LOWMEM.lock().unwrap_or_else(|e| e.into_inner())
+    ebbtide_rt::lock(&LOWMEM)
 }
 
 /// Registers `f(level, arg)`, called when pressure rises or the allocator is about to reclaim

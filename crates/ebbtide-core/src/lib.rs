@@ -161,6 +161,9 @@ pub use typed::{TypedZone, ZBox};
 #[cfg(not(loom))]
 pub use zone::{LimitMode, Zone, ZoneFlags, ZoneOptions, ZoneSnapshot};
 
+#[cfg(not(loom))]
+pub use sync::lock;
+
 /// How the per-CPU caches synchronise in this process (rseq, or locked as a fallback).
 #[cfg(not(loom))]
 pub fn pcpu_mode() -> pcpu::Mode {

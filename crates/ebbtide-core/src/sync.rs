@@ -17,8 +17,10 @@ pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// Locks a mutex, ignoring poisoning: the core's critical sections leave their data consistent at
 /// every point where user code (a hook) can panic, so a poisoned lock is still a valid lock.
+/// Exported (as `ebbtide_core::lock`) as the one such helper of the workspace: every crate above
+/// keeps the same rule for its own locks (state consistent wherever a callback can panic).
 #[inline]
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     #[cfg(loom)]
     {
         m.lock().unwrap()

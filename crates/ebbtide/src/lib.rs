@@ -44,8 +44,9 @@ mod threads;
 pub use ebbtide_core::{error, os, page_pool, pcpu, reclaim, release, runtime, typed, wss, zone};
 
 pub use ebbtide_core::{
-    AllocError, ConfigError, CreateError, InvalidFree, InvalidKind, LimitMode, PagePool, PcpuMode,
-    PoolSnapshot, Request, TypedZone, ZBox, Zone, ZoneBusy, ZoneFlags, ZoneOptions, ZoneSnapshot,
+    lock, AllocError, ConfigError, CreateError, InvalidFree, InvalidKind, LimitMode, PagePool,
+    PcpuMode, PoolSnapshot, Request, TypedZone, ZBox, Zone, ZoneBusy, ZoneFlags, ZoneOptions,
+    ZoneSnapshot,
 };
 
 /// Memory pressure: the signals and the policy ([`ebbtide_pressure`]), and the process-wide

@@ -26,13 +26,11 @@ use crate::pressure::{
 };
 use crate::reclaim::{self, Request};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Locks ignoring poisoning: every critical section here leaves its data consistent.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+// Every critical section here leaves its data consistent: poisoning carries no information.
+use ebbtide_core::lock;
 
 static STARTED: AtomicBool = AtomicBool::new(false);
 static THREAD_DISABLED: AtomicBool = AtomicBool::new(false);

@@ -355,11 +355,9 @@ impl Registry {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panicking callback or writer leaves consistent data (stores are atomic, the batch
-    // was validated first), so poisoning carries no information here.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+// A panicking callback or writer leaves consistent data (stores are atomic, the batch was
+// validated first), so poisoning carries no information here: the workspace's one helper.
+use ebbtide_core::lock;
 
 fn find(name: &str) -> Result<&'static TunableDef, OptionError> {
     lookup(name.trim()).ok_or_else(|| {
