@@ -24,16 +24,36 @@
 //! The design of the allocator itself (objects, allocation and reclaim orders, locks,
 //! invariants) is the documentation of [`ebbtide_core`].
 //!
-//! ## Modules of this crate (upper layers first; each uses only those below it)
+//! ## Modules of this crate
+//! Layer order (bottom first): options, reclaimer, threads, stats, control, abi.
+//!
 //! | module | what |
 //! |---|---|
-//! | [`control`] | the per-process control socket (requests, server thread) |
-//! | [`stats`] | statistics defined once: struct, JSON, Prometheus, `vmstat -z` table, C header |
+//! | [`options`] | the tunables: one table, environment, run-time changes |
 //! | [`reclaimer`] | the reclaim thread: pressure sources → policy → reclaim requests |
 //! | `threads` | the runtime's lazily started threads and their one fork handler |
-//! | [`options`] | the tunables: one table, environment, run-time changes |
+//! | [`stats`] | statistics defined once: struct, JSON, Prometheus, `vmstat -z` table, C header |
+//! | [`control`] | the per-process control socket (requests, server thread) |
+//! | [`abi`] | `docs/ABI/` generated from the code (tunables, stats, control requests) |
+//!
+//! Each module names only modules before it (`tests/layers.rs`); the crate root holds the
+//! facade (`pressure`, the re-exports) and the hooks it installs into the core.
+//!
+//! ## Locks of the runtime (outermost first)
+//! | lock | owner | protects |
+//! |---|---|---|
+//! | `APPLY` | `reclaimer` | one policy step carried out at a time (reclaim thread vs. `notify` callers); held over the core's reclaim locks |
+//! | `SQUEEZE_APPLIED` | `reclaimer` | the end of the last squeeze window applied; taken under `APPLY` |
+//! | `SHARED` | `reclaimer` | the policy, the watcher's injector and source statuses; never held while taking another lock |
+//! | `HANDLERS` | `reclaimer` | low-memory handlers; copied out, never held while they run |
+//! | options registry locks | `options` | values (committed in batches) and change callbacks; callbacks run after the lock is dropped |
+//! | control server state | `control` | the listener and connections; its thread takes no allocator lock |
+//!
+//! Below all of these: the core's locks (reclaim mutex → registry → zone limit / header → depot
+//! → keg → arena), see [`ebbtide_core`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod abi;
 pub mod control;
 pub mod options;
 pub mod reclaimer;
@@ -55,8 +75,18 @@ pub mod pressure {
     pub use ebbtide_pressure::*;
 
     pub use crate::reclaimer::{
-        level as current_level, notify, register_lowmem_handler, unregister_lowmem_handler,
+        level as current_level, register_lowmem_handler, unregister_lowmem_handler,
     };
+
+    /// Reports memory pressure explicitly (xenbus `reclaim_memory`'s analogue): the reclaim
+    /// thread applies the policy for `level` at once; without a reclaim thread it is applied
+    /// on this thread before returning. `Level::Normal` ends the pressure state at once. Starts
+    /// the runtime's threads first if they do not run (e.g. in a forked child that has created
+    /// no zone yet). See [`crate::reclaimer::notify`].
+    pub fn notify(level: Level) {
+        crate::threads::start_runtime();
+        crate::reclaimer::notify(level);
+    }
 }
 
 pub use pressure::Level;

@@ -77,7 +77,8 @@ fn kind_index(k: SourceKind) -> usize {
     }
 }
 const MMAP_FAILURE: usize = 7;
-const KIND_NAMES: [&str; 8] = [
+/// The stats names of the source kinds, in the order of [`PressureState::events`].
+pub const KIND_NAMES: [&str; 8] = [
     "systemd",
     "psi",
     "cgroup1",
@@ -202,7 +203,6 @@ pub fn level() -> Level {
 /// reset), on this thread.
 pub fn notify(level: Level) {
     count_event(SourceKind::Explicit, level);
-    crate::threads::start_runtime();
     if level == Level::Normal {
         // An explicit Normal ends the pressure state at once: the policy starts afresh (level
         // Normal, buckets back on, rate limits cleared) instead of waiting for the hold to decay.
@@ -608,73 +608,50 @@ fn apply_locked(a: &Actions, now: Instant) {
     }
 }
 
-/// Fills the pressure part of a statistics snapshot.
-pub(crate) fn fill_stats(s: &mut crate::stats::Snapshot) {
-    let g = &mut s.global;
-    g.pressure_level = LEVEL.load(Ordering::Relaxed) as u64;
-    g.pressure_events = EVENTS[8].load(Ordering::Relaxed);
-    g.events_systemd = EVENTS[0].load(Ordering::Relaxed);
-    g.events_psi = EVENTS[1].load(Ordering::Relaxed);
-    g.events_cgroup1 = EVENTS[2].load(Ordering::Relaxed);
-    g.events_headroom = EVENTS[3].load(Ordering::Relaxed);
-    g.events_events = EVENTS[4].load(Ordering::Relaxed);
-    g.events_budget = EVENTS[5].load(Ordering::Relaxed);
-    g.events_explicit = EVENTS[6].load(Ordering::Relaxed);
-    g.events_mmap_failure = EVENTS[7].load(Ordering::Relaxed);
+/// What the reclaim thread knows, for statistics (the `stats` module turns it into fields).
+#[derive(Clone, Debug, Default)]
+pub struct PressureState {
+    /// The level the policy holds (0..=3).
+    pub level: u64,
+    /// Events per source kind, in [`KIND_NAMES`] order.
+    pub events: [u64; 8],
+    /// All events.
+    pub total_events: u64,
+    /// The last event: kind (a [`KIND_NAMES`] index), level, ns since (monotonic).
+    pub last_event: Option<(usize, u64, u64)>,
+    /// Every source's status as the watcher reports it (PSI and cgroup v1 have one per level).
+    pub statuses: Vec<SourceStatus>,
+    /// Why no reclaim thread watches the sources (empty when one does).
+    pub thread_note: &'static str,
+}
+
+/// The stats name of a source kind.
+pub fn kind_name(k: SourceKind) -> &'static str {
+    KIND_NAMES[kind_index(k)]
+}
+
+/// The reclaim thread's state now.
+pub fn pressure_state() -> PressureState {
     let last = LAST_EVENT.load(Ordering::Relaxed);
-    if last != 0 {
+    let last_event = (last != 0).then(|| {
         let v = last - 1;
-        g.last_event_source = KIND_NAMES[(v >> 8) as usize % 8].to_string();
-        g.last_event_level = v & 0xff;
-        g.last_event_ms_ago =
-            crate::os::now_ns().saturating_sub(LAST_EVENT_NS.load(Ordering::Relaxed)) / 1_000_000;
-    }
-    let sh = lock(&SHARED);
-    let thread = if THREAD_DISABLED.load(Ordering::Relaxed) {
+        let ago = crate::os::now_ns().saturating_sub(LAST_EVENT_NS.load(Ordering::Relaxed));
+        ((v >> 8) as usize % 8, v & 0xff, ago)
+    });
+    let thread_note = if THREAD_DISABLED.load(Ordering::Relaxed) {
         "reclaim thread off (reclaim_thread=false, failed to start, or stopped after panics)"
     } else if !STARTED.load(Ordering::Relaxed) {
         "reclaim thread not started yet (no zone created)"
     } else {
         ""
     };
-    // One entry per kind: PSI and cgroup v1 register one source per level.
-    let mut sources: Vec<crate::stats::SourceStats> = Vec::new();
-    for st in &sh.statuses {
-        let name = KIND_NAMES[kind_index(st.kind)];
-        match sources.iter_mut().find(|s| s.name == name) {
-            Some(s) => {
-                if st.active {
-                    s.active = true;
-                    s.reason.clear();
-                } else if !s.active && !s.reason.contains(&st.detail) {
-                    s.reason = format!("{}; {}", s.reason, st.detail);
-                }
-            }
-            None => sources.push(crate::stats::SourceStats {
-                name: name.to_string(),
-                active: st.active,
-                reason: if st.active {
-                    String::new()
-                } else {
-                    st.detail.clone()
-                },
-            }),
-        }
-    }
-    s.sources = sources;
-    if s.sources.is_empty() && !thread.is_empty() {
-        s.sources.push(crate::stats::SourceStats {
-            name: "explicit".into(),
-            active: true,
-            reason: String::new(),
-        });
-        for n in ["systemd", "psi", "cgroup1", "headroom", "events", "budget"] {
-            s.sources.push(crate::stats::SourceStats {
-                name: n.into(),
-                active: false,
-                reason: thread.into(),
-            });
-        }
+    PressureState {
+        level: LEVEL.load(Ordering::Relaxed) as u64,
+        events: core::array::from_fn(|i| EVENTS[i].load(Ordering::Relaxed)),
+        total_events: EVENTS[8].load(Ordering::Relaxed),
+        last_event,
+        statuses: lock(&SHARED).statuses.clone(),
+        thread_note,
     }
 }
 

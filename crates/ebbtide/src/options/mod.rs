@@ -46,7 +46,6 @@
 //!   act on the current value ([`get_u64`]) rather than assume ordering.
 //! * [`snapshot`] reads all values consistently (a sequence lock around the batch).
 
-pub mod abi;
 mod error;
 pub mod parse;
 pub mod table;

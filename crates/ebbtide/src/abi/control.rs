@@ -4,12 +4,12 @@
 //! The file is `docs/ABI/testing/control/socket`; `tests/control_abi.rs` checks it against
 //! [`file()`] and rewrites it with `EBBTIDE_BLESS=1`. (It sits in a subdirectory because
 //! `tests/abi_docs.rs` refuses flat files under `testing/` that
-//! [`crate::options::abi::expected_files`] does not generate; adding [`file()`] to that list
+//! [`super::expected_files`] does not generate; adding [`file()`] to that list
 //! would let one test cover both.)
 
-use super::protocol::{self, MAX_REQUEST, PROTOCOL_VERSION};
-use super::server::{MAX_CONNECTIONS, READ_TIMEOUT, WRITE_TIMEOUT};
-use crate::options::abi::{Entry, File, CONTACT, DATE};
+use super::{Entry, File, CONTACT, DATE};
+use crate::control::protocol::{self, MAX_REQUEST, PROTOCOL_VERSION};
+use crate::control::{MAX_CONNECTIONS, READ_TIMEOUT, WRITE_TIMEOUT};
 
 fn entry(what: String, description: String) -> Entry {
     Entry {

@@ -1,4 +1,6 @@
-//! ABI documentation generated from the tunables table and the stats lists.
+//! ABI documentation generated from the code: the tunables table, the stats lists and the control
+//! socket's verbs and limits. The top of this crate's layers: it reads every module below and
+//! nothing reads it but the tests and tools that check `docs/ABI/`.
 //!
 //! `docs/ABI/<level>/<file>` holds entries in the format of the Linux ABI files (see
 //! `docs/ABI/README`), with `Version:` instead of `KernelVersion:`:
@@ -17,8 +19,10 @@
 //! `tests/abi_docs.rs` fails when the two disagree and rewrites the files with
 //! `EBBTIDE_BLESS=1`, keeping each entry's `Date:` and `Users:` (the only hand-kept parts).
 
-use super::parse::{canonical, human, range_text};
-use super::table::{Kind, TABLE};
+pub mod control;
+
+use crate::options::parse::{self, canonical, human, range_text};
+use crate::options::{AbiLevel, Kind, ENV_RESERVED, ENV_RESERVED_PREFIXES, TABLE};
 use crate::stats::{self, Field, FieldType, GlobalStats, PoolStats, SourceStats, Stats, ZoneStats};
 
 /// `Date:` of entries created now.
@@ -73,7 +77,7 @@ fn entry(what: String, description: String, users: &str) -> Entry {
     }
 }
 
-fn tunable_entries(level: super::AbiLevel) -> Vec<Entry> {
+fn tunable_entries(level: AbiLevel) -> Vec<Entry> {
     TABLE
         .iter()
         .filter(|d| d.level == level)
@@ -94,7 +98,7 @@ fn tunable_entries(level: super::AbiLevel) -> Vec<Entry> {
                 d.doc,
                 range_text(d),
                 d.kind.unit(),
-                super::parse::expected(d),
+                parse::expected(d),
                 if d.runtime {
                     "at run time (takes effect at the next use; see options::generation)"
                 } else {
@@ -108,10 +112,10 @@ fn tunable_entries(level: super::AbiLevel) -> Vec<Entry> {
 
 /// The setting channels themselves: syntax and rules shared by every tunable.
 fn conf_entry() -> Entry {
-    let reserved = super::ENV_RESERVED
+    let reserved = ENV_RESERVED
         .iter()
         .map(|s| s.to_string())
-        .chain(super::ENV_RESERVED_PREFIXES.iter().map(|p| format!("{p}*")))
+        .chain(ENV_RESERVED_PREFIXES.iter().map(|p| format!("{p}*")))
         .collect::<Vec<_>>()
         .join(", ");
     entry(
@@ -194,13 +198,13 @@ fn stats_entries<S: Stats>(key: &str, json_path: &str, c_api: &[&str]) -> Vec<En
 pub fn expected_files() -> Vec<File> {
     let mut files = Vec::new();
     for level in [
-        super::AbiLevel::Stable,
-        super::AbiLevel::Testing,
-        super::AbiLevel::Obsolete,
-        super::AbiLevel::Removed,
+        AbiLevel::Stable,
+        AbiLevel::Testing,
+        AbiLevel::Obsolete,
+        AbiLevel::Removed,
     ] {
         let mut entries = tunable_entries(level);
-        if level == super::AbiLevel::Testing {
+        if level == AbiLevel::Testing {
             entries.insert(0, conf_entry());
         }
         if !entries.is_empty() {
@@ -247,7 +251,7 @@ pub fn expected_files() -> Vec<File> {
         entries: global,
     });
     // The control socket's requests (generated from its verb table).
-    files.push(crate::control::abi::file());
+    files.push(control::file());
     files
 }
 
