@@ -87,7 +87,7 @@ pub fn check(src: &Path) {
 
     let mut problems = Vec::new();
     for m in &order {
-        for f in files_of(&src, m) {
+        for f in files_of(src, m) {
             let text = std::fs::read_to_string(&f).unwrap();
             for (n, line) in code_lines(&text) {
                 if line.contains("crate::{") {
