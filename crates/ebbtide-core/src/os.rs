@@ -80,14 +80,29 @@ pub fn cpu_count() -> usize {
     }
 }
 
+#[cfg(loom)]
+loom::thread_local! {
+    static MODEL_CPU: core::cell::Cell<usize> = core::cell::Cell::new(0);
+}
+
+/// Under loom: the CPU the calling model thread "runs on" ([`current_cpu`]), set by the model.
+#[cfg(loom)]
+pub fn set_model_cpu(cpu: usize) {
+    MODEL_CPU.with(|c| c.set(cpu));
+}
+
 /// The CPU this thread runs on now (may be stale the moment it returns); 0 if unknown.
 #[inline]
 pub fn current_cpu() -> usize {
+    #[cfg(loom)]
+    {
+        MODEL_CPU.with(|c| c.get())
+    }
     #[cfg(miri)]
     {
         0
     }
-    #[cfg(not(miri))]
+    #[cfg(not(any(miri, loom)))]
     {
         // SAFETY: sched_getcpu has no preconditions.
         let c = unsafe { libc::sched_getcpu() };
@@ -417,7 +432,7 @@ pub fn write_stderr(msg: &[u8]) {
     unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

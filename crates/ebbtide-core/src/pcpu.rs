@@ -85,7 +85,9 @@ pub(crate) struct Header {
     /// branch on `count > 0`. Zero is never an item.
     below_items: u64,
 }
+#[cfg(not(loom))]
 const _: () = assert!(core::mem::size_of::<Header>() == HDR);
+#[cfg(not(loom))]
 const _: () = assert!(core::mem::offset_of!(Header, below_items) == HDR - 8);
 
 /// What a push did.
@@ -477,20 +479,30 @@ impl Drop for HeaderGuard<'_> {
 pub(crate) fn lock_header(h: &Header) -> HeaderGuard<'_> {
     let mut spins = 0u32;
     loop {
-        // Acquire: pairs with the Release in HeaderGuard::drop.
-        if h.lock
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
+        // Acquire: pairs with the Release in HeaderGuard::drop. (Strong under loom, which
+        // models the weak form's spurious failures as endless branches.)
+        #[cfg(not(loom))]
+        let r = h
+            .lock
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed);
+        #[cfg(loom)]
+        let r = h
+            .lock
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed);
+        if r.is_ok() {
             return HeaderGuard(&h.lock);
         }
         spins += 1;
+        #[cfg(loom)]
+        {
+            // Let the holder run (loom explores every interleaving anyway).
+            let _ = spins;
+            loom::thread::yield_now();
+        }
+        #[cfg(not(loom))]
         if spins < 64 {
             core::hint::spin_loop();
         } else {
-            #[cfg(loom)]
-            loom::thread::yield_now();
-            #[cfg(not(loom))]
             std::thread::yield_now();
         }
     }
@@ -525,18 +537,43 @@ impl Pcpu {
         Ok(p)
     }
 
-    /// Per-CPU stacks for loom and unit tests, on memory the caller provides.
+    /// Per-CPU stacks in locked mode for the loom model, on memory the caller provides
+    /// (`ncpu * stride()` bytes, 64-aligned): the headers are written here (loom's atomics are
+    /// not valid as zero bytes, unlike the real ones in a fresh mapping).
+    ///
+    /// # Safety
+    /// `mem` is valid, 64-aligned, unused, and outlives the returned stacks.
     #[cfg(loom)]
-    pub(crate) fn with_memory(mem: *mut u8, storage: u32, ncpu: usize) -> Pcpu {
-        let stride = HDR + os::round_up(storage as usize * 8, 64);
-        Pcpu {
+    pub(crate) unsafe fn with_memory(mem: *mut u8, storage: u32, ncpu: usize) -> Pcpu {
+        let p = Pcpu {
             base: mem,
-            stride,
+            stride: Self::loom_stride(storage),
             ncpu: ncpu as u32,
             storage,
             rseq_off: NO_RSEQ,
             map_len: 0,
+        };
+        for cpu in 0..ncpu {
+            // SAFETY: inside the caller's memory, 64-aligned (stride is a multiple of 64).
+            unsafe {
+                p.base.add(cpu * p.stride).cast::<Header>().write(Header {
+                    word: AtomicU64::new(0),
+                    cap: AtomicU32::new(0),
+                    floor: AtomicU32::new(0),
+                    lock: AtomicU32::new(0),
+                    idle_mark: AtomicU64::new(0),
+                    _pad: [0; 3],
+                    below_items: 0,
+                })
+            };
         }
+        p
+    }
+
+    /// Bytes per CPU of [`Pcpu::with_memory`].
+    #[cfg(loom)]
+    pub(crate) fn loom_stride(storage: u32) -> usize {
+        HDR + os::round_up(storage as usize * 8, 64)
     }
 
     pub(crate) fn ncpu(&self) -> usize {
@@ -1043,5 +1080,112 @@ mod tests {
         if std::env::var_os("EBBTIDE_RSEQ").is_none() && cfg!(target_arch = "x86_64") {
             assert_eq!(mode(), Mode::Rseq);
         }
+    }
+}
+
+/// The real per-CPU code (locked mode: every operation under the header lock; remote drains by
+/// lock → stop → fence → take → reopen) under loom: every interleaving of a user of one CPU's
+/// stack (push, then pop) and a drainer keeps every item in exactly one place and hands none out
+/// twice. (The rseq sections are assembly, out of loom's reach; their protocol is
+/// modelled in `tests/loom_pcpu.rs`.)
+///
+/// Run: `RUSTFLAGS="--cfg loom" cargo test --release -p ebbtide-core --lib loom_tests`.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// 64-aligned memory for the stacks, freed at the end of the model run.
+    struct Mem(*mut u8, std::alloc::Layout);
+    // SAFETY: plain memory owned by the model; every access goes through the Pcpu protocols.
+    unsafe impl Send for Mem {}
+    // SAFETY: as for Send.
+    unsafe impl Sync for Mem {}
+    impl Mem {
+        fn new(len: usize) -> Mem {
+            let l = std::alloc::Layout::from_size_align(len, 64).unwrap();
+            // SAFETY: a non-zero size.
+            Mem(unsafe { std::alloc::alloc_zeroed(l) }, l)
+        }
+    }
+    impl Drop for Mem {
+        fn drop(&mut self) {
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { std::alloc::dealloc(self.0, self.1) };
+        }
+    }
+
+    fn item(i: usize) -> *mut u8 {
+        (i * 8) as *mut u8
+    }
+
+    #[test]
+    fn locked_users_and_drainer() {
+        // The header lock is a spin lock: every failed attempt is a branch of the model.
+        let mut b = loom::model::Builder::new();
+        b.max_branches = 100_000;
+        if b.preemption_bound.is_none() {
+            b.preemption_bound = Some(2);
+        }
+        b.check(|| {
+            let mem = Arc::new(Mem::new(Pcpu::loom_stride(2)));
+            // SAFETY: `mem` is 64-aligned, large enough for one CPU, and outlives the stacks
+            // (dropped after every thread is joined).
+            let p = Arc::new(unsafe { Pcpu::with_memory(mem.0, 2, 1) });
+            {
+                let h = p.header(0);
+                let g = lock_header(h);
+                p.set_cap(&g, h, 2);
+                // One item cached before the threads start.
+                drop(g);
+                assert_eq!(p.push(item(1)), Push::Done);
+            }
+            let user = |mine: usize| {
+                let p = p.clone();
+                thread::spawn(move || {
+                    os::set_model_cpu(0);
+                    let mut held = Vec::new();
+                    match p.push(item(mine)) {
+                        Push::Done => {}
+                        Push::Full => held.push(item(mine)),
+                        Push::Duplicate => panic!("item {mine} was never pushed before"),
+                    }
+                    let q = p.pop();
+                    if !q.is_null() {
+                        held.push(q);
+                    }
+                    held
+                })
+            };
+            let a = user(2);
+            let drainer = {
+                let p = p.clone();
+                thread::spawn(move || {
+                    let h = p.header(0);
+                    let _g = lock_header(h);
+                    p.stop(h);
+                    fence_cpu(0);
+                    let mut got = Vec::new();
+                    p.take_stopped(0, h, 2, |x| got.push(x));
+                    got
+                })
+            };
+            let mut all: Vec<usize> = Vec::new();
+            all.extend(a.join().unwrap().into_iter().map(|x| x as usize));
+            all.extend(drainer.join().unwrap().into_iter().map(|x| x as usize));
+            os::set_model_cpu(0);
+            loop {
+                let q = p.pop();
+                if q.is_null() {
+                    break;
+                }
+                all.push(q as usize);
+            }
+            all.sort_unstable();
+            assert_eq!(all, vec![8, 16], "every item in exactly one place");
+            drop(p);
+            drop(mem);
+        });
     }
 }
