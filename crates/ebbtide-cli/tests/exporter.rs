@@ -452,6 +452,7 @@ fn http_contract() {
         b"GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n",
         b"\xff\xfe\xfd\r\n\r\n",
         b"GET /metrics HTTP/7.0\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\n\r\n",
     ] {
         let r = raw(port, bad);
         assert_eq!(
