@@ -40,6 +40,11 @@ fn clean_env(cmd: &mut Command) {
     }
 }
 
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// A Prometheus tool from PATH; `None` (test skipped) only when neither CI nor root.
 fn tool(name: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|p| {
@@ -48,8 +53,7 @@ fn tool(name: &str) -> Option<PathBuf> {
             .find(|p| p.is_file())
     });
     if found.is_none() {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let root = unsafe { libc::geteuid() } == 0;
+        let root = euid() == 0;
         assert!(
             std::env::var_os("CI").is_none() && !root,
             "{name} is not installed: install the Debian package 'prometheus' (.ci/run does)"
@@ -94,9 +98,27 @@ impl Guard {
     }
 }
 
+impl Guard {
+    /// SIGKILL: no chance to remove its control socket.
+    fn kill_now(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Guard {
+    /// A demo exits by itself when its stdin closes (and removes its socket); anything still
+    /// running after that, or without stdin, is killed.
     fn drop(&mut self) {
-        self.stdin = None;
+        if self.stdin.take().is_some() {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(3) {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some(d) = &self.dir {
@@ -430,6 +452,7 @@ fn http_contract() {
         b"GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n",
         b"\xff\xfe\xfd\r\n\r\n",
         b"GET /metrics HTTP/7.0\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\n\r\n",
     ] {
         let r = raw(port, bad);
         assert_eq!(
@@ -594,7 +617,9 @@ fn a_stopped_process_costs_only_its_own_series() {
 
     // Killed: its stale socket stays, but the process is gone, and so are its series.
     let gone = a.pid();
-    drop(a);
+    let stale = PathBuf::from(format!("/tmp/ebbtide-{}/{gone}.sock", euid()));
+    a.kill_now();
+    assert!(stale.exists(), "SIGKILL leaves the socket behind");
     let page = get(port, "/metrics").body;
     assert!(!page.contains(&format!("pid=\"{gone}\"")), "{page}");
     assert!(sample(
