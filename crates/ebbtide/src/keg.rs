@@ -1,11 +1,14 @@
 //! Kegs: the slab layer. A keg owns chunks from the [arena](crate::arena), cuts them into slabs
 //! of one [geometry](crate::slab::Geometry) and hands out and takes back items in batches.
 //!
-//! Slabs sit on three lists: `partial` (some items free), `free` (all free, pages backed) and
-//! `clean` (all free, pages given back). Full slabs are on no list. Allocation prefers partial
-//! slabs, then free ones, then clean ones (whose pages fault in on first touch), then a new chunk.
-//! [`Keg::reclaim`] moves free slabs beyond the reserve to `clean`, giving their pages back with
-//! one `madvise` per run of adjacent slabs.
+//! Slabs sit on four lists: `partial` (some items free), `free` (all free, pages backed), `lazy`
+//! (all free, pages offered to the kernel with `MADV_FREE`, newest first) and `clean` (all free,
+//! pages given back). Full slabs are on no list. Allocation prefers partial slabs, then free
+//! ones, then lazy ones (no fault unless the kernel took their pages meanwhile), then clean ones
+//! (whose pages fault in on first touch), then a new chunk. [`Keg::reclaim`] moves free slabs
+//! beyond the reserve to `clean`, giving their pages back with one `madvise` per run of adjacent
+//! slabs; [`Keg::lazy_keep`] moves them to `lazy` instead, and [`Keg::purge_lazy`] moves lazy
+//! slabs (all, or those older than a delay, oldest first) on to `clean` (see [`crate::lazy`]).
 //!
 //! Inside a reclaim, pages go back through the [release pipeline](crate::release) instead: a slab
 //! left entirely free by [`Keg::release`] (beyond the reserve), or picked by [`Keg::reclaim_in`],
@@ -75,12 +78,16 @@ struct KegInner {
     /// last of them (for the O(1) splice onto `clean`).
     releasing: *mut SlabMeta,
     releasing_tail: *mut SlabMeta,
+    /// Lazily freed slabs, newest first, and the oldest of them (where the decay starts).
+    lazy: *mut SlabMeta,
+    lazy_tail: *mut SlabMeta,
     chunks: *mut ChunkHeader,
     nchunks: usize,
     npartial: usize,
     nfree_slabs: usize,
     nclean: usize,
     nreleasing: usize,
+    nlazy: usize,
     nfull: usize,
     /// Slabs whose pages are backed (partial + full + free).
     backed_slabs: usize,
@@ -89,6 +96,9 @@ struct KegInner {
     /// Items handed out of the keg.
     items_out: usize,
     released_bytes: u64,
+    /// Bytes offered with `MADV_FREE` / taken back from the lazy list by allocation, ever.
+    lazy_freed_bytes: u64,
+    lazy_reused_bytes: u64,
 }
 
 // SAFETY: the raw pointers point into chunks owned by the keg; they are only dereferenced with
@@ -104,17 +114,22 @@ impl KegInner {
             clean: ptr::null_mut(),
             releasing: ptr::null_mut(),
             releasing_tail: ptr::null_mut(),
+            lazy: ptr::null_mut(),
+            lazy_tail: ptr::null_mut(),
             chunks: ptr::null_mut(),
             nchunks: 0,
             npartial: 0,
             nfree_slabs: 0,
             nclean: 0,
             nreleasing: 0,
+            nlazy: 0,
             nfull: 0,
             backed_slabs: 0,
             free_items: 0,
             items_out: 0,
             released_bytes,
+            lazy_freed_bytes: 0,
+            lazy_reused_bytes: 0,
         }
     }
 }
@@ -128,11 +143,17 @@ pub struct KegCounts {
     pub clean_slabs: usize,
     /// Clean slabs whose release is in progress (zero outside a reclaim).
     pub releasing_slabs: usize,
+    /// Lazily freed slabs (`MADV_FREE`, not yet reused or given back for good).
+    pub lazy_slabs: usize,
     pub full_slabs: usize,
     pub backed_slabs: usize,
     pub free_items: usize,
     pub items_out: usize,
     pub released_bytes: u64,
+    /// Bytes offered with `MADV_FREE`, ever.
+    pub lazy_freed_bytes: u64,
+    /// Bytes of lazily freed slabs taken back by allocation, ever.
+    pub lazy_reused_bytes: u64,
 }
 
 /// The slab layer of one zone (or of the internal bucket storage).
@@ -418,6 +439,7 @@ impl Keg {
                     nfree: self.geo.items_per_slab as u32,
                     index: i as u32,
                     state: SlabState::Clean,
+                    lazy_at: 0,
                 });
                 let bits = SlabMeta::free_bits(s, self.geo.words);
                 for w in 0..self.geo.words {
@@ -452,6 +474,22 @@ impl Keg {
                 }
                 g.nfree_slabs -= 1;
                 g.npartial += 1;
+                s
+            } else if !g.lazy.is_null() {
+                // The newest lazily freed slab: the likeliest to still have its pages.
+                let s = g.lazy;
+                // SAFETY: `s` is on the lazy list; lock held.
+                unsafe {
+                    self.lazy_remove(&mut g, s);
+                    (*s).state = SlabState::Partial;
+                    list_push(&mut g.partial, s);
+                }
+                g.npartial += 1;
+                g.backed_slabs += 1;
+                g.free_items += self.geo.items_per_slab;
+                g.lazy_reused_bytes += self.geo.slab_size as u64;
+                MAPPED_BYTES.fetch_add(self.geo.slab_size, Ordering::Relaxed);
+                crate::lazy::LAZY_BYTES.fetch_sub(self.geo.slab_size, Ordering::Relaxed);
                 s
             } else {
                 if g.clean.is_null() {
@@ -670,7 +708,10 @@ impl Keg {
         // and `index / 64` is below that; the lock is held, so the cursor's cached copies are the
         // only writers.
         unsafe {
-            if cur.state == SlabState::Clean || cur.state == SlabState::Free {
+            if matches!(
+                cur.state,
+                SlabState::Clean | SlabState::Free | SlabState::Lazy
+            ) {
                 cur.sync(g);
                 invalid(p, InvalidKind::DoubleFree);
                 return;
@@ -787,6 +828,7 @@ impl Keg {
     /// Gives the pages of free slabs back to the OS, keeping `reserve_slabs` of them (none when
     /// `keep_reserve` is false). Adjacent slabs go back in one `madvise`. Returns the bytes given
     /// back.
+    #[cfg(test)]
     pub(crate) fn reclaim(&self, keep_reserve: bool) -> usize {
         self.reclaim_keep(if keep_reserve { self.reserve_slabs } else { 0 })
     }
@@ -869,6 +911,153 @@ impl Keg {
         released
     }
 
+    /// The free slabs [`Keg::reclaim`] keeps backed when asked to keep the reserve.
+    pub(crate) fn reserve_slabs(&self) -> usize {
+        self.reserve_slabs
+    }
+
+    /// Takes `s` off the lazy list (keeping its tail right).
+    ///
+    /// # Safety
+    /// `s` is on this keg's lazy list; `g` is this keg's locked state.
+    unsafe fn lazy_remove(&self, g: &mut KegInner, s: *mut SlabMeta) {
+        // SAFETY: caller's guarantee: `s` and its neighbours are valid metas of this keg.
+        unsafe {
+            if g.lazy_tail == s {
+                g.lazy_tail = (*s).prev;
+            }
+            list_remove(&mut g.lazy, s);
+        }
+        g.nlazy -= 1;
+    }
+
+    /// Moves free slabs to the lazy list until at most `keep` stay backed, offering their pages
+    /// with `MADV_FREE` (one call per run of adjacent slabs) and stamping them with `now_ms`.
+    /// Where the kernel refuses `MADV_FREE` the run is given back with `MADV_DONTNEED` instead
+    /// (the slabs are then lazy in name only; their later purge is a no-op for the kernel).
+    /// Returns the bytes moved to the lazy list.
+    pub(crate) fn lazy_keep(&self, keep: usize, now_ms: u32) -> usize {
+        let mut g = lock(&self.inner);
+        if g.nfree_slabs <= keep {
+            return 0;
+        }
+        let mut to_move = g.nfree_slabs - keep;
+        let mut moved = 0;
+        let mut c = g.chunks;
+        while !c.is_null() && to_move > 0 {
+            let chunk = c as usize;
+            let mut run: Option<(usize, usize)> = None; // (first slab, count)
+            for i in 0..=self.geo.slabs_per_chunk {
+                let s = self.meta(chunk, i.min(self.geo.slabs_per_chunk - 1));
+                // SAFETY: `s` is a valid meta of this chunk; lock held.
+                let take = i < self.geo.slabs_per_chunk
+                    && to_move > 0
+                    && unsafe { (*s).state == SlabState::Free };
+                if take {
+                    g.nfree_slabs -= 1;
+                    to_move -= 1;
+                    // SAFETY: `s` is on the free list, entirely free; lock held.
+                    unsafe {
+                        list_remove(&mut g.free, s);
+                        (*s).state = SlabState::Lazy;
+                        (*s).lazy_at = now_ms;
+                        if g.lazy.is_null() {
+                            g.lazy_tail = s;
+                        }
+                        list_push(&mut g.lazy, s);
+                    }
+                    g.nlazy += 1;
+                    g.backed_slabs -= 1;
+                    g.free_items -= self.geo.items_per_slab;
+                    run = Some(match run {
+                        Some((first, n)) => (first, n + 1),
+                        None => (i, 1),
+                    });
+                } else if let Some((first, n)) = run.take() {
+                    let addr = chunk + self.geo.first_slab + (first << self.geo.slab_shift);
+                    let len = n << self.geo.slab_shift;
+                    // SAFETY: the run is `n` entirely free slabs of this chunk: committed memory
+                    // of ours that holds no live item.
+                    unsafe {
+                        let p = NonNull::new_unchecked(addr as *mut u8);
+                        if !os::release_lazy(p, len) {
+                            os::release(p, len);
+                        }
+                    }
+                    moved += len;
+                }
+            }
+            // SAFETY: `c` is a valid chunk header of this keg; lock held.
+            c = unsafe { (*c).next };
+        }
+        g.lazy_freed_bytes += moved as u64;
+        MAPPED_BYTES.fetch_sub(moved, Ordering::Relaxed);
+        crate::lazy::LAZY_BYTES.fetch_add(moved, Ordering::Relaxed);
+        crate::lazy::LAZY_FREED_BYTES.fetch_add(moved as u64, Ordering::Relaxed);
+        moved
+    }
+
+    /// Gives lazily freed slabs back for good (`MADV_DONTNEED`, then `clean`), oldest first:
+    /// all of them (`older_than` `None`), or those lazily freed at least `delay_ms` before
+    /// `now_ms` (`Some((now_ms, delay_ms))`, see [`crate::lazy::expired`]). Adjacent slabs go back
+    /// in one call. Returns the bytes given back.
+    pub(crate) fn purge_lazy(&self, older_than: Option<(u32, u64)>) -> usize {
+        let mut g = lock(&self.inner);
+        let mut bases = [0usize; 128];
+        let mut n = 0;
+        let mut released = 0;
+        loop {
+            let s = g.lazy_tail;
+            if s.is_null() {
+                break;
+            }
+            // SAFETY: `s` is the oldest slab of the lazy list, a valid meta; lock held.
+            let at = unsafe { (*s).lazy_at };
+            if older_than.is_some_and(|(now, delay)| !crate::lazy::expired(at, now, delay)) {
+                break;
+            }
+            // SAFETY: as above.
+            unsafe {
+                self.lazy_remove(&mut g, s);
+                (*s).state = SlabState::Clean;
+                list_push(&mut g.clean, s);
+            }
+            g.nclean += 1;
+            bases[n] = self.slab_base(s);
+            n += 1;
+            if n == bases.len() {
+                released += self.release_runs(&mut bases[..n]);
+                n = 0;
+            }
+        }
+        released += self.release_runs(&mut bases[..n]);
+        if released > 0 {
+            g.released_bytes += released as u64;
+            RELEASED_BYTES.fetch_add(released as u64, Ordering::Relaxed);
+            crate::lazy::LAZY_BYTES.fetch_sub(released, Ordering::Relaxed);
+        }
+        released
+    }
+
+    /// `MADV_DONTNEED` on the slabs starting at `bases` (sorted here), one call per run of
+    /// adjacent slabs. Returns their bytes.
+    fn release_runs(&self, bases: &mut [usize]) -> usize {
+        bases.sort_unstable();
+        let slab = self.geo.slab_size;
+        let mut i = 0;
+        while i < bases.len() {
+            let mut j = i + 1;
+            while j < bases.len() && bases[j] == bases[j - 1] + slab {
+                j += 1;
+            }
+            // SAFETY: each base is a slab of this keg that was just made `Clean` under the lock:
+            // committed memory of ours holding no live item; `j - i` adjacent slabs.
+            unsafe { os::release(NonNull::new_unchecked(bases[i] as *mut u8), (j - i) * slab) };
+            i = j;
+        }
+        bases.len() * slab
+    }
+
     /// Counters.
     pub(crate) fn counts(&self) -> KegCounts {
         let g = lock(&self.inner);
@@ -878,11 +1067,14 @@ impl Keg {
             free_slabs: g.nfree_slabs,
             clean_slabs: g.nclean,
             releasing_slabs: g.nreleasing,
+            lazy_slabs: g.nlazy,
             full_slabs: g.nfull,
             backed_slabs: g.backed_slabs,
             free_items: g.free_items,
             items_out: g.items_out,
             released_bytes: g.released_bytes,
+            lazy_freed_bytes: g.lazy_freed_bytes,
+            lazy_reused_bytes: g.lazy_reused_bytes,
         }
     }
 
@@ -892,6 +1084,7 @@ impl Keg {
         let g = lock(&self.inner);
         let ips = self.geo.items_per_slab;
         let (mut np, mut nf, mut nc, mut nfull, mut free_items) = (0, 0, 0, 0, 0);
+        let mut nl = 0;
         let mut c = g.chunks;
         let mut nchunks = 0;
         while !c.is_null() {
@@ -926,6 +1119,10 @@ impl Keg {
                 let ok = match state {
                     SlabState::Clean => {
                         nc += 1;
+                        nfree == ips
+                    }
+                    SlabState::Lazy => {
+                        nl += 1;
                         nfree == ips
                     }
                     SlabState::Free => {
@@ -967,6 +1164,13 @@ impl Keg {
             count_list(g.clean),
             count_list(g.releasing),
         );
+        if count_list(g.lazy) != g.nlazy || nl != g.nlazy {
+            return Err(format!(
+                "lazy list {} / counter {} disagree with states ({nl})",
+                count_list(g.lazy),
+                g.nlazy
+            ));
+        }
         if lists != (np, nf, g.nclean, g.nreleasing)
             || (g.npartial, g.nfree_slabs, g.nclean + g.nreleasing, g.nfull) != (np, nf, nc, nfull)
         {
@@ -985,6 +1189,16 @@ impl Keg {
         }
         if last != g.releasing_tail {
             return Err("releasing list: tail is not the last slab".into());
+        }
+        let mut last = g.lazy;
+        // SAFETY: list of valid metas; lock held.
+        unsafe {
+            while !last.is_null() && !(*last).next.is_null() {
+                last = (*last).next;
+            }
+        }
+        if last != g.lazy_tail {
+            return Err("lazy list: tail is not the last slab".into());
         }
         if nchunks != g.nchunks || g.backed_slabs != np + nf + nfull || g.free_items != free_items {
             return Err(format!(
@@ -1023,6 +1237,10 @@ impl Keg {
         debug_assert_eq!(g.nreleasing, 0, "keg destroyed during a release session");
         let backed = g.backed_slabs * self.geo.slab_size;
         MAPPED_BYTES.fetch_sub(backed, Ordering::Relaxed);
+        // Lazily freed slabs go back with their chunks, for good.
+        let lazy = g.nlazy * self.geo.slab_size;
+        crate::lazy::LAZY_BYTES.fetch_sub(lazy, Ordering::Relaxed);
+        let backed = backed + lazy;
         RELEASED_BYTES.fetch_add(backed as u64, Ordering::Relaxed);
         let mut c = g.chunks;
         while !c.is_null() {
@@ -1089,6 +1307,49 @@ mod tests {
         assert_eq!(k.reclaim(false), 16 * 4096);
         let c = k.validate().unwrap();
         assert_eq!((c.free_slabs, c.backed_slabs), (0, 0));
+        k.destroy().unwrap();
+    }
+
+    #[test]
+    fn lazy_slabs_are_reused_first_and_decay_oldest_first() {
+        let ps = os::page_size();
+        let k = Keg::new(ps, 0).unwrap();
+        let mut v = vec![ptr::null_mut(); 8];
+        assert_eq!(k.import(&mut v).unwrap(), 8);
+        for p in &v {
+            // SAFETY: pages of ours.
+            unsafe { p.write_bytes(7, ps) };
+        }
+        k.release(&v[..4], false, |_| {}, |_, _| panic!("invalid"));
+        // Fake time: the first four go lazy at t = 1000 ms, the next four at t = 1600 ms.
+        assert_eq!(k.lazy_keep(0, 1000), 4 * ps);
+        k.release(&v[4..], false, |_| {}, |_, _| panic!("invalid"));
+        assert_eq!(k.lazy_keep(0, 1600), 4 * ps);
+        let c = k.validate().unwrap();
+        assert_eq!((c.lazy_slabs, c.free_slabs, c.backed_slabs), (8, 0, 0));
+        assert_eq!(c.lazy_freed_bytes, 8 * ps as u64);
+        // Allocation takes the newest lazy slabs first (no fault unless the kernel took them).
+        let mut w = vec![ptr::null_mut(); 2];
+        k.import(&mut w).unwrap();
+        let c = k.validate().unwrap();
+        assert_eq!((c.lazy_slabs, c.lazy_reused_bytes), (6, 2 * ps as u64));
+        assert!(w.iter().all(|p| v[4..].contains(p)), "newest first");
+        // Decay with fake time and a 1000 ms delay: nothing at 1999, the older four at 2000,
+        // the rest at 2600.
+        assert_eq!(k.purge_lazy(Some((1999, 1000))), 0);
+        assert_eq!(k.purge_lazy(Some((2000, 1000))), 4 * ps);
+        assert_eq!(k.validate().unwrap().lazy_slabs, 2);
+        assert_eq!(k.purge_lazy(Some((2600, 1000))), 2 * ps);
+        let c = k.validate().unwrap();
+        assert_eq!((c.lazy_slabs, c.clean_slabs >= 6), (0, true));
+        // A free into a lazily freed slab is a double free; a purge without delay takes all.
+        k.release(&w, false, |_| {}, |_, _| panic!("invalid"));
+        k.lazy_keep(0, 3000);
+        let mut bad = vec![];
+        k.release(&w[..1], false, |_| {}, |p, kind| bad.push((p, kind)));
+        assert_eq!(bad, vec![(w[0], InvalidKind::DoubleFree)]);
+        assert_eq!(k.purge_lazy(None), 2 * ps);
+        k.validate().unwrap();
         k.destroy().unwrap();
     }
 

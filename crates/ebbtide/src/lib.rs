@@ -95,6 +95,8 @@ pub mod error;
 #[cfg(not(loom))]
 pub(crate) mod keg;
 #[cfg(not(loom))]
+pub mod lazy;
+#[cfg(not(loom))]
 pub mod options;
 #[cfg(not(loom))]
 pub mod os;

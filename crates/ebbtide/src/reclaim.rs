@@ -111,16 +111,51 @@ pub fn set_buckets_enabled(on: bool) -> usize {
 /// Drains every zone's caches at once (the reclaim code enforces the window itself, so an idle
 /// cache cannot miss it). Returns the bytes given back.
 pub fn squeeze(duration_ns: u64) -> usize {
-    let until = os::now_ns() + duration_ns;
-    SQUEEZE_UNTIL.fetch_max(until, Ordering::SeqCst);
+    let now = os::now_ns();
+    let until = now + duration_ns;
+    let prev = SQUEEZE_UNTIL.fetch_max(until, Ordering::SeqCst);
+    count_squeezed(prev, now, until);
     exclusive(|| {
         let reg = crate::registry::lock();
         reg.for_each(|z| z.count_squeeze());
+        crate::lazy::purge_locked(&reg);
         let mut sess = Session::begin(false);
         let b = drain_cpu_locked(&reg, true, &mut sess);
         b + sess.finish()
     })
     .unwrap_or(0)
+}
+
+static SQUEEZED_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Adds the part of the window `now..until` that the window ending at `prev` did not cover.
+fn count_squeezed(prev: u64, now: u64, until: u64) {
+    let from = prev.max(now);
+    if until > from {
+        SQUEEZED_NS.fetch_add(until - from, Ordering::Relaxed);
+    }
+}
+
+/// Renews an open squeeze window to last at least `duration_ns` from now: the caller is told
+/// `true` and nothing else needs doing (the window's caches are already closed and frees go
+/// straight back to the OS). `false` when no window is open: the caller opens one with
+/// [`squeeze`]. Cheap (two atomics, no lock), so it may run on every pressure signal.
+pub fn renew_squeeze(duration_ns: u64) -> bool {
+    let now = os::now_ns();
+    let cur = SQUEEZE_UNTIL.load(Ordering::Relaxed);
+    if cur == 0 || cur <= now {
+        return false;
+    }
+    let until = now + duration_ns;
+    // SeqCst as in `squeeze`: one order of window ends for every thread.
+    let prev = SQUEEZE_UNTIL.fetch_max(until, Ordering::SeqCst);
+    count_squeezed(prev, now, until);
+    true
+}
+
+/// Total time covered by squeeze windows so far (ns; a window still open counts to its end).
+pub fn squeezed_ns() -> u64 {
+    SQUEEZED_NS.load(Ordering::Relaxed)
 }
 
 /// A page mapping failed: synchronous DRAIN_CPU of every zone before the caller retries once.
@@ -192,7 +227,7 @@ pub fn reclaim_all(req: Request) -> usize {
             Request::DrainCpu => drain_cpu_locked(&reg, false, &mut sess),
         };
         let b = bytes + bucket::reclaim_bucket_kegs_in(&mut sess);
-        b + sess.finish()
+        b + sess.finish() + crate::lazy::purge_locked(&reg)
     })
     .unwrap_or(0)
 }

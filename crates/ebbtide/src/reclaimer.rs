@@ -303,6 +303,7 @@ fn start_slow() {
         THREAD_DISABLED.store(true, Ordering::Release);
         return;
     }
+    configure_lazy();
     static ATFORK: std::sync::Once = std::sync::Once::new();
     ATFORK.call_once(|| {
         // SAFETY: registers a child handler that only touches atomics (async-signal-safe).
@@ -317,6 +318,7 @@ fn start_slow() {
             "ebbtide: cannot start the reclaim thread ({e}); pressure is handled on notify only"
         ));
         THREAD_DISABLED.store(true, Ordering::Release);
+        crate::lazy::configure(false, 0); // nothing would decay lazily freed pages
     }
 }
 
@@ -343,6 +345,7 @@ fn supervise(gen: u64) {
                     ));
                     THREAD_DISABLED.store(true, Ordering::Release);
                     crate::sync::lock(&SHARED).injector = None;
+                    crate::lazy::configure(false, 0); // nothing would decay them any more
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(100));
@@ -389,6 +392,8 @@ pub fn detect_config() -> DetectConfig {
     cfg.headroom.min_interval_ms = options::get_u64(Tunable::HeadroomMinIntervalMs);
     cfg.headroom.max_interval_ms = options::get_u64(Tunable::HeadroomMaxIntervalMs);
     cfg.headroom.repeat_ms = options::get_u64(Tunable::HeadroomRepeatMs);
+    // The cgroup's usage counts our lazily freed pages until the kernel takes them: not pressure.
+    cfg.headroom_exclude = Some(Arc::new(crate::lazy::lazy_bytes));
     cfg.memory_events.enabled = src.contains("events");
     let budget = options::get_u64(Tunable::MaxCachedBytes);
     if src.contains("budget") && budget > 0 {
@@ -500,6 +505,7 @@ fn run(gen: u64) {
             next_periodic = now + options::get_duration(Tunable::TrimIntervalMs);
         }
         if now >= next_pools {
+            crate::lazy::decay_all(crate::lazy::now_ms());
             reclaim::shrink_pools();
             next_pools = now + options::get_duration(Tunable::PoolShrinkIntervalMs);
         }
@@ -507,6 +513,7 @@ fn run(gen: u64) {
         if g != opt_gen {
             opt_gen = g;
             with_policy(|p| p.set_config(policy_config()));
+            configure_lazy();
             // New intervals take effect now, not after the old timer fires.
             next_periodic = next_periodic.min(now + options::get_duration(Tunable::TrimIntervalMs));
             next_pools = next_pools.min(now + options::get_duration(Tunable::PoolShrinkIntervalMs));
@@ -568,10 +575,13 @@ fn apply_locked(a: &Actions, now: Instant) {
         }
         _ => None,
     };
-    if a.any_reclaim() || new_squeeze.is_some() || a.level as u8 > prev {
+    // Renewing an open window (every signal while the cgroup reclaims, as the kernel's shrinker
+    // runs on every reclaim pass) costs two atomics; only opening one runs handlers and drains.
+    let renewed = new_squeeze.is_some_and(|d| reclaim::renew_squeeze(d.as_nanos() as u64));
+    if a.any_reclaim() || (new_squeeze.is_some() && !renewed) || a.level as u8 > prev {
         run_handlers(a.level);
     }
-    if let Some(d) = new_squeeze {
+    if let Some(d) = new_squeeze.filter(|_| !renewed) {
         reclaim::squeeze(d.as_nanos() as u64);
         reclaim::shrink_pools();
     }
@@ -662,6 +672,14 @@ pub(crate) fn fill_stats(s: &mut crate::stats::Snapshot) {
             });
         }
     }
+}
+
+/// Lazily freed pages (`MADV_FREE`) only with a reclaim thread, which decays them.
+fn configure_lazy() {
+    crate::lazy::configure(
+        options::get_bool(Tunable::LazyFree),
+        options::get_u64(Tunable::LazyDecayMs),
+    );
 }
 
 /// Panics of the reclaim thread so far.

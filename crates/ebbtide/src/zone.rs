@@ -416,6 +416,11 @@ pub struct ZoneSnapshot {
     pub reclaim_drain: u64,
     pub reclaim_drain_cpu: u64,
     pub released_bytes: u64,
+    /// Bytes of lazily freed slabs now (`MADV_FREE`, see [`crate::lazy`]).
+    pub lazy_bytes: u64,
+    /// Bytes offered with `MADV_FREE`, ever; and those taken back by allocation.
+    pub lazy_freed_bytes: u64,
+    pub lazy_reused_bytes: u64,
     pub squeeze_windows: u64,
     pub depot_contention: u64,
     /// Page pools: `max_buffer_pages`; `u64::MAX` for plain zones.
@@ -1288,7 +1293,7 @@ impl ZoneInner {
         if idle != 0 {
             moved += reclaim::drain_zone_cpus(self, |cpu| idle & (1u64 << (cpu % 64)) != 0);
         }
-        let released = self.keg.reclaim(true);
+        let released = self.release_free_slabs(self.keg.reserve_slabs());
         let _ = moved;
         if released > 0 {
             self.counters
@@ -1321,7 +1326,7 @@ impl ZoneInner {
         // Free slab slots may hold what the caches no longer do.
         let cached = self.pcpu_items() + lock(&self.depot).wss.nitems as usize;
         let slabs_keep = target.saturating_sub(cached) / self.keg.geo.items_per_slab;
-        let released = self.keg.reclaim_keep(slabs_keep);
+        let released = self.release_free_slabs(slabs_keep);
         if released > 0 {
             self.counters
                 .released_bytes
@@ -1382,6 +1387,9 @@ impl ZoneInner {
             reclaim_drain: self.counters.drains.load(Ordering::Relaxed),
             reclaim_drain_cpu: self.counters.drain_cpus.load(Ordering::Relaxed),
             released_bytes: kc.released_bytes,
+            lazy_bytes: (kc.lazy_slabs * geo.slab_size) as u64,
+            lazy_freed_bytes: kc.lazy_freed_bytes,
+            lazy_reused_bytes: kc.lazy_reused_bytes,
             squeeze_windows: self.counters.squeezes.load(Ordering::Relaxed),
             depot_contention: self.counters.depot_contention.load(Ordering::Relaxed),
             pool_max_buffer_pages: match self.pool_max.load(Ordering::Relaxed) {
