@@ -20,7 +20,10 @@
 //! at 22 % free, 33 ms at 15 %, 18 ms at 12 %), so a cache regrowing toward the limit is seen
 //! within milliseconds, not a second. A Low level is reported when it changes and then again
 //! every `repeat_ms` (500 ms) while it lasts, so the policy's level hold stays fresh without a
-//! storm; Moderate and Critical are reported at **every** poll while they last: each renews the
+//! storm; the pace follows the tightest reading of the last one to two `max_interval_ms`
+//! ([`pace_free`]), because usage swings fast: right after a squeeze the group is far from its
+//! limit, and a few hundred milliseconds later back at it. Moderate and Critical are reported at
+//! **every** poll while they last: each renews the
 //! squeeze window (free), as the kernel's shrinker runs on every reclaim pass.
 //!
 //! The usage counts the library's own lazily freed pages (`MADV_FREE`) until the kernel takes
@@ -114,6 +117,49 @@ pub fn poll_interval(free: f64, cfg: &HeadroomConfig) -> Duration {
     Duration::from_micros((ms * 1000.0) as u64)
 }
 
+/// The free fraction that sets the poll pace: the lowest of `now_free` and the lows of the current
+/// and the previous window (each `max_interval_ms` long) — a group that was close to its limit a
+/// moment ago can be there again within milliseconds (caches regrow in bursts right after a
+/// squeeze let them shrink), so the pace relaxes only after a whole window without tight readings.
+/// Pure: the state is passed in and returned.
+pub fn pace_free(now_free: f64, pace: &mut PaceWindow, now: Instant, window: Duration) -> f64 {
+    match pace.start {
+        Some(s) if now.saturating_duration_since(s) < window => {}
+        Some(s) if now.saturating_duration_since(s) < 2 * window => {
+            pace.prev_min = pace.cur_min;
+            pace.cur_min = f64::INFINITY;
+            pace.start = Some(s + window);
+        }
+        // The first reading, or one after a long silence: nothing is known about the last
+        // window, so it counts as tight (a process starting in a full group polls fast at once).
+        _ => {
+            pace.prev_min = 0.0;
+            pace.cur_min = f64::INFINITY;
+            pace.start = Some(now);
+        }
+    }
+    pace.cur_min = pace.cur_min.min(now_free);
+    now_free.min(pace.cur_min).min(pace.prev_min)
+}
+
+/// The state of [`pace_free`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PaceWindow {
+    start: Option<Instant>,
+    cur_min: f64,
+    prev_min: f64,
+}
+
+impl Default for PaceWindow {
+    fn default() -> Self {
+        PaceWindow {
+            start: None,
+            cur_min: f64::INFINITY,
+            prev_min: f64::INFINITY,
+        }
+    }
+}
+
 /// Which files give usage and limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemoryFiles {
@@ -175,6 +221,7 @@ pub struct HeadroomSource {
     follow_own: bool,
     /// Bytes of the usage that are not pressure (the library's lazily freed pages).
     exclude: Option<super::budget::HeldBytes>,
+    pace: PaceWindow,
 }
 
 impl std::fmt::Debug for HeadroomSource {
@@ -231,6 +278,7 @@ impl HeadroomSource {
             last_reading: (usage, limit),
             follow_own: false,
             exclude: None,
+            pace: PaceWindow::default(),
         })
     }
 
@@ -264,7 +312,9 @@ impl HeadroomSource {
             return Ok(Level::Normal);
         };
         self.last_reading = (usage, limit);
-        self.next = now + poll_interval(free_fraction(usage, limit), &self.cfg);
+        let window = Duration::from_millis(self.cfg.max_interval_ms.max(self.cfg.min_interval_ms));
+        let pace = pace_free(free_fraction(usage, limit), &mut self.pace, now, window);
+        self.next = now + poll_interval(pace, &self.cfg);
         Ok(headroom_level(usage, limit, &self.cfg))
     }
 }
@@ -382,6 +432,33 @@ mod tests {
             assert!(d <= prev, "monotonic");
             prev = d;
         }
+    }
+
+    #[test]
+    fn pace_follows_the_tightest_recent_reading() {
+        let s = Instant::now();
+        let w = Duration::from_millis(1000);
+        let mut p = PaceWindow::default();
+        // Nothing known yet: tight until a whole window says otherwise.
+        assert_eq!(pace_free(0.5, &mut p, s, w), 0.0);
+        assert_eq!(pace_free(0.5, &mut p, s + w + w / 10, w), 0.5);
+        let mut p = PaceWindow::default();
+        pace_free(0.5, &mut p, s, w);
+        assert_eq!(pace_free(0.05, &mut p, s + w / 10, w), 0.0);
+        assert_eq!(pace_free(0.45, &mut p, s + w + w / 20, w), 0.05);
+        let mut p = PaceWindow::default();
+        pace_free(0.5, &mut p, s - w, w);
+        assert_eq!(pace_free(0.05, &mut p, s + w / 10, w), 0.05);
+        // Right after a squeeze: far from the limit, but the pace stays tight.
+        assert_eq!(pace_free(0.45, &mut p, s + w / 5, w), 0.05);
+        // Next window: the previous window's low still counts.
+        assert_eq!(pace_free(0.45, &mut p, s + w + w / 2, w), 0.05);
+        // A whole window without a tight reading: relaxed.
+        assert_eq!(pace_free(0.45, &mut p, s + 2 * w + w / 2, w), 0.45);
+        // After a long gap nothing is known again: tight.
+        assert_eq!(pace_free(0.3, &mut p, s + 10 * w, w), 0.0);
+        let c = HeadroomConfig::default();
+        assert!(poll_interval(0.05, &c) <= Duration::from_millis(10));
     }
 
     #[test]
