@@ -10,8 +10,8 @@
 //!
 //! | situation | call | where |
 //! |---|---|---|
-//! | no pressure, `lazy_free` on (the reclaim thread runs) | `MADV_FREE` → slab `Lazy` | the periodic pool shrink to `max_buffer_pages`, [`PagePool::shrink`](crate::PagePool::shrink), the idle trim |
-//! | a squeeze window is open, or a pressure reclaim runs | `MADV_DONTNEED` → slab `Clean` | the squeeze, TRIM / DRAIN / DRAIN_CPU, and every lazy slab at once ([`purge_all`]) |
+//! | no pressure (level Normal, no squeeze window), `lazy_free` on (the reclaim thread runs) | `MADV_FREE` → slab `Lazy` | the periodic pool shrink to `max_buffer_pages`, [`PagePool::shrink`](crate::PagePool::shrink), the idle trim |
+//! | the pressure level is above Normal, a squeeze window is open, or a pressure reclaim runs | `MADV_DONTNEED` → slab `Clean` | the squeeze, TRIM / DRAIN / DRAIN_CPU, and every lazy slab at once ([`purge_all`]) |
 //!
 //! Lazily freed pages still count in RSS and in the cgroup's usage until the kernel takes them.
 //! So they **decay** in two stages, as jemalloc's dirty → muzzy → clean: a free slab becomes
@@ -38,6 +38,7 @@ pub(crate) static LAZY_BYTES: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static LAZY_FREED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
+static PRESSURE: AtomicBool = AtomicBool::new(false);
 static DECAY_MS: AtomicU64 = AtomicU64::new(1000);
 
 /// How free pages leave a cache.
@@ -77,6 +78,19 @@ pub fn configure(enabled: bool, decay_ms: u64) {
     if was && !enabled {
         purge_all();
     }
+}
+
+/// Tells the core whether the process is under memory pressure (the runtime calls this with the
+/// policy's held level: anything above Normal). While it is, pages leave with `MADV_DONTNEED`:
+/// in a cgroup near its limit, lazily freed pages would fill the limit and make the kernel
+/// reclaim (and swap) other memory before it gets to them.
+pub fn set_pressure(on: bool) {
+    PRESSURE.store(on, Ordering::Relaxed);
+}
+
+/// Whether the runtime reported pressure (see [`set_pressure`]).
+pub fn under_pressure() -> bool {
+    PRESSURE.load(Ordering::Relaxed)
 }
 
 /// Whether free pages leave lazily where there is no pressure.
@@ -136,7 +150,10 @@ impl ZoneInner {
     /// once, together with the zone's lazily freed slabs (a squeeze wants the memory now).
     /// Returns the bytes given back at once (lazily freed bytes are counted apart).
     pub(crate) fn release_free_slabs(&self, keep: usize) -> usize {
-        match release_kind(enabled(), crate::reclaim::squeezing_now()) {
+        match release_kind(
+            enabled(),
+            under_pressure() || crate::reclaim::squeezing_now(),
+        ) {
             ReleaseKind::Lazy => {
                 self.keg.lazy_keep(keep, now_ms());
                 0

@@ -563,6 +563,7 @@ fn apply(a: &Actions, epoch: u64, now: Instant) {
 
 fn apply_locked(a: &Actions, now: Instant) {
     let prev = LEVEL.swap(a.level as u8, Ordering::Relaxed);
+    crate::lazy::set_pressure(a.level > Level::Normal);
     let new_squeeze = match a.squeeze_until {
         Some(until) if until > now => {
             let mut last = crate::sync::lock(&SQUEEZE_APPLIED);
