@@ -610,7 +610,11 @@ fn reduction(before: u64, after: u64) -> f64 {
 
 /// The short verdict that ends the run: each target, met or missed (by how much), side by side
 /// with the seeds' numbers.
-fn verdict(outcomes: &[PressureOutcome], mbs: &[Vec<f64>; 2], c: Option<&stats::Comparison>) -> String {
+fn verdict(
+    outcomes: &[PressureOutcome],
+    mbs: &[Vec<f64>; 2],
+    c: Option<&stats::Comparison>,
+) -> String {
     let find = |n: &str| outcomes.iter().find(|o| o.name == n);
     let mut t = Table::new(&["", "seed v9 (000)", "seed v10 (001)", "ebbtide, this run"]);
     let pair = |(i, o): (u64, u64)| format!("{} / {}", thousands(i), thousands(o));
@@ -630,7 +634,11 @@ fn verdict(outcomes: &[PressureOutcome], mbs: &[Vec<f64>; 2], c: Option<&stats::
         after.map_or("-".into(), pair),
     ]);
     let red = |b: (u64, u64), a: (u64, u64)| {
-        format!("{:.1} % / {:.1} %", reduction(b.0, a.0), reduction(b.1, a.1))
+        format!(
+            "{:.1} % / {:.1} %",
+            reduction(b.0, a.0),
+            reduction(b.1, a.1)
+        )
     };
     t.row(&[
         "reduction".to_string(),
@@ -719,9 +727,17 @@ fn verdict(outcomes: &[PressureOutcome], mbs: &[Vec<f64>; 2], c: Option<&stats::
     }
     lines.push(format!(
         "overhead: {} ({ours_verdict}; seed: No difference proven at 95.0% confidence)",
-        if c.is_some_and(|c| !c.significant) { "MET" } else { "MISSED" }
+        if c.is_some_and(|c| !c.significant) {
+            "MET"
+        } else {
+            "MISSED"
+        }
     ));
-    format!("Verdict, side by side with the seeds\n{}{}\n", t.render(), lines.join("\n"))
+    format!(
+        "Verdict, side by side with the seeds\n{}{}\n",
+        t.render(),
+        lines.join("\n")
+    )
 }
 
 /// Writes `memory.svg`, `swap.svg` (before vs after) and `swap-durations.svg` (the sweep).

@@ -351,6 +351,29 @@ unsafe fn list_remove(head: &mut *mut SlabMeta, s: *mut SlabMeta) {
     }
 }
 
+/// `MADV_FREE` on `[addr, addr+len)`, falling back to `MADV_DONTNEED` where it is refused.
+///
+/// # Safety
+/// As [`os::release`]: whole free slabs of ours, holding no live item.
+unsafe fn offer(addr: usize, len: usize) {
+    // SAFETY: caller's guarantee; slab addresses are never null.
+    unsafe {
+        let p = NonNull::new_unchecked(addr as *mut u8);
+        if !os::release_lazy(p, len) {
+            os::release(p, len);
+        }
+    }
+}
+
+/// `MADV_DONTNEED` on `[addr, addr+len)`.
+///
+/// # Safety
+/// As [`os::release`].
+unsafe fn give_back(addr: usize, len: usize) {
+    // SAFETY: caller's guarantee; slab addresses are never null.
+    unsafe { os::release(NonNull::new_unchecked(addr as *mut u8), len) };
+}
+
 impl Keg {
     /// A keg for items of `item_size` bytes (already a multiple of the alignment).
     pub(crate) fn new(item_size: usize, reserve_slabs: usize) -> Result<Keg, OsError> {
@@ -439,6 +462,7 @@ impl Keg {
                     nfree: self.geo.items_per_slab as u32,
                     index: i as u32,
                     state: SlabState::Clean,
+                    advised: false,
                     lazy_at: 0,
                 });
                 let bits = SlabMeta::free_bits(s, self.geo.words);
@@ -489,7 +513,9 @@ impl Keg {
                 g.free_items += self.geo.items_per_slab;
                 g.lazy_reused_bytes += self.geo.slab_size as u64;
                 MAPPED_BYTES.fetch_add(self.geo.slab_size, Ordering::Relaxed);
-                crate::lazy::LAZY_BYTES.fetch_sub(self.geo.slab_size, Ordering::Relaxed);
+                // SAFETY: as above.
+                crate::lazy::gauge(unsafe { (*s).advised })
+                    .fetch_sub(self.geo.slab_size, Ordering::Relaxed);
                 s
             } else {
                 if g.clean.is_null() {
@@ -931,12 +957,13 @@ impl Keg {
         g.nlazy -= 1;
     }
 
-    /// Moves free slabs to the lazy list until at most `keep` stay backed, offering their pages
-    /// with `MADV_FREE` (one call per run of adjacent slabs) and stamping them with `now_ms`.
-    /// Where the kernel refuses `MADV_FREE` the run is given back with `MADV_DONTNEED` instead
-    /// (the slabs are then lazy in name only; their later purge is a no-op for the kernel).
-    /// Returns the bytes moved to the lazy list.
-    pub(crate) fn lazy_keep(&self, keep: usize, now_ms: u32) -> usize {
+    /// Moves free slabs to the lazy list until at most `keep` stay backed, stamping them with
+    /// `now_ms`. With `advise`, their pages are offered with `MADV_FREE` at once (one call per run
+    /// of adjacent slabs); otherwise [`Keg::advise_lazy`] does it once they settled, unless
+    /// allocation took them back first (then no system call at all). Where the kernel refuses
+    /// `MADV_FREE` a run is given back with `MADV_DONTNEED` instead (the slabs are then lazy in
+    /// name only; their later purge is a no-op for the kernel). Returns the bytes moved.
+    pub(crate) fn lazy_keep(&self, keep: usize, now_ms: u32, advise: bool) -> usize {
         let mut g = lock(&self.inner);
         if g.nfree_slabs <= keep {
             return 0;
@@ -960,6 +987,7 @@ impl Keg {
                     unsafe {
                         list_remove(&mut g.free, s);
                         (*s).state = SlabState::Lazy;
+                        (*s).advised = advise;
                         (*s).lazy_at = now_ms;
                         if g.lazy.is_null() {
                             g.lazy_tail = s;
@@ -976,13 +1004,10 @@ impl Keg {
                 } else if let Some((first, n)) = run.take() {
                     let addr = chunk + self.geo.first_slab + (first << self.geo.slab_shift);
                     let len = n << self.geo.slab_shift;
-                    // SAFETY: the run is `n` entirely free slabs of this chunk: committed memory
-                    // of ours that holds no live item.
-                    unsafe {
-                        let p = NonNull::new_unchecked(addr as *mut u8);
-                        if !os::release_lazy(p, len) {
-                            os::release(p, len);
-                        }
+                    if advise {
+                        // SAFETY: the run is `n` entirely free slabs of this chunk: committed
+                        // memory of ours that holds no live item.
+                        unsafe { offer(addr, len) };
                     }
                     moved += len;
                 }
@@ -990,11 +1015,54 @@ impl Keg {
             // SAFETY: `c` is a valid chunk header of this keg; lock held.
             c = unsafe { (*c).next };
         }
-        g.lazy_freed_bytes += moved as u64;
         MAPPED_BYTES.fetch_sub(moved, Ordering::Relaxed);
-        crate::lazy::LAZY_BYTES.fetch_add(moved, Ordering::Relaxed);
-        crate::lazy::LAZY_FREED_BYTES.fetch_add(moved as u64, Ordering::Relaxed);
+        crate::lazy::gauge(advise).fetch_add(moved, Ordering::Relaxed);
+        if advise {
+            g.lazy_freed_bytes += moved as u64;
+            crate::lazy::LAZY_FREED_BYTES.fetch_add(moved as u64, Ordering::Relaxed);
+        }
         moved
+    }
+
+    /// Offers the pages of lazy slabs that waited at least `settle_ms` before `now_ms` and were
+    /// not offered yet with `MADV_FREE` (adjacent slabs in one call). Returns their bytes.
+    pub(crate) fn advise_lazy(&self, now_ms: u32, settle_ms: u64) -> usize {
+        let mut g = lock(&self.inner);
+        let mut bases = [0usize; 128];
+        let mut n = 0;
+        let mut advised = 0;
+        let mut s = g.lazy_tail;
+        // Oldest first; the list is in `lazy_at` order, so the first young one ends the walk.
+        while !s.is_null() {
+            // SAFETY: `s` is on the lazy list, a valid meta; lock held.
+            unsafe {
+                if !(*s).advised {
+                    if !crate::lazy::expired((*s).lazy_at, now_ms, settle_ms) {
+                        break;
+                    }
+                    (*s).advised = true;
+                    bases[n] = self.slab_base(s);
+                    n += 1;
+                    if n == bases.len() {
+                        advised += self.runs(&mut bases[..n], |a, l| offer(a, l));
+                        n = 0;
+                    }
+                    // (The closure's `offer` runs inside this unsafe block: the bases are lazy
+                    // slabs of this keg, entirely free, on the lazy list under our lock.)
+                }
+                s = (*s).prev;
+            }
+        }
+        // SAFETY: each base is a lazy slab of this keg, entirely free, still on the lazy list
+        // under our lock.
+        advised += self.runs(&mut bases[..n], |a, l| unsafe { offer(a, l) });
+        if advised > 0 {
+            g.lazy_freed_bytes += advised as u64;
+            crate::lazy::LAZY_PENDING_BYTES.fetch_sub(advised, Ordering::Relaxed);
+            crate::lazy::LAZY_BYTES.fetch_add(advised, Ordering::Relaxed);
+            crate::lazy::LAZY_FREED_BYTES.fetch_add(advised as u64, Ordering::Relaxed);
+        }
+        advised
     }
 
     /// Gives lazily freed slabs back for good (`MADV_DONTNEED`, then `clean`), oldest first:
@@ -1005,14 +1073,14 @@ impl Keg {
         let mut g = lock(&self.inner);
         let mut bases = [0usize; 128];
         let mut n = 0;
-        let mut released = 0;
+        let (mut released, mut pending) = (0, 0);
         loop {
             let s = g.lazy_tail;
             if s.is_null() {
                 break;
             }
             // SAFETY: `s` is the oldest slab of the lazy list, a valid meta; lock held.
-            let at = unsafe { (*s).lazy_at };
+            let (at, advised) = unsafe { ((*s).lazy_at, (*s).advised) };
             if older_than.is_some_and(|(now, delay)| !crate::lazy::expired(at, now, delay)) {
                 break;
             }
@@ -1023,25 +1091,32 @@ impl Keg {
                 list_push(&mut g.clean, s);
             }
             g.nclean += 1;
+            if !advised {
+                pending += self.geo.slab_size;
+            }
             bases[n] = self.slab_base(s);
             n += 1;
             if n == bases.len() {
-                released += self.release_runs(&mut bases[..n]);
+                // SAFETY: each base is a slab of this keg just made `Clean` under our lock:
+                // committed memory of ours holding no live item.
+                released += self.runs(&mut bases[..n], |a, l| unsafe { give_back(a, l) });
                 n = 0;
             }
         }
-        released += self.release_runs(&mut bases[..n]);
+        // SAFETY: as above.
+        released += self.runs(&mut bases[..n], |a, l| unsafe { give_back(a, l) });
         if released > 0 {
             g.released_bytes += released as u64;
             RELEASED_BYTES.fetch_add(released as u64, Ordering::Relaxed);
-            crate::lazy::LAZY_BYTES.fetch_sub(released, Ordering::Relaxed);
+            crate::lazy::LAZY_BYTES.fetch_sub(released - pending, Ordering::Relaxed);
+            crate::lazy::LAZY_PENDING_BYTES.fetch_sub(pending, Ordering::Relaxed);
         }
         released
     }
 
-    /// `MADV_DONTNEED` on the slabs starting at `bases` (sorted here), one call per run of
-    /// adjacent slabs. Returns their bytes.
-    fn release_runs(&self, bases: &mut [usize]) -> usize {
+    /// Calls `f(addr, len)` once per run of adjacent slabs starting at `bases` (sorted here).
+    /// Returns the bytes of all of them.
+    fn runs(&self, bases: &mut [usize], mut f: impl FnMut(usize, usize)) -> usize {
         bases.sort_unstable();
         let slab = self.geo.slab_size;
         let mut i = 0;
@@ -1050,9 +1125,7 @@ impl Keg {
             while j < bases.len() && bases[j] == bases[j - 1] + slab {
                 j += 1;
             }
-            // SAFETY: each base is a slab of this keg that was just made `Clean` under the lock:
-            // committed memory of ours holding no live item; `j - i` adjacent slabs.
-            unsafe { os::release(NonNull::new_unchecked(bases[i] as *mut u8), (j - i) * slab) };
+            f(bases[i], (j - i) * slab);
             i = j;
         }
         bases.len() * slab
@@ -1238,8 +1311,16 @@ impl Keg {
         let backed = g.backed_slabs * self.geo.slab_size;
         MAPPED_BYTES.fetch_sub(backed, Ordering::Relaxed);
         // Lazily freed slabs go back with their chunks, for good.
-        let lazy = g.nlazy * self.geo.slab_size;
-        crate::lazy::LAZY_BYTES.fetch_sub(lazy, Ordering::Relaxed);
+        let mut lazy = 0;
+        let mut s = g.lazy;
+        while !s.is_null() {
+            // SAFETY: a valid meta on the lazy list; lock held.
+            unsafe {
+                crate::lazy::gauge((*s).advised).fetch_sub(self.geo.slab_size, Ordering::Relaxed);
+                s = (*s).next;
+            }
+            lazy += self.geo.slab_size;
+        }
         let backed = backed + lazy;
         RELEASED_BYTES.fetch_add(backed as u64, Ordering::Relaxed);
         let mut c = g.chunks;
@@ -1322,9 +1403,9 @@ mod tests {
         }
         k.release(&v[..4], false, |_| {}, |_, _| panic!("invalid"));
         // Fake time: the first four go lazy at t = 1000 ms, the next four at t = 1600 ms.
-        assert_eq!(k.lazy_keep(0, 1000), 4 * ps);
+        assert_eq!(k.lazy_keep(0, 1000, true), 4 * ps);
         k.release(&v[4..], false, |_| {}, |_, _| panic!("invalid"));
-        assert_eq!(k.lazy_keep(0, 1600), 4 * ps);
+        assert_eq!(k.lazy_keep(0, 1600, true), 4 * ps);
         let c = k.validate().unwrap();
         assert_eq!((c.lazy_slabs, c.free_slabs, c.backed_slabs), (8, 0, 0));
         assert_eq!(c.lazy_freed_bytes, 8 * ps as u64);
@@ -1344,11 +1425,47 @@ mod tests {
         assert_eq!((c.lazy_slabs, c.clean_slabs >= 6), (0, true));
         // A free into a lazily freed slab is a double free; a purge without delay takes all.
         k.release(&w, false, |_| {}, |_, _| panic!("invalid"));
-        k.lazy_keep(0, 3000);
+        k.lazy_keep(0, 3000, true);
         let mut bad = vec![];
         k.release(&w[..1], false, |_| {}, |p, kind| bad.push((p, kind)));
         assert_eq!(bad, vec![(w[0], InvalidKind::DoubleFree)]);
         assert_eq!(k.purge_lazy(None), 2 * ps);
+        k.validate().unwrap();
+        k.destroy().unwrap();
+    }
+
+    #[test]
+    fn settling_slabs_are_offered_after_the_settle_delay_unless_reused() {
+        let ps = os::page_size();
+        let k = Keg::new(ps, 0).unwrap();
+        let mut v = vec![ptr::null_mut(); 6];
+        k.import(&mut v).unwrap();
+        for p in &v {
+            // SAFETY: pages of ours.
+            unsafe { p.write_bytes(9, ps) };
+        }
+        k.release(&v, false, |_| {}, |_, _| panic!("invalid"));
+        // Given up at t = 500 ms, not offered yet (settle 100 ms).
+        assert_eq!(k.lazy_keep(0, 500, false), 6 * ps);
+        assert_eq!(k.counts().lazy_freed_bytes, 0, "no MADV_FREE yet");
+        // Reused within the settle delay: taken back without any system call.
+        let mut w = vec![ptr::null_mut(); 2];
+        k.import(&mut w).unwrap();
+        assert_eq!(k.advise_lazy(599, 100), 0, "still settling");
+        assert_eq!(k.advise_lazy(600, 100), 4 * ps);
+        assert_eq!(k.advise_lazy(700, 100), 0, "offered once");
+        let c = k.validate().unwrap();
+        assert_eq!((c.lazy_slabs, c.lazy_freed_bytes), (4, 4 * ps as u64));
+        // The decay counts from when the slabs were given up.
+        assert_eq!(k.purge_lazy(Some((1499, 1000))), 0);
+        assert_eq!(k.purge_lazy(Some((1500, 1000))), 4 * ps);
+        k.release(&w, false, |_| {}, |_, _| panic!("invalid"));
+        k.lazy_keep(0, 2000, false);
+        assert_eq!(
+            k.purge_lazy(None),
+            2 * ps,
+            "pressure: settling slabs go too"
+        );
         k.validate().unwrap();
         k.destroy().unwrap();
     }

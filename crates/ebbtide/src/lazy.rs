@@ -32,14 +32,27 @@ use crate::os;
 use crate::zone::ZoneInner;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-/// Bytes of lazily freed slabs now, over all kegs (part of RSS until the kernel takes them).
+/// Bytes of lazy slabs offered with `MADV_FREE` now, over all kegs (part of RSS until the kernel
+/// takes them; `LazyFree` in smaps).
 pub(crate) static LAZY_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of lazy slabs still settling (not offered yet), over all kegs.
+pub(crate) static LAZY_PENDING_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// The gauge a lazy slab counts in: offered (`advised`) or settling.
+pub(crate) fn gauge(advised: bool) -> &'static AtomicUsize {
+    if advised {
+        &LAZY_BYTES
+    } else {
+        &LAZY_PENDING_BYTES
+    }
+}
 /// Bytes offered with `MADV_FREE` since the process started.
 pub(crate) static LAZY_FREED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static PRESSURE: AtomicBool = AtomicBool::new(false);
 static DECAY_MS: AtomicU64 = AtomicU64::new(1000);
+static SETTLE_MS: AtomicU64 = AtomicU64::new(0);
 
 /// How free pages leave a cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,10 +83,11 @@ pub fn now_ms() -> u32 {
     (os::now_ns() / 1_000_000) as u32
 }
 
-/// Sets the mode (the runtime calls this from the `lazy_free` and `lazy_decay_ms` tunables).
-/// Turning it off gives every lazily freed page back at once.
-pub fn configure(enabled: bool, decay_ms: u64) {
+/// Sets the mode (the runtime calls this from the `lazy_free`, `lazy_settle_ms` and
+/// `lazy_decay_ms` tunables). Turning it off gives every lazily freed page back at once.
+pub fn configure(enabled: bool, settle_ms: u64, decay_ms: u64) {
     DECAY_MS.store(decay_ms, Ordering::Relaxed);
+    SETTLE_MS.store(settle_ms, Ordering::Relaxed);
     let was = ENABLED.swap(enabled, Ordering::Relaxed);
     if was && !enabled {
         purge_all();
@@ -98,14 +112,30 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
+/// The settle delay in use (0: `MADV_FREE` at once).
+pub fn settle_ms() -> u64 {
+    SETTLE_MS.load(Ordering::Relaxed)
+}
+
 /// The decay delay in use.
 pub fn decay_ms() -> u64 {
     DECAY_MS.load(Ordering::Relaxed)
 }
 
-/// Bytes lazily freed now.
+/// Bytes of lazy slabs offered with `MADV_FREE` now.
 pub fn lazy_bytes() -> u64 {
     LAZY_BYTES.load(Ordering::Relaxed) as u64
+}
+
+/// Bytes of lazy slabs still settling (taken out of the caches, not offered yet).
+pub fn lazy_pending_bytes() -> u64 {
+    LAZY_PENDING_BYTES.load(Ordering::Relaxed) as u64
+}
+
+/// Both: what a cache gave up without pressure and the kernel has not taken (still in the
+/// cgroup's usage, not pressure).
+pub fn lazy_held_bytes() -> u64 {
+    lazy_bytes() + lazy_pending_bytes()
 }
 
 /// Bytes offered with `MADV_FREE` ever.
@@ -116,7 +146,7 @@ pub fn lazy_freed_bytes() -> u64 {
 /// Pressure: every lazily freed page of every zone goes back now (`MADV_DONTNEED`). Returns the
 /// bytes given back.
 pub fn purge_all() -> usize {
-    if LAZY_BYTES.load(Ordering::Relaxed) == 0 {
+    if lazy_held_bytes() == 0 {
         return 0;
     }
     purge_locked(&crate::registry::lock())
@@ -124,7 +154,7 @@ pub fn purge_all() -> usize {
 
 /// [`purge_all`] with the registry already locked (inside a reclaim).
 pub(crate) fn purge_locked(reg: &crate::registry::Locked) -> usize {
-    if LAZY_BYTES.load(Ordering::Relaxed) == 0 {
+    if lazy_held_bytes() == 0 {
         return 0;
     }
     let mut b = 0;
@@ -132,16 +162,20 @@ pub(crate) fn purge_locked(reg: &crate::registry::Locked) -> usize {
     b
 }
 
-/// The decay step: lazily freed pages older than `lazy_decay_ms` at `now` go back for good.
-/// Returns the bytes given back.
+/// The decay step: lazy slabs older than `lazy_decay_ms` at `now` go back for good
+/// (`MADV_DONTNEED`), and those that settled for `lazy_settle_ms` are offered (`MADV_FREE`).
+/// Returns the bytes given back for good.
 pub fn decay_all(now: u32) -> usize {
-    if LAZY_BYTES.load(Ordering::Relaxed) == 0 {
+    if lazy_held_bytes() == 0 {
         return 0;
     }
-    let delay = decay_ms();
+    let (delay, settle) = (decay_ms(), settle_ms());
     let reg = crate::registry::lock();
     let mut b = 0;
-    reg.for_each(|z| b += z.keg.purge_lazy(Some((now, delay))));
+    reg.for_each(|z| {
+        b += z.keg.purge_lazy(Some((now, delay)));
+        z.keg.advise_lazy(now, settle);
+    });
     b
 }
 
@@ -155,7 +189,7 @@ impl ZoneInner {
             under_pressure() || crate::reclaim::squeezing_now(),
         ) {
             ReleaseKind::Lazy => {
-                self.keg.lazy_keep(keep, now_ms());
+                self.keg.lazy_keep(keep, now_ms(), settle_ms() == 0);
                 0
             }
             ReleaseKind::Now => self.keg.reclaim_keep(keep) + self.keg.purge_lazy(None),

@@ -318,7 +318,7 @@ fn start_slow() {
             "ebbtide: cannot start the reclaim thread ({e}); pressure is handled on notify only"
         ));
         THREAD_DISABLED.store(true, Ordering::Release);
-        crate::lazy::configure(false, 0); // nothing would decay lazily freed pages
+        crate::lazy::configure(false, 0, 0); // nothing would decay lazily freed pages
     }
 }
 
@@ -345,7 +345,7 @@ fn supervise(gen: u64) {
                     ));
                     THREAD_DISABLED.store(true, Ordering::Release);
                     crate::sync::lock(&SHARED).injector = None;
-                    crate::lazy::configure(false, 0); // nothing would decay them any more
+                    crate::lazy::configure(false, 0, 0); // nothing would decay them any more
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(100));
@@ -393,7 +393,7 @@ pub fn detect_config() -> DetectConfig {
     cfg.headroom.max_interval_ms = options::get_u64(Tunable::HeadroomMaxIntervalMs);
     cfg.headroom.repeat_ms = options::get_u64(Tunable::HeadroomRepeatMs);
     // The cgroup's usage counts our lazily freed pages until the kernel takes them: not pressure.
-    cfg.headroom_exclude = Some(Arc::new(crate::lazy::lazy_bytes));
+    cfg.headroom_exclude = Some(Arc::new(crate::lazy::lazy_held_bytes));
     cfg.memory_events.enabled = src.contains("events");
     let budget = options::get_u64(Tunable::MaxCachedBytes);
     if src.contains("budget") && budget > 0 {
@@ -679,6 +679,7 @@ pub(crate) fn fill_stats(s: &mut crate::stats::Snapshot) {
 fn configure_lazy() {
     crate::lazy::configure(
         options::get_bool(Tunable::LazyFree),
+        options::get_u64(Tunable::LazySettleMs),
         options::get_u64(Tunable::LazyDecayMs),
     );
 }

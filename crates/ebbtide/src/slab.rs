@@ -44,6 +44,9 @@ pub(crate) struct SlabMeta {
     pub(crate) nfree: u32,
     pub(crate) index: u32,
     pub(crate) state: SlabState,
+    /// A `Lazy` slab whose pages were offered with `MADV_FREE` (else it waits for the settle
+    /// delay, see [`crate::lazy`]); meaningless in other states.
+    pub(crate) advised: bool,
     /// When the slab became `Lazy` ([`crate::lazy::now_ms`]); meaningless in other states.
     pub(crate) lazy_at: u32,
 }

@@ -60,7 +60,7 @@ fn lazyfree_in_smaps_agrees_with_the_stats_and_reuse_is_free() {
     // as the reclaim thread does from the lazy_free and lazy_decay_ms tunables.
     ebbtide::options::set("reclaim_thread", "false").unwrap();
     ebbtide::options::set("sources", "none").unwrap();
-    ebbtide::lazy::configure(true, 600_000);
+    ebbtide::lazy::configure(true, 0, 600_000);
     if !ebbtide::lazy::enabled() {
         panic!("lazy mode did not stay on");
     }
@@ -121,9 +121,35 @@ fn lazyfree_in_smaps_agrees_with_the_stats_and_reuse_is_free() {
     let released = ebbtide::stats::collect().global.released_bytes - released0;
     assert_eq!(released, (N / 2 * 4096) as u64);
 
+    // With a settle delay, pages given up wait (no MADV_FREE, not in LazyFree) until the decay
+    // step offers them; then LazyFree agrees again.
+    give(&pool, again);
+    ebbtide::lazy::configure(true, 5_000, 600_000);
+    pool.shrink();
+    let st = ebbtide::stats::collect().global;
+    assert_eq!(
+        (st.lazy_bytes, st.lazy_pending_bytes),
+        (0, (N / 2 * 4096) as u64)
+    );
+    assert!(smaps_lazyfree().saturating_sub(base) <= 64 << 10);
+    ebbtide::lazy::decay_all(ebbtide::lazy::now_ms().wrapping_add(5_000));
+    let st = ebbtide::stats::collect().global;
+    assert_eq!(
+        (st.lazy_bytes, st.lazy_pending_bytes),
+        ((N / 2 * 4096) as u64, 0)
+    );
+    let k = smaps_lazyfree().saturating_sub(base);
+    assert!(
+        close(k, lazy_global()),
+        "smaps LazyFree {k} vs stats {}",
+        lazy_global()
+    );
+    let again = take(&pool, N / 2);
+    touch(&again, 4);
+
     // For contrast, pages given back with MADV_DONTNEED fault on reuse.
     give(&pool, again);
-    ebbtide::lazy::configure(false, 0);
+    ebbtide::lazy::configure(false, 0, 0);
     pool.shrink();
     let f0 = minflt();
     let fresh = take(&pool, N / 2);

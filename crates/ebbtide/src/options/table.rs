@@ -233,6 +233,23 @@ tunables! {
               and when false, pages leave with MADV_DONTNEED at once. Turning it off gives every \
               lazily freed page back at once.",
     },
+    /// How long free pages wait before they are offered with MADV_FREE.
+    LazySettleMs {
+        name: "lazy_settle_ms",
+        kind: Kind::Millis,
+        default: 100,
+        range: 0 => 600_000,
+        runtime: true,
+        level: Testing,
+        summary: "free pages given up without pressure wait this long before MADV_FREE",
+        doc: "The first stage of the decay (jemalloc's dirty pages): a slab given up without \
+              pressure leaves the cache at once but is offered with MADV_FREE only after this \
+              long, so a page reused within it costs neither a system call nor a fault (the \
+              kernel's page allocator hands a freed page back the same way). Checked every \
+              pool_shrink_interval_ms. Under pressure such slabs go back with MADV_DONTNEED at \
+              once, and the headroom source does not count them as usage. 0 means MADV_FREE at \
+              once.",
+    },
     /// How long lazily freed pages may stay before they go back for good.
     LazyDecayMs {
         name: "lazy_decay_ms",
@@ -242,8 +259,8 @@ tunables! {
         runtime: true,
         level: Testing,
         summary: "lazily freed pages not reused for this long go back with MADV_DONTNEED",
-        doc: "The second stage of the decay (free -> lazily freed -> given back, as jemalloc's \
-              dirty -> muzzy -> clean): a lazily freed slab that no allocation took back for this \
+        doc: "The last stage of the decay (settling -> MADV_FREE -> given back, as jemalloc's \
+              dirty -> muzzy -> clean): a slab given up without pressure that no allocation took back for this \
               long is given back with MADV_DONTNEED, so memory that stays unused leaves RSS. \
               Checked every pool_shrink_interval_ms, so a page leaves within lazy_decay_ms plus \
               that interval. 0 means at the next check.",

@@ -79,6 +79,7 @@ pub fn collect() -> Snapshot {
         squeezed_ms: crate::reclaim::squeezed_ns() / 1_000_000,
         lazy_bytes: crate::lazy::lazy_bytes(),
         lazy_freed_bytes: crate::lazy::lazy_freed_bytes(),
+        lazy_pending_bytes: crate::lazy::lazy_pending_bytes(),
         ..GlobalStats::default()
     };
     let mut s = Snapshot {
