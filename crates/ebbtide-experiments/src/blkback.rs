@@ -482,8 +482,18 @@ pub(crate) fn child_main() -> i32 {
 // ---------------------------------------------------------------------------------------------
 // Parent.
 
+/// Swap devices active now (`/proc/swaps` entries). The swap counters on cgroup v1 are the
+/// system's, so a second device (another user's swap file) means the counts may not all be ours.
+fn swap_devices() -> usize {
+    std::fs::read_to_string("/proc/swaps")
+        .map(|s| s.lines().skip(1).filter(|l| !l.trim().is_empty()).count())
+        .unwrap_or(0)
+}
+
 struct PressureOutcome {
     name: String,
+    /// Most swap devices seen at the start and the end of the variant.
+    swap_devices: usize,
     squeeze_ms: Option<u64>,
     run: ChildRun,
     series: Series,
@@ -513,6 +523,7 @@ fn pressure_variant(
         pid: None,
         cgroup: Some(cg.reader()),
     })?;
+    let devices_start = swap_devices();
     let mut env: Vec<(String, String)> = vec![
         ("EBBTIDE_LAB_MODE".into(), "pressure".into()),
         ("EBBTIDE_LAB_DEVICES".into(), p.devices.to_string()),
@@ -550,6 +561,7 @@ fn pressure_variant(
         Duration::from_secs(p.seconds + 120),
     );
     let series = sampler.stop()?;
+    let swap_devices = devices_start.max(swap_devices());
     let oom_kills = cg.oom_kills().unwrap_or(0);
     drop(cg);
     let run = run?;
@@ -562,8 +574,14 @@ fn pressure_variant(
         peak_usage(&series).unwrap_or(0) / MIB,
         run.status
     ));
+    if swap_devices > 1 {
+        progress.note(&format!(
+            "{name}: {swap_devices} swap devices were active: the system-wide swap counts may include another user's"
+        ));
+    }
     Ok(PressureOutcome {
         name: name.into(),
+        swap_devices,
         squeeze_ms,
         run,
         series,
@@ -848,6 +866,7 @@ pub fn run_blkback(opts: &Opts) -> Result<Summary> {
             .with("squeezed_pct", squeezed_pct(&o.run))
             .with("lazy_freed_bytes", o.run.int("lazy_freed_bytes"))
             .with("oom_kills", o.oom_kills)
+            .with("swap_devices", o.swap_devices)
             .with("status", o.run.status.as_str())
             .with("seconds", o.run.seconds);
         if let Some(ms) = o.squeeze_ms {
