@@ -970,6 +970,30 @@ impl Keg {
         }
         let mut to_move = g.nfree_slabs - keep;
         let mut moved = 0;
+        if !advise {
+            // No system call to batch: take them straight off the free list.
+            while to_move > 0 {
+                let s = g.free;
+                // SAFETY: `s` heads the free list (nfree_slabs > keep, so it is non-null), an
+                // entirely free slab; lock held.
+                unsafe {
+                    list_remove(&mut g.free, s);
+                    (*s).state = SlabState::Lazy;
+                    (*s).advised = false;
+                    (*s).lazy_at = now_ms;
+                    if g.lazy.is_null() {
+                        g.lazy_tail = s;
+                    }
+                    list_push(&mut g.lazy, s);
+                }
+                g.nfree_slabs -= 1;
+                g.nlazy += 1;
+                g.backed_slabs -= 1;
+                g.free_items -= self.geo.items_per_slab;
+                to_move -= 1;
+                moved += self.geo.slab_size;
+            }
+        }
         let mut c = g.chunks;
         while !c.is_null() && to_move > 0 {
             let chunk = c as usize;
