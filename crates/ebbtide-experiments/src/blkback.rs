@@ -695,7 +695,7 @@ fn verdict(
     let ours_verdict = c.map_or("too few runs".to_string(), |c| {
         if c.significant {
             format!(
-                "Difference at 95.0% confidence ({:+.0} %)",
+                "Difference at 95.0% confidence (max_pgs 0 {:+.0} % against 1024)",
                 -c.difference_pct / (1.0 + c.difference_pct / 100.0)
             )
         } else {

@@ -392,8 +392,11 @@ pub fn detect_config() -> DetectConfig {
     cfg.headroom.min_interval_ms = options::get_u64(Tunable::HeadroomMinIntervalMs);
     cfg.headroom.max_interval_ms = options::get_u64(Tunable::HeadroomMaxIntervalMs);
     cfg.headroom.repeat_ms = options::get_u64(Tunable::HeadroomRepeatMs);
-    // The cgroup's usage counts our lazily freed pages until the kernel takes them: not pressure.
-    cfg.headroom_exclude = Some(Arc::new(crate::lazy::lazy_held_bytes));
+    // The cgroup's usage counts our MADV_FREE'd pages until the kernel takes them, which it does
+    // first and without I/O: not pressure. Pages still settling are not excluded: the kernel can
+    // only swap those (measured: excluding them let the quick blkback run reach its limit at
+    // start, where lazily given-up pool pages hid the growth from the headroom source).
+    cfg.headroom_exclude = Some(Arc::new(crate::lazy::lazy_bytes));
     cfg.memory_events.enabled = src.contains("events");
     let budget = options::get_u64(Tunable::MaxCachedBytes);
     if src.contains("budget") && budget > 0 {

@@ -247,8 +247,8 @@ tunables! {
               long, so a page reused within it costs neither a system call nor a fault (the \
               kernel's page allocator hands a freed page back the same way). Checked every \
               pool_shrink_interval_ms. Under pressure such slabs go back with MADV_DONTNEED at \
-              once, and the headroom source does not count them as usage. 0 means MADV_FREE at \
-              once.",
+              once; the headroom source counts them as usage (only pages already offered with \
+              MADV_FREE are not counted). 0 means MADV_FREE at once.",
     },
     /// How long lazily freed pages may stay before they go back for good.
     LazyDecayMs {

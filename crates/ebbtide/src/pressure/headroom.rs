@@ -27,7 +27,9 @@
 //! squeeze window (free), as the kernel's shrinker runs on every reclaim pass.
 //!
 //! The usage counts the library's own lazily freed pages (`MADV_FREE`) until the kernel takes
-//! them. They are not pressure: the kernel takes them first and without I/O. The runtime hands
+//! them. They are not pressure: the kernel can take them without I/O. (Pages a cache gave up
+//! that still wait for their `MADV_FREE` are usage like any other: the kernel could only swap
+//! them.) The runtime hands
 //! the source a function giving those bytes ([`HeadroomSource::excluding`]), and the source
 //! subtracts them from the usage it reads.
 //! (Tunables `headroom_min_interval_ms`, `headroom_max_interval_ms`, `headroom_repeat_ms`.)
