@@ -10,23 +10,27 @@
 //!
 //! | situation | call | where |
 //! |---|---|---|
-//! | no pressure (level Normal, no squeeze window), `lazy_free` on (the reclaim thread runs) | `MADV_FREE` → slab `Lazy` | the periodic pool shrink to `max_buffer_pages`, [`PagePool::shrink`](crate::PagePool::shrink), the idle trim |
+//! | no pressure (level Normal, no squeeze window), `lazy_free` on (the reclaim thread runs) | none, then `MADV_FREE` after `lazy_settle_ms` → slab `Lazy` | the periodic pool shrink to `max_buffer_pages`, [`PagePool::shrink`](crate::PagePool::shrink), the idle trim |
 //! | the pressure level is above Normal, a squeeze window is open, or a pressure reclaim runs | `MADV_DONTNEED` → slab `Clean` | the squeeze, TRIM / DRAIN / DRAIN_CPU, and every lazy slab at once ([`purge_all`]) |
 //!
 //! Lazily freed pages still count in RSS and in the cgroup's usage until the kernel takes them.
-//! So they **decay** in two stages, as jemalloc's dirty → muzzy → clean: a free slab becomes
-//! `Lazy` (stamped with [`now_ms`]), and a lazy slab nobody reused for `lazy_decay_ms` is given
-//! back with `MADV_DONTNEED` ([`decay_all`], run by the reclaim thread every
-//! `pool_shrink_interval_ms`; [`expired`] is the pure rule). Allocation takes the newest lazy
-//! slab first (the likeliest to still have its pages); the decay takes the oldest.
+//! So they **decay**, as jemalloc's dirty → muzzy → clean: a free slab given up becomes `Lazy`
+//! (stamped with [`now_ms`]) and *settles* for `lazy_settle_ms` without any system call (a reuse
+//! then costs nothing at all, as the kernel's per-CPU page lists hand a freed page back); then it
+//! is offered with `MADV_FREE`; and a lazy slab nobody reused for `lazy_decay_ms` since it was
+//! given up goes back with `MADV_DONTNEED`. [`decay_all`] does both steps, run by the reclaim
+//! thread every `pool_shrink_interval_ms`; [`expired`] is the pure rule for both delays.
+//! Allocation takes the newest lazy slab first (the likeliest to still have its pages); the
+//! decay takes the oldest.
 //!
 //! The runtime (the reclaim thread, which owns the tunables) sets the mode with [`configure`]; the
 //! core reads no option. The default here is off, so a process without the reclaim thread (which
 //! would never decay anything) gives pages back with `MADV_DONTNEED` as before.
 //!
-//! Figures: [`LAZY_BYTES`] (lazily freed now, a gauge), [`LAZY_FREED_BYTES`] (ever), per keg the
-//! bytes offered and the bytes taken back by allocation. `LazyFree` in `/proc/self/smaps_rollup`
-//! counts the same pages while they are neither reused nor taken by the kernel.
+//! Figures: [`lazy_bytes`] (offered with `MADV_FREE` now), [`lazy_pending_bytes`] (settling
+//! now), [`lazy_freed_bytes`] (offered, ever), per keg the bytes offered and the bytes taken back
+//! by allocation. `LazyFree` in `/proc/self/smaps_rollup` counts the pages of [`lazy_bytes`]
+//! while they are neither reused nor taken by the kernel (`tests/lazy_free.rs`).
 
 use crate::os;
 use crate::zone::ZoneInner;
