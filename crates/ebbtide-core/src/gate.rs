@@ -58,12 +58,46 @@ pub fn squeeze_until() -> u64 {
     SQUEEZE_UNTIL.load(Ordering::Relaxed)
 }
 
-/// Opens or extends the squeeze window to `until_ns` (never shortens it).
-pub(crate) fn extend_squeeze(until_ns: u64) {
+/// Opens or extends the squeeze window to `now_ns + duration_ns` (never shortens it).
+pub(crate) fn extend_squeeze(now_ns: u64, duration_ns: u64) {
+    let until = now_ns.saturating_add(duration_ns);
     // SeqCst: ordered before the per-CPU stops of the drain that follows, with the stores of
     // `set_buckets_disabled` (one total order of gate changes for `squeezing`/`buckets_enabled`
     // readers that also read the stop words).
-    SQUEEZE_UNTIL.fetch_max(until_ns, Ordering::SeqCst);
+    let prev = SQUEEZE_UNTIL.fetch_max(until, Ordering::SeqCst);
+    count_squeezed(prev, now_ns, until);
+}
+
+/// Renews an open squeeze window to last at least `duration_ns` from now: `true` and nothing
+/// else needs doing (the window's caches are already closed and frees go straight back to the
+/// OS). `false` when no window is open: the caller opens one. Cheap (two atomics, no lock), so it
+/// may run on every pressure signal, as the kernel's shrinker runs on every reclaim pass.
+pub fn renew_squeeze(duration_ns: u64) -> bool {
+    let now = os::now_ns();
+    let cur = SQUEEZE_UNTIL.load(Ordering::Relaxed);
+    if cur == 0 || cur <= now {
+        return false;
+    }
+    let until = now.saturating_add(duration_ns);
+    // SeqCst as in `extend_squeeze`: one order of window ends for every thread.
+    let prev = SQUEEZE_UNTIL.fetch_max(until, Ordering::SeqCst);
+    count_squeezed(prev, now, until);
+    true
+}
+
+static SQUEEZED_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Adds the part of the window `now..until` that the window ending at `prev` did not cover.
+fn count_squeezed(prev: u64, now: u64, until: u64) {
+    let from = prev.max(now);
+    if until > from {
+        SQUEEZED_NS.fetch_add(until - from, Ordering::Relaxed);
+    }
+}
+
+/// Total time covered by squeeze windows so far (ns; a window still open counts to its end).
+pub fn squeezed_ns() -> u64 {
+    SQUEEZED_NS.load(Ordering::Relaxed)
 }
 
 /// Is bucket caching enabled (not disabled by critical memory pressure)?

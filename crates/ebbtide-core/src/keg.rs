@@ -1,13 +1,18 @@
 //! Kegs: the slab layer. A keg owns chunks from the [arena](crate::arena), cuts them into slabs
 //! of one [geometry](crate::slab::Geometry) and hands out and takes back items in batches.
 //!
-//! Slabs sit on three lists: `partial` (some items free), `free` (all free, pages backed) and
-//! `clean` (all free, pages given back). Full slabs are on no list. Allocation prefers partial
-//! slabs, then free ones, then clean ones (whose pages fault in on first touch), then a new chunk.
-//! [`Keg::reclaim`] moves free slabs beyond the reserve to `clean`, giving their pages back with
-//! one `madvise` per run of adjacent slabs. No `madvise` runs under the keg lock: slabs being
-//! given back are taken off every list (`ninflight`, state `Clean`), the lock is dropped for the
-//! `madvise`, and they go onto `clean` when it is done.
+//! Slabs sit on four lists: `partial` (some items free), `free` (all free, pages backed), `lazy`
+//! (all free, pages offered to the kernel with `MADV_FREE`, newest first) and `clean` (all free,
+//! pages given back). Full slabs are on no list. Allocation prefers partial slabs, then free
+//! ones, then lazy ones (no fault unless the kernel took their pages meanwhile), then clean ones
+//! (whose pages fault in on first touch), then a new chunk. [`Keg::reclaim`] moves free slabs
+//! beyond the reserve to `clean`, giving their pages back with one `madvise` per run of adjacent
+//! slabs; [`Keg::lazy_keep`] moves them to `lazy` instead, and [`Keg::purge_lazy`] moves lazy
+//! slabs (all, or those older than a delay, oldest first) on to `clean` (see [`crate::lazy`]).
+//! No `MADV_DONTNEED` runs under the keg lock: slabs being given back are taken off every list
+//! (`ninflight`, state `Clean`), the lock is dropped for the `madvise`, and they go onto `clean`
+//! when it is done. (`MADV_FREE`, which only marks pages, still runs under the lock when a slab
+//! becomes lazy: the slab stays allocatable, so the mark must not race with a reuse.)
 //!
 //! Inside a reclaim, pages go back through the [release pipeline](crate::release) instead: a slab
 //! left entirely free by `Keg::release` (beyond the reserve), or picked by `Keg::reclaim_in`,
@@ -65,6 +70,9 @@ struct KegInner {
     /// last of them (for the O(1) splice onto `clean`).
     releasing: *mut SlabMeta,
     releasing_tail: *mut SlabMeta,
+    /// Lazily freed slabs, newest first, and the oldest of them (where the decay starts).
+    lazy: *mut SlabMeta,
+    lazy_tail: *mut SlabMeta,
     chunks: *mut ChunkHeader,
     nchunks: usize,
     npartial: usize,
@@ -76,6 +84,7 @@ struct KegInner {
     /// `clean` when it is done. Nothing can allocate from them meanwhile (they are on no list)
     /// and a free into them is refused as a double free (their state is `Clean`).
     ninflight: usize,
+    nlazy: usize,
     nfull: usize,
     /// Slabs whose pages are backed (partial + full + free).
     backed_slabs: usize,
@@ -84,6 +93,9 @@ struct KegInner {
     /// Items handed out of the keg.
     items_out: usize,
     released_bytes: u64,
+    /// Bytes offered with `MADV_FREE` / taken back from the lazy list by allocation, ever.
+    lazy_freed_bytes: u64,
+    lazy_reused_bytes: u64,
 }
 
 // SAFETY: the raw pointers point into chunks owned by the keg; they are only dereferenced with
@@ -99,6 +111,8 @@ impl KegInner {
             clean: ptr::null_mut(),
             releasing: ptr::null_mut(),
             releasing_tail: ptr::null_mut(),
+            lazy: ptr::null_mut(),
+            lazy_tail: ptr::null_mut(),
             chunks: ptr::null_mut(),
             nchunks: 0,
             npartial: 0,
@@ -106,11 +120,14 @@ impl KegInner {
             nclean: 0,
             nreleasing: 0,
             ninflight: 0,
+            nlazy: 0,
             nfull: 0,
             backed_slabs: 0,
             free_items: 0,
             items_out: 0,
             released_bytes,
+            lazy_freed_bytes: 0,
+            lazy_reused_bytes: 0,
         }
     }
 }
@@ -124,11 +141,17 @@ pub struct KegCounts {
     pub clean_slabs: usize,
     /// Clean slabs whose release is in progress (zero outside a reclaim).
     pub releasing_slabs: usize,
+    /// Lazily freed slabs (`MADV_FREE`, not yet reused or given back for good).
+    pub lazy_slabs: usize,
     pub full_slabs: usize,
     pub backed_slabs: usize,
     pub free_items: usize,
     pub items_out: usize,
     pub released_bytes: u64,
+    /// Bytes offered with `MADV_FREE`, ever.
+    pub lazy_freed_bytes: u64,
+    /// Bytes of lazily freed slabs taken back by allocation, ever.
+    pub lazy_reused_bytes: u64,
 }
 
 /// The slab layer of one zone (or of the internal bucket storage).
@@ -352,6 +375,20 @@ unsafe fn list_remove(head: &mut *mut SlabMeta, s: *mut SlabMeta) {
     }
 }
 
+/// `MADV_FREE` on `[addr, addr+len)`, falling back to `MADV_DONTNEED` where it is refused.
+///
+/// # Safety
+/// As [`os::release`]: whole free slabs of ours, holding no live item.
+unsafe fn offer(addr: usize, len: usize) {
+    // SAFETY: caller's guarantee; slab addresses are never null.
+    unsafe {
+        let p = NonNull::new_unchecked(addr as *mut u8);
+        if !os::release_lazy(p, len) {
+            os::release(p, len);
+        }
+    }
+}
+
 impl Keg {
     /// A keg for items of `item_size` bytes (already a multiple of the alignment).
     pub(crate) fn new(item_size: usize, reserve_slabs: usize) -> Result<Keg, OsError> {
@@ -440,6 +477,8 @@ impl Keg {
                     nfree: self.geo.items_per_slab as u32,
                     index: i as u32,
                     state: SlabState::Clean,
+                    advised: false,
+                    lazy_at: 0,
                 });
                 let bits = SlabMeta::free_bits(s, self.geo.words);
                 for w in 0..self.geo.words {
@@ -475,6 +514,24 @@ impl Keg {
                 }
                 g.nfree_slabs -= 1;
                 g.npartial += 1;
+                s
+            } else if !g.lazy.is_null() {
+                // The newest lazily freed slab: the likeliest to still have its pages.
+                let s = g.lazy;
+                // SAFETY: `s` is on the lazy list; lock held.
+                unsafe {
+                    self.lazy_remove(&mut g, s);
+                    (*s).state = SlabState::Partial;
+                    list_push(&mut g.partial, s);
+                }
+                g.npartial += 1;
+                g.backed_slabs += 1;
+                g.free_items += self.geo.items_per_slab;
+                g.lazy_reused_bytes += self.geo.slab_size as u64;
+                MAPPED_BYTES.fetch_add(self.geo.slab_size, Ordering::Relaxed);
+                // SAFETY: as above.
+                crate::lazy::gauge(unsafe { (*s).advised })
+                    .fetch_sub(self.geo.slab_size, Ordering::Relaxed);
                 s
             } else {
                 if g.clean.is_null() {
@@ -658,6 +715,8 @@ impl Keg {
         d: &mut Deferred,
     ) -> crate::sync::MutexGuard<'g, KegInner> {
         drop(g);
+        // Address order, so that adjacent slabs go back in one call whatever order they came in.
+        d.slabs[..d.n].sort_unstable_by_key(|&s| self.slab_base(s));
         let mut i = 0;
         while i < d.n {
             // Adjacent slabs (emptied in address order by a drain) go back in one call.
@@ -746,7 +805,10 @@ impl Keg {
         // and `index / 64` is below that; the lock is held, so the cursor's cached copies are the
         // only writers.
         unsafe {
-            if cur.state == SlabState::Clean || cur.state == SlabState::Free {
+            if matches!(
+                cur.state,
+                SlabState::Clean | SlabState::Free | SlabState::Lazy
+            ) {
                 cur.sync(g);
                 invalid(p, InvalidKind::DoubleFree);
                 return;
@@ -866,6 +928,7 @@ impl Keg {
     /// Gives the pages of free slabs back to the OS, keeping `reserve_slabs` of them (none when
     /// `keep_reserve` is false). Adjacent slabs go back in one `madvise`. Returns the bytes given
     /// back.
+    #[cfg(test)]
     pub(crate) fn reclaim(&self, keep_reserve: bool) -> usize {
         self.reclaim_keep(if keep_reserve { self.reserve_slabs } else { 0 })
     }
@@ -949,6 +1012,222 @@ impl Keg {
         released
     }
 
+    /// The free slabs [`Keg::reclaim`] keeps backed when asked to keep the reserve.
+    pub(crate) fn reserve_slabs(&self) -> usize {
+        self.reserve_slabs
+    }
+
+    /// Takes `s` off the lazy list (keeping its tail right).
+    ///
+    /// # Safety
+    /// `s` is on this keg's lazy list; `g` is this keg's locked state.
+    unsafe fn lazy_remove(&self, g: &mut KegInner, s: *mut SlabMeta) {
+        // SAFETY: caller's guarantee: `s` and its neighbours are valid metas of this keg.
+        unsafe {
+            if g.lazy_tail == s {
+                g.lazy_tail = (*s).prev;
+            }
+            list_remove(&mut g.lazy, s);
+        }
+        g.nlazy -= 1;
+    }
+
+    /// Moves free slabs to the lazy list until at most `keep` stay backed, stamping them with
+    /// `now_ms`. With `advise`, their pages are offered with `MADV_FREE` at once (one call per run
+    /// of adjacent slabs); otherwise [`Keg::advise_lazy`] does it once they settled, unless
+    /// allocation took them back first (then no system call at all). Where the kernel refuses
+    /// `MADV_FREE` a run is given back with `MADV_DONTNEED` instead (the slabs are then lazy in
+    /// name only; their later purge is a no-op for the kernel). Returns the bytes moved.
+    pub(crate) fn lazy_keep(&self, keep: usize, now_ms: u32, advise: bool) -> usize {
+        let mut g = lock(&self.inner);
+        if g.nfree_slabs <= keep {
+            return 0;
+        }
+        let mut to_move = g.nfree_slabs - keep;
+        let mut moved = 0;
+        if !advise {
+            // No system call to batch: take them straight off the free list.
+            while to_move > 0 {
+                let s = g.free;
+                // SAFETY: `s` heads the free list (nfree_slabs > keep, so it is non-null), an
+                // entirely free slab; lock held.
+                unsafe {
+                    list_remove(&mut g.free, s);
+                    (*s).state = SlabState::Lazy;
+                    (*s).advised = false;
+                    (*s).lazy_at = now_ms;
+                    if g.lazy.is_null() {
+                        g.lazy_tail = s;
+                    }
+                    list_push(&mut g.lazy, s);
+                }
+                g.nfree_slabs -= 1;
+                g.nlazy += 1;
+                g.backed_slabs -= 1;
+                g.free_items -= self.geo.items_per_slab;
+                to_move -= 1;
+                moved += self.geo.slab_size;
+            }
+        }
+        let mut c = g.chunks;
+        while !c.is_null() && to_move > 0 {
+            let chunk = c as usize;
+            let mut run: Option<(usize, usize)> = None; // (first slab, count)
+            for i in 0..=self.geo.slabs_per_chunk {
+                let s = self.meta(chunk, i.min(self.geo.slabs_per_chunk - 1));
+                // SAFETY: `s` is a valid meta of this chunk; lock held.
+                let take = i < self.geo.slabs_per_chunk
+                    && to_move > 0
+                    && unsafe { (*s).state == SlabState::Free };
+                if take {
+                    g.nfree_slabs -= 1;
+                    to_move -= 1;
+                    // SAFETY: `s` is on the free list, entirely free; lock held.
+                    unsafe {
+                        list_remove(&mut g.free, s);
+                        (*s).state = SlabState::Lazy;
+                        (*s).advised = advise;
+                        (*s).lazy_at = now_ms;
+                        if g.lazy.is_null() {
+                            g.lazy_tail = s;
+                        }
+                        list_push(&mut g.lazy, s);
+                    }
+                    g.nlazy += 1;
+                    g.backed_slabs -= 1;
+                    g.free_items -= self.geo.items_per_slab;
+                    run = Some(match run {
+                        Some((first, n)) => (first, n + 1),
+                        None => (i, 1),
+                    });
+                } else if let Some((first, n)) = run.take() {
+                    let addr = chunk + self.geo.first_slab + (first << self.geo.slab_shift);
+                    let len = n << self.geo.slab_shift;
+                    if advise {
+                        // SAFETY: the run is `n` entirely free slabs of this chunk: committed
+                        // memory of ours that holds no live item.
+                        unsafe { offer(addr, len) };
+                    }
+                    moved += len;
+                }
+            }
+            // SAFETY: `c` is a valid chunk header of this keg; lock held.
+            c = unsafe { (*c).next };
+        }
+        MAPPED_BYTES.fetch_sub(moved, Ordering::Relaxed);
+        crate::lazy::gauge(advise).fetch_add(moved, Ordering::Relaxed);
+        if advise {
+            g.lazy_freed_bytes += moved as u64;
+            crate::lazy::LAZY_FREED_BYTES.fetch_add(moved as u64, Ordering::Relaxed);
+        }
+        moved
+    }
+
+    /// Offers the pages of lazy slabs that waited at least `settle_ms` before `now_ms` and were
+    /// not offered yet with `MADV_FREE` (adjacent slabs in one call). Returns their bytes.
+    pub(crate) fn advise_lazy(&self, now_ms: u32, settle_ms: u64) -> usize {
+        let mut g = lock(&self.inner);
+        let mut bases = [0usize; 128];
+        let mut n = 0;
+        let mut advised = 0;
+        let mut s = g.lazy_tail;
+        // Oldest first; the list is in `lazy_at` order, so the first young one ends the walk.
+        while !s.is_null() {
+            // SAFETY: `s` is on the lazy list, a valid meta; lock held.
+            unsafe {
+                if !(*s).advised {
+                    if !crate::lazy::expired((*s).lazy_at, now_ms, settle_ms) {
+                        break;
+                    }
+                    (*s).advised = true;
+                    bases[n] = self.slab_base(s);
+                    n += 1;
+                    if n == bases.len() {
+                        advised += self.runs(&mut bases[..n], |a, l| offer(a, l));
+                        n = 0;
+                    }
+                    // (The closure's `offer` runs inside this unsafe block: the bases are lazy
+                    // slabs of this keg, entirely free, on the lazy list under our lock.)
+                }
+                s = (*s).prev;
+            }
+        }
+        // SAFETY: each base is a lazy slab of this keg, entirely free, still on the lazy list
+        // under our lock.
+        advised += self.runs(&mut bases[..n], |a, l| unsafe { offer(a, l) });
+        if advised > 0 {
+            g.lazy_freed_bytes += advised as u64;
+            crate::lazy::LAZY_PENDING_BYTES.fetch_sub(advised, Ordering::Relaxed);
+            crate::lazy::LAZY_BYTES.fetch_add(advised, Ordering::Relaxed);
+            crate::lazy::LAZY_FREED_BYTES.fetch_add(advised as u64, Ordering::Relaxed);
+        }
+        advised
+    }
+
+    /// Gives lazily freed slabs back for good (`MADV_DONTNEED`, then `clean`), oldest first:
+    /// all of them (`older_than` `None`), or those lazily freed at least `delay_ms` before
+    /// `now_ms` (`Some((now_ms, delay_ms))`, see [`crate::lazy::expired`]). Adjacent slabs go back
+    /// in one call. Returns the bytes given back.
+    pub(crate) fn purge_lazy(&self, older_than: Option<(u32, u64)>) -> usize {
+        let mut g = lock(&self.inner);
+        let mut d = Deferred::new();
+        let (mut released, mut pending) = (0, 0);
+        loop {
+            let s = g.lazy_tail;
+            if s.is_null() {
+                break;
+            }
+            // SAFETY: `s` is the oldest slab of the lazy list, a valid meta; lock held.
+            let (at, advised) = unsafe { ((*s).lazy_at, (*s).advised) };
+            if older_than.is_some_and(|(now, delay)| !crate::lazy::expired(at, now, delay)) {
+                break;
+            }
+            // SAFETY: as above. Off every list and `Clean` until its pages are gone
+            // (`give_back_deferred`, with the lock dropped): nothing allocates from it meanwhile.
+            unsafe {
+                self.lazy_remove(&mut g, s);
+                (*s).state = SlabState::Clean;
+            }
+            g.ninflight += 1;
+            if !advised {
+                pending += self.geo.slab_size;
+            }
+            released += self.geo.slab_size;
+            d.slabs[d.n] = s;
+            d.n += 1;
+            if d.full() {
+                g = self.give_back_deferred(g, &mut d);
+            }
+        }
+        if d.n > 0 {
+            g = self.give_back_deferred(g, &mut d);
+        }
+        if released > 0 {
+            g.released_bytes += released as u64;
+            RELEASED_BYTES.fetch_add(released as u64, Ordering::Relaxed);
+            crate::lazy::LAZY_BYTES.fetch_sub(released - pending, Ordering::Relaxed);
+            crate::lazy::LAZY_PENDING_BYTES.fetch_sub(pending, Ordering::Relaxed);
+        }
+        released
+    }
+
+    /// Calls `f(addr, len)` once per run of adjacent slabs starting at `bases` (sorted here).
+    /// Returns the bytes of all of them.
+    fn runs(&self, bases: &mut [usize], mut f: impl FnMut(usize, usize)) -> usize {
+        bases.sort_unstable();
+        let slab = self.geo.slab_size;
+        let mut i = 0;
+        while i < bases.len() {
+            let mut j = i + 1;
+            while j < bases.len() && bases[j] == bases[j - 1] + slab {
+                j += 1;
+            }
+            f(bases[i], (j - i) * slab);
+            i = j;
+        }
+        bases.len() * slab
+    }
+
     /// Counters.
     pub(crate) fn counts(&self) -> KegCounts {
         let g = lock(&self.inner);
@@ -958,11 +1237,14 @@ impl Keg {
             free_slabs: g.nfree_slabs,
             clean_slabs: g.nclean,
             releasing_slabs: g.nreleasing,
+            lazy_slabs: g.nlazy,
             full_slabs: g.nfull,
             backed_slabs: g.backed_slabs,
             free_items: g.free_items,
             items_out: g.items_out,
             released_bytes: g.released_bytes,
+            lazy_freed_bytes: g.lazy_freed_bytes,
+            lazy_reused_bytes: g.lazy_reused_bytes,
         }
     }
 
@@ -972,6 +1254,7 @@ impl Keg {
         let g = lock(&self.inner);
         let ips = self.geo.items_per_slab;
         let (mut np, mut nf, mut nc, mut nfull, mut free_items) = (0, 0, 0, 0, 0);
+        let mut nl = 0;
         let mut c = g.chunks;
         let mut nchunks = 0;
         while !c.is_null() {
@@ -1006,6 +1289,10 @@ impl Keg {
                 let ok = match state {
                     SlabState::Clean => {
                         nc += 1;
+                        nfree == ips
+                    }
+                    SlabState::Lazy => {
+                        nl += 1;
                         nfree == ips
                     }
                     SlabState::Free => {
@@ -1047,6 +1334,13 @@ impl Keg {
             count_list(g.clean),
             count_list(g.releasing),
         );
+        if count_list(g.lazy) != g.nlazy || nl != g.nlazy {
+            return Err(format!(
+                "lazy list {} / counter {} disagree with states ({nl})",
+                count_list(g.lazy),
+                g.nlazy
+            ));
+        }
         if lists != (np, nf, g.nclean, g.nreleasing)
             || (
                 g.npartial,
@@ -1070,6 +1364,16 @@ impl Keg {
         }
         if last != g.releasing_tail {
             return Err("releasing list: tail is not the last slab".into());
+        }
+        let mut last = g.lazy;
+        // SAFETY: list of valid metas; lock held.
+        unsafe {
+            while !last.is_null() && !(*last).next.is_null() {
+                last = (*last).next;
+            }
+        }
+        if last != g.lazy_tail {
+            return Err("lazy list: tail is not the last slab".into());
         }
         if nchunks != g.nchunks || g.backed_slabs != np + nf + nfull || g.free_items != free_items {
             return Err(format!(
@@ -1108,6 +1412,18 @@ impl Keg {
         debug_assert_eq!(g.nreleasing, 0, "keg destroyed during a release session");
         let backed = g.backed_slabs * self.geo.slab_size;
         MAPPED_BYTES.fetch_sub(backed, Ordering::Relaxed);
+        // Lazily freed slabs go back with their chunks, for good.
+        let mut lazy = 0;
+        let mut s = g.lazy;
+        while !s.is_null() {
+            // SAFETY: a valid meta on the lazy list; lock held.
+            unsafe {
+                crate::lazy::gauge((*s).advised).fetch_sub(self.geo.slab_size, Ordering::Relaxed);
+                s = (*s).next;
+            }
+            lazy += self.geo.slab_size;
+        }
+        let backed = backed + lazy;
         RELEASED_BYTES.fetch_add(backed as u64, Ordering::Relaxed);
         let mut c = g.chunks;
         while !c.is_null() {
@@ -1179,6 +1495,85 @@ mod tests {
         assert_eq!(k.reclaim(false), 16 * 4096);
         let c = k.validate().unwrap();
         assert_eq!((c.free_slabs, c.backed_slabs), (0, 0));
+        k.destroy().unwrap();
+    }
+
+    #[test]
+    fn lazy_slabs_are_reused_first_and_decay_oldest_first() {
+        let ps = os::page_size();
+        let k = Keg::new(ps, 0).unwrap();
+        let mut v = vec![ptr::null_mut(); 8];
+        assert_eq!(k.import(&mut v).unwrap(), 8);
+        for p in &v {
+            // SAFETY: pages of ours.
+            unsafe { p.write_bytes(7, ps) };
+        }
+        k.release(&v[..4], false, |_| {}, |_, _| panic!("invalid"));
+        // Fake time: the first four go lazy at t = 1000 ms, the next four at t = 1600 ms.
+        assert_eq!(k.lazy_keep(0, 1000, true), 4 * ps);
+        k.release(&v[4..], false, |_| {}, |_, _| panic!("invalid"));
+        assert_eq!(k.lazy_keep(0, 1600, true), 4 * ps);
+        let c = k.validate().unwrap();
+        assert_eq!((c.lazy_slabs, c.free_slabs, c.backed_slabs), (8, 0, 0));
+        assert_eq!(c.lazy_freed_bytes, 8 * ps as u64);
+        // Allocation takes the newest lazy slabs first (no fault unless the kernel took them).
+        let mut w = vec![ptr::null_mut(); 2];
+        k.import(&mut w).unwrap();
+        let c = k.validate().unwrap();
+        assert_eq!((c.lazy_slabs, c.lazy_reused_bytes), (6, 2 * ps as u64));
+        assert!(w.iter().all(|p| v[4..].contains(p)), "newest first");
+        // Decay with fake time and a 1000 ms delay: nothing at 1999, the older four at 2000,
+        // the rest at 2600.
+        assert_eq!(k.purge_lazy(Some((1999, 1000))), 0);
+        assert_eq!(k.purge_lazy(Some((2000, 1000))), 4 * ps);
+        assert_eq!(k.validate().unwrap().lazy_slabs, 2);
+        assert_eq!(k.purge_lazy(Some((2600, 1000))), 2 * ps);
+        let c = k.validate().unwrap();
+        assert_eq!((c.lazy_slabs, c.clean_slabs >= 6), (0, true));
+        // A free into a lazily freed slab is a double free; a purge without delay takes all.
+        k.release(&w, false, |_| {}, |_, _| panic!("invalid"));
+        k.lazy_keep(0, 3000, true);
+        let mut bad = vec![];
+        k.release(&w[..1], false, |_| {}, |p, kind| bad.push((p, kind)));
+        assert_eq!(bad, vec![(w[0], InvalidKind::DoubleFree)]);
+        assert_eq!(k.purge_lazy(None), 2 * ps);
+        k.validate().unwrap();
+        k.destroy().unwrap();
+    }
+
+    #[test]
+    fn settling_slabs_are_offered_after_the_settle_delay_unless_reused() {
+        let ps = os::page_size();
+        let k = Keg::new(ps, 0).unwrap();
+        let mut v = vec![ptr::null_mut(); 6];
+        k.import(&mut v).unwrap();
+        for p in &v {
+            // SAFETY: pages of ours.
+            unsafe { p.write_bytes(9, ps) };
+        }
+        k.release(&v, false, |_| {}, |_, _| panic!("invalid"));
+        // Given up at t = 500 ms, not offered yet (settle 100 ms).
+        assert_eq!(k.lazy_keep(0, 500, false), 6 * ps);
+        assert_eq!(k.counts().lazy_freed_bytes, 0, "no MADV_FREE yet");
+        // Reused within the settle delay: taken back without any system call.
+        let mut w = vec![ptr::null_mut(); 2];
+        k.import(&mut w).unwrap();
+        assert_eq!(k.advise_lazy(599, 100), 0, "still settling");
+        assert_eq!(k.advise_lazy(600, 100), 4 * ps);
+        assert_eq!(k.advise_lazy(700, 100), 0, "offered once");
+        let c = k.validate().unwrap();
+        assert_eq!((c.lazy_slabs, c.lazy_freed_bytes), (4, 4 * ps as u64));
+        // The decay counts from when the slabs were given up.
+        assert_eq!(k.purge_lazy(Some((1499, 1000))), 0);
+        assert_eq!(k.purge_lazy(Some((1500, 1000))), 4 * ps);
+        k.release(&w, false, |_| {}, |_, _| panic!("invalid"));
+        k.lazy_keep(0, 2000, false);
+        assert_eq!(
+            k.purge_lazy(None),
+            2 * ps,
+            "pressure: settling slabs go too"
+        );
+        k.validate().unwrap();
         k.destroy().unwrap();
     }
 

@@ -21,7 +21,7 @@
 //!    │                     sections, no lock; cap = 2 × bucket size (≤ 504)
 //!    ├─ depot           ── full buckets, MRU first, capped; WSS estimator      depot.rs, wss.rs
 //!    │    └ buckets     ── arrays of item pointers from internal kegs          bucket.rs
-//!    └─ keg             ── slabs on partial / free / clean lists               keg.rs
+//!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg.rs, lazy.rs
 //!         └ slabs       ── runs of pages cut into items; metadata off-page     slab.rs
 //!              └ chunks ── 4 MiB pieces of one arena reservation, tagged in    arena.rs
 //!                          a chunk map so any pointer maps to its keg in O(1)
@@ -35,7 +35,7 @@
 //! ([`typed`]), the reclaim entry points ([`reclaim`]).
 //!
 //! ## Layers
-//! Layer order (bottom first): sync, os, wss, error, runtime, gate, registry, arena, slab, release, keg, bucket, pcpu, depot, zone, reclaim, page_pool, typed.
+//! Layer order (bottom first): sync, os, wss, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, reclaim, page_pool, typed.
 //!
 //! Each module names only modules before it in that list (`tests/layers.rs` reads the code and
 //! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
@@ -50,7 +50,8 @@
 //! ## Allocation order
 //! 1. this CPU's stack (fast path, inlined: one rseq critical section);
 //! 2. a full bucket from the depot (one item returned, the rest pushed onto this CPU's stack);
-//! 3. a bucket's worth imported from the keg: partial slabs, then free slabs, then clean (given
+//! 3. a bucket's worth imported from the keg: partial slabs, then free slabs, then lazy slabs
+//!    (given up without pressure, no fault unless the kernel took the page), then clean (given
 //!    back) slabs, then a new chunk; a failed mapping triggers DRAIN_CPU and one retry.
 //!
 //! Free goes the other way: this CPU's stack; when full, a bucket's worth is flushed to the
@@ -73,7 +74,10 @@
 //! call per run of adjacent slabs, never under a keg lock. In a large drain the slabs emptied
 //! along the way are handed to the release helper (the runtime's thread running
 //! [`release::serve_forever`]), which gives their pages back while the drain goes on; the call
-//! still returns only when every page it counts is gone. A policy step that opens a squeeze
+//! still returns only when every page it counts is gone. Without pressure (the periodic
+//! page-pool shrink, the idle trim) free slabs go to the lazy list instead: `MADV_FREE` after
+//! `lazy_settle_ms`, `MADV_DONTNEED` after `lazy_decay_ms`, all of them at once when pressure
+//! comes ([`lazy`]). A policy step that opens a squeeze
 //! window, turns buckets off and asks for DRAIN_CPU is one pass over the CPUs
 //! ([`reclaim::respond`]).
 //!
@@ -123,6 +127,8 @@ pub mod error;
 pub(crate) mod gate;
 #[cfg(not(loom))]
 pub(crate) mod keg;
+#[cfg(not(loom))]
+pub mod lazy;
 #[cfg_attr(loom, allow(dead_code))]
 pub mod os;
 #[cfg(not(loom))]

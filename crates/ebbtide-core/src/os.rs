@@ -5,6 +5,7 @@
 //! | [`reserve`] | address space for the arena (`PROT_NONE`, `MAP_NORESERVE`) | none |
 //! | [`commit`] | make a chunk of the reservation readable and writable (`mprotect`) | range inside a reservation, page aligned |
 //! | [`release`] | give the pages of a free slab back (`MADV_DONTNEED`) | range inside a committed chunk, page aligned |
+//! | [`release_lazy`] | offer the pages of a free slab to the kernel (`MADV_FREE`), see [`crate::lazy`] | as `release` |
 //! | [`map`] / [`unmap`] | metadata pages (zone objects, per-CPU arrays) | length a multiple of the page size |
 //! | `futex_wait` / `futex_wake` | the page release helper's sleep (`release.rs`) | a process-private word |
 //! | [`page_size`], [`cpu_count`], [`current_cpu`], [`now_ns`] | facts | none |
@@ -14,9 +15,11 @@
 //! `MADV_DONTNEED` keeps the mapping: the address range stays ours, so a slab can be reused without
 //! a new `mmap`, the kernel never has to split a VMA (no `vm.max_map_count` exhaustion after many
 //! partial releases), and our chunk map stays valid, so a stale pointer into a released slab is
-//! still recognised as ours and reported rather than faulting. `MADV_FREE` is not used: it is lazy,
-//! and until the kernel actually reclaims, the pages still count against the cgroup limit, which
-//! is the opposite of prompt. `munmap` is used only when a whole reservation is torn down.
+//! still recognised as ours and reported rather than faulting. `MADV_FREE` is not used where memory
+//! must go now: it is lazy, and until the kernel actually reclaims, the pages still count against
+//! the cgroup limit. `munmap` is used only when a whole reservation is torn down.
+//! `MADV_FREE` is used only where promptness is not needed ([`release_lazy`], chosen by
+//! [`crate::lazy`]): a page offered that way that nobody else needed is reused without a fault.
 //!
 //! Tests inject failures with [`fault::fail_next_commits`]: the next N commits fail with `ENOMEM`,
 //! exactly as a refused `mprotect` of a strict-overcommit system would.
@@ -274,6 +277,20 @@ pub unsafe fn release(ptr: NonNull<u8>, len: usize) {
     debug_assert_eq!(r, 0, "madvise(MADV_DONTNEED) failed");
 }
 
+/// Offers the pages of `[ptr, ptr+len)` to the kernel with `MADV_FREE`: they stay mapped and
+/// charged (RSS, cgroup usage) until the kernel needs memory and takes them; a write before
+/// that keeps the page and costs no fault, after it the page faults in zeroed. Returns false
+/// (having done nothing) where `MADV_FREE` is not available (kernels before 4.5: `EINVAL`);
+/// the caller then uses [`release`].
+///
+/// # Safety
+/// As [`release`]; afterwards the contents are undefined (old data or zeros) until written.
+pub unsafe fn release_lazy(ptr: NonNull<u8>, len: usize) -> bool {
+    // SAFETY: the caller guarantees the range is ours, page aligned and unused.
+    let r = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_FREE) };
+    r == 0
+}
+
 /// Sleeps while `word` holds `expected` (returns at once if it does not; may return spuriously).
 pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
     // SAFETY: FUTEX_WAIT_PRIVATE on a valid, aligned u32 that lives as long as the call (a
@@ -448,6 +465,24 @@ mod tests {
             release(r, 4 * ps);
             assert_eq!(*r.as_ptr().add(ps), 0, "released pages read as zero");
             unmap(r, 16 * ps);
+        }
+    }
+
+    #[test]
+    fn lazy_release_keeps_the_mapping() {
+        let ps = page_size();
+        let r = reserve(4 * ps, ps).unwrap();
+        // SAFETY: the range is inside the reservation and page aligned.
+        unsafe {
+            commit(r, 4 * ps).unwrap();
+            r.as_ptr().write_bytes(0xcd, 4 * ps);
+            assert!(release_lazy(r, 4 * ps), "MADV_FREE refused");
+            // Still mapped and writable: a write takes the page back (old data or zeros before).
+            let b = *r.as_ptr();
+            assert!(b == 0xcd || b == 0, "{b:#x}");
+            r.as_ptr().write_bytes(1, 4 * ps);
+            assert_eq!(*r.as_ptr().add(3 * ps), 1);
+            unmap(r, 4 * ps);
         }
     }
 

@@ -5,7 +5,11 @@
 //! each pool to `max_buffer_pages` free pages — or to **0 while a squeeze window is open**
 //! (blkback's `buffer_squeeze_end`, opened for `squeeze_ms` by Moderate pressure). Pages in use are
 //! never touched; only free pages go back, coldest first (depot, then per-CPU stacks), with one
-//! `madvise` per run of adjacent pages.
+//! `madvise` per run of adjacent pages: `MADV_DONTNEED` under pressure (a squeeze window or a
+//! pressure level above Normal), otherwise lazily ([`crate::lazy`]: no system call for
+//! `lazy_settle_ms`, then `MADV_FREE`, `MADV_DONTNEED` after `lazy_decay_ms`), so the worst-case
+//! squeeze of the seed (`max_buffer_pages` 0, every round of I/O gives every page back) reuses
+//! its pages without a page fault, as blkback reuses pages the kernel's allocator hands back.
 //!
 //! Unlike blkback, where an idle ring that sleeps 100 ms can miss a 10 ms window, the reclaim
 //! thread enforces the squeeze the moment pressure arrives (every zone's caches are drained and

@@ -16,14 +16,19 @@
 //! they are set here, and [`respond`] carries out one policy step (squeeze, buckets off, a
 //! request) with at most one pass over the CPUs.
 
-pub use crate::gate::{buckets_enabled, map_failures, squeeze_until, squeezing, squeezing_now};
+pub use crate::gate::{
+    buckets_enabled, map_failures, renew_squeeze, squeeze_until, squeezed_ns, squeezing,
+    squeezing_now,
+};
 
 use crate::bucket;
 use crate::gate::{self, exclusive};
 use crate::os;
 use crate::release::Session;
 use crate::sync::{lock, Ordering};
-use crate::zone::{drain_cpu_all, Zone, ZoneFlags, ZoneInner};
+use crate::zone::{
+    decay_lazy_locked, drain_cpu_all, purge_lazy_locked, Zone, ZoneFlags, ZoneInner,
+};
 
 /// A reclaim request (the values are the C ABI's `EBB_RECLAIM_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,7 +68,7 @@ pub struct Response {
 pub fn respond(r: Response) -> usize {
     let squeeze = match r.squeeze_ns {
         Some(ns) => {
-            gate::extend_squeeze(os::now_ns().saturating_add(ns));
+            gate::extend_squeeze(os::now_ns(), ns);
             true
         }
         None => false,
@@ -167,9 +172,40 @@ pub fn reclaim_all(req: Request) -> usize {
         let mut b = 0;
         reg.for_each(|z: &ZoneInner| b += reclaim_zone_locked(z, req, &mut sess));
         let b = b + bucket::reclaim_bucket_kegs_in(&mut sess);
-        b + sess.finish()
+        // A pressure reclaim wants the memory now: lazily freed pages go too.
+        b + sess.finish() + purge_lazy_locked(&reg)
     })
     .unwrap_or(0)
+}
+
+/// Sets how free pages leave the caches without pressure (the runtime's `lazy_free`,
+/// `lazy_settle_ms` and `lazy_decay_ms` tunables; see [`crate::lazy`]). Turning it off gives
+/// every lazily freed page back at once.
+pub fn configure_lazy(enabled: bool, settle_ms: u64, decay_ms: u64) {
+    let was = crate::lazy::set(enabled, settle_ms, decay_ms);
+    if was && !enabled {
+        purge_lazy_all();
+    }
+}
+
+/// Pressure: every lazily freed page of every zone goes back now (`MADV_DONTNEED`). Returns the
+/// bytes given back.
+pub fn purge_lazy_all() -> usize {
+    if crate::lazy::lazy_held_bytes() == 0 {
+        return 0;
+    }
+    purge_lazy_locked(&crate::registry::lock())
+}
+
+/// The decay step (run by the runtime every `pool_shrink_interval_ms`): lazy slabs older than
+/// `lazy_decay_ms` at `now` go back for good, those that settled for `lazy_settle_ms` are
+/// offered with `MADV_FREE`. Returns the bytes given back for good.
+pub fn decay_lazy(now: u32) -> usize {
+    if crate::lazy::lazy_held_bytes() == 0 {
+        return 0;
+    }
+    let reg = crate::registry::lock();
+    decay_lazy_locked(&reg, now, crate::lazy::decay_ms(), crate::lazy::settle_ms())
 }
 
 /// The periodic pass over every zone without pressure (working-set update, idle trim, idle

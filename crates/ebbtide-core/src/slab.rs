@@ -11,8 +11,9 @@
 //!
 //! Invariants (checked by [`crate::keg::Keg::validate`]):
 //! * `nfree == popcount(free bitmap)`, and no bit is set at or beyond `items_per_slab`;
-//! * state `Clean` or `Free` ⇔ `nfree == items_per_slab`; `Full` ⇔ `nfree == 0`;
-//! * a `Clean` slab's pages are not backed (released or never touched); every other state's are.
+//! * state `Clean`, `Lazy` or `Free` ⇔ `nfree == items_per_slab`; `Full` ⇔ `nfree == 0`;
+//! * a `Clean` slab's pages are not backed (released or never touched); a `Lazy` slab's are
+//!   backed until the kernel takes them (not counted as backed); every other state's are.
 //! * in checked mode, `live` bits are a subset of the items not in the free bitmap.
 
 use crate::arena::CHUNK_SIZE;
@@ -24,6 +25,9 @@ use crate::os;
 pub(crate) enum SlabState {
     /// All items free, pages given back to the OS (or never touched).
     Clean = 0,
+    /// All items free, pages offered to the kernel with `MADV_FREE` (see [`crate::lazy`]):
+    /// still charged until the kernel takes them or they decay to `Clean`.
+    Lazy = 4,
     /// All items free, pages backed.
     Free = 1,
     /// Some items out.
@@ -40,6 +44,11 @@ pub(crate) struct SlabMeta {
     pub(crate) nfree: u32,
     pub(crate) index: u32,
     pub(crate) state: SlabState,
+    /// A `Lazy` slab whose pages were offered with `MADV_FREE` (else it waits for the settle
+    /// delay, see [`crate::lazy`]); meaningless in other states.
+    pub(crate) advised: bool,
+    /// When the slab became `Lazy` ([`crate::lazy::now_ms`]); meaningless in other states.
+    pub(crate) lazy_at: u32,
 }
 
 /// Size of the fixed part of [`SlabMeta`], before the bitmaps.

@@ -434,6 +434,22 @@ pub(crate) fn child_main() -> i32 {
     // Progress once a second (in case the child is killed).
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_secs(1));
+        if std::env::var_os("EBBTIDE_LAB_DEBUG").is_some() {
+            let st = ebbtide::stats::collect();
+            eprintln!(
+                "debug: lazy {} MiB, squeezed {} ms, level {}, events {} (h {}, c {}), sources {:?}",
+                st.global.lazy_bytes >> 20,
+                st.global.squeezed_ms,
+                st.global.pressure_level,
+                st.global.pressure_events,
+                st.global.events_headroom,
+                st.global.events_cgroup1,
+                st.sources
+                    .iter()
+                    .map(|s| format!("{}:{} {}", s.name, s.active, s.reason))
+                    .collect::<Vec<_>>()
+            );
+        }
         let w = written.load(Ordering::Relaxed);
         emit(
             "PROG",
@@ -466,8 +482,18 @@ pub(crate) fn child_main() -> i32 {
 // ---------------------------------------------------------------------------------------------
 // Parent.
 
+/// Swap devices active now (`/proc/swaps` entries). The swap counters on cgroup v1 are the
+/// system's, so a second device (another user's swap file) means the counts may not all be ours.
+fn swap_devices() -> usize {
+    std::fs::read_to_string("/proc/swaps")
+        .map(|s| s.lines().skip(1).filter(|l| !l.trim().is_empty()).count())
+        .unwrap_or(0)
+}
+
 struct PressureOutcome {
     name: String,
+    /// Most swap devices seen at the start and the end of the variant.
+    swap_devices: usize,
     squeeze_ms: Option<u64>,
     run: ChildRun,
     series: Series,
@@ -497,6 +523,7 @@ fn pressure_variant(
         pid: None,
         cgroup: Some(cg.reader()),
     })?;
+    let devices_start = swap_devices();
     let mut env: Vec<(String, String)> = vec![
         ("EBBTIDE_LAB_MODE".into(), "pressure".into()),
         ("EBBTIDE_LAB_DEVICES".into(), p.devices.to_string()),
@@ -517,7 +544,13 @@ fn pressure_variant(
         ("EBBTIDE_MAX_BUFFER_PAGES".into(), p.max_pgs.to_string()),
     ];
     match squeeze_ms {
-        None => env.push(("EBBTIDE_SOURCES".into(), "none".into())),
+        None => {
+            // blkback before the patch: no pressure input; a shrink gives pages to the kernel at
+            // once (the kernel's page allocator frees them). Lazily freed pages would stay in the
+            // group's usage with nothing to purge them, and flatter the reduction.
+            env.push(("EBBTIDE_SOURCES".into(), "none".into()));
+            env.push(("EBBTIDE_LAZY_FREE".into(), "false".into()));
+        }
         Some(ms) => env.push(("EBBTIDE_SQUEEZE_MS".into(), ms.to_string())),
     }
     let run = run_child(
@@ -528,6 +561,7 @@ fn pressure_variant(
         Duration::from_secs(p.seconds + 120),
     );
     let series = sampler.stop()?;
+    let swap_devices = devices_start.max(swap_devices());
     let oom_kills = cg.oom_kills().unwrap_or(0);
     drop(cg);
     let run = run?;
@@ -540,8 +574,14 @@ fn pressure_variant(
         peak_usage(&series).unwrap_or(0) / MIB,
         run.status
     ));
+    if swap_devices > 1 {
+        progress.note(&format!(
+            "{name}: {swap_devices} swap devices were active: the system-wide swap counts may include another user's"
+        ));
+    }
     Ok(PressureOutcome {
         name: name.into(),
+        swap_devices,
         squeeze_ms,
         run,
         series,
@@ -558,6 +598,164 @@ fn overhead_run(p: &Params, max_pgs: u64) -> Result<ChildRun> {
         ("EBBTIDE_LAB_PAGES".into(), p.overhead_pages.to_string()),
     ];
     run_child("blkback", &env, None, None, Duration::from_secs(300))
+}
+
+/// Pressure events per second of the run (all sources).
+fn events_per_s(run: &ChildRun) -> Option<f64> {
+    let secs = run.num("seconds")?;
+    (secs > 0.0).then(|| run.num("pressure_events").unwrap_or(0.0) / secs)
+}
+
+/// Share of the run covered by squeeze windows, percent.
+fn squeezed_pct(run: &ChildRun) -> Option<f64> {
+    let secs = run.num("seconds")?;
+    let ms = run.num("squeezed_ms")?;
+    (secs > 0.0).then(|| (100.0 * ms / 1000.0 / secs).min(100.0))
+}
+
+/// The seeds' figures: (pswpin, pswpout) before, after (10 ms) for v9 and v10, and the sweep.
+const SEED_BEFORE: (u64, u64) = (76_672, 185_799);
+const SEED_V9: [(u64, u64, u64); 3] = [(1, 707, 5_095), (10, 867, 3_967), (100, 362, 3_348)];
+const SEED_V10: [(u64, u64, u64); 3] = [(1, 852, 6_424), (10, 212, 3_325), (100, 203, 3_340)];
+
+fn reduction(before: u64, after: u64) -> f64 {
+    if before == 0 {
+        0.0
+    } else {
+        100.0 * (1.0 - after as f64 / before as f64)
+    }
+}
+
+/// The short verdict that ends the run: each target, met or missed (by how much), side by side
+/// with the seeds' numbers.
+fn verdict(
+    outcomes: &[PressureOutcome],
+    mbs: &[Vec<f64>; 2],
+    c: Option<&stats::Comparison>,
+) -> String {
+    let find = |n: &str| outcomes.iter().find(|o| o.name == n);
+    let mut t = Table::new(&["", "seed v9 (000)", "seed v10 (001)", "ebbtide, this run"]);
+    let pair = |(i, o): (u64, u64)| format!("{} / {}", thousands(i), thousands(o));
+    let mut lines = Vec::new();
+    let before = find("before").map(|o| o.series.swap_totals());
+    let after = find("after").map(|o| o.series.swap_totals());
+    t.row(&[
+        "before pswpin / pswpout".to_string(),
+        pair(SEED_BEFORE),
+        pair(SEED_BEFORE),
+        before.map_or("-".into(), pair),
+    ]);
+    t.row(&[
+        "after (10 ms)".to_string(),
+        pair((SEED_V9[1].1, SEED_V9[1].2)),
+        pair((SEED_V10[1].1, SEED_V10[1].2)),
+        after.map_or("-".into(), pair),
+    ]);
+    let red = |b: (u64, u64), a: (u64, u64)| {
+        format!(
+            "{:.1} % / {:.1} %",
+            reduction(b.0, a.0),
+            reduction(b.1, a.1)
+        )
+    };
+    t.row(&[
+        "reduction".to_string(),
+        red(SEED_BEFORE, (SEED_V9[1].1, SEED_V9[1].2)),
+        red(SEED_BEFORE, (SEED_V10[1].1, SEED_V10[1].2)),
+        match (before, after) {
+            (Some(b), Some(a)) => red(b, a),
+            _ => "-".into(),
+        },
+    ]);
+    let mut sweep: Vec<(u64, (u64, u64))> = outcomes
+        .iter()
+        .filter_map(|o| o.squeeze_ms.map(|ms| (ms, o.series.swap_totals())))
+        .collect();
+    sweep.sort();
+    for &(ms, v9i, v9o) in &SEED_V9 {
+        let v10 = SEED_V10.iter().find(|x| x.0 == ms).unwrap();
+        let ours = sweep.iter().find(|x| x.0 == ms).map(|x| x.1);
+        t.row(&[
+            format!("{ms} ms"),
+            pair((v9i, v9o)),
+            pair((v10.1, v10.2)),
+            ours.map_or("-".into(), pair),
+        ]);
+    }
+    let med = |v: &[f64]| stats::Summary::of(v).map(|s| s.median);
+    t.row(&[
+        "max_pgs 0 vs 1024 (median MB/s)".to_string(),
+        "420 vs 416".to_string(),
+        "420 vs 416".to_string(),
+        match (med(&mbs[0]), med(&mbs[1])) {
+            (Some(a), Some(b)) => format!("{a:.0} vs {b:.0}"),
+            _ => "-".into(),
+        },
+    ]);
+    let ours_verdict = c.map_or("too few runs".to_string(), |c| {
+        if c.significant {
+            format!(
+                "Difference at 95.0% confidence (max_pgs 0 {:+.0} % against 1024)",
+                -c.difference_pct / (1.0 + c.difference_pct / 100.0)
+            )
+        } else {
+            "No difference proven at 95.0% confidence".to_string()
+        }
+    });
+    t.row(&[
+        "verdict".to_string(),
+        "No difference proven".to_string(),
+        "No difference proven".to_string(),
+        ours_verdict.clone(),
+    ]);
+    // Targets.
+    match (before, after) {
+        (Some(b), Some(a)) => {
+            let (ri, ro) = (reduction(b.0, a.0), reduction(b.1, a.1));
+            let worst = ri.min(ro);
+            lines.push(if worst >= 99.0 {
+                format!("swap: MET, pswpin -{ri:.1} %, pswpout -{ro:.1} % (target >= 99 %)")
+            } else {
+                format!(
+                    "swap: MISSED by {:.1} points, pswpin -{ri:.1} %, pswpout -{ro:.1} % (target >= 99 %)",
+                    99.0 - worst
+                )
+            });
+        }
+        _ => lines.push("swap: not measured (needs root)".to_string()),
+    }
+    if sweep.len() >= 3 {
+        let tot = |x: (u64, u64)| x.0 + x.1;
+        let (first, last) = (sweep[0].1, sweep[sweep.len() - 1].1);
+        let ten = sweep.iter().find(|x| x.0 == 10).map(|x| x.1);
+        // "Close" as in the seed (v10: 3,537 vs 3,543 pages at 10 and 100 ms): within 20 %, or
+        // within 0.1 % of the swap before, the level at which single runs differ by chance.
+        let slack = |t: u64| (t / 5).max(before.map_or(0, tot) / 1000);
+        let shape =
+            ten.is_some_and(|t| tot(first) >= tot(t) && tot(last) <= tot(t) + slack(tot(t)));
+        lines.push(format!(
+            "duration: {} (seed: 1 ms the most swap, 10 and 100 ms lower and close: 100 ms within 20 % or 0.1 % of before of 10 ms; here {})",
+            if shape { "seed's shape" } else { "NOT the seed's shape" },
+            sweep
+                .iter()
+                .map(|(ms, x)| format!("{ms} ms {}", thousands(tot(*x))))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    lines.push(format!(
+        "overhead: {} ({ours_verdict}; seed: No difference proven at 95.0% confidence)",
+        if c.is_some_and(|c| !c.significant) {
+            "MET"
+        } else {
+            "MISSED"
+        }
+    ));
+    format!(
+        "Verdict, side by side with the seeds\n{}{}\n",
+        t.render(),
+        lines.join("\n")
+    )
 }
 
 /// Writes `memory.svg`, `swap.svg` (before vs after) and `swap-durations.svg` (the sweep).
@@ -663,7 +861,12 @@ pub fn run_blkback(opts: &Opts) -> Result<Summary> {
             .with("events_cgroup1", o.run.int("events_cgroup1"))
             .with("events_headroom", o.run.int("events_headroom"))
             .with("events_psi", o.run.int("events_psi"))
+            .with("events_per_s", events_per_s(&o.run))
+            .with("squeezed_ms", o.run.int("squeezed_ms"))
+            .with("squeezed_pct", squeezed_pct(&o.run))
+            .with("lazy_freed_bytes", o.run.int("lazy_freed_bytes"))
             .with("oom_kills", o.oom_kills)
+            .with("swap_devices", o.swap_devices)
             .with("status", o.run.status.as_str())
             .with("seconds", o.run.seconds);
         if let Some(ms) = o.squeeze_ms {
@@ -718,14 +921,36 @@ pub fn run_blkback(opts: &Opts) -> Result<Summary> {
         tables.push_str(&format!("Squeeze duration (ms)\n{}\n", t2.render()));
     }
     if !outcomes.is_empty() {
-        let mut t3 = Table::new(&["", "MB/s", "peak MiB", "mean MiB", "events", "OOM kills"]);
+        let mut t3 = Table::new(&[
+            "",
+            "MB/s",
+            "peak MiB",
+            "mean MiB",
+            "events",
+            "events/s cgroup1",
+            "headroom",
+            "psi",
+            "squeezed",
+            "OOM kills",
+        ]);
         for o in &outcomes {
+            let rate = |k: &str| {
+                let secs = o.run.num("seconds").unwrap_or(0.0);
+                match (o.run.num(k), secs > 0.0) {
+                    (Some(n), true) => format!("{:.0}", n / secs),
+                    _ => "-".into(),
+                }
+            };
             t3.row(&[
                 o.name.clone(),
                 format!("{:.0}", o.run.num("mb_per_s").unwrap_or(0.0)),
                 format!("{:.0}", mib(peak_usage(&o.series).unwrap_or(0) as f64)),
                 format!("{:.0}", mib(mean_usage(&o.series).unwrap_or(0.0))),
                 thousands(o.run.num("pressure_events").unwrap_or(0.0) as u64),
+                rate("events_cgroup1"),
+                rate("events_headroom"),
+                rate("events_psi"),
+                squeezed_pct(&o.run).map_or("-".into(), |p| format!("{p:.1} %")),
                 o.oom_kills.to_string(),
             ]);
         }
@@ -772,6 +997,10 @@ pub fn run_blkback(opts: &Opts) -> Result<Summary> {
         ));
         summary.note(t);
     }
+    let overhead = stats::compare(&mbs[0], &mbs[1], stats::TTest::Welch, 95.0);
+    let v = verdict(&outcomes, &mbs, overhead.as_ref());
+    tables.push_str(&format!("\n{v}"));
+    summary.note(v);
     progress.finish();
     print!("\n{tables}");
     write_text(&out, "tables.txt", &tables)?;

@@ -181,6 +181,9 @@ pub(crate) fn pressure_figures() -> serde_json::Map<String, Value> {
     m.insert("events_events".into(), g.events_events.into());
     m.insert("events_systemd".into(), g.events_systemd.into());
     m.insert("released_bytes".into(), g.released_bytes.into());
+    m.insert("squeezed_ms".into(), g.squeezed_ms.into());
+    m.insert("lazy_freed_bytes".into(), g.lazy_freed_bytes.into());
+    m.insert("lazy_bytes".into(), g.lazy_bytes.into());
     m
 }
 

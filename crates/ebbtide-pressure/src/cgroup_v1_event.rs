@@ -6,10 +6,12 @@
 //! `default|hierarchy|local` (default `default`: the event also fires for pressure in
 //! descendants, and stops propagating once a listener took it).
 //!
-//! The kernel signals the eventfd in the same tick the limit is hit and very often (thousands
-//! of times in 15 s). The source reads (and so resets) the counter on every wake-up but
-//! reports at most once per `coalesce_ms` (default 100 ms); the suppressed wake-ups are
-//! counted. The kernel also signals the eventfd when the cgroup is removed, so every reported
+//! The kernel signals the eventfd in the same tick the limit is hit and on every reclaim pass
+//! after it (thousands of times in 15 s), as often as xen-blkback's shrinker callback runs. The
+//! source reads (and so resets) the counter on every wake-up and reports one event per wake-up
+//! (`coalesce_ms` 0, the default): each renews the squeeze window, which costs nothing, while
+//! the policy rate-limits the expensive actions. A `coalesce_ms` above 0 reports at most once per
+//! that interval and counts the suppressed wake-ups. The kernel also signals the eventfd when the cgroup is removed, so every reported
 //! event first checks that the cgroup directory still exists.
 
 use std::fmt;
@@ -83,7 +85,7 @@ pub struct V1LevelConfig {
     pub levels: Vec<V1Level>,
     /// Propagation mode. Default [`V1Mode::Default`].
     pub mode: V1Mode,
-    /// Report at most once per this many ms per level. Default 100.
+    /// Report at most once per this many ms per level; 0 (the default) reports every wake-up.
     pub coalesce_ms: u64,
     /// Use this cgroup directory instead of the own v1 memory cgroup.
     pub cgroup: Option<PathBuf>,
@@ -95,7 +97,7 @@ impl Default for V1LevelConfig {
             enabled: true,
             levels: V1Level::ALL.to_vec(),
             mode: V1Mode::Default,
-            coalesce_ms: 100,
+            coalesce_ms: 0,
             cgroup: None,
         }
     }
@@ -222,12 +224,15 @@ impl Source for V1LevelSource {
             V1Mode::Hierarchy => ",hierarchy",
             V1Mode::Local => ",local",
         };
+        let rate = match self.coalescer.interval.as_millis() {
+            0 => "every wake-up reported".to_string(),
+            n => format!("coalesced to 1 per {n} ms"),
+        };
         format!(
-            "{}/memory.pressure_level {}{mode} -> {} (coalesced to 1 per {} ms)",
+            "{}/memory.pressure_level {}{mode} -> {} ({rate})",
             self.cgroup.display(),
             self.v1.name(),
             self.v1.level(),
-            self.coalescer.interval.as_millis()
         )
     }
 
@@ -314,5 +319,16 @@ mod tests {
         assert_eq!(c.signals, 3 + 9_999);
         assert_eq!(c.reported, 10);
         assert!(c.signal(1, s + Duration::from_millis(1100)));
+    }
+
+    #[test]
+    fn default_reports_every_wake_up() {
+        assert_eq!(V1LevelConfig::default().coalesce_ms, 0);
+        let s = Instant::now();
+        let mut c = Coalescer::new(Duration::ZERO);
+        for i in 0..1000u64 {
+            assert!(c.signal(2, s + Duration::from_micros(i)));
+        }
+        assert_eq!((c.signals, c.reported), (2000, 1000));
     }
 }

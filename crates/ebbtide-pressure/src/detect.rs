@@ -27,6 +27,9 @@ pub struct DetectConfig {
     pub headroom: HeadroomConfig,
     /// Use this cgroup for headroom instead of the own one.
     pub headroom_cgroup: Option<MemoryFiles>,
+    /// Bytes the headroom source subtracts from the usage it reads (the library's own lazily
+    /// freed pages; see [`HeadroomSource::excluding`]).
+    pub headroom_exclude: Option<HeldBytes>,
     /// Watch cgroup v2 `memory.events`. Default true (see [`DetectConfig::default`]).
     pub memory_events: MemoryEventsConfig,
     /// The library's own budget: thresholds and the function giving the bytes held.
@@ -188,7 +191,12 @@ pub fn detect_with(
                 SourceKind::Headroom,
                 cg_reason("memory controller for this process (neither v2 memory.current nor v1 memory.usage_in_bytes)"),
             ),
-            Some(files) => match HeadroomSource::open(files, cfg.headroom, now) {
+            Some(files) => match HeadroomSource::open(files, cfg.headroom, now).map(|s| {
+                match &cfg.headroom_exclude {
+                    Some(f) => s.excluding(f.clone()),
+                    None => s,
+                }
+            }) {
                 Ok(s) if headroom_own => d.push(Box::new(s.following_own_cgroup())),
                 Ok(s) => d.push(Box::new(s)),
                 Err(e) => d.off(SourceKind::Headroom, e.to_string()),

@@ -15,9 +15,23 @@
 //! | < 20 %        | Low      |
 //!
 //! The poll interval shrinks as headroom shrinks: `max_interval_ms` (1 s) while at least twice
-//! the Low threshold is free, `min_interval_ms` (10 ms) at the Critical threshold, linear in
-//! between. A non-Normal level is reported when it changes and then again every
-//! `repeat_ms` (500 ms) while it lasts, so the policy's level hold stays fresh without a storm.
+//! the Low threshold is free, `min_interval_ms` (10 ms) at the Critical threshold, and in
+//! between the **cube** of the position: the rate rises steeply near the limit (defaults: 123 ms
+//! at 22 % free, 33 ms at 15 %, 18 ms at 12 %), so a cache regrowing toward the limit is seen
+//! within milliseconds, not a second. A Low level is reported when it changes and then again
+//! every `repeat_ms` (500 ms) while it lasts, so the policy's level hold stays fresh without a
+//! storm; the pace follows the tightest reading of the last one to two `max_interval_ms`
+//! ([`pace_free`]), because usage swings fast: right after a squeeze the group is far from its
+//! limit, and a few hundred milliseconds later back at it. Moderate and Critical are reported at
+//! **every** poll while they last: each renews the
+//! squeeze window (free), as the kernel's shrinker runs on every reclaim pass.
+//!
+//! The usage counts the library's own lazily freed pages (`MADV_FREE`) until the kernel takes
+//! them. They are not pressure: the kernel can take them without I/O. (Pages a cache gave up
+//! that still wait for their `MADV_FREE` are usage like any other: the kernel could only swap
+//! them.) The runtime hands
+//! the source a function giving those bytes ([`HeadroomSource::excluding`]), and the source
+//! subtracts them from the usage it reads.
 //! (Tunables `headroom_min_interval_ms`, `headroom_max_interval_ms`, `headroom_repeat_ms`.)
 //! The limit is re-read every poll (it may change at run time).
 
@@ -99,9 +113,53 @@ pub fn poll_interval(free: f64, cfg: &HeadroomConfig) -> Duration {
     } else if free <= close || far <= close {
         lo
     } else {
-        lo + (hi - lo) * (free - close) / (far - close)
+        let x = (free - close) / (far - close);
+        lo + (hi - lo) * x * x * x
     };
     Duration::from_micros((ms * 1000.0) as u64)
+}
+
+/// The free fraction that sets the poll pace: the lowest of `now_free` and the lows of the current
+/// and the previous window (each `max_interval_ms` long) — a group that was close to its limit a
+/// moment ago can be there again within milliseconds (caches regrow in bursts right after a
+/// squeeze let them shrink), so the pace relaxes only after a whole window without tight readings.
+/// Pure: the state is passed in and returned.
+pub fn pace_free(now_free: f64, pace: &mut PaceWindow, now: Instant, window: Duration) -> f64 {
+    match pace.start {
+        Some(s) if now.saturating_duration_since(s) < window => {}
+        Some(s) if now.saturating_duration_since(s) < 2 * window => {
+            pace.prev_min = pace.cur_min;
+            pace.cur_min = f64::INFINITY;
+            pace.start = Some(s + window);
+        }
+        // The first reading, or one after a long silence: nothing is known about the last
+        // window, so it counts as tight (a process starting in a full group polls fast at once).
+        _ => {
+            pace.prev_min = 0.0;
+            pace.cur_min = f64::INFINITY;
+            pace.start = Some(now);
+        }
+    }
+    pace.cur_min = pace.cur_min.min(now_free);
+    now_free.min(pace.cur_min).min(pace.prev_min)
+}
+
+/// The state of [`pace_free`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PaceWindow {
+    start: Option<Instant>,
+    cur_min: f64,
+    prev_min: f64,
+}
+
+impl Default for PaceWindow {
+    fn default() -> Self {
+        PaceWindow {
+            start: None,
+            cur_min: f64::INFINITY,
+            prev_min: f64::INFINITY,
+        }
+    }
 }
 
 /// Which files give usage and limit.
@@ -155,7 +213,6 @@ fn read_u64(p: &Path) -> Result<u64, SourceError> {
 }
 
 /// Polled headroom source on one cgroup.
-#[derive(Debug)]
 pub struct HeadroomSource {
     files: MemoryFiles,
     cfg: HeadroomConfig,
@@ -164,6 +221,20 @@ pub struct HeadroomSource {
     last_reading: (u64, u64),
     /// The cgroup is the process's own: on failure, re-resolve it as a fallback.
     follow_own: bool,
+    /// Bytes of the usage that are not pressure (the library's lazily freed pages).
+    exclude: Option<super::budget::HeldBytes>,
+    pace: PaceWindow,
+}
+
+impl std::fmt::Debug for HeadroomSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeadroomSource")
+            .field("files", &self.files)
+            .field("cfg", &self.cfg)
+            .field("last_reading", &self.last_reading)
+            .field("excluding", &self.exclude.is_some())
+            .finish()
+    }
 }
 
 /// The memory files of the process's own cgroup: v2 if it has the memory controller, else
@@ -208,7 +279,16 @@ impl HeadroomSource {
             reporter: LevelReporter::default(),
             last_reading: (usage, limit),
             follow_own: false,
+            exclude: None,
+            pace: PaceWindow::default(),
         })
+    }
+
+    /// Subtract `f()` from every usage read: memory the cgroup counts that is not pressure (the
+    /// library's own lazily freed pages, which the kernel takes first and without I/O).
+    pub fn excluding(mut self, f: super::budget::HeldBytes) -> Self {
+        self.exclude = Some(f);
+        self
     }
 
     /// Mark the cgroup as the process's own: if reading fails (the process was moved and the
@@ -226,6 +306,7 @@ impl HeadroomSource {
     /// Read now and return the current level (also used by [`Source::on_ready`]).
     pub fn sample(&mut self, now: Instant) -> Result<Level, SourceError> {
         let (usage, limit) = self.files.read()?;
+        let usage = usage.saturating_sub(self.exclude.as_ref().map_or(0, |f| f()));
         let Some(limit) = limit else {
             // Limit removed at run time: no pressure from here; keep polling slowly.
             self.last_reading = (usage, u64::MAX);
@@ -233,7 +314,9 @@ impl HeadroomSource {
             return Ok(Level::Normal);
         };
         self.last_reading = (usage, limit);
-        self.next = now + poll_interval(free_fraction(usage, limit), &self.cfg);
+        let window = Duration::from_millis(self.cfg.max_interval_ms.max(self.cfg.min_interval_ms));
+        let pace = pace_free(free_fraction(usage, limit), &mut self.pace, now, window);
+        self.next = now + poll_interval(pace, &self.cfg);
         Ok(headroom_level(usage, limit, &self.cfg))
     }
 }
@@ -272,7 +355,13 @@ impl Source for HeadroomSource {
 
     fn on_ready(&mut self, _r: Readiness, now: Instant) -> Result<Outcome, SourceError> {
         let level = self.sample(now)?;
-        Ok(self.reporter.observe(level, now, self.cfg.repeat_ms))
+        // Moderate and Critical at every poll (each renews the squeeze window); Low as configured.
+        let repeat = if level >= Level::Moderate {
+            0
+        } else {
+            self.cfg.repeat_ms
+        };
+        Ok(self.reporter.observe(level, now, repeat))
     }
 
     fn fallback(&self) -> Option<Result<Box<dyn Source>, SourceError>> {
@@ -283,9 +372,15 @@ impl Source for HeadroomSource {
         if files == self.files {
             return None;
         }
+        let exclude = self.exclude.clone();
         Some(
-            HeadroomSource::open(files, self.cfg, Instant::now())
-                .map(|s| Box::new(s.following_own_cgroup()) as Box<dyn Source>),
+            HeadroomSource::open(files, self.cfg, Instant::now()).map(|s| {
+                let s = s.following_own_cgroup();
+                Box::new(match exclude {
+                    Some(f) => s.excluding(f),
+                    None => s,
+                }) as Box<dyn Source>
+            }),
         )
     }
 }
@@ -329,12 +424,43 @@ mod tests {
             mid > Duration::from_millis(10) && mid < Duration::from_millis(1000),
             "{mid:?}"
         );
+        // Steep near the limit: milliseconds, not a second.
+        assert_eq!(poll_interval(0.22, &c).as_millis(), 123);
+        assert_eq!(poll_interval(0.15, &c).as_millis(), 33);
+        assert!(poll_interval(0.12, &c) < Duration::from_millis(20));
         let mut prev = Duration::MAX;
         for i in (0..=100).rev() {
             let d = poll_interval(i as f64 / 100.0, &c);
             assert!(d <= prev, "monotonic");
             prev = d;
         }
+    }
+
+    #[test]
+    fn pace_follows_the_tightest_recent_reading() {
+        let s = Instant::now();
+        let w = Duration::from_millis(1000);
+        let mut p = PaceWindow::default();
+        // Nothing known yet: tight until a whole window says otherwise.
+        assert_eq!(pace_free(0.5, &mut p, s, w), 0.0);
+        assert_eq!(pace_free(0.5, &mut p, s + w + w / 10, w), 0.5);
+        let mut p = PaceWindow::default();
+        pace_free(0.5, &mut p, s, w);
+        assert_eq!(pace_free(0.05, &mut p, s + w / 10, w), 0.0);
+        assert_eq!(pace_free(0.45, &mut p, s + w + w / 20, w), 0.05);
+        let mut p = PaceWindow::default();
+        pace_free(0.5, &mut p, s - w, w);
+        assert_eq!(pace_free(0.05, &mut p, s + w / 10, w), 0.05);
+        // Right after a squeeze: far from the limit, but the pace stays tight.
+        assert_eq!(pace_free(0.45, &mut p, s + w / 5, w), 0.05);
+        // Next window: the previous window's low still counts.
+        assert_eq!(pace_free(0.45, &mut p, s + w + w / 2, w), 0.05);
+        // A whole window without a tight reading: relaxed.
+        assert_eq!(pace_free(0.45, &mut p, s + 2 * w + w / 2, w), 0.45);
+        // After a long gap nothing is known again: tight.
+        assert_eq!(pace_free(0.3, &mut p, s + 10 * w, w), 0.0);
+        let c = HeadroomConfig::default();
+        assert!(poll_interval(0.05, &c) <= Duration::from_millis(10));
     }
 
     #[test]
@@ -396,6 +522,17 @@ mod file_tests {
             s.next_poll(now),
             Some(now + poll_interval(50.0 / 950.0, &HeadroomConfig::default()))
         );
+        // Moderate is reported at every poll while it lasts (renewal), Low only on change.
+        assert_eq!(
+            s.on_ready(Readiness::TIMER, now).unwrap(),
+            Outcome::Event(Level::Moderate)
+        );
+        // Excluded bytes (our lazily freed pages) are not usage: 900 - 200 of 950 is Normal.
+        let mut x = HeadroomSource::open(f.clone(), HeadroomConfig::default(), now)
+            .unwrap()
+            .excluding(std::sync::Arc::new(|| 200));
+        assert_eq!(x.on_ready(Readiness::TIMER, now).unwrap(), Outcome::Quiet);
+        assert_eq!(x.last_reading(), (700, 950));
         w("memory.current", "bogus\n");
         let e = s.on_ready(Readiness::TIMER, now).unwrap_err();
         assert!(

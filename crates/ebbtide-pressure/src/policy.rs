@@ -10,7 +10,7 @@
 //!
 //! | event level | actions                                                                 |
 //! |-------------|-------------------------------------------------------------------------|
-//! | Low         | `trim` (depots down to their working set, bucket sizes step down), at most once per `trim_min_interval_ms` |
+//! | Low         | `trim` (depots down to their working set, bucket sizes step down), at most once per `trim_min_interval_ms`; **renews an open squeeze window** to `now + squeeze_ms` (never opens one) |
 //! | Moderate    | squeeze window `squeeze_until = max(squeeze_until, now + squeeze_ms)` (every event extends it); `drain` (whole depot) at most once per `drain_min_interval_ms`, else `trim` if its rate allows |
 //! | Critical    | the Moderate squeeze; `drain_cpu` at most once per `drain_cpu_min_interval_ms`, else `drain`/`trim` as their rates allow; `buckets_enabled = false` while the level stays Critical |
 //! | Normal      | an explicit "pressure is over": the held level drops to Normal at once, buckets are re-enabled; no reclaim |
@@ -19,6 +19,11 @@
 //! remembers when it was last reported, so Critical decays to Moderate (if Moderate events still
 //! arrive) or straight to Normal once no event came for `level_hold_ms`. Buckets come back as
 //! soon as the current level is below Critical.
+//!
+//! Renewal follows the kernel's shrinker, which runs on every reclaim pass: while the cgroup
+//! keeps reclaiming, every signal (cgroup v1 `low` fires on each reclaim pass) keeps the window
+//! open. Renewing is free of rate limits because it costs nothing (the reclaim thread only moves
+//! the window's end); the expensive actions below keep theirs.
 //!
 //! A heavier action includes the lighter ones and resets their rate limits: a `drain_cpu`
 //! counts as a drain and a trim, a `drain` as a trim. So a storm of events (10 000 in a second)
@@ -175,6 +180,10 @@ impl Policy {
         if level >= Level::Moderate && self.cfg.squeeze_ms > 0 {
             let end = now + ms(self.cfg.squeeze_ms);
             self.squeeze_until = Some(self.squeeze_until.map_or(end, |t| t.max(end)));
+        } else if self.squeeze(now).is_some() {
+            // Low: reclaim goes on, so an open window is renewed (see the module docs).
+            let end = now + ms(self.cfg.squeeze_ms);
+            self.squeeze_until = self.squeeze_until.map(|t| t.max(end));
         }
         let mut a = self.state(now);
         if level == Level::Critical
@@ -257,16 +266,50 @@ mod tests {
         let a = p.on_event(Level::Moderate, s + ms(5));
         assert_eq!(a.squeeze_until, Some(s + ms(15)), "repeated signal extends");
         assert!(!a.drain, "drain rate limited");
-        // A Low event never shortens the window.
+        // A Low event renews the open window (reclaim goes on) and never shortens it.
         let a = p.on_event(Level::Low, s + ms(6));
-        assert_eq!(a.squeeze_until, Some(s + ms(15)));
+        assert_eq!(a.squeeze_until, Some(s + ms(16)));
+        let a = p.on_event(Level::Low, s + ms(2));
+        assert_eq!(a.squeeze_until, Some(s + ms(16)));
         // Window expires.
-        assert_eq!(p.tick(s + ms(15)).squeeze_until, None);
+        assert_eq!(p.tick(s + ms(16)).squeeze_until, None);
         assert_eq!(
             p.tick(s + ms(14)).squeeze_until,
             None,
             "expired window stays closed"
         );
+    }
+
+    #[test]
+    fn low_renews_an_open_window_but_never_opens_one() {
+        let s = t0();
+        let mut p = Policy::default();
+        assert_eq!(p.on_event(Level::Low, s).squeeze_until, None);
+        p.on_event(Level::Moderate, s + ms(1));
+        // Reclaim goes on: every Low signal keeps the window open.
+        for i in 1..=100u64 {
+            let a = p.on_event(Level::Low, s + ms(1 + 5 * i));
+            assert_eq!(a.squeeze_until, Some(s + ms(1 + 5 * i + 10)));
+        }
+        // No signal for a window's length: it closes, and Low does not reopen it.
+        assert_eq!(p.tick(s + ms(511 + 10)).squeeze_until, None);
+        assert_eq!(p.on_event(Level::Low, s + ms(530)).squeeze_until, None);
+    }
+
+    #[test]
+    fn renewal_is_not_rate_limited_but_drains_are() {
+        let s = t0();
+        let mut p = Policy::default();
+        let (mut drains, mut renewed) = (0, 0);
+        // 1000 Moderate signals a millisecond apart (cgroup v1 while reclaiming).
+        for i in 0..1000u64 {
+            let now = s + ms(i);
+            let a = p.on_event(Level::Moderate, now);
+            drains += a.drain as u32;
+            renewed += (a.squeeze_until == Some(now + ms(10))) as u32;
+        }
+        assert_eq!(renewed, 1000, "every signal renews the window");
+        assert_eq!(drains, 4, "DRAIN stays rate limited (250 ms)");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Idle give-back with default settings (issue 3, "without pressure"): a burst of `MIB` MiB is
 //! freed, then the process allocates nothing; prints cached/mapped bytes over time until the
-//! reclaim thread's periodic pass has given everything back. Target: ≤ 10 s.
+//! reclaim thread's periodic pass has given everything back, for good (lazily freed pages
+//! decayed too). Target: ≤ 10 s.
 //!
 //! `cargo run --release -p ebbtide --example idle_giveback [MIB]`
 use ebbtide::{Zone, ZoneOptions};
@@ -39,22 +40,32 @@ fn main() {
     .join()
     .unwrap();
     let t = Instant::now();
-    println!("t_s\trss_mib\tmapped_mib\tcached_mib");
+    println!("t_s\trss_mib\tmapped_mib\tcached_mib\tlazy_mib");
+    let mut lazily = None;
     loop {
         let s = ebbtide::stats::collect();
         let mapped = s.global.mapped_bytes as f64 / (1 << 20) as f64;
+        // Lazily freed pages (settling or MADV_FREE) are out of the caches but still in RSS.
+        let lazy = s.global.lazy_bytes + s.global.lazy_pending_bytes;
         println!(
-            "{:.1}\t{:.1}\t{:.1}\t{:.1}",
+            "{:.1}\t{:.1}\t{:.1}\t{:.1}\t{:.1}",
             t.elapsed().as_secs_f64(),
             rss_mib(),
             mapped,
-            s.global.cached_bytes as f64 / (1 << 20) as f64
+            s.global.cached_bytes as f64 / (1 << 20) as f64,
+            lazy as f64 / (1 << 20) as f64
         );
-        if s.global.mapped_bytes == 0 {
+        if s.global.mapped_bytes == 0 && lazily.is_none() {
+            lazily = Some(t.elapsed().as_secs_f64());
+        }
+        if s.global.mapped_bytes == 0 && lazy == 0 {
             println!(
-                "all {mib} MiB given back after {:.2} s idle (trim_interval_ms = {})",
+                "all {mib} MiB out of the caches after {:.2} s and given back for good after {:.2} s idle (trim_interval_ms = {}, lazy_free = {}, lazy_decay_ms = {})",
+                lazily.unwrap_or(0.0),
                 t.elapsed().as_secs_f64(),
-                ebbtide::options::get("trim_interval_ms").unwrap()
+                ebbtide::options::get("trim_interval_ms").unwrap(),
+                ebbtide::options::get("lazy_free").unwrap(),
+                ebbtide::options::get("lazy_decay_ms").unwrap()
             );
             break;
         }

@@ -91,6 +91,15 @@ pub mod pressure {
 
 pub use pressure::Level;
 
+/// Lazily freed pages (`MADV_FREE` without pressure, decayed to `MADV_DONTNEED`): the core's
+/// settings and figures ([`ebbtide_core::lazy`]) and the calls that walk every zone.
+pub mod lazy {
+    pub use ebbtide_core::lazy::*;
+    pub use ebbtide_core::reclaim::{
+        configure_lazy as configure, decay_lazy as decay_all, purge_lazy_all as purge_all,
+    };
+}
+
 /// Whether zones created from now on run in checked mode (the `checked` tunable).
 pub fn checked_by_default() -> bool {
     ebbtide_core::runtime::checked_by_default()

@@ -8,8 +8,8 @@
 //! with the tunables changed at run time (serialised: the options are process-wide).
 
 use ebbtide::pressure::{
-    detect, headroom_level, HeadroomSource, Level, MemoryFiles, Outcome, Policy, Readiness, Source,
-    SourceKind,
+    detect, headroom_level, poll_interval, HeadroomSource, Level, MemoryFiles, Outcome, Policy,
+    Readiness, Source, SourceKind,
 };
 use ebbtide::{options, reclaimer};
 use std::path::Path;
@@ -18,6 +18,21 @@ use std::time::{Duration, Instant};
 
 /// Tunable → (test file under the workspace root, test function) observing its effect.
 const EFFECTS: &[(&str, &str, &str)] = &[
+    (
+        "lazy_free",
+        "crates/ebbtide/tests/tunable_effects.rs",
+        "lazy_tunables_change_how_pages_leave",
+    ),
+    (
+        "lazy_settle_ms",
+        "crates/ebbtide/tests/tunable_effects.rs",
+        "lazy_tunables_change_how_pages_leave",
+    ),
+    (
+        "lazy_decay_ms",
+        "crates/ebbtide/tests/tunable_effects.rs",
+        "lazy_tunables_change_how_pages_leave",
+    ),
     (
         "squeeze_ms",
         "crates/ebbtide/tests/tunable_effects.rs",
@@ -353,21 +368,17 @@ fn headroom_tunables_change_the_source() {
 
     let cg = FakeCgroup::new();
     let t0 = Instant::now();
-    // Poll intervals: the shortest at the limit, the longest far from it.
-    let interval = |used_pct: u64| {
-        cg.set(used_pct);
-        let mut s = cg.source(t0);
-        s.on_ready(Readiness::default(), t0).unwrap();
-        s.next_poll(t0).unwrap() - t0
-    };
-    assert_eq!(interval(100), Duration::from_millis(10));
+    // Poll intervals (the source's pure pacing rule, fed the config the reclaim thread builds):
+    // the shortest at the limit, the longest far from it.
+    let interval = |free: f64| poll_interval(free, &reclaimer::detect_config().headroom);
+    assert_eq!(interval(0.0), Duration::from_millis(10));
     assert_eq!(
-        with(&[("headroom_min_interval_ms", "3")], || interval(100)),
+        with(&[("headroom_min_interval_ms", "3")], || interval(0.0)),
         Duration::from_millis(3)
     );
-    assert_eq!(interval(0), Duration::from_millis(1000));
+    assert_eq!(interval(1.0), Duration::from_millis(1000));
     assert_eq!(
-        with(&[("headroom_max_interval_ms", "4000")], || interval(0)),
+        with(&[("headroom_max_interval_ms", "4000")], || interval(1.0)),
         Duration::from_millis(4000)
     );
     // repeat_ms: a persisting Low (15 % free) is reported again only after repeat_ms.
@@ -503,4 +514,69 @@ fn child_pool_tunables() {
     q.shrink();
     q.destroy().map_err(|e| e.1).unwrap();
     println!("POOL-OK");
+}
+
+/// `lazy_free`, `lazy_settle_ms`, `lazy_decay_ms`, as the reclaim thread applies them: where a
+/// pool shrink without pressure puts its pages (settling, offered with `MADV_FREE`, or given
+/// back at once) and how long they stay. Child processes with no pressure source.
+#[test]
+fn lazy_tunables_change_how_pages_leave() {
+    let run = |env: &[(&str, &str)]| {
+        let mut e = vec![("EBBTIDE_SOURCES", "none")];
+        e.extend_from_slice(env);
+        let out = child("child_lazy_after_shrink", &e);
+        out.lines()
+            .find_map(|l| l.split_once("LAZY=").map(|x| x.1.to_string()))
+            .expect("child printed its figures")
+    };
+    // Defaults (on, settle 100 ms, decay 1 s): settling first, none left after 2 s.
+    assert_eq!(run(&[]), "pending>0 offered=0 after2s=0");
+    // lazy_free=false: straight back (MADV_DONTNEED), nothing lazy at all.
+    assert_eq!(
+        run(&[("EBBTIDE_LAZY_FREE", "false")]),
+        "pending=0 offered=0 after2s=0"
+    );
+    // lazy_settle_ms=0: offered with MADV_FREE at once.
+    assert_eq!(
+        run(&[("EBBTIDE_LAZY_SETTLE_MS", "0")]),
+        "pending=0 offered>0 after2s=0"
+    );
+    // lazy_decay_ms=60s: still lazy after 2 s.
+    assert_eq!(
+        run(&[("EBBTIDE_LAZY_DECAY_MS", "60s")]),
+        "pending>0 offered=0 after2s>0"
+    );
+}
+
+#[test]
+#[ignore = "helper process of lazy_tunables_change_how_pages_leave"]
+fn child_lazy_after_shrink() {
+    let pool = ebbtide::PagePool::new("effects-lazy", 0).unwrap();
+    let _ = pool.snapshot();
+    let pages: Vec<_> = (0..256).map(|_| pool.get().unwrap()).collect();
+    for pg in &pages {
+        // SAFETY: pages of ours.
+        unsafe { pg.as_ptr().write_bytes(1, 4096) };
+    }
+    for pg in pages {
+        // SAFETY: pages of ours, put back once.
+        unsafe { pool.put(pg).unwrap() };
+    }
+    // The reclaim thread configured the lazy mode from the tunables when it started.
+    assert!(reclaimer::running());
+    pool.shrink();
+    let (pending, offered) = (
+        ebbtide::lazy::lazy_pending_bytes(),
+        ebbtide::lazy::lazy_bytes(),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let after = ebbtide::lazy::lazy_held_bytes();
+    let f = |name: &str, v: u64| format!("{name}{}", if v > 0 { ">0" } else { "=0" });
+    println!(
+        "LAZY={} {} {}",
+        f("pending", pending),
+        f("offered", offered),
+        f("after2s", after)
+    );
+    pool.destroy().map_err(|e| e.1).unwrap();
 }

@@ -54,7 +54,7 @@ impl ZoneInner {
         if idle != 0 {
             moved += self.drain_cpus(|cpu| idle & (1u64 << (cpu % 64)) != 0);
         }
-        let released = self.keg.reclaim(true);
+        let released = self.release_free_slabs(self.keg.reserve_slabs());
         let _ = moved;
         if released > 0 {
             self.counters
@@ -87,7 +87,7 @@ impl ZoneInner {
         // Free slab slots may hold what the caches no longer do.
         let cached = self.pcpu_items() + lock(&self.depot).wss.nitems as usize;
         let slabs_keep = target.saturating_sub(cached) / self.keg.geo.items_per_slab;
-        let released = self.keg.reclaim_keep(slabs_keep);
+        let released = self.release_free_slabs(slabs_keep);
         if released > 0 {
             self.counters
                 .released_bytes
@@ -174,7 +174,9 @@ pub(crate) fn drain_cpu_all(halve: bool, keep_reserve: bool) -> usize {
         let mut sess = Session::begin(keep_reserve);
         let b = drain_cpu_locked(&reg, halve, keep_reserve, &mut sess);
         let b = b + crate::bucket::reclaim_bucket_kegs_in(&mut sess);
-        b + sess.finish()
+        // Every caller wants the memory now (squeeze, buckets off, DRAIN_CPU, a failed
+        // mapping): lazily freed pages go too.
+        b + sess.finish() + purge_lazy_locked(&reg)
     })
     .unwrap_or(0)
 }
@@ -235,4 +237,52 @@ pub(crate) fn on_map_failure() {
     crate::gate::count_map_failure();
     crate::runtime::map_failure();
     drain_cpu_all(true, true);
+}
+
+impl ZoneInner {
+    /// Free slabs beyond `keep` leave the zone: lazily when [`crate::lazy::release_kind`] says
+    /// so, else at once, together with the zone's lazily freed slabs (a squeeze wants the memory
+    /// now). Returns the bytes given back at once (lazily freed bytes are counted apart).
+    pub(crate) fn release_free_slabs(&self, keep: usize) -> usize {
+        use crate::lazy::{self, ReleaseKind};
+        match lazy::release_kind(
+            lazy::enabled(),
+            lazy::under_pressure() || crate::gate::squeezing_now(),
+        ) {
+            ReleaseKind::Lazy => {
+                self.keg
+                    .lazy_keep(keep, lazy::now_ms(), lazy::settle_ms() == 0);
+                0
+            }
+            ReleaseKind::Now => self.keg.reclaim_keep(keep) + self.keg.purge_lazy(None),
+        }
+    }
+}
+
+/// Every lazily freed page of every zone back now (`MADV_DONTNEED`), with the registry locked
+/// (inside a reclaim). Returns the bytes given back.
+pub(crate) fn purge_lazy_locked(reg: &crate::registry::Locked) -> usize {
+    if crate::lazy::lazy_held_bytes() == 0 {
+        return 0;
+    }
+    let mut b = 0;
+    reg.for_each(|z: &ZoneInner| b += z.keg.purge_lazy(None));
+    b
+}
+
+/// The decay step over every zone: lazy slabs older than `decay_ms` at `now` go back for good
+/// (`MADV_DONTNEED`), those that settled for `settle_ms` are offered (`MADV_FREE`). Returns the
+/// bytes given back for good.
+pub(crate) fn decay_lazy_locked(
+    reg: &crate::registry::Locked,
+    now: u32,
+    decay_ms: u64,
+    settle_ms: u64,
+) -> usize {
+    let mut b = 0;
+    reg.for_each(|z: &ZoneInner| {
+        b += z.keg.purge_lazy(Some((now, decay_ms)));
+        z.keg.advise_lazy(now, settle_ms);
+    });
+    b
 }

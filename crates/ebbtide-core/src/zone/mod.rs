@@ -18,7 +18,7 @@ mod limit;
 mod slow;
 mod snapshot;
 
-pub(crate) use drain::drain_cpu_all;
+pub(crate) use drain::{decay_lazy_locked, drain_cpu_all, purge_lazy_locked};
 pub use fast::FastFree;
 pub use snapshot::{ZoneCheck, ZoneSnapshot};
 

@@ -38,6 +38,11 @@ pub struct ZoneSnapshot {
     pub reclaim_drain: u64,
     pub reclaim_drain_cpu: u64,
     pub released_bytes: u64,
+    /// Bytes of lazily freed slabs now (`MADV_FREE`, see [`crate::lazy`]).
+    pub lazy_bytes: u64,
+    /// Bytes offered with `MADV_FREE`, ever; and those taken back by allocation.
+    pub lazy_freed_bytes: u64,
+    pub lazy_reused_bytes: u64,
     pub squeeze_windows: u64,
     pub depot_contention: u64,
     /// Page pools: `max_buffer_pages`; `u64::MAX` for plain zones.
@@ -104,6 +109,9 @@ impl ZoneInner {
             reclaim_drain: self.counters.drains.load(Ordering::Relaxed),
             reclaim_drain_cpu: self.counters.drain_cpus.load(Ordering::Relaxed),
             released_bytes: kc.released_bytes,
+            lazy_bytes: (kc.lazy_slabs * geo.slab_size) as u64,
+            lazy_freed_bytes: kc.lazy_freed_bytes,
+            lazy_reused_bytes: kc.lazy_reused_bytes,
             squeeze_windows: self.counters.squeezes.load(Ordering::Relaxed),
             depot_contention: self.counters.depot_contention.load(Ordering::Relaxed),
             pool_max_buffer_pages: match self.pool_max.load(Ordering::Relaxed) {

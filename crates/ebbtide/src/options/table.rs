@@ -214,6 +214,57 @@ tunables! {
               (xen-blkback max_buffer_pages). Pages in use are never counted or touched. \
               0 means keep no free pages (the permanent worst-case squeeze).",
     },
+    /// Whether free pages leave lazily (`MADV_FREE`) where there is no pressure.
+    LazyFree {
+        name: "lazy_free",
+        kind: Kind::Bool,
+        default: 1,
+        range: 0 => 1,
+        runtime: true,
+        level: Testing,
+        summary: "give free pages back with MADV_FREE where there is no pressure",
+        doc: "When true, pages that leave a cache without pressure (the periodic page pool shrink \
+              to max_buffer_pages, PagePool::shrink, the idle trim) are offered with MADV_FREE: \
+              the kernel takes them only when it needs memory, and a reuse before that costs no \
+              page fault. Under pressure (a squeeze window, a TRIM, DRAIN or DRAIN_CPU) pages \
+              leave with MADV_DONTNEED, and every lazily freed page goes with them. Lazily freed \
+              pages still count in RSS and in the cgroup's usage until the kernel takes them or \
+              lazy_decay_ms passes. Needs the reclaim thread (which decays them); without it, \
+              and when false, pages leave with MADV_DONTNEED at once. Turning it off gives every \
+              lazily freed page back at once.",
+    },
+    /// How long free pages wait before they are offered with MADV_FREE.
+    LazySettleMs {
+        name: "lazy_settle_ms",
+        kind: Kind::Millis,
+        default: 100,
+        range: 0 => 600_000,
+        runtime: true,
+        level: Testing,
+        summary: "free pages given up without pressure wait this long before MADV_FREE",
+        doc: "The first stage of the decay (jemalloc's dirty pages): a slab given up without \
+              pressure leaves the cache at once but is offered with MADV_FREE only after this \
+              long, so a page reused within it costs neither a system call nor a fault (the \
+              kernel's page allocator hands a freed page back the same way). Checked every \
+              pool_shrink_interval_ms. Under pressure such slabs go back with MADV_DONTNEED at \
+              once; the headroom source counts them as usage (only pages already offered with \
+              MADV_FREE are not counted). 0 means MADV_FREE at once.",
+    },
+    /// How long lazily freed pages may stay before they go back for good.
+    LazyDecayMs {
+        name: "lazy_decay_ms",
+        kind: Kind::Millis,
+        default: 1000,
+        range: 0 => 600_000,
+        runtime: true,
+        level: Testing,
+        summary: "lazily freed pages not reused for this long go back with MADV_DONTNEED",
+        doc: "The last stage of the decay (settling -> MADV_FREE -> given back, as jemalloc's \
+              dirty -> muzzy -> clean): a slab given up without pressure that no allocation took back for this \
+              long is given back with MADV_DONTNEED, so memory that stays unused leaves RSS. \
+              Checked every pool_shrink_interval_ms, so a page leaves within lazy_decay_ms plus \
+              that interval. 0 means at the next check.",
+    },
     /// The library's own budget for cached memory.
     MaxCachedBytes {
         name: "max_cached_bytes",

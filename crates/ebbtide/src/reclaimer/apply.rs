@@ -41,6 +41,7 @@ pub(super) fn apply(a: &Actions, epoch: u64, now: Instant) {
 
 pub(super) fn apply_locked(a: &Actions, now: Instant) {
     let prev = LEVEL.swap(a.level as u8, Ordering::Relaxed);
+    ebbtide_core::lazy::set_pressure(a.level > Level::Normal);
     let new_squeeze = match a.squeeze_until {
         Some(until) if until > now => {
             let mut last = lock(&SQUEEZE_APPLIED);
@@ -53,7 +54,11 @@ pub(super) fn apply_locked(a: &Actions, now: Instant) {
         }
         _ => None,
     };
-    if a.any_reclaim() || new_squeeze.is_some() || a.level as u8 > prev {
+    // Renewing an open window (every signal while the cgroup reclaims, as the kernel's shrinker
+    // runs on every reclaim pass) costs two atomics; only opening one runs handlers and drains.
+    let renewed = new_squeeze.is_some_and(|d| reclaim::renew_squeeze(d.as_nanos() as u64));
+    let opened = new_squeeze.filter(|_| !renewed);
+    if a.any_reclaim() || opened.is_some() || a.level as u8 > prev {
         run_handlers(a.level);
     }
     // Only a change of the policy's own bucket decision is carried out, so an explicit
@@ -74,11 +79,11 @@ pub(super) fn apply_locked(a: &Actions, now: Instant) {
     // One call: a squeeze, buckets going off and a DRAIN_CPU share one pass over the CPUs (one
     // membarrier per CPU per event).
     reclaim::respond(reclaim::Response {
-        squeeze_ns: new_squeeze.map(|d| d.as_nanos() as u64),
+        squeeze_ns: opened.map(|d| d.as_nanos() as u64),
         buckets_enabled: buckets,
         request,
     });
-    if new_squeeze.is_some() {
+    if opened.is_some() {
         reclaim::shrink_pools();
     }
 }

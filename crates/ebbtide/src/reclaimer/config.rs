@@ -40,6 +40,11 @@ pub fn detect_config() -> DetectConfig {
     cfg.headroom.min_interval_ms = options::get_u64(Tunable::HeadroomMinIntervalMs);
     cfg.headroom.max_interval_ms = options::get_u64(Tunable::HeadroomMaxIntervalMs);
     cfg.headroom.repeat_ms = options::get_u64(Tunable::HeadroomRepeatMs);
+    // The cgroup's usage counts our MADV_FREE'd pages until the kernel takes them, which it does
+    // first and without I/O: not pressure. Pages still settling are not excluded: the kernel can
+    // only swap those (measured: excluding them let the quick blkback run reach its limit at
+    // start, where lazily given-up pool pages hid the growth from the headroom source).
+    cfg.headroom_exclude = Some(Arc::new(ebbtide_core::lazy::lazy_bytes));
     cfg.memory_events.enabled = src.contains("events");
     let budget = options::get_u64(Tunable::MaxCachedBytes);
     if src.contains("budget") && budget > 0 {
@@ -74,4 +79,13 @@ pub(super) const SOURCE_TUNABLES: &[Tunable] = &[
 
 pub(super) fn source_settings() -> [u64; SOURCE_TUNABLES.len()] {
     core::array::from_fn(|i| options::get_u64(SOURCE_TUNABLES[i]))
+}
+
+/// Lazily freed pages (`MADV_FREE`) only with a reclaim thread, which decays them.
+pub(super) fn configure_lazy() {
+    reclaim::configure_lazy(
+        options::get_bool(Tunable::LazyFree),
+        options::get_u64(Tunable::LazySettleMs),
+        options::get_u64(Tunable::LazyDecayMs),
+    );
 }

@@ -1,7 +1,7 @@
 //! The reclaim thread: started lazily, supervised (restarted after a panic), forgotten in a
 //! forked child; its loop waits on the watcher and the timers and runs the policy.
 
-use super::config::source_settings;
+use super::config::{configure_lazy, source_settings};
 use super::*;
 
 /// Called by the runtime's fork handler (`threads.rs`) in a child: it has no reclaim thread;
@@ -35,6 +35,7 @@ pub(super) fn start_slow() {
         THREAD_DISABLED.store(true, Ordering::Release);
         return;
     }
+    configure_lazy();
     static SUBSCRIBE: std::sync::Once = std::sync::Once::new();
     SUBSCRIBE.call_once(|| options::subscribe(wake_on_change));
     let gen = FORKS.load(Ordering::Acquire);
@@ -46,6 +47,7 @@ pub(super) fn start_slow() {
             "ebbtide: cannot start the reclaim thread ({e}); pressure is handled on notify only"
         ));
         THREAD_DISABLED.store(true, Ordering::Release);
+        reclaim::configure_lazy(false, 0, 0); // nothing would decay lazily freed pages
     }
 }
 
@@ -79,6 +81,7 @@ pub(super) fn supervise(gen: u64) {
                         "ebbtide: reclaim thread stopped after 10 panics; pressure is handled on notify only"
                     ));
                     THREAD_DISABLED.store(true, Ordering::Release);
+                    reclaim::configure_lazy(false, 0, 0); // nothing would decay them any more
                     lock(&SHARED).injector = None;
                     return;
                 }
@@ -163,6 +166,7 @@ pub(super) fn run(gen: u64) {
             next_periodic = now + options::get_duration(Tunable::TrimIntervalMs);
         }
         if now >= next_pools {
+            reclaim::decay_lazy(ebbtide_core::lazy::now_ms());
             reclaim::shrink_pools();
             next_pools = now + options::get_duration(Tunable::PoolShrinkIntervalMs);
         }
@@ -170,6 +174,7 @@ pub(super) fn run(gen: u64) {
         if g != opt_gen {
             opt_gen = g;
             with_policy(|p| p.set_config(policy_config()));
+            configure_lazy();
             // New intervals take effect now, not after the old timer fires.
             next_periodic = next_periodic.min(now + options::get_duration(Tunable::TrimIntervalMs));
             next_pools = next_pools.min(now + options::get_duration(Tunable::PoolShrinkIntervalMs));

@@ -40,6 +40,9 @@ impl From<&ZoneSnapshot> for ZoneStats {
             squeeze_windows: z.squeeze_windows,
             buckets_enabled: z.buckets_enabled,
             invalid_frees: z.invalid_frees,
+            lazy_bytes: z.lazy_bytes,
+            lazy_freed_bytes: z.lazy_freed_bytes,
+            lazy_reused_bytes: z.lazy_reused_bytes,
         }
     }
 }
@@ -71,6 +74,10 @@ pub fn collect() -> Snapshot {
                 0
             }
         },
+        squeezed_ms: crate::reclaim::squeezed_ns() / 1_000_000,
+        lazy_bytes: crate::lazy::lazy_bytes(),
+        lazy_freed_bytes: crate::lazy::lazy_freed_bytes(),
+        lazy_pending_bytes: crate::lazy::lazy_pending_bytes(),
         ..GlobalStats::default()
     };
     let mut s = Snapshot {

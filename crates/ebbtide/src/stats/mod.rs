@@ -452,6 +452,9 @@ stats_group! {
         squeeze_windows: U64, Counter, Events, "", "Squeeze windows opened on this zone.";
         buckets_enabled: Bool, Gauge, Boolean, "", "Whether per-CPU buckets are in use (disabled while pressure is critical).";
         invalid_frees: U64, Counter, Events, "", "Frees refused because the pointer was not a live item of the zone (reported on stderr, never applied).";
+        lazy_bytes: U64, Gauge, Bytes, "LAZY", "Bytes of free slabs given up without pressure (settling, or offered to the kernel with MADV_FREE) and neither reused nor given back for good yet (still in RSS until the kernel takes them; not in released_bytes).";
+        lazy_freed_bytes: U64, Counter, Bytes, "", "Bytes offered to the kernel with MADV_FREE (lazy_free), apart from released_bytes.";
+        lazy_reused_bytes: U64, Counter, Bytes, "", "Bytes of lazily freed slabs taken back by allocation (reuse without a page fault unless the kernel had taken the page).";
     }
 }
 
@@ -486,6 +489,10 @@ stats_group! {
         last_event_ms_ago: U64, Gauge, Millis, "", "Time since the last pressure event (0 if none yet).";
         squeeze_until_ms: U64, Gauge, Millis, "", "Time left until the current squeeze window closes; 0 when no window is open.";
         metadata_bytes: U64, Gauge, Bytes, "", "Bytes of the library's own metadata in memory (zone objects, per-CPU stacks, chunk headers and slab descriptors, the used part of the chunk map); with mapped_bytes, every byte the library maps and touches.";
+        squeezed_ms: U64, Counter, Millis, "", "Time covered by squeeze windows since the process started (a window still open counts to its end).";
+        lazy_bytes: U64, Gauge, Bytes, "", "Bytes offered to the kernel with MADV_FREE and not yet reused or given back for good, over all zones; part of RSS until the kernel takes them (LazyFree in smaps_rollup).";
+        lazy_pending_bytes: U64, Gauge, Bytes, "", "Bytes of free slabs given up without pressure that wait lazy_settle_ms before MADV_FREE, over all zones (in RSS; reused without a system call).";
+        lazy_freed_bytes: U64, Counter, Bytes, "", "Bytes offered to the kernel with MADV_FREE since the process started, apart from released_bytes.";
     }
 }
 
@@ -569,6 +576,9 @@ impl Snapshot {
                 squeeze_windows: 2,
                 buckets_enabled: true,
                 invalid_frees: 0,
+                lazy_bytes: 3 << 20,
+                lazy_freed_bytes: 4 << 20,
+                lazy_reused_bytes: 1 << 20,
             }
         };
         Snapshot {
@@ -591,6 +601,10 @@ impl Snapshot {
                 last_event_ms_ago: 1500,
                 squeeze_until_ms: 0,
                 metadata_bytes: 1 << 20,
+                squeezed_ms: 250,
+                lazy_bytes: 3 << 20,
+                lazy_freed_bytes: 4 << 20,
+                lazy_pending_bytes: 1 << 20,
             },
             sources: vec![
                 SourceStats {

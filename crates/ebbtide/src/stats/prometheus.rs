@@ -688,6 +688,9 @@ mod tests {
                 "ebbtide_zone_squeeze_windows_total",
                 "ebbtide_zone_buckets_enabled",
                 "ebbtide_zone_invalid_frees_total",
+                "ebbtide_zone_lazy_bytes",
+                "ebbtide_zone_lazy_freed_bytes_total",
+                "ebbtide_zone_lazy_reused_bytes_total",
             ]
         );
         let pool = names("pool", PoolStats::fields());
@@ -722,6 +725,10 @@ mod tests {
                 "ebbtide_last_event_age_seconds",
                 "ebbtide_squeeze_remaining_seconds",
                 "ebbtide_metadata_bytes",
+                "ebbtide_squeezed_seconds_total",
+                "ebbtide_lazy_bytes",
+                "ebbtide_lazy_pending_bytes",
+                "ebbtide_lazy_freed_bytes_total",
             ]
         );
         assert_eq!(
