@@ -293,7 +293,10 @@ static void test_pool_threads(void) {
     CHECK(ebb_pool_shrink(mt_pool) >= 0);
     REQUIRE(ebb_pool_stats(mt_pool, &st) == 0);
     CHECK(st.free_pages <= 8);
-    CHECK(st.zone.released_bytes >= (uint64_t)(THREADS * POOL_PAGES - 8) * page_size);
+    /* Without pressure the pages leave lazily (lazy_free): given back for good, or still on
+     * the lazy list (settling or MADV_FREE'd) until lazy_decay_ms. */
+    CHECK(st.zone.released_bytes + st.zone.lazy_bytes >=
+          (uint64_t)(THREADS * POOL_PAGES - 8) * page_size);
     CHECK(ebb_pool_destroy(mt_pool) == 0);
 }
 

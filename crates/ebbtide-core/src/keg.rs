@@ -1133,7 +1133,9 @@ impl Keg {
         let mut s = g.lazy_tail;
         // Oldest first; the list is in `lazy_at` order, so the first young one ends the walk.
         while !s.is_null() {
-            // SAFETY: `s` is on the lazy list, a valid meta; lock held.
+            // SAFETY: (1) `s` is on the lazy list, a valid meta, and the lock is held, so we may
+            // read and write it and follow `prev`; (2) `offer` (in the closure) gets runs of
+            // lazy slabs of this keg collected under this lock: entirely free, no live item.
             unsafe {
                 if !(*s).advised {
                     if !crate::lazy::expired((*s).lazy_at, now_ms, settle_ms) {
@@ -1146,8 +1148,6 @@ impl Keg {
                         advised += self.runs(&mut bases[..n], |a, l| offer(a, l));
                         n = 0;
                     }
-                    // (The closure's `offer` runs inside this unsafe block: the bases are lazy
-                    // slabs of this keg, entirely free, on the lazy list under our lock.)
                 }
                 s = (*s).prev;
             }

@@ -3,8 +3,9 @@
 //! Registration: open `memory.pressure_level`, create an eventfd, and write
 //! `"<eventfd> <pressure_level fd> <level>[,<mode>]"` to `cgroup.event_control` of the same
 //! cgroup. Levels `low|medium|critical` map to Low/Moderate/Critical; modes
-//! `default|hierarchy|local` (default `default`: the event also fires for pressure in
-//! descendants, and stops propagating once a listener took it).
+//! `default|hierarchy|local` (the kernel's `default`: the event also fires for pressure in
+//! descendants, and stops propagating once a listener took it; ebbtide registers `local`: only
+//! reclaim aimed at this very cgroup, see [`V1LevelConfig::mode`]).
 //!
 //! The kernel signals the eventfd in the same tick the limit is hit and on every reclaim pass
 //! after it (thousands of times in 15 s), as often as xen-blkback's shrinker callback runs. The
@@ -83,7 +84,12 @@ pub struct V1LevelConfig {
     pub enabled: bool,
     /// Which kernel levels to register (one eventfd each). Default all three.
     pub levels: Vec<V1Level>,
-    /// Propagation mode. Default [`V1Mode::Default`].
+    /// Propagation mode. Default [`V1Mode::Local`]: only reclaim whose target is this cgroup
+    /// (its own limit, or global reclaim for the root) — the kernel's default mode also passes
+    /// up the reclaim of any descendant at *its* limit, which is not this process's pressure;
+    /// with every wake-up reported that turned into squeeze windows in a process of the root
+    /// cgroup whenever some other cgroup on the machine was at its limit (seen in the CLI's
+    /// end-to-end test while other test suites ran).
     pub mode: V1Mode,
     /// Report at most once per this many ms per level; 0 (the default) reports every wake-up.
     pub coalesce_ms: u64,
@@ -96,7 +102,7 @@ impl Default for V1LevelConfig {
         V1LevelConfig {
             enabled: true,
             levels: V1Level::ALL.to_vec(),
-            mode: V1Mode::Default,
+            mode: V1Mode::Local,
             coalesce_ms: 0,
             cgroup: None,
         }
@@ -324,6 +330,11 @@ mod tests {
     #[test]
     fn default_reports_every_wake_up() {
         assert_eq!(V1LevelConfig::default().coalesce_ms, 0);
+        assert_eq!(
+            V1LevelConfig::default().mode,
+            V1Mode::Local,
+            "own reclaim only"
+        );
         let s = Instant::now();
         let mut c = Coalescer::new(Duration::ZERO);
         for i in 0..1000u64 {
