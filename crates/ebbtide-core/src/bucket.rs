@@ -102,7 +102,7 @@ impl Bucket {
         // SAFETY: the caller guarantees `b` is a live bucket.
         let cap = unsafe { (*b.as_ptr()).cap };
         if let Ok(ks) = kegs() {
-            ks[class_of(cap)].release(
+            ks[class_of(cap)].take_back(
                 &[b.as_ptr().cast()],
                 false,
                 |_| {},

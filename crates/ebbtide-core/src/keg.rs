@@ -15,7 +15,7 @@
 //! becomes lazy: the slab stays allocatable, so the mark must not race with a reuse.)
 //!
 //! Inside a reclaim, pages go back through the [release pipeline](crate::release) instead: a slab
-//! left entirely free by `Keg::release` (beyond the reserve), or picked by `Keg::reclaim_in`,
+//! left entirely free by `Keg::take_back` (beyond the reserve), or picked by `Keg::reclaim_in`,
 //! becomes `Clean` at once (so a free into it is a double free) but waits on a fourth list,
 //! `releasing`, which allocation never looks at, until the session has seen its `madvise` done
 //! and calls [`crate::release::Releasing::complete_releases`], which splices the whole list onto `clean` in O(1). The
@@ -169,7 +169,7 @@ unsafe impl Sync for Keg {}
 // SAFETY: as above.
 unsafe impl Send for Keg {}
 
-/// What [`Keg::release_in`] does with a slab it leaves entirely free.
+/// What [`Keg::take_back_in`] does with a slab it leaves entirely free.
 pub(crate) enum Emptied<'a> {
     /// Onto the free list; its pages stay backed.
     Keep,
@@ -182,16 +182,16 @@ pub(crate) enum Emptied<'a> {
     Pipeline(&'a mut Session),
 }
 
-/// What [`Keg::release_in`] did.
+/// What [`Keg::take_back_in`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Released {
+pub(crate) struct TakenBack {
     /// Bytes given back to the OS during the call.
     pub(crate) bytes: usize,
     /// Valid items returned to their slabs.
     pub(crate) valid: usize,
 }
 
-/// [`Keg::release_in`]'s cache of the slab it is working on: its state, free count and one
+/// [`Keg::take_back_in`]'s cache of the slab it is working on: its state, free count and one
 /// bitmap word, plus the items returned but not yet counted in the keg's counters, and what the
 /// fast path may do without looking further.
 struct Cursor {
@@ -302,7 +302,7 @@ impl Cursor {
     }
 }
 
-/// [`Keg::release_in`]'s state between items.
+/// [`Keg::take_back_in`]'s state between items.
 struct Work<'a> {
     /// Slabs emptied in give-back mode, taken off every list (`ninflight`), whose pages go back
     /// once the lock is dropped.
@@ -310,7 +310,7 @@ struct Work<'a> {
     cur: Cursor,
     /// The last chunk found to be ours.
     our_chunk: usize,
-    out: Released,
+    out: TakenBack,
     give_back: bool,
     keep: usize,
     session: Option<&'a mut Session>,
@@ -587,8 +587,8 @@ impl Keg {
 
     /// Returns items to their slabs. With `release_empty`, a slab that becomes entirely free gives
     /// its pages back at once (the squeeze window); otherwise it goes onto the free list. See
-    /// [`Keg::release_in`].
-    pub(crate) fn release(
+    /// [`Keg::take_back_in`].
+    pub(crate) fn take_back(
         &self,
         items: &[*mut u8],
         release_empty: bool,
@@ -600,7 +600,7 @@ impl Keg {
         } else {
             Emptied::Keep
         };
-        self.release_in(items, emptied, Some(fini), invalid).bytes
+        self.take_back_in(items, emptied, Some(fini), invalid).bytes
     }
 
     /// Returns items to their slabs. Each pointer is checked first; invalid ones are skipped and
@@ -617,14 +617,14 @@ impl Keg {
     /// valid, if poisoned, lock). Items in the cached word of a partial slab that do not empty it
     /// take a five-instruction path with every value in registers (no `fini` to run); everything
     /// else (another slab or word, an invalid pointer, a double free, the slab's last item, a
-    /// state change) goes through [`Keg::release_general`], which checks everything.
-    pub(crate) fn release_in<F: FnMut(*mut u8)>(
+    /// state change) goes through [`Keg::take_back_general`], which checks everything.
+    pub(crate) fn take_back_in<F: FnMut(*mut u8)>(
         &self,
         items: &[*mut u8],
         emptied: Emptied<'_>,
         mut fini: Option<F>,
         mut invalid: impl FnMut(*mut u8, InvalidKind),
-    ) -> Released {
+    ) -> TakenBack {
         let (give_back, session) = match emptied {
             Emptied::Keep => (false, None),
             Emptied::GiveBack => (true, None),
@@ -641,7 +641,7 @@ impl Keg {
             deferred: Deferred::new(),
             cur: Cursor::default(),
             our_chunk: usize::MAX,
-            out: Released { bytes: 0, valid: 0 },
+            out: TakenBack { bytes: 0, valid: 0 },
             give_back,
             keep,
             session,
@@ -677,7 +677,7 @@ impl Keg {
                     break;
                 }
             }
-            self.release_general(items[i], &mut g, &mut w, &mut fini, &mut invalid);
+            self.take_back_general(items[i], &mut g, &mut w, &mut fini, &mut invalid);
             i += 1;
             let overflow = w.session.as_deref().is_some_and(|s| s.has_overflow());
             if w.deferred.full() || overflow {
@@ -742,10 +742,10 @@ impl Keg {
         g
     }
 
-    /// [`Keg::release_in`] for one item, in full generality. Leaves the cursor on the item's slab
+    /// [`Keg::take_back_in`] for one item, in full generality. Leaves the cursor on the item's slab
     /// (when it is one of ours) with its fast-path fields up to date.
     #[inline(never)]
-    fn release_general<F: FnMut(*mut u8)>(
+    fn take_back_general<F: FnMut(*mut u8)>(
         &self,
         p: *mut u8,
         g: &mut KegInner,
@@ -1487,7 +1487,7 @@ mod tests {
             unsafe { p.write_bytes(0x5a, 64) };
         }
         let mut bad = vec![];
-        k.release(&v, false, |_| {}, |p, kind| bad.push((p, kind)));
+        k.take_back(&v, false, |_| {}, |p, kind| bad.push((p, kind)));
         assert!(bad.is_empty());
         let c = k.validate().unwrap();
         assert_eq!(c.items_out, 0);
@@ -1508,10 +1508,10 @@ mod tests {
             // SAFETY: pages of ours.
             unsafe { p.write_bytes(7, ps) };
         }
-        k.release(&v[..4], false, |_| {}, |_, _| panic!("invalid"));
+        k.take_back(&v[..4], false, |_| {}, |_, _| panic!("invalid"));
         // Fake time: the first four go lazy at t = 1000 ms, the next four at t = 1600 ms.
         assert_eq!(k.lazy_keep(0, 1000, true), 4 * ps);
-        k.release(&v[4..], false, |_| {}, |_, _| panic!("invalid"));
+        k.take_back(&v[4..], false, |_| {}, |_, _| panic!("invalid"));
         assert_eq!(k.lazy_keep(0, 1600, true), 4 * ps);
         let c = k.validate().unwrap();
         assert_eq!((c.lazy_slabs, c.free_slabs, c.backed_slabs), (8, 0, 0));
@@ -1531,10 +1531,10 @@ mod tests {
         let c = k.validate().unwrap();
         assert_eq!((c.lazy_slabs, c.clean_slabs >= 6), (0, true));
         // A free into a lazily freed slab is a double free; a purge without delay takes all.
-        k.release(&w, false, |_| {}, |_, _| panic!("invalid"));
+        k.take_back(&w, false, |_| {}, |_, _| panic!("invalid"));
         k.lazy_keep(0, 3000, true);
         let mut bad = vec![];
-        k.release(&w[..1], false, |_| {}, |p, kind| bad.push((p, kind)));
+        k.take_back(&w[..1], false, |_| {}, |p, kind| bad.push((p, kind)));
         assert_eq!(bad, vec![(w[0], InvalidKind::DoubleFree)]);
         assert_eq!(k.purge_lazy(None), 2 * ps);
         k.validate().unwrap();
@@ -1551,7 +1551,7 @@ mod tests {
             // SAFETY: pages of ours.
             unsafe { p.write_bytes(9, ps) };
         }
-        k.release(&v, false, |_| {}, |_, _| panic!("invalid"));
+        k.take_back(&v, false, |_| {}, |_, _| panic!("invalid"));
         // Given up at t = 500 ms, not offered yet (settle 100 ms).
         assert_eq!(k.lazy_keep(0, 500, false), 6 * ps);
         assert_eq!(k.counts().lazy_freed_bytes, 0, "no MADV_FREE yet");
@@ -1566,7 +1566,7 @@ mod tests {
         // The decay counts from when the slabs were given up.
         assert_eq!(k.purge_lazy(Some((1499, 1000))), 0);
         assert_eq!(k.purge_lazy(Some((1500, 1000))), 4 * ps);
-        k.release(&w, false, |_| {}, |_, _| panic!("invalid"));
+        k.take_back(&w, false, |_| {}, |_, _| panic!("invalid"));
         k.lazy_keep(0, 2000, false);
         assert_eq!(
             k.purge_lazy(None),
@@ -1593,7 +1593,7 @@ mod tests {
             (v[0] as usize & !(CHUNK_SIZE - 1)) as *mut u8,
         ];
         let mut bad = vec![];
-        k.release(&bogus, false, |_| {}, |p, kind| bad.push((p, kind)));
+        k.take_back(&bogus, false, |_| {}, |p, kind| bad.push((p, kind)));
         assert_eq!(
             bad.iter().map(|b| b.1).collect::<Vec<_>>(),
             vec![
@@ -1603,9 +1603,9 @@ mod tests {
                 InvalidKind::NotAnItem
             ]
         );
-        k.release(&v[..1], false, |_| {}, |_, _| panic!("valid"));
+        k.take_back(&v[..1], false, |_| {}, |_, _| panic!("valid"));
         let mut bad = vec![];
-        k.release(&v[..1], false, |_| {}, |p, kind| bad.push((p, kind)));
+        k.take_back(&v[..1], false, |_| {}, |p, kind| bad.push((p, kind)));
         assert_eq!(bad, vec![(v[0], InvalidKind::DoubleFree)]);
         k.validate().unwrap();
         assert_eq!(
@@ -1614,8 +1614,8 @@ mod tests {
             "destroy with live items fails and changes nothing"
         );
         k.validate().unwrap();
-        k.release(&v[1..], false, |_| {}, |_, _| panic!("valid"));
-        other.release(&w, false, |_| {}, |_, _| panic!("valid"));
+        k.take_back(&v[1..], false, |_| {}, |_, _| panic!("valid"));
+        other.take_back(&w, false, |_| {}, |_, _| panic!("valid"));
         k.destroy().unwrap();
         other.destroy().unwrap();
     }
@@ -1625,7 +1625,7 @@ mod tests {
         let k = Keg::new(4096, 0).unwrap();
         let mut v = [ptr::null_mut(); 8];
         k.import(&mut v).unwrap();
-        assert_eq!(k.release(&v, true, |_| {}, |_, _| panic!()), 8 * 4096);
+        assert_eq!(k.take_back(&v, true, |_| {}, |_, _| panic!()), 8 * 4096);
         let c = k.validate().unwrap();
         assert_eq!((c.backed_slabs, c.clean_slabs > 0), (0, true));
         k.destroy().unwrap();
@@ -1634,7 +1634,7 @@ mod tests {
 
 #[cfg(test)]
 mod bulk_tests {
-    //! The bulk release path (`release_in`'s cursor and fast path) and the release pipeline.
+    //! The bulk release path (`take_back_in`'s cursor and fast path) and the release pipeline.
     use super::*;
     use crate::release::Session;
 
@@ -1683,7 +1683,7 @@ mod bulk_tests {
         rev.reverse();
         let mut valid = 0;
         for c in rev.chunks(254) {
-            let r = k.release_in(
+            let r = k.take_back_in(
                 c,
                 Emptied::Pipeline(&mut sess),
                 None::<fn(*mut u8)>,
@@ -1714,7 +1714,7 @@ mod bulk_tests {
         let k = Keg::new(64, 3).unwrap();
         let v = import_n(&k, 64 * 10);
         let mut sess = Session::begin_wait(true);
-        k.release_in(
+        k.take_back_in(
             &v[..64 * 5],
             Emptied::Pipeline(&mut sess),
             None::<fn(*mut u8)>,
@@ -1725,7 +1725,7 @@ mod bulk_tests {
         assert_eq!(sess.finish(), 2 * 4096);
         // An inactive session means Keep.
         let mut off = Session::inactive();
-        k.release_in(
+        k.take_back_in(
             &v[64 * 5..],
             Emptied::Pipeline(&mut off),
             None::<fn(*mut u8)>,
@@ -1750,7 +1750,7 @@ mod bulk_tests {
         let v = import_n(&k, 64 * 3);
         let w = import_n(&other, 1);
         // Free slab 2 entirely first: its items are double frees afterwards.
-        k.release(&v[128..], false, |_| {}, no_invalid);
+        k.take_back(&v[128..], false, |_| {}, no_invalid);
         let mut x = 0u64;
         let batch = [
             v[0],
@@ -1770,7 +1770,7 @@ mod bulk_tests {
         let mut bad = vec![];
         let mut seen = vec![];
         let mut sess = Session::begin_wait(true);
-        let r = k.release_in(
+        let r = k.take_back_in(
             &batch,
             Emptied::Pipeline(&mut sess),
             Some(|p| seen.push(p)),
@@ -1802,7 +1802,7 @@ mod bulk_tests {
         assert_eq!(c.items_out, 128 - 6);
         // The same batch without fini (the fast path) reports the same and applies nothing.
         let mut bad2 = vec![];
-        let r = k.release_in(&batch, Emptied::Keep, None::<fn(*mut u8)>, |p, kind| {
+        let r = k.take_back_in(&batch, Emptied::Keep, None::<fn(*mut u8)>, |p, kind| {
             bad2.push((p, kind))
         });
         assert_eq!(r.valid, 0);
@@ -1811,8 +1811,8 @@ mod bulk_tests {
             .iter()
             .all(|b| b.1 != InvalidKind::NotAnItem || b.0 == batch[11]));
         assert_eq!(k.validate().unwrap().items_out, 128 - 6);
-        k.release(&v[..128], false, |_| {}, |_, _| {});
-        other.release(&w, false, |_| {}, no_invalid);
+        k.take_back(&v[..128], false, |_| {}, |_, _| {});
+        other.take_back(&w, false, |_| {}, no_invalid);
         assert_eq!(k.validate().unwrap().items_out, 0);
         k.destroy().unwrap();
         other.destroy().unwrap();
@@ -1875,7 +1875,7 @@ mod bulk_tests {
                     1 => Emptied::Keep,
                     _ => Emptied::GiveBack,
                 };
-                let r = k.release_in(&batch, mode, None::<fn(*mut u8)>, |_, _| bad += 1);
+                let r = k.take_back_in(&batch, mode, None::<fn(*mut u8)>, |_, _| bad += 1);
                 sess.finish();
                 assert_eq!(
                     (r.valid, bad),
@@ -1895,7 +1895,7 @@ mod bulk_tests {
                 let c = k.validate().unwrap();
                 assert_eq!(c.items_out, out.len(), "size {size} round {round}");
             }
-            k.release(&out, false, |_| {}, no_invalid);
+            k.take_back(&out, false, |_| {}, no_invalid);
             k.destroy().unwrap();
         }
     }
@@ -1924,7 +1924,7 @@ mod bulk_tests {
                             assert_eq!(got, i as u8 | 1, "item {p:?} changed under its owner");
                         }
                     }
-                    k.release(&v, false, |_| {}, no_invalid);
+                    k.take_back(&v, false, |_| {}, no_invalid);
                     rounds += 1;
                 }
             })
@@ -1937,7 +1937,7 @@ mod bulk_tests {
             }
             let mut sess = Session::begin_wait(false);
             for c in v.chunks(254) {
-                k.release_in(
+                k.take_back_in(
                     c,
                     Emptied::Pipeline(&mut sess),
                     None::<fn(*mut u8)>,
@@ -1985,7 +1985,7 @@ mod bulk_tests {
         // The squeeze: slabs emptied by a release in give-back mode.
         let v = import_n(&k, 8);
         let w = longest_wait(&|| {
-            let r = k.release_in(&v, Emptied::GiveBack, None::<fn(*mut u8)>, |p, kind| {
+            let r = k.take_back_in(&v, Emptied::GiveBack, None::<fn(*mut u8)>, |p, kind| {
                 panic!("{p:?}: {kind:?}")
             });
             assert_eq!(r.bytes, 8 * 4096);
@@ -1998,13 +1998,13 @@ mod bulk_tests {
         let v = import_n(&k, 16);
         let keep: Vec<_> = v.iter().step_by(2).copied().collect();
         let drop_: Vec<_> = v.iter().skip(1).step_by(2).copied().collect();
-        k.release(&drop_, false, |_| {}, |p, kind| panic!("{p:?}: {kind:?}"));
+        k.take_back(&drop_, false, |_| {}, |p, kind| panic!("{p:?}: {kind:?}"));
         let w = longest_wait(&|| assert_eq!(k.reclaim(false), 8 * 4096));
         assert!(
             w < std::time::Duration::from_millis(50),
             "lock held {w:?} during madvise"
         );
-        k.release(&keep, false, |_| {}, |p, kind| panic!("{p:?}: {kind:?}"));
+        k.take_back(&keep, false, |_| {}, |p, kind| panic!("{p:?}: {kind:?}"));
         k.reclaim(false);
         let c = k.validate().unwrap();
         assert_eq!((c.items_out, c.backed_slabs), (0, 0));
@@ -2027,7 +2027,7 @@ mod bulk_tests {
         let mut sess = Session::begin_wait(true);
         for (k, v) in kegs.iter().zip(&items) {
             let odd: Vec<*mut u8> = v.iter().copied().skip(1).step_by(2).collect();
-            k.release_in(
+            k.take_back_in(
                 &odd,
                 Emptied::Pipeline(&mut sess),
                 None::<fn(*mut u8)>,
@@ -2067,7 +2067,7 @@ mod bulk_tests {
                     "a live item was released"
                 );
             }
-            k.release(
+            k.take_back(
                 &v.iter().copied().step_by(2).collect::<Vec<_>>(),
                 false,
                 |_| {},

@@ -46,6 +46,9 @@
 //! one keg; a *chunk* is the 4 MiB unit of address space a keg owns; a *bucket* is an array of free
 //! item pointers; a *stack* is one CPU's cache of one zone (UMA's alloc and free buckets end to
 //! end).
+//! To *release* is always to give pages back to the OS (`os::release`, the release pipeline,
+//! `released_bytes`); items go back to their slabs by being *taken back* (`Keg::take_back`,
+//! `ZoneInner::return_to_keg`); pages given up without pressure are *lazily freed* (`lazy`).
 //!
 //! ## Allocation order
 //! 1. this CPU's stack (fast path, inlined: one rseq critical section);

@@ -483,7 +483,7 @@ mod tests {
     }
 
     fn release_all(k: &Keg, v: &[*mut u8], s: &mut Session) {
-        k.release_in(v, Emptied::Pipeline(s), None::<fn(*mut u8)>, |p, kind| {
+        k.take_back_in(v, Emptied::Pipeline(s), None::<fn(*mut u8)>, |p, kind| {
             panic!("{p:?}: {kind:?}")
         });
     }

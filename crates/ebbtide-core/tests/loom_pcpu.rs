@@ -228,7 +228,7 @@ fn drain(w: &World, cpu: usize, reopen_cap: u32) -> usize {
                                                // reopen:
     c.cap.store(reopen_cap, relaxed); // h.cap.store(cap, Relaxed)
     c.floor.store(0, Ordering::Release); // h.floor.store(0, Release)
-                                         // release_to_keg (still under the header lock, as in drain_zone_cpus)
+                                         // return_to_keg (still under the header lock, as in drain_zone_cpus)
     w.keg.lock().unwrap().extend(taken);
     drop(g);
     n

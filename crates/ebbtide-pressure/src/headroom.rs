@@ -50,30 +50,47 @@ pub const UNLIMITED_THRESHOLD: u64 = 1 << 62;
 pub struct HeadroomConfig {
     /// Use the source at all. Default true.
     pub enabled: bool,
-    /// Low when less than this fraction of the limit is free. Default 0.20.
+    /// Low when less than this fraction of the limit is free. Default [`HeadroomConfig::DEFAULT_LOW_PCT`] %.
     pub low_free: f64,
-    /// Moderate below this. Default 0.10.
+    /// Moderate below this. Default [`HeadroomConfig::DEFAULT_MODERATE_PCT`] %.
     pub moderate_free: f64,
-    /// Critical below this. Default 0.05.
+    /// Critical below this. Default [`HeadroomConfig::DEFAULT_CRITICAL_PCT`] %.
     pub critical_free: f64,
-    /// Poll interval close to the limit. Default 10 ms.
+    /// Poll interval close to the limit. Default [`HeadroomConfig::DEFAULT_MIN_INTERVAL_MS`].
     pub min_interval_ms: u64,
-    /// Poll interval far from the limit. Default 1000 ms.
+    /// Poll interval far from the limit. Default [`HeadroomConfig::DEFAULT_MAX_INTERVAL_MS`].
     pub max_interval_ms: u64,
-    /// Re-report a persisting non-Normal level this often. Default 500 ms.
+    /// Re-report a persisting non-Normal level this often. Default [`HeadroomConfig::DEFAULT_REPEAT_MS`].
     pub repeat_ms: u64,
+}
+
+impl HeadroomConfig {
+    /// Default Low threshold: free share of the limit below which the level is Low, percent.
+    /// The one place the headroom defaults are written (the runtime's tunables table takes them
+    /// from here).
+    pub const DEFAULT_LOW_PCT: u64 = 20;
+    /// Default Moderate threshold, percent free.
+    pub const DEFAULT_MODERATE_PCT: u64 = 10;
+    /// Default Critical threshold, percent free.
+    pub const DEFAULT_CRITICAL_PCT: u64 = 5;
+    /// Default shortest poll interval (at the limit), ms.
+    pub const DEFAULT_MIN_INTERVAL_MS: u64 = 10;
+    /// Default longest poll interval (far from the limit), ms.
+    pub const DEFAULT_MAX_INTERVAL_MS: u64 = 1000;
+    /// Default interval at which a persisting level is reported again, ms.
+    pub const DEFAULT_REPEAT_MS: u64 = 500;
 }
 
 impl Default for HeadroomConfig {
     fn default() -> Self {
         HeadroomConfig {
             enabled: true,
-            low_free: 0.20,
-            moderate_free: 0.10,
-            critical_free: 0.05,
-            min_interval_ms: 10,
-            max_interval_ms: 1000,
-            repeat_ms: 500,
+            low_free: HeadroomConfig::DEFAULT_LOW_PCT as f64 / 100.0,
+            moderate_free: HeadroomConfig::DEFAULT_MODERATE_PCT as f64 / 100.0,
+            critical_free: HeadroomConfig::DEFAULT_CRITICAL_PCT as f64 / 100.0,
+            min_interval_ms: HeadroomConfig::DEFAULT_MIN_INTERVAL_MS,
+            max_interval_ms: HeadroomConfig::DEFAULT_MAX_INTERVAL_MS,
+            repeat_ms: HeadroomConfig::DEFAULT_REPEAT_MS,
         }
     }
 }

@@ -56,15 +56,21 @@ pub struct PolicyConfig {
     pub level_hold_ms: u64,
 }
 
+impl PolicyConfig {
+    /// The defaults: the one place they are written (the runtime's tunables table takes its
+    /// defaults from here).
+    pub const DEFAULT: PolicyConfig = PolicyConfig {
+        trim_min_interval_ms: 1000,
+        squeeze_ms: 10,
+        drain_min_interval_ms: 250,
+        drain_cpu_min_interval_ms: 1000,
+        level_hold_ms: 2500,
+    };
+}
+
 impl Default for PolicyConfig {
     fn default() -> Self {
-        PolicyConfig {
-            trim_min_interval_ms: 1000,
-            squeeze_ms: 10,
-            drain_min_interval_ms: 250,
-            drain_cpu_min_interval_ms: 1000,
-            level_hold_ms: 2500,
-        }
+        PolicyConfig::DEFAULT
     }
 }
 

@@ -168,13 +168,26 @@ pub struct PsiConfig {
     pub path: Option<PathBuf>,
 }
 
+impl PsiConfig {
+    /// Default stall threshold of the Low trigger (`some`), µs: GLib's `GMemoryMonitor`. The one
+    /// place the PSI defaults are written (the runtime's tunables table takes them from here).
+    pub const DEFAULT_LOW_STALL_US: u64 = 70_000;
+    /// Default stall threshold of the Moderate trigger (`some`), µs.
+    pub const DEFAULT_MODERATE_STALL_US: u64 = 100_000;
+    /// Default stall threshold of the Critical trigger (`full`), µs.
+    pub const DEFAULT_CRITICAL_STALL_US: u64 = 100_000;
+    /// Default window of every trigger, µs (unprivileged processes need a multiple of 2 s).
+    pub const DEFAULT_WINDOW_US: u64 = 2_000_000;
+}
+
 impl Default for PsiConfig {
     fn default() -> Self {
+        let w = PsiConfig::DEFAULT_WINDOW_US;
         PsiConfig {
             enabled: true,
-            low: Some(PsiTrigger::some(70_000, 2_000_000)),
-            moderate: Some(PsiTrigger::some(100_000, 2_000_000)),
-            critical: Some(PsiTrigger::full(100_000, 2_000_000)),
+            low: Some(PsiTrigger::some(PsiConfig::DEFAULT_LOW_STALL_US, w)),
+            moderate: Some(PsiTrigger::some(PsiConfig::DEFAULT_MODERATE_STALL_US, w)),
+            critical: Some(PsiTrigger::full(PsiConfig::DEFAULT_CRITICAL_STALL_US, w)),
             path: None,
         }
     }

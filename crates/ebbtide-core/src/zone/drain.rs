@@ -21,7 +21,7 @@ impl ZoneInner {
             // SAFETY: the bucket came out of the depot; ours alone.
             unsafe {
                 let n = (*b.as_ptr()).count as usize;
-                self.release_to_keg_in(&Bucket::slots(b)[..n], sess.as_deref_mut());
+                self.return_to_keg_in(&Bucket::slots(b)[..n], sess.as_deref_mut());
                 moved += n;
                 Bucket::free(b);
             }
@@ -153,7 +153,7 @@ impl ZoneInner {
                 n += 1;
             });
         if n > 0 {
-            self.release_to_keg_in(&buf[..n], sess);
+            self.return_to_keg_in(&buf[..n], sess);
         }
         n
     }

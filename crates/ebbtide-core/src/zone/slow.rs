@@ -75,7 +75,7 @@ impl ZoneInner {
                     let item = slots[n - 1];
                     let k = self.pcpu.push_batch(&slots[..n - 1]);
                     if k < n - 1 {
-                        self.release_to_keg(&slots[k..n - 1]);
+                        self.return_to_keg(&slots[k..n - 1]);
                     }
                     Bucket::free(b);
                     return Ok(NonNull::new_unchecked(item));
@@ -91,7 +91,7 @@ impl ZoneInner {
             let item = tmp[n - 1];
             let k = self.pcpu.push_batch(&tmp[..n - 1]);
             if k < n - 1 {
-                self.release_to_keg(&tmp[k..n - 1]);
+                self.return_to_keg(&tmp[k..n - 1]);
             }
             // SAFETY: import returns non-null items.
             return Ok(unsafe { NonNull::new_unchecked(item) });
@@ -112,7 +112,7 @@ impl ZoneInner {
                 (*b.as_ptr()).count -= 1;
                 if n > 1 {
                     if let Err(b) = lock(&self.depot).put(b, false) {
-                        self.release_to_keg(&Bucket::slots(b)[..n - 1]);
+                        self.return_to_keg(&Bucket::slots(b)[..n - 1]);
                         Bucket::free(b);
                     }
                 } else {
@@ -160,7 +160,7 @@ impl ZoneInner {
             if ok < n {
                 // Items whose init failed never left the slab as far as fini is concerned.
                 self.keg
-                    .release(&out[ok..n], false, |_| {}, |p, k| self.invalid_late(p, k));
+                    .take_back(&out[ok..n], false, |_| {}, |p, k| self.invalid_late(p, k));
                 self.unreserve(n - ok);
                 if ok == 0 {
                     self.counters.fails.fetch_add(1, Ordering::Relaxed);
@@ -231,7 +231,7 @@ impl ZoneInner {
                         (*b.as_ptr()).count = n as u32;
                         let r = self.lock_depot().put(b, true);
                         if let Err(b) = r {
-                            self.release_to_keg(&Bucket::slots(b)[..n]);
+                            self.return_to_keg(&Bucket::slots(b)[..n]);
                             Bucket::free(b);
                         }
                     } else {
@@ -245,19 +245,19 @@ impl ZoneInner {
                 }
             }
         }
-        self.release_to_keg(&[p]);
+        self.return_to_keg(&[p]);
         Ok(())
     }
 
     /// Returns items to the slabs (fini, validation, accounting, squeeze release).
-    pub(crate) fn release_to_keg(&self, items: &[*mut u8]) -> usize {
-        self.release_to_keg_in(items, None)
+    pub(crate) fn return_to_keg(&self, items: &[*mut u8]) -> usize {
+        self.return_to_keg_in(items, None)
     }
 
-    /// [`ZoneInner::release_to_keg`] inside a reclaim: with an active session, slabs it leaves
+    /// [`ZoneInner::return_to_keg`] inside a reclaim: with an active session, slabs it leaves
     /// entirely free go to the session's release pipeline (their bytes are counted when the
     /// session completes, not returned here).
-    pub(crate) fn release_to_keg_in(&self, items: &[*mut u8], sess: Option<&mut Session>) -> usize {
+    pub(crate) fn return_to_keg_in(&self, items: &[*mut u8], sess: Option<&mut Session>) -> usize {
         let squeezing = crate::gate::squeezing_now();
         let emptied = match sess {
             // A session that keeps reserves would keep some of what a squeeze gives back.
@@ -267,7 +267,7 @@ impl ZoneInner {
         };
         let invalid = |p, k| self.invalid_late(p, k);
         let r = match self.fini {
-            Some(f) => self.keg.release_in(
+            Some(f) => self.keg.take_back_in(
                 items,
                 emptied,
                 // SAFETY: hook contract.
@@ -276,7 +276,7 @@ impl ZoneInner {
             ),
             None => self
                 .keg
-                .release_in(items, emptied, None::<fn(*mut u8)>, invalid),
+                .take_back_in(items, emptied, None::<fn(*mut u8)>, invalid),
         };
         let (released, valid) = (r.bytes, r.valid);
         self.unreserve(valid);

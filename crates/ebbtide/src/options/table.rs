@@ -161,12 +161,14 @@ macro_rules! tunables {
     };
 }
 
+use ebbtide_pressure::{HeadroomConfig, PolicyConfig, PsiConfig};
+
 tunables! {
     /// Squeeze window after Moderate pressure.
     SqueezeMs {
         name: "squeeze_ms",
         kind: Kind::Millis,
-        default: 10,
+        default: PolicyConfig::DEFAULT.squeeze_ms,
         range: 0 => 60_000,
         runtime: true,
         level: Testing,
@@ -282,7 +284,7 @@ tunables! {
     DrainCpuMinIntervalMs {
         name: "drain_cpu_min_interval_ms",
         kind: Kind::Millis,
-        default: 1000,
+        default: PolicyConfig::DEFAULT.drain_cpu_min_interval_ms,
         range: 0 => 3_600_000,
         runtime: true,
         level: Testing,
@@ -294,7 +296,7 @@ tunables! {
     DrainMinIntervalMs {
         name: "drain_min_interval_ms",
         kind: Kind::Millis,
-        default: 250,
+        default: PolicyConfig::DEFAULT.drain_min_interval_ms,
         range: 0 => 3_600_000,
         runtime: true,
         level: Testing,
@@ -307,7 +309,7 @@ tunables! {
     TrimMinIntervalMs {
         name: "trim_min_interval_ms",
         kind: Kind::Millis,
-        default: 1000,
+        default: PolicyConfig::DEFAULT.trim_min_interval_ms,
         range: 0 => 3_600_000,
         runtime: true,
         level: Testing,
@@ -319,7 +321,7 @@ tunables! {
     LevelHoldMs {
         name: "level_hold_ms",
         kind: Kind::Millis,
-        default: 2500,
+        default: PolicyConfig::DEFAULT.level_hold_ms,
         range: 0 => 600_000,
         runtime: true,
         level: Testing,
@@ -333,7 +335,7 @@ tunables! {
     PsiLowStallUs {
         name: "psi_low_stall_us",
         kind: Kind::Micros,
-        default: 70_000,
+        default: PsiConfig::DEFAULT_LOW_STALL_US,
         range: 1 => 10_000_000,
         runtime: false,
         level: Testing,
@@ -345,7 +347,7 @@ tunables! {
     PsiModerateStallUs {
         name: "psi_moderate_stall_us",
         kind: Kind::Micros,
-        default: 100_000,
+        default: PsiConfig::DEFAULT_MODERATE_STALL_US,
         range: 1 => 10_000_000,
         runtime: false,
         level: Testing,
@@ -357,7 +359,7 @@ tunables! {
     PsiCriticalStallUs {
         name: "psi_critical_stall_us",
         kind: Kind::Micros,
-        default: 100_000,
+        default: PsiConfig::DEFAULT_CRITICAL_STALL_US,
         range: 1 => 10_000_000,
         runtime: false,
         level: Testing,
@@ -369,7 +371,7 @@ tunables! {
     PsiWindowUs {
         name: "psi_window_us",
         kind: Kind::Micros,
-        default: 2_000_000,
+        default: PsiConfig::DEFAULT_WINDOW_US,
         range: 500_000 => 10_000_000,
         runtime: false,
         level: Testing,
@@ -381,7 +383,7 @@ tunables! {
     HeadroomLowPct {
         name: "headroom_low_pct",
         kind: Kind::Percent,
-        default: 20,
+        default: HeadroomConfig::DEFAULT_LOW_PCT,
         range: 0 => 100,
         runtime: true,
         level: Testing,
@@ -394,7 +396,7 @@ tunables! {
     HeadroomModeratePct {
         name: "headroom_moderate_pct",
         kind: Kind::Percent,
-        default: 10,
+        default: HeadroomConfig::DEFAULT_MODERATE_PCT,
         range: 0 => 100,
         runtime: true,
         level: Testing,
@@ -405,7 +407,7 @@ tunables! {
     HeadroomCriticalPct {
         name: "headroom_critical_pct",
         kind: Kind::Percent,
-        default: 5,
+        default: HeadroomConfig::DEFAULT_CRITICAL_PCT,
         range: 0 => 100,
         runtime: true,
         level: Testing,
@@ -416,7 +418,7 @@ tunables! {
     HeadroomMinIntervalMs {
         name: "headroom_min_interval_ms",
         kind: Kind::Millis,
-        default: 10,
+        default: HeadroomConfig::DEFAULT_MIN_INTERVAL_MS,
         range: 1 => 60_000,
         runtime: true,
         level: Testing,
@@ -429,7 +431,7 @@ tunables! {
     HeadroomMaxIntervalMs {
         name: "headroom_max_interval_ms",
         kind: Kind::Millis,
-        default: 1000,
+        default: HeadroomConfig::DEFAULT_MAX_INTERVAL_MS,
         range: 1 => 600_000,
         runtime: true,
         level: Testing,
@@ -442,7 +444,7 @@ tunables! {
     HeadroomRepeatMs {
         name: "headroom_repeat_ms",
         kind: Kind::Millis,
-        default: 500,
+        default: HeadroomConfig::DEFAULT_REPEAT_MS,
         range: 10 => 600_000,
         runtime: true,
         level: Testing,

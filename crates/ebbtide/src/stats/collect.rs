@@ -4,49 +4,6 @@
 use super::{GlobalStats, Snapshot, SourceStats, ZoneStats};
 use crate::zone::ZoneSnapshot;
 
-impl From<&ZoneSnapshot> for ZoneStats {
-    fn from(z: &ZoneSnapshot) -> ZoneStats {
-        ZoneStats {
-            name: z.name.clone(),
-            size: z.size as u64,
-            align: z.align as u64,
-            limit: z.limit as u64,
-            used: z.used,
-            free: z.free,
-            requests: z.requests,
-            fails: z.fails,
-            sleeps: z.sleeps,
-            frees: z.frees,
-            bucket_size: z.bucket_size as u64,
-            bucket_size_max: z.bucket_size_max as u64,
-            depot_nitems: z.depot.nitems,
-            depot_imax: z.depot.imax,
-            depot_imin: z.depot.imin,
-            depot_bimin: z.depot.bimin,
-            depot_wss: z.depot.wss,
-            depot_limin: z.depot.limin,
-            depot_timin: z.depot.timin,
-            cached_bytes_pcpu: z.cached_bytes_pcpu,
-            cached_bytes_depot: z.cached_bytes_depot,
-            free_bytes_slabs: z.free_bytes_slabs,
-            pages_mapped: z.pages_mapped,
-            slab_bytes: z.slab_bytes as u64,
-            items_per_slab: z.items_per_slab as u64,
-            efficiency_pct: z.efficiency_pct.floor() as u64,
-            reclaim_trim: z.reclaim_trim,
-            reclaim_drain: z.reclaim_drain,
-            reclaim_drain_cpu: z.reclaim_drain_cpu,
-            released_bytes: z.released_bytes,
-            squeeze_windows: z.squeeze_windows,
-            buckets_enabled: z.buckets_enabled,
-            invalid_frees: z.invalid_frees,
-            lazy_bytes: z.lazy_bytes,
-            lazy_freed_bytes: z.lazy_freed_bytes,
-            lazy_reused_bytes: z.lazy_reused_bytes,
-        }
-    }
-}
-
 /// Snapshots of every live zone (oldest first).
 pub fn zone_snapshots() -> Vec<ZoneSnapshot> {
     ebbtide_core::zone::snapshots()

@@ -304,8 +304,54 @@ macro_rules! merge_field {
     ($kind:ident, $ty:ident, $a:expr, $b:expr) => {};
 }
 
+/// The value of a stats field read from a source snapshot: the field of the same name, converted
+/// to the stats type, unless the list gives an expression (`= expr`).
+use ebbtide_core::zone::ZoneSnapshot;
+
+macro_rules! field_from {
+    ($z:ident, $f:ident, U64) => {
+        $z.$f as u64
+    };
+    ($z:ident, $f:ident, Text) => {
+        $z.$f.clone()
+    };
+    ($z:ident, $f:ident, Bool) => {
+        $z.$f
+    };
+    ($z:ident, $f:ident, $ty:ident, $src:expr) => {
+        $src
+    };
+}
+
 /// Declares one group of statistics; see the module docs for what it generates.
 macro_rules! stats_group {
+    // A group filled from a source snapshot (`from Type(binding)`): each field is the snapshot's
+    // field of the same name, or the expression after `=`. The list is written once; the
+    // `From<&Type>` conversion is generated from it.
+    (
+        $(#[$meta:meta])*
+        struct $name:ident, c $cname:ident = $c_name:literal, group $group:literal,
+        from $snap:ident ($z:ident)
+        {
+            $( $f:ident : $ty:ident, $kind:ident, $unit:ident, $col:literal, $desc:literal
+               $(= $src:expr)? ; )*
+        }
+    ) => {
+        stats_group! {
+            $(#[$meta])*
+            struct $name, c $cname = $c_name, group $group {
+                $( $f : $ty, $kind, $unit, $col, $desc; )*
+            }
+        }
+
+        impl From<&$snap> for $name {
+            fn from($z: &$snap) -> $name {
+                $name {
+                    $( $f: field_from!($z, $f, $ty $(, $src)?), )*
+                }
+            }
+        }
+    };
     (
         $(#[$meta:meta])*
         struct $name:ident, c $cname:ident = $c_name:literal, group $group:literal
@@ -418,7 +464,7 @@ macro_rules! stats_group {
 
 stats_group! {
     /// Statistics of one zone (one line of `vmstat -z`).
-    struct ZoneStats, c ZoneStatsC = "ebbtide_zone_stats", group "zone" {
+    struct ZoneStats, c ZoneStatsC = "ebbtide_zone_stats", group "zone", from ZoneSnapshot(z) {
         name: Text, Label, None, "ITEM", "Zone name, as given when the zone was created.";
         size: U64, Gauge, Bytes, "SIZE", "Item size.";
         align: U64, Gauge, Bytes, "", "Item alignment.";
@@ -431,20 +477,28 @@ stats_group! {
         frees: U64, Counter, Events, "", "Items freed.";
         bucket_size: U64, Gauge, Items, "BUCKET", "Current per-CPU bucket size (grows on depot contention, shrinks on trim and drain).";
         bucket_size_max: U64, Gauge, Items, "", "Largest bucket size allowed for this item size.";
-        depot_nitems: U64, Gauge, Items, "DEPOT", "Items in full buckets in the depot.";
-        depot_imax: U64, Gauge, Items, "", "Depot high mark since the last working-set update (decays by half each update).";
-        depot_imin: U64, Gauge, Items, "", "Depot low mark since the last working-set update.";
-        depot_bimin: U64, Gauge, Items, "", "Depot low mark since the last new high mark.";
-        depot_wss: U64, Gauge, Items, "WSS", "Working-set size estimate of the depot (UMA wss).";
-        depot_limin: U64, Gauge, Items, "", "Long-term average of items the depot kept above its working set (UMA limin).";
-        depot_timin: U64, Gauge, Events, "", "Consecutive working-set updates in which the depot stayed above its working set (UMA timin).";
+        depot_nitems: U64, Gauge, Items, "DEPOT", "Items in full buckets in the depot."
+            = z.depot.nitems;
+        depot_imax: U64, Gauge, Items, "", "Depot high mark since the last working-set update (decays by half each update)."
+            = z.depot.imax;
+        depot_imin: U64, Gauge, Items, "", "Depot low mark since the last working-set update."
+            = z.depot.imin;
+        depot_bimin: U64, Gauge, Items, "", "Depot low mark since the last new high mark."
+            = z.depot.bimin;
+        depot_wss: U64, Gauge, Items, "WSS", "Working-set size estimate of the depot (UMA wss)."
+            = z.depot.wss;
+        depot_limin: U64, Gauge, Items, "", "Long-term average of items the depot kept above its working set (UMA limin)."
+            = z.depot.limin;
+        depot_timin: U64, Gauge, Events, "", "Consecutive working-set updates in which the depot stayed above its working set (UMA timin)."
+            = z.depot.timin;
         cached_bytes_pcpu: U64, Gauge, Bytes, "", "Bytes of free items in per-CPU buckets.";
         cached_bytes_depot: U64, Gauge, Bytes, "", "Bytes of free items in depot buckets.";
         free_bytes_slabs: U64, Gauge, Bytes, "", "Bytes of free item slots in slabs.";
         pages_mapped: U64, Gauge, Pages, "", "OS pages mapped for this zone's slabs.";
         slab_bytes: U64, Gauge, Bytes, "", "Size of one slab.";
         items_per_slab: U64, Gauge, Items, "", "Items in one slab.";
-        efficiency_pct: U64, Gauge, Percent, "EFF%", "items_per_slab * size / slab_bytes, in percent (UMA efficiency).";
+        efficiency_pct: U64, Gauge, Percent, "EFF%", "items_per_slab * size / slab_bytes, in percent (UMA efficiency)."
+            = z.efficiency_pct.floor() as u64;
         reclaim_trim: U64, Counter, Events, "", "TRIM reclaims run on this zone (depot down to its working set).";
         reclaim_drain: U64, Counter, Events, "", "DRAIN reclaims run on this zone (whole depot).";
         reclaim_drain_cpu: U64, Counter, Events, "", "DRAIN_CPU reclaims run on this zone (depot, every per-CPU cache, depot again).";
