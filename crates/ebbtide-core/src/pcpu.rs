@@ -488,6 +488,7 @@ pub(crate) fn lock_header(h: &Header) -> HeaderGuard<'_> {
         #[cfg(loom)]
         let r = h
             .lock
+            // Acquire: as above.
             .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed);
         if r.is_ok() {
             return HeaderGuard(&h.lock);

@@ -21,6 +21,8 @@ static FDS: [AtomicI32; SLOTS] = [EMPTY; SLOTS];
 /// (a child would then inherit it; never the case with the connection limit above).
 pub fn remember(fd: RawFd) {
     for s in &FDS {
+        // AcqRel: pairs with the swap in `close_all_in_child` (and the CAS in `forget`): a
+        // child that takes the slot sees the descriptor stored here.
         if s.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
@@ -32,6 +34,7 @@ pub fn remember(fd: RawFd) {
 /// Stop tracking `fd` (the caller is about to close it).
 pub fn forget(fd: RawFd) {
     for s in &FDS {
+        // AcqRel: as in `remember`.
         if s.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
@@ -44,6 +47,7 @@ pub fn forget(fd: RawFd) {
 /// and `close` only).
 pub fn close_all_in_child() {
     for s in &FDS {
+        // AcqRel: pairs with the CAS in `remember` (see there).
         let fd = s.swap(-1, Ordering::AcqRel);
         if fd >= 0 {
             // SAFETY: the descriptor was the server's in the parent and is inherited by this

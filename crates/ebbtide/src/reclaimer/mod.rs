@@ -52,6 +52,12 @@ use std::time::{Duration, Instant};
 // Every critical section here leaves its data consistent: poisoning carries no information.
 use ebbtide_core::lock;
 
+// The thread's lifecycle flags. STARTED and THREAD_DISABLED are set (Release / AcqRel swap) by
+// the thread that starts or gives up the reclaim thread after it published what goes with them
+// (the injector in SHARED, the lazy configuration), and read with Acquire by `notify`, `running`
+// and `ensure_started`, which then rely on that state. FORKS counts forks (AcqRel increment in
+// the child handler, Acquire loads by the loop and `notify`): a loop or injector of an older
+// generation is stale. INJECT_PANIC is a SeqCst test hook (its cost is irrelevant).
 static STARTED: AtomicBool = AtomicBool::new(false);
 static THREAD_DISABLED: AtomicBool = AtomicBool::new(false);
 static PANICS: AtomicU64 = AtomicU64::new(0);
@@ -62,6 +68,7 @@ static INJECT_PANIC: AtomicBool = AtomicBool::new(false);
 /// Test hook: the reclaim loop panics once at its next iteration (to test recovery).
 #[doc(hidden)]
 pub fn inject_panic_for_test() {
+    // SeqCst: the test hook's flag (see the lifecycle flags above).
     INJECT_PANIC.store(true, Ordering::SeqCst);
     if let Some((_, inj)) = &lock(&SHARED).injector {
         inj.inject(Level::Normal);
@@ -105,6 +112,7 @@ pub fn notify(level: Level) {
         apply(&actions, epoch, now);
         return;
     }
+    // Acquire: pairs with the lifecycle flags' Release stores (see the statics above).
     let gen = FORKS.load(Ordering::Acquire);
     if !THREAD_DISABLED.load(Ordering::Acquire) && STARTED.load(Ordering::Acquire) {
         let sh = lock(&SHARED);
@@ -156,5 +164,6 @@ pub fn panics() -> u64 {
 
 /// Whether the reclaim thread is running (or starting).
 pub fn running() -> bool {
+    // Acquire: pairs with the lifecycle flags' Release stores (see the statics above).
     STARTED.load(Ordering::Acquire) && !THREAD_DISABLED.load(Ordering::Acquire)
 }

@@ -1,5 +1,8 @@
 //! The reclaim thread: started lazily, supervised (restarted after a panic), forgotten in a
 //! forked child; its loop waits on the watcher and the timers and runs the policy.
+//!
+//! Orderings of the lifecycle flags (STARTED, THREAD_DISABLED, FORKS, INJECT_PANIC): argued
+//! once where they are declared (`reclaimer/mod.rs`); every use here is one side of those pairs.
 
 use super::config::{configure_lazy, source_settings};
 use super::*;
