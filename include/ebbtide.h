@@ -247,6 +247,7 @@ struct ebbtide_global_stats {
 	uint64_t last_event_level;	/* gauge, level (0 none, 1 low, 2 moderate, 3 critical): Level of the last pressure event (0 if none yet). */
 	uint64_t last_event_ms_ago;	/* gauge, milliseconds: Time since the last pressure event (0 if none yet). */
 	uint64_t squeeze_until_ms;	/* gauge, milliseconds: Time left until the current squeeze window closes; 0 when no window is open. */
+	uint64_t metadata_bytes;	/* gauge, bytes: Bytes of the library's own metadata in memory (zone objects, per-CPU stacks, chunk headers and slab descriptors, the used part of the chunk map); with mapped_bytes, every byte the library maps and touches. */
 	uint64_t squeezed_ms;	/* counter, milliseconds: Time covered by squeeze windows since the process started (a window still open counts to its end). */
 	uint64_t lazy_bytes;	/* gauge, bytes: Bytes offered to the kernel with MADV_FREE and not yet reused or given back for good, over all zones; part of RSS until the kernel takes them (LazyFree in smaps_rollup). */
 	uint64_t lazy_pending_bytes;	/* gauge, bytes: Bytes of free slabs given up without pressure that wait lazy_settle_ms before MADV_FREE, over all zones (in RSS; reused without a system call). */

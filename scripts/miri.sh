@@ -15,28 +15,35 @@ if ! cargo +nightly miri --version >/dev/null 2>&1; then
 fi
 cargo +nightly miri setup >/dev/null
 
-# Test-name prefixes of `cargo test -p ebbtide --lib` that Miri runs (measured on the 2-core
+# Test-name prefixes of the crates' `--lib` tests that Miri runs (measured on the 2-core
 # machine: 39 tests in about 30 s, 50 s with setup and build checks). Left out, and why:
 #   options::parse::tests, options::abi::tests, options::tests, stats::tests_emit,
 #   pressure::policy::tests::storm_is_bounded   -> run but take > 60 s each under Miri
 #   pressure::headroom::tests::v1_unlimited_is_inactive -> statx (file access) under isolation
 #   arena, keg, bucket (kegs), os, pcpu, zone, pressure file/watcher tests -> mmap/mprotect,
 #   madvise, rseq, membarrier, /proc and cgroup files
-FILTERS=(
+# One list per crate (the modules moved into ebbtide-core and ebbtide-pressure).
+CORE=(
     wss::tests
     slab::tests
     bucket::tests::table_matches_uma
-    pressure::policy::tests
-    pressure::level::tests
-    pressure::budget::tests
-    pressure::psi::tests
-    pressure::cgroup_v1_event::tests
-    pressure::memory_events::tests
-    pressure::headroom::tests::threshold_math
-    pressure::headroom::tests::interval_shrinks
-    pressure::systemd::tests::base64
+)
+PRESSURE=(
+    policy::tests
+    level::tests
+    budget::tests
+    psi::tests
+    cgroup_v1_event::tests
+    memory_events::tests
+    headroom::tests::threshold_math
+    headroom::tests::interval_shrinks
+    systemd::tests::base64
+)
+RUNTIME=(
     stats::c::tests
     stats::prometheus::tests
     stats::tests::
 )
-exec cargo +nightly miri test -p ebbtide --lib -- "${FILTERS[@]}" --skip storm_is_bounded
+cargo +nightly miri test -p ebbtide-core --lib -- "${CORE[@]}"
+cargo +nightly miri test -p ebbtide-pressure --lib -- "${PRESSURE[@]}" --skip storm_is_bounded
+cargo +nightly miri test -p ebbtide --lib -- "${RUNTIME[@]}"

@@ -9,8 +9,8 @@ echo "== cargo test --workspace"
 cargo test --workspace --no-fail-fast
 echo "== the README's main command resolves (its argument parsing, not the experiment)"
 cargo run -q -p ebbtide-cli -- lab blkback --help > /dev/null
-if [ -f crates/ebbtide/tests/loom_pcpu.rs ]; then
+if [ -f crates/ebbtide-core/tests/loom_pcpu.rs ]; then
   echo "== loom model of the per-CPU cache protocol"
   RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
-    cargo test --release -p ebbtide --test loom_pcpu --target-dir target/loom 2>&1 | tail -n 20
+    cargo test --release -p ebbtide-core --test loom_pcpu --lib --target-dir target/loom 2>&1 | tail -n 30
 fi

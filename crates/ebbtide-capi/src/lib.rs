@@ -20,11 +20,11 @@
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use core::mem::ManuallyDrop;
 use core::ptr::{self, NonNull};
-use ebbtide_core::options::OptionErrorKind;
-use ebbtide_core::reclaimer::{HandlerId, LowmemHandler};
-use ebbtide_core::stats::{GlobalStatsC, PoolStats, PoolStatsC, ZoneStats, ZoneStatsC};
-use ebbtide_core::zone::{FiniHook, InitHook};
-use ebbtide_core::{
+use ebbtide_rt::options::OptionErrorKind;
+use ebbtide_rt::reclaimer::{HandlerId, LowmemHandler};
+use ebbtide_rt::stats::{GlobalStatsC, PoolStats, PoolStatsC, ZoneStats, ZoneStatsC};
+use ebbtide_rt::zone::{FastFree, FiniHook, InitHook};
+use ebbtide_rt::{
     AllocError, CreateError, Level, LimitMode, PagePool, Request, Zone, ZoneFlags, ZoneOptions,
 };
 use std::cell::RefCell;
@@ -175,6 +175,10 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 
 /// Runs `f`; a panic becomes `EIO` and the value `on_panic`.
 fn guard<R>(func: &str, on_panic: R, f: impl FnOnce() -> R) -> R {
+    // The runtime's hooks, before anything can create a zone: the load-time constructor of the
+    // Rust runtime is not linked into every C program (a static link pulls in only the objects
+    // whose symbols it needs), so every entry point's guarded path installs them (idempotent).
+    ebbtide_rt::install_runtime();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(p) => {
@@ -190,6 +194,7 @@ fn guard<R>(func: &str, on_panic: R, f: impl FnOnce() -> R) -> R {
 /// Runs `f`; a panic aborts the process after a message on stderr (for functions without an
 /// error return).
 fn guard_abort(func: &str, f: impl FnOnce()) {
+    ebbtide_rt::install_runtime(); // as in `guard`
     if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
         let _ = writeln!(
             std::io::stderr(),
@@ -247,7 +252,7 @@ static LIVE_ZONES: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
 static INVALID_FREES: AtomicU64 = AtomicU64::new(0);
 
 fn live_zones() -> std::sync::MutexGuard<'static, BTreeSet<usize>> {
-    LIVE_ZONES.lock().unwrap_or_else(|e| e.into_inner())
+    ebbtide_rt::lock(&LIVE_ZONES)
 }
 
 /// Borrows the zone behind a handle without taking ownership.
@@ -470,12 +475,37 @@ pub unsafe extern "C" fn ebb_zone_free(zone: *mut EbbZone, item: *mut c_void) {
     if let (false, Some(p)) = (zone.is_null(), NonNull::new(item.cast::<u8>())) {
         // SAFETY: caller's guarantee (a live zone, ownership of the item); the fast path checks
         // the pointer without touching it and cannot panic, so it runs outside the guard.
-        if unsafe { Zone::free_fast_raw(zone.cast(), p) } {
+        let how = unsafe { Zone::free_fast_raw(zone.cast(), p) };
+        if how == FastFree::Done {
             return;
         }
+        // SAFETY: forwarded; `how` is what the fast path just did.
+        return unsafe { zone_free_resume(zone, p, how) };
     }
     // SAFETY: forwarded.
     unsafe { zone_free_guarded(zone, item) }
+}
+
+/// `ebb_zone_free` from where its fast path stopped (full stack, careful zone, invalid pointer,
+/// duplicate of the stack's top): the pointer is not checked again nor the stack tried again.
+///
+/// # Safety
+/// As `ebb_zone_free`, with a non-NULL zone; `how` from `Zone::free_fast_raw(zone, p)`.
+#[inline(never)]
+unsafe fn zone_free_resume(zone: *mut EbbZone, p: NonNull<u8>, how: FastFree) {
+    guard_abort("ebb_zone_free", || {
+        // SAFETY: caller's guarantee.
+        let r = unsafe { Zone::free_raw_resume(zone.cast(), p, how) };
+        if let Err(e) = r {
+            report_invalid_free("ebb_zone_free", e);
+        }
+    })
+}
+
+fn report_invalid_free(f: &str, e: ebbtide_rt::InvalidFree) {
+    INVALID_FREES.fetch_add(1, Ordering::Relaxed);
+    let _ = writeln!(std::io::stderr(), "{e}; not freed");
+    fail(libc::EINVAL, format!("{f}: {e}"));
 }
 
 /// `ebb_zone_free` beyond this CPU's stack (full stack, careful zone, invalid pointer, NULLs).
@@ -501,9 +531,7 @@ unsafe fn zone_free_guarded(zone: *mut EbbZone, item: *mut c_void) {
         // SAFETY: caller's guarantee (a live zone, ownership of a valid item); invalid pointers
         // are detected by `free_raw` without touching their memory.
         if let Err(e) = unsafe { Zone::free_raw(zone.cast(), p) } {
-            INVALID_FREES.fetch_add(1, Ordering::Relaxed);
-            let _ = writeln!(std::io::stderr(), "{e}; not freed");
-            fail(libc::EINVAL, format!("{F}: {e}"));
+            report_invalid_free(F, e);
         }
     })
 }
@@ -604,7 +632,7 @@ pub enum EbbPool {}
 static LIVE_POOLS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
 
 fn live_pools() -> std::sync::MutexGuard<'static, BTreeSet<usize>> {
-    LIVE_POOLS.lock().unwrap_or_else(|e| e.into_inner())
+    ebbtide_rt::lock(&LIVE_POOLS)
 }
 
 /// The pool behind a handle.
@@ -800,7 +828,7 @@ pub unsafe extern "C" fn ebb_pool_shrink(pool: *mut EbbPool) -> i64 {
     })
 }
 
-fn pool_stats(s: &ebbtide_core::PoolSnapshot) -> PoolStats {
+fn pool_stats(s: &ebbtide_rt::PoolSnapshot) -> PoolStats {
     PoolStats {
         zone: ZoneStats::from(&s.zone),
         max_buffer_pages: s.max_buffer_pages,
@@ -848,7 +876,7 @@ pub extern "C" fn ebb_pressure_notify(level: c_int) -> c_int {
             );
             return -1;
         };
-        ebbtide_core::pressure::notify(l);
+        ebbtide_rt::pressure::notify(l);
         0
     })
 }
@@ -858,7 +886,7 @@ pub extern "C" fn ebb_pressure_notify(level: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn ebb_pressure_level() -> c_int {
     guard("ebb_pressure_level", -1, || {
-        ebbtide_core::pressure::current_level() as c_int
+        ebbtide_rt::pressure::current_level() as c_int
     })
 }
 
@@ -869,7 +897,7 @@ pub const EBB_LOWMEM_MAX: usize = 16;
 static LOWMEM: Mutex<[Option<HandlerId>; EBB_LOWMEM_MAX]> = Mutex::new([None; EBB_LOWMEM_MAX]);
 
 fn lowmem() -> std::sync::MutexGuard<'static, [Option<HandlerId>; EBB_LOWMEM_MAX]> {
-    LOWMEM.lock().unwrap_or_else(|e| e.into_inner())
+    ebbtide_rt::lock(&LOWMEM)
 }
 
 /// Registers `f(level, arg)`, called when pressure rises or the allocator is about to reclaim
@@ -892,7 +920,7 @@ pub extern "C" fn ebb_lowmem_register(f: Option<LowmemHandler>, arg: *mut c_void
             );
             return -1;
         };
-        match ebbtide_core::reclaimer::register_lowmem_handler_c(f, arg) {
+        match ebbtide_rt::reclaimer::register_lowmem_handler_c(f, arg) {
             Some(id) => {
                 slots[i] = Some(id);
                 i as c_int
@@ -921,7 +949,7 @@ pub extern "C" fn ebb_lowmem_unregister(handle: c_int) -> c_int {
             .and_then(Option::take);
         match id {
             Some(id) => {
-                ebbtide_core::reclaimer::unregister_lowmem_handler_c(id);
+                ebbtide_rt::reclaimer::unregister_lowmem_handler_c(id);
                 0
             }
             None => {
@@ -948,7 +976,7 @@ pub extern "C" fn ebb_reclaim(request: c_int) -> i64 {
             fail(libc::EINVAL, format!("{F}: request {request} is not EBB_RECLAIM_TRIM (1), EBB_RECLAIM_DRAIN (2) or EBB_RECLAIM_DRAIN_CPU (3)"));
             return -1;
         };
-        i64::try_from(ebbtide_core::reclaim::reclaim_all(req)).unwrap_or(i64::MAX)
+        i64::try_from(ebbtide_rt::reclaim::reclaim_all(req)).unwrap_or(i64::MAX)
     })
 }
 
@@ -961,7 +989,7 @@ pub extern "C" fn ebb_reclaim(request: c_int) -> i64 {
 #[no_mangle]
 pub unsafe extern "C" fn ebb_stats_json(buf: *mut c_char, len: usize) -> usize {
     guard("ebb_stats_json", 0, || {
-        let json = ebbtide_core::stats::collect().to_json();
+        let json = ebbtide_rt::stats::collect().to_json();
         // SAFETY: caller's guarantee on buf/len.
         unsafe { copy_out(json.as_bytes(), buf, len) }
     })
@@ -976,7 +1004,7 @@ pub unsafe extern "C" fn ebb_stats_json(buf: *mut c_char, len: usize) -> usize {
 #[no_mangle]
 pub unsafe extern "C" fn ebb_stats_zones(out: *mut ZoneStatsC, n: usize) -> usize {
     guard("ebb_stats_zones", usize::MAX, || {
-        let snap = ebbtide_core::stats::collect();
+        let snap = ebbtide_rt::stats::collect();
         if !out.is_null() {
             for (i, z) in snap.zones.iter().take(n).enumerate() {
                 // SAFETY: i < n; the caller vouches for n elements.
@@ -996,7 +1024,7 @@ pub unsafe extern "C" fn ebb_stats_zones(out: *mut ZoneStatsC, n: usize) -> usiz
 #[no_mangle]
 pub unsafe extern "C" fn ebb_stats_pools(out: *mut PoolStatsC, n: usize) -> usize {
     guard("ebb_stats_pools", usize::MAX, || {
-        let snap = ebbtide_core::stats::collect();
+        let snap = ebbtide_rt::stats::collect();
         if !out.is_null() {
             for (i, p) in snap.pools.iter().take(n).enumerate() {
                 // SAFETY: i < n; the caller vouches for n elements.
@@ -1019,7 +1047,7 @@ pub unsafe extern "C" fn ebb_stats_global(out: *mut GlobalStatsC) -> c_int {
             fail(libc::EINVAL, format!("{F}: out is NULL"));
             return -1;
         }
-        let g = ebbtide_core::stats::collect().global.to_c();
+        let g = ebbtide_rt::stats::collect().global.to_c();
         // SAFETY: caller's guarantee.
         unsafe { out.write(g) };
         0
@@ -1047,7 +1075,7 @@ pub unsafe extern "C" fn ebb_get(name: *const c_char, buf: *mut c_char, len: usi
         let Some(name) = (unsafe { c_str(F, "name", name) }) else {
             return -1;
         };
-        match ebbtide_core::options::get(name) {
+        match ebbtide_rt::options::get(name) {
             // SAFETY: caller's guarantee on buf/len.
             Ok(v) => c_int::try_from(unsafe { copy_out(v.as_bytes(), buf, len) }).unwrap_or(-1),
             Err(e) => {
@@ -1076,7 +1104,7 @@ pub unsafe extern "C" fn ebb_set(name: *const c_char, value: *const c_char) -> c
         let Some(value) = (unsafe { c_str(F, "value", value) }) else {
             return -1;
         };
-        match ebbtide_core::options::set(name, value) {
+        match ebbtide_rt::options::set(name, value) {
             Ok(()) => 0,
             Err(e) => {
                 fail(option_errno(&e.kind), format!("{F}: {e}"));
@@ -1095,7 +1123,7 @@ pub unsafe extern "C" fn ebb_set(name: *const c_char, value: *const c_char) -> c
 pub unsafe extern "C" fn ebb_options_list(buf: *mut c_char, len: usize) -> usize {
     guard("ebb_options_list", 0, || {
         let mut s = String::new();
-        for o in ebbtide_core::options::list() {
+        for o in ebbtide_rt::options::list() {
             s.push_str(o.def.name);
             s.push('=');
             s.push_str(&o.value);

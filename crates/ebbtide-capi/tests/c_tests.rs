@@ -140,7 +140,12 @@ fn compile(sources: &[PathBuf], exe: &Path, link: Link) {
 }
 
 fn run(exe: &Path) -> Output {
+    run_with(exe, &[])
+}
+
+fn run_with(exe: &Path, env: &[(&str, &str)]) -> Output {
     let out = Command::new(exe)
+        .envs(env.iter().copied())
         .env(
             "ASAN_OPTIONS",
             "detect_leaks=1:abort_on_error=0:halt_on_error=1",
@@ -246,6 +251,28 @@ fn c_test_pressure_shared() {
 fn c_test_pressure_asan_ubsan() {
     require_sanitizers();
     c_test("test_pressure", Link::StaticSanitized);
+}
+
+/// Double frees through the C API, default mode and `EBBTIDE_CHECKED=1` (the `checked`
+/// tunable, which used to do nothing), against the shared and the static library.
+#[test]
+fn c_test_checked_tunable() {
+    for link in [Link::Shared, Link::Static] {
+        let dir = scratch(&format!("checked-{}", link == Link::Shared));
+        let exe = dir.join("test_checked");
+        compile(&[root().join("tests/c/test_checked.c")], &exe, link);
+        for env in [&[][..], &[("EBBTIDE_CHECKED", "1")][..]] {
+            let out = run_with(&exe, env);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(stdout.contains(" 0 failed"), "{env:?}: {stdout}");
+            if env.is_empty() {
+                assert!(stdout.contains("(default)"), "{stdout}");
+            } else {
+                assert!(stdout.contains("EBBTIDE_CHECKED=1"), "{stdout}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 #[test]

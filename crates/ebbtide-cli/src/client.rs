@@ -1,13 +1,19 @@
 //! Finding a process's control socket and talking to it: one connection per request.
+//!
+//! A request has one deadline for all of it (connect, send, reply), and the connect never
+//! waits: a process that is stopped or stalled, whose listen queue is full, is reported at once
+//! instead of blocking the caller.
 
 use crate::error::CliError;
 use ebbtide::control::path;
 use ebbtide::control::protocol::{decode_reply, Reply, ReplyError, Request};
 use std::io::{self, Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long we wait for a reply.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -24,6 +30,60 @@ pub fn process_comm(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|s| s.trim_end().to_string())
         .unwrap_or_else(|_| "?".into())
+}
+
+/// The cgroup whose memory limit applies to `pid`, from `/proc/<pid>/cgroup`: the path of the
+/// cgroup v1 `memory` controller's hierarchy when the memory controller is bound to v1 (hybrid
+/// hosts), else the cgroup v2 path (the `0::` line). Empty when unreadable.
+pub fn process_cgroup(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .map(|s| cgroup_of(&s))
+        .unwrap_or_default()
+}
+
+/// [`process_cgroup`] of the text of a `/proc/<pid>/cgroup` file.
+pub fn cgroup_of(text: &str) -> String {
+    let mut unified = None;
+    for line in text.lines() {
+        let mut f = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if controllers.split(',').any(|c| c == "memory") {
+            return path.to_string();
+        }
+        if id == "0" && controllers.is_empty() {
+            unified = Some(path.to_string());
+        }
+    }
+    unified.unwrap_or_default()
+}
+
+/// Every directory that may hold control sockets: our own socket directories, every
+/// `/tmp/ebbtide-<uid>/` and every `/run/user/<uid>/ebbtide/` (whether we may read them or not).
+pub fn all_socket_dirs() -> Vec<PathBuf> {
+    let mut dirs = dirs_for(None, None);
+    let mut add_glob = |parent: &str, prefix: &str, child: Option<&str>| {
+        if let Ok(rd) = std::fs::read_dir(parent) {
+            let mut found: Vec<PathBuf> = rd
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .map(|e| match child {
+                    Some(c) => e.path().join(c),
+                    None => e.path(),
+                })
+                .collect();
+            found.sort();
+            for d in found {
+                if !dirs.contains(&d) {
+                    dirs.push(d);
+                }
+            }
+        }
+    };
+    add_glob("/tmp", "ebbtide-", None);
+    add_glob("/run/user", "", Some("ebbtide"));
+    dirs
 }
 
 /// `XDG_RUNTIME_DIR` from the environment of `pid`, if we may read it.
@@ -94,9 +154,63 @@ pub fn find_socket(pid: u32) -> Result<PathBuf, CliError> {
     })
 }
 
-/// Connect to `sock` (of `pid`), mapping errors to their meaning.
+/// `connect(2)` to the Unix stream socket at `path` without waiting: a listener whose queue of
+/// pending connections is full (its process stopped or stalled) gives `EAGAIN` at once.
+fn connect_now(path: &Path) -> io::Result<UnixStream> {
+    // SAFETY: socket(2) has no memory preconditions; the result is checked below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a descriptor socket(2) just returned to us, owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid (empty) value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "socket path too long or not a path: {} ({} bytes; at most {})",
+                path.display(),
+                bytes.len(),
+                addr.sun_path.len() - 1
+            ),
+        ));
+    }
+    for (d, &b) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = b as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: (1) `fd` is an open socket; (2) `addr` is an initialised sockaddr_un and `len`
+    // (at most its size, checked above) covers the family, the path and its NUL; (3) the
+    // kernel only reads `addr` during the call.
+    let r = unsafe {
+        libc::connect(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let s = UnixStream::from(fd);
+    s.set_nonblocking(false)?;
+    Ok(s)
+}
+
+/// Connect to `sock` (of `pid`), mapping errors to their meaning; reads and writes on the
+/// stream then wait at most `timeout` each.
 pub fn connect(pid: u32, sock: &Path, timeout: Duration) -> Result<UnixStream, CliError> {
-    let s = UnixStream::connect(sock).map_err(|e| match e.raw_os_error() {
+    let s = connect_now(sock).map_err(|e| match e.raw_os_error() {
         Some(libc::EACCES) | Some(libc::EPERM) => CliError::PermissionDenied {
             pid,
             detail: format!(
@@ -111,6 +225,14 @@ pub fn connect(pid: u32, sock: &Path, timeout: Duration) -> Result<UnixStream, C
             pid,
             comm: process_comm(pid),
             looked: vec![sock.to_path_buf()],
+        },
+        Some(libc::EAGAIN) => CliError::Io {
+            what: format!(
+                "process {pid} does not accept connections on {} (its queue of pending \
+                 connections is full: is it stopped or stalled?)",
+                sock.display()
+            ),
+            err: io::Error::from(io::ErrorKind::WouldBlock),
         },
         _ => CliError::Io {
             what: format!("cannot connect to {}", sock.display()),
@@ -127,14 +249,41 @@ pub fn request_at(pid: u32, sock: &Path, req: &Request) -> Result<String, CliErr
     request_with_timeout(pid, sock, req, REPLY_TIMEOUT)
 }
 
-/// [`request_at`] waiting at most `timeout` for each read or write.
+/// [`request_at`] taking at most `timeout` for all of it: connecting, sending and every read
+/// of the reply.
 pub fn request_with_timeout(
     pid: u32,
     sock: &Path,
     req: &Request,
     timeout: Duration,
 ) -> Result<String, CliError> {
-    let mut s = connect(pid, sock, timeout)?;
+    request_until(pid, sock, req, Instant::now() + timeout)
+}
+
+/// [`request_at`] finished by `deadline` or failed with a timeout ([`is_timeout`]).
+pub fn request_until(
+    pid: u32,
+    sock: &Path,
+    req: &Request,
+    deadline: Instant,
+) -> Result<String, CliError> {
+    let started = Instant::now();
+    let left = |what: &str| -> Result<Duration, CliError> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(CliError::Io {
+                what: format!(
+                    "no reply within {} ms from {} ({what})",
+                    deadline.saturating_duration_since(started).as_millis(),
+                    sock.display()
+                ),
+                err: io::Error::from(io::ErrorKind::TimedOut),
+            });
+        }
+        // A zero timeout means "none" to setsockopt: never pass one.
+        Ok((deadline - now).max(Duration::from_millis(1)))
+    };
+    let mut s = connect(pid, sock, left("connecting")?)?;
     let mut line = req.to_line();
     line.push('\n');
     let io_err = |what: &str, err| CliError::Io {
@@ -153,6 +302,7 @@ pub fn request_with_timeout(
             Err(ReplyError::Malformed(m)) => return Err(CliError::Protocol(m)),
             Err(ReplyError::Incomplete) => {}
         }
+        let _ = s.set_read_timeout(Some(left("waiting for the reply")?));
         let n = match s.read(&mut chunk) {
             Ok(0) if write_error.is_some() => {
                 return Err(io_err(
@@ -175,8 +325,11 @@ pub fn request_with_timeout(
                 ) =>
             {
                 return Err(io_err(
-                    &format!("no reply within {} ms from", timeout.as_millis()),
-                    e,
+                    &format!(
+                        "no reply within {} ms from",
+                        deadline.saturating_duration_since(started).as_millis()
+                    ),
+                    io::Error::from(io::ErrorKind::TimedOut),
                 ))
             }
             Err(e) => return Err(io_err("cannot read the reply from", e)),
@@ -189,6 +342,12 @@ pub fn request_with_timeout(
         }
         buf.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// Whether `e` says the process did not answer in time (or could not take our connection).
+pub fn is_timeout(e: &CliError) -> bool {
+    matches!(e, CliError::Io { err, .. }
+        if matches!(err.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock))
 }
 
 /// [`find_socket`] then [`request_at`].
@@ -207,5 +366,73 @@ fn server_error(pid: u32, message: String) -> CliError {
             detail: format!("the process refused us: {detail}"),
         },
         None => CliError::Server(message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_prefers_the_memory_controller() {
+        let hybrid = "9:name=systemd:/\n4:memory:/process_api/3f17\n1:cpu:/\n0::/\n";
+        assert_eq!(cgroup_of(hybrid), "/process_api/3f17");
+        let joined = "5:cpu,memory:/a/b\n0::/c\n";
+        assert_eq!(cgroup_of(joined), "/a/b");
+        assert_eq!(
+            cgroup_of("0::/system.slice/x.service\n"),
+            "/system.slice/x.service"
+        );
+        assert_eq!(cgroup_of("3:cpu:/z\n"), "");
+        assert_eq!(cgroup_of(""), "");
+    }
+
+    #[test]
+    fn connect_reports_missing_and_refused_sockets() {
+        let dir = std::env::temp_dir().join(format!("ebbtide-client-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("1.sock");
+        assert!(matches!(
+            connect(std::process::id(), &missing, Duration::from_secs(1)),
+            Err(CliError::NoSocket { .. })
+        ));
+        // A socket nobody listens on any more.
+        let stale = dir.join("2.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        assert!(matches!(
+            connect(std::process::id(), &stale, Duration::from_secs(1)),
+            Err(CliError::Stale(_))
+        ));
+        let long = dir.join("x".repeat(200));
+        let e = connect(1, &long, Duration::from_secs(1))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("too long"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_listener_that_never_accepts_costs_the_deadline_not_more() {
+        let dir = std::env::temp_dir().join(format!("ebbtide-client-stall-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("3.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let t = Instant::now();
+        let e = request_with_timeout(
+            std::process::id(),
+            &sock,
+            &Request::Ping,
+            Duration::from_millis(300),
+        )
+        .unwrap_err();
+        assert!(is_timeout(&e), "{e}");
+        assert!(
+            t.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            t.elapsed()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

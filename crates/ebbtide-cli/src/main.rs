@@ -3,10 +3,17 @@
 //!
 //! One module per subcommand under `cmd/`, each with an `Args` (clap) and a `run`. Adding a
 //! subcommand: a module in `cmd/`, a variant in [`Command`], an arm in [`main`].
+//!
+//! Below the commands: `client` (one request to one process's socket), `fleet` (every process
+//! we may read, asked in parallel), `snapshot_json` (a process's JSON back into the library's
+//! `Snapshot`, so every Prometheus output goes through the library's one emitter) and `error`.
+//! Commands use them; they never use a command.
 
 mod client;
 mod cmd;
 mod error;
+mod fleet;
+mod snapshot_json;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -33,6 +40,8 @@ enum Command {
     Set(cmd::set::Args),
     /// Inject a pressure level (normal, low, moderate, critical).
     Pressure(cmd::pressure::Args),
+    /// Serve the statistics of every ebbtide process on this host to Prometheus (GET /metrics).
+    Exporter(cmd::exporter::Args),
     /// Reproduce the seeds' experiments: blkback, uma, idle or all [--quick|--smoke|--full]
     /// [--out DIR] [--runs N] (root for cgroups and swap files).
     #[command(disable_help_flag = true)]
@@ -54,6 +63,7 @@ fn main() -> ExitCode {
         Command::Get(a) => cmd::get::run(a),
         Command::Set(a) => cmd::set::run(a),
         Command::Pressure(a) => cmd::pressure::run(a),
+        Command::Exporter(a) => cmd::exporter::run(a),
         Command::Lab { args } => {
             return ExitCode::from(ebbtide_experiments::cli_main(args).clamp(0, 255) as u8)
         }

@@ -130,7 +130,7 @@ fn abi_dir() -> PathBuf {
 /// The JSON keys a docs/ABI stats file documents under `prefix` (`zones[]`, `global`, ...).
 fn documented_keys(file: &str, prefix: &str) -> BTreeSet<String> {
     let text = std::fs::read_to_string(abi_dir().join(file)).unwrap();
-    let entries = ebbtide::options::abi::parse(&text).unwrap();
+    let entries = ebbtide::abi::parse(&text).unwrap();
     let mut keys = BTreeSet::new();
     for e in entries {
         for l in e.description.lines() {

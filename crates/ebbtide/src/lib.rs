@@ -1,169 +1,140 @@
 //! # ebbtide
 //!
 //! Kernel-style object caches for userspace processes that give memory back when the system or
-//! the container runs short: FreeBSD UMA's zone allocator (per-CPU bucket caches over a depot of
-//! full buckets over slabs), xen-blkback's squeeze of page pools, and the Linux pressure signals
-//! that no userspace allocator listens to.
-//!
-//! ## Objects, top to bottom
+//! the container runs short. This crate is the runtime and the public facade over two layers:
 //!
 //! ```text
-//!   Zone  ── one item size, hooks, limit, flags; the unit users see            zone.rs
-//!    │
-//!    ├─ per-CPU stacks  ── LIFO of free items per (zone, CPU); rseq critical   pcpu.rs
-//!    │                     sections, no lock; cap = 2 × bucket size (≤ 504)
-//!    ├─ depot           ── full buckets, MRU first, capped; WSS estimator      depot.rs, wss.rs
-//!    │    └ buckets     ── arrays of item pointers from internal kegs          bucket.rs
-//!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg.rs, lazy.rs
-//!         └ slabs       ── runs of pages cut into items; metadata off-page     slab.rs
-//!              └ chunks ── 4 MiB pieces of one arena reservation, tagged in    arena.rs
-//!                          a chunk map so any pointer maps to its keg in O(1)
-//!                 └ OS  ── mmap/mprotect/madvise/membarrier, clock, CPU id     os.rs
+//!   ebbtide           runtime: reclaim thread, release helper, options, stats and their
+//!   (this crate)      formats, control socket; re-exports what users need
+//!     │        │
+//!     ▼        ▼
+//!   ebbtide-core    ebbtide-pressure    the no-allocation allocator core (zones, per-CPU
+//!                                       caches, depot, slabs, page pools, reclaim entry points)
+//!                                       and the pressure signals and level policy; neither
+//!                                       knows the other
 //! ```
 //!
-//! Vocabulary: an *item* is what a zone hands out; a *slab* is a run of OS pages holding items of
-//! one keg; a *chunk* is the 4 MiB unit of address space a keg owns; a *bucket* is an array of free
-//! item pointers; a *stack* is one CPU's cache of one zone (UMA's alloc and free buckets end to
-//! end).
+//! Cargo enforces the direction: the core and the pressure crate cannot name anything above
+//! them. The core knows nothing of threads, options or pressure: at load time this crate
+//! installs its hooks ([`ebbtide_core::runtime`]): zone creation reads the configuration and
+//! starts the runtime's threads (never an allocation), a failed mapping is counted as a pressure
+//! event, and the release helper is a thread of this crate running the core's
+//! [`ebbtide_core::release::serve_forever`].
 //!
-//! ## Allocation order
-//! 1. this CPU's stack (fast path, inlined: one rseq critical section);
-//! 2. a full bucket from the depot (one item returned, the rest pushed onto this CPU's stack);
-//! 3. a bucket's worth imported from the keg: partial slabs, then free slabs, then lazy slabs
-//!    (given up without pressure, no fault unless the kernel took the page), then clean (given
-//!    back) slabs, then a new chunk; a failed mapping triggers DRAIN_CPU and one retry.
+//! The design of the allocator itself (objects, allocation and reclaim orders, locks,
+//! invariants) is the documentation of [`ebbtide_core`].
 //!
-//! Free goes the other way: this CPU's stack; when full, a bucket's worth is flushed to the
-//! depot; when the depot is at its cap, caching is off (NOBUCKET, buckets disabled by critical
-//! pressure, a squeeze window, limit sleepers) or the thread has no rseq area, straight to the
-//! slabs. Every free is first checked in O(1) against the chunk map (never touching the item).
+//! ## Modules of this crate
+//! Layer order (bottom first): options, reclaimer, threads, stats, control, abi.
 //!
-//! The fast path's constants (per-CPU base, CPU count, rseq offset, the `careful` bits that send
-//! hooks, checked/zeroing zones and locked mode to the slow path, arena bounds, chunk tag, slab
-//! geometry) are copied into every `Zone` handle: a handle is immutable plain data, so a loop of
-//! allocations keeps them in registers instead of reloading them through the zone object after
-//! each critical section.
+//! | module | what |
+//! |---|---|
+//! | [`options`] | the tunables: one table, environment, run-time changes |
+//! | [`reclaimer`] | the reclaim thread: pressure sources → policy → reclaim requests |
+//! | `threads` | the runtime's lazily started threads and their one fork handler |
+//! | [`stats`] | statistics defined once: struct, JSON, Prometheus, `vmstat -z` table, C header |
+//! | [`control`] | the per-process control socket (requests, server thread) |
+//! | [`abi`] | `docs/ABI/` generated from the code (tunables, stats, control requests) |
 //!
-//! ## Reclaim order
-//! `TRIM` (depot to its working set) → `DRAIN` (whole depot) → `DRAIN_CPU` (depot, then every
-//! CPU's stack of every zone — one loop over CPUs, one `membarrier` per CPU — then the depot
-//! again). Items go back to their slabs; free slabs go back to the OS with `MADV_DONTNEED`, one
-//! call per run of adjacent slabs ([`reclaim`]). In a large drain the slabs emptied along the way
-//! are handed to a helper thread (`release`, tunable `release_thread`) that gives their pages
-//! back while the drain goes on; the call still returns only when every page it counts is gone.
-//! Without pressure (the periodic page-pool shrink, the idle trim) free slabs go to the lazy list
-//! instead: `MADV_FREE` after `lazy_settle_ms`, `MADV_DONTNEED` after `lazy_decay_ms`, all of them
-//! at once when pressure comes ([`lazy`]).
-//! The pressure layer ([`pressure`]) turns signals into levels and levels into these requests,
-//! rate-limited, from one reclaim thread.
+//! Each module names only modules before it (`tests/layers.rs`); the crate root holds the
+//! facade (`pressure`, the re-exports) and the hooks it installs into the core.
 //!
-//! ## Locks (outermost first) and who owns them
+//! ## Locks of the runtime (outermost first)
 //! | lock | owner | protects |
 //! |---|---|---|
-//! | reclaim mutex | [`reclaim`] | one reclaim at a time (re-entry returns 0) |
-//! | registry mutex | `registry` | the list of zones |
-//! | header lock (per zone, per CPU) | `pcpu` | drainers and cap writers; every op in locked mode |
-//! | depot mutex (per zone) | `depot` | buckets and the WSS estimator; `try_lock` failure grows the bucket size |
-//! | keg mutex (per keg) | `keg` | slab lists, bitmaps, counters |
-//! | arena free-chunk mutex | `arena` | the free chunk list |
+//! | `APPLY` | `reclaimer` | one policy step carried out at a time (reclaim thread vs. `notify` callers); held over the core's reclaim locks |
+//! | `SQUEEZE_APPLIED` | `reclaimer` | the end of the last squeeze window applied; taken under `APPLY` |
+//! | `SHARED` | `reclaimer` | the policy, the watcher's injector and source statuses; never held while taking another lock |
+//! | `HANDLERS` | `reclaimer` | low-memory handlers; copied out, never held while they run |
+//! | options registry locks | `options` | values (committed in batches) and change callbacks; callbacks run after the lock is dropped |
+//! | control server state | `control` | the listener and connections; its thread takes no allocator lock |
 //!
-//! The fast path takes none of them. No path of the core (alloc, free, reclaim) calls the global
-//! allocator once a zone exists: metadata lives in the library's own pages (zone objects, per-CPU
-//! arrays, chunk headers, buckets), so the core can later serve as a process's `malloc`.
-//!
-//! ## Invariants
-//! * keg: `backed_slabs × items_per_slab = items_out + free_items`;
-//! * zone: `items_out = used + Σ per-CPU counts + depot items`, so
-//!   `items mapped = used + per-CPU + depot + free in slabs` ([`Zone::validate`] walks every
-//!   layer and checks it; it is compiled in every build);
-//! * depot: `imax ≥ nitems ≥ bimin ≥ imin` ([`wss::Wss::check`]).
-//!
-//! ## Unsafe code
-//! `unsafe_op_in_unsafe_fn` is denied; every `unsafe fn` lists its obligations under `# Safety`,
-//! every `unsafe` block discharges them in a `// SAFETY:` comment, and every non-Relaxed atomic
-//! says what it pairs with.
+//! Below all of these: the core's locks (reclaim mutex → registry → zone limit / header → depot
+//! → keg → arena), see [`ebbtide_core`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
-// Under `--cfg loom` only the loom shim and the pure estimator compile: the rest maps memory and
-// keeps `static` locks, which loom cannot model (tests/loom_pcpu.rs models the per-CPU protocol).
-#[cfg(not(loom))]
-pub(crate) mod arena;
-#[cfg(not(loom))]
-pub(crate) mod bucket;
-#[cfg(not(loom))]
+pub mod abi;
 pub mod control;
-#[cfg(not(loom))]
-pub(crate) mod depot;
-#[cfg(not(loom))]
-pub mod error;
-#[cfg(not(loom))]
-pub(crate) mod keg;
-#[cfg(not(loom))]
-pub mod lazy;
-#[cfg(not(loom))]
 pub mod options;
-#[cfg(not(loom))]
-pub mod os;
-#[cfg(not(loom))]
-pub mod page_pool;
-#[cfg(not(loom))]
-pub mod pcpu;
-#[cfg(not(loom))]
-pub mod pressure;
-#[cfg(not(loom))]
-pub mod reclaim;
-#[cfg(not(loom))]
 pub mod reclaimer;
-#[cfg(not(loom))]
-pub(crate) mod registry;
-#[cfg(not(loom))]
-pub(crate) mod release;
-#[cfg(not(loom))]
-pub(crate) mod slab;
-#[cfg(not(loom))]
 pub mod stats;
-#[cfg_attr(loom, allow(dead_code, unused_imports))]
-pub(crate) mod sync;
-#[cfg(not(loom))]
-pub mod typed;
-pub mod wss;
-#[cfg(not(loom))]
-pub mod zone;
+mod threads;
 
-#[cfg(not(loom))]
-pub use error::{AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
-#[cfg(not(loom))]
-pub use keg::InvalidKind;
-#[cfg(not(loom))]
-pub use page_pool::{PagePool, PoolSnapshot};
-#[cfg(not(loom))]
-pub use pcpu::Mode as PcpuMode;
-#[cfg(not(loom))]
+// The core's modules, under the paths users and tools have always used.
+pub use ebbtide_core::{error, os, page_pool, pcpu, reclaim, release, runtime, typed, wss, zone};
+
+pub use ebbtide_core::{
+    lock, AllocError, ConfigError, CreateError, InvalidFree, InvalidKind, LimitMode, PagePool,
+    PcpuMode, PoolSnapshot, Request, TypedZone, ZBox, Zone, ZoneBusy, ZoneFlags, ZoneOptions,
+    ZoneSnapshot,
+};
+
+/// Memory pressure: the signals and the policy ([`ebbtide_pressure`]), and the process-wide
+/// entry points of the reclaim thread that serves them.
+pub mod pressure {
+    pub use ebbtide_pressure::*;
+
+    pub use crate::reclaimer::{
+        level as current_level, register_lowmem_handler, unregister_lowmem_handler,
+    };
+
+    /// Reports memory pressure explicitly (xenbus `reclaim_memory`'s analogue): the reclaim
+    /// thread applies the policy for `level` at once; without a reclaim thread it is applied
+    /// on this thread before returning. `Level::Normal` ends the pressure state at once. Starts
+    /// the runtime's threads first if they do not run (e.g. in a forked child that has created
+    /// no zone yet). See [`crate::reclaimer::notify`].
+    pub fn notify(level: Level) {
+        crate::threads::start_runtime();
+        crate::reclaimer::notify(level);
+    }
+}
+
 pub use pressure::Level;
-#[cfg(not(loom))]
-pub use reclaim::Request;
-#[cfg(not(loom))]
-pub use typed::{TypedZone, ZBox};
-#[cfg(not(loom))]
-pub use zone::{LimitMode, Zone, ZoneFlags, ZoneOptions, ZoneSnapshot};
 
-#[cfg(not(loom))]
-static CHECKED_DEFAULT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Lazily freed pages (`MADV_FREE` without pressure, decayed to `MADV_DONTNEED`): the core's
+/// settings and figures ([`ebbtide_core::lazy`]) and the calls that walk every zone.
+pub mod lazy {
+    pub use ebbtide_core::lazy::*;
+    pub use ebbtide_core::reclaim::{
+        configure_lazy as configure, decay_lazy as decay_all, purge_lazy_all as purge_all,
+    };
+}
 
 /// Whether zones created from now on run in checked mode (the `checked` tunable).
-#[cfg(not(loom))]
-pub(crate) fn checked_by_default() -> bool {
-    CHECKED_DEFAULT.load(std::sync::atomic::Ordering::Relaxed)
+pub fn checked_by_default() -> bool {
+    ebbtide_core::runtime::checked_by_default()
 }
 
 /// Sets the default of checked mode for zones created from now on.
-#[cfg(not(loom))]
 pub fn set_checked_by_default(on: bool) {
-    CHECKED_DEFAULT.store(on, std::sync::atomic::Ordering::Relaxed);
+    ebbtide_core::runtime::set_checked_by_default(on)
 }
 
 /// How the per-CPU caches synchronise in this process (rseq, or locked as a fallback).
-#[cfg(not(loom))]
 pub fn pcpu_mode() -> pcpu::Mode {
-    pcpu::mode()
+    ebbtide_core::pcpu_mode()
 }
+
+/// The runtime's hooks, installed into the core when the program (or this library) is loaded.
+static HOOKS: ebbtide_core::runtime::Hooks = ebbtide_core::runtime::Hooks {
+    before_create: threads::before_zone_create,
+    map_failure: reclaimer::count_map_failure,
+};
+
+/// Installs the runtime's hooks into the core (idempotent; no allocation, no thread). Runs at
+/// load time in every program that links this crate as an rlib or a shared object; a C program
+/// linked against the static library calls it through the C API's entry points.
+pub fn install_runtime() {
+    ebbtide_core::runtime::install(&HOOKS);
+}
+
+extern "C" fn install_hooks() {
+    install_runtime();
+}
+
+// A load-time constructor: it only stores a pointer (no allocation, no thread), so it is safe at
+// any point of process start. Linked in whenever this crate is (rustc keeps `#[used]` statics of
+// every linked rlib).
+#[used]
+#[link_section = ".init_array"]
+static INSTALL_HOOKS: extern "C" fn() = install_hooks;

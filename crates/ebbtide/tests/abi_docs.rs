@@ -5,7 +5,7 @@
 //! `EBBTIDE_BLESS=1 cargo test -p ebbtide --test abi_docs` rewrites the generated files,
 //! keeping each entry's `Date:`, `Version:` and `Users:`.
 
-use ebbtide::options::abi::{compare, expected_files, parse, regenerate};
+use ebbtide::abi::{compare, expected_files, parse, regenerate};
 use ebbtide::options::TABLE;
 use ebbtide::stats::{GlobalStats, PoolStats, SourceStats, Stats, ZoneStats};
 use std::path::{Path, PathBuf};

@@ -2,8 +2,8 @@
 //! the limits). `EBBTIDE_BLESS=1 cargo test -p ebbtide --test control_abi` rewrites it,
 //! keeping each entry's `Date:`, `Version:` and `Users:`.
 
-use ebbtide::control::abi::file;
-use ebbtide::options::abi::{compare, parse, regenerate};
+use ebbtide::abi::control::file;
+use ebbtide::abi::{compare, parse, regenerate};
 use std::path::Path;
 
 #[test]

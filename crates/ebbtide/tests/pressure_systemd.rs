@@ -216,3 +216,94 @@ fn disabled_and_malformed_env() {
     let e = SystemdSource::from_env_with(&SystemdConfig::default(), &bad).unwrap_err();
     assert!(e.to_string().contains("MEMORY_PRESSURE_WRITE"), "{e}");
 }
+
+/// Collects the watcher's events for `d`.
+fn events_for(w: &mut Watcher, d: Duration) -> Vec<ebbtide::pressure::PressureEvent> {
+    let t = Instant::now();
+    let mut all = Vec::new();
+    while t.elapsed() < d {
+        all.extend(w.wait(Some(d.saturating_sub(t.elapsed()))).unwrap());
+    }
+    all
+}
+
+/// systemd's own scenario (`src/libsystemd/sd-event/test-event.c`, fake pressure): a FIFO
+/// watched with `$MEMORY_PRESSURE_WRITE` unset, nobody writing to it but the manager, which
+/// writes one byte: exactly one event. (Review found ebbtide inventing a write when the
+/// variable is unset, reading its own bytes back from the FIFO and reporting a Moderate event at
+/// start-up.)
+#[test]
+fn fifo_without_write_variable_one_event_per_manager_write() {
+    let dir = TempDir::new("fifo-nowrite");
+    let fifo = dir.0.join("pressure.fifo");
+    mkfifo(&fifo);
+    // The manager's end, as in systemd's test: O_RDWR|O_NONBLOCK, kept open.
+    let manager = open_raw(&fifo, libc::O_RDWR | libc::O_NONBLOCK);
+    let w_os = fifo.as_os_str().to_owned();
+    let env = move |k: &str| (k == "MEMORY_PRESSURE_WATCH").then(|| w_os.clone());
+    let src = SystemdSource::from_env_with(&SystemdConfig::default(), &env)
+        .unwrap()
+        .expect("enabled");
+    assert!(
+        src.describe().contains("wrote 0 bytes"),
+        "{}",
+        src.describe()
+    );
+    let mut w = Watcher::from_sources(vec![Box::new(src)]).unwrap();
+    assert!(
+        events_for(&mut w, Duration::from_millis(200)).is_empty(),
+        "no event before the manager writes"
+    );
+    // SAFETY: writes one byte from a live buffer to our own fd.
+    assert_eq!(
+        unsafe { libc::write(manager.as_raw_fd(), b"x".as_ptr().cast(), 1) },
+        1
+    );
+    let ev = events_for(&mut w, Duration::from_millis(300));
+    assert_eq!(ev.len(), 1, "one event for the one byte: {ev:?}");
+    assert_eq!(ev[0].kind, SourceKind::Systemd);
+}
+
+/// The socket half of systemd's scenario: `$MEMORY_PRESSURE_WRITE` = base64 "hello\n"; the
+/// manager accepts, reads the bytes, writes one byte: exactly one event.
+#[test]
+fn socket_with_write_variable_one_event_per_manager_write() {
+    let dir = TempDir::new("sock-hello");
+    let path = dir.0.join("pressure.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let w_os = path.as_os_str().to_owned();
+    let env = move |k: &str| match k {
+        "MEMORY_PRESSURE_WATCH" => Some(w_os.clone()),
+        "MEMORY_PRESSURE_WRITE" => Some(OsString::from("aGVsbG8K")),
+        _ => None,
+    };
+    let src = SystemdSource::from_env_with(&SystemdConfig::default(), &env)
+        .unwrap()
+        .expect("enabled");
+    let (mut peer, _) = listener.accept().unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = [0u8; 6];
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"hello\n");
+    let mut w = Watcher::from_sources(vec![Box::new(src)]).unwrap();
+    assert!(events_for(&mut w, Duration::from_millis(200)).is_empty());
+    peer.write_all(b"z").unwrap();
+    let ev = events_for(&mut w, Duration::from_millis(300));
+    assert_eq!(ev.len(), 1, "one event for the one byte: {ev:?}");
+}
+
+/// A regular file watched with `$MEMORY_PRESSURE_WRITE` unset: nothing is written to it.
+#[test]
+fn regular_file_without_write_variable_is_not_written() {
+    let dir = TempDir::new("file-nowrite");
+    let path = dir.0.join("pressure");
+    std::fs::write(&path, b"").unwrap();
+    let w_os = path.as_os_str().to_owned();
+    let env = move |k: &str| (k == "MEMORY_PRESSURE_WATCH").then(|| w_os.clone());
+    let src = SystemdSource::from_env_with(&SystemdConfig::default(), &env)
+        .unwrap()
+        .expect("enabled");
+    let mut w = Watcher::from_sources(vec![Box::new(src)]).unwrap();
+    assert!(events_for(&mut w, Duration::from_millis(100)).is_empty());
+    assert_eq!(std::fs::read(&path).unwrap(), b"", "nothing invented");
+}

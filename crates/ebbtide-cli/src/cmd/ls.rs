@@ -8,7 +8,6 @@ use crate::client;
 use crate::error::CliError;
 use ebbtide::control::path;
 use ebbtide::control::protocol::Request;
-use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -19,32 +18,6 @@ pub struct Args {
     /// Do not connect to the sockets (no STATUS column).
     #[arg(long)]
     no_check: bool,
-}
-
-/// Every directory that may hold control sockets.
-fn socket_dirs() -> Vec<PathBuf> {
-    let mut dirs = client::dirs_for(None, None);
-    let mut add_glob = |parent: &str, prefix: &str, child: Option<&str>| {
-        if let Ok(rd) = std::fs::read_dir(parent) {
-            let mut found: Vec<PathBuf> = rd
-                .flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
-                .map(|e| match child {
-                    Some(c) => e.path().join(c),
-                    None => e.path(),
-                })
-                .collect();
-            found.sort();
-            for d in found {
-                if !dirs.contains(&d) {
-                    dirs.push(d);
-                }
-            }
-        }
-    };
-    add_glob("/tmp", "ebbtide-", None);
-    add_glob("/run/user", "", Some("ebbtide"));
-    dirs
 }
 
 fn user_name(uid: u32) -> String {
@@ -66,7 +39,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let mut rows: Vec<[String; 5]> = Vec::new();
     let mut unreadable = Vec::new();
     let mut seen = Vec::new();
-    for dir in socket_dirs() {
+    for dir in client::all_socket_dirs() {
         let list = match path::list_dir(&dir) {
             Ok(l) => l,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod exporter;
 pub mod get;
 pub mod ls;
 pub mod pressure;

@@ -1,9 +1,15 @@
 //! `ebbtide stat PID [--json|--prometheus]`.
+//!
+//! `--prometheus` asks the process for its JSON and renders it with the library's emitter in
+//! this build (as `ebbtide exporter` does, without the `pid`/`comm`/`cgroup` labels), so the two
+//! always show the same names, whatever version of ebbtide the process runs.
 
 use super::Target;
 use crate::client;
 use crate::error::CliError;
+use crate::snapshot_json;
 use ebbtide::control::protocol::{Format, Request};
+use ebbtide::stats::Exposition;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -12,16 +18,14 @@ pub struct Args {
     /// JSON (the documented stats fields, see docs/ABI/testing/stats-*).
     #[arg(long, conflicts_with = "prometheus")]
     json: bool,
-    /// Prometheus text exposition format.
+    /// Prometheus text exposition format (the names of `ebbtide exporter`).
     #[arg(long)]
     prometheus: bool,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let format = if a.json {
+    let format = if a.json || a.prometheus {
         Format::Json
-    } else if a.prometheus {
-        Format::Prometheus
     } else {
         Format::Table
     };
@@ -30,6 +34,15 @@ pub fn run(a: Args) -> Result<(), CliError> {
         a.target.socket.as_deref(),
         &Request::Stats(format),
     )?;
-    print!("{out}");
+    if a.prometheus {
+        let read = snapshot_json::parse(&out).map_err(|e| {
+            CliError::Protocol(format!("the statistics of process {}: {e}", a.target.pid))
+        })?;
+        let mut page = Exposition::new();
+        page.add_snapshot_where(&read.snapshot, &[], &|g, f| read.has(g, f));
+        print!("{}", page.render());
+    } else {
+        print!("{out}");
+    }
     Ok(())
 }

@@ -30,7 +30,7 @@ pub fn record(kind: &str, detail: &str) {
     let line = format!("{} {kind} {detail}", now_unix_ms());
     // The ring is only touched by the control thread and by tests; poisoning cannot leave
     // it inconsistent (a push or pop either happened or did not).
-    let mut r = RING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut r = ebbtide_core::lock(&RING);
     if r.len() == KEEP {
         r.pop_front();
     }
@@ -52,7 +52,7 @@ pub fn last_injected() -> Option<Level> {
 
 /// All kept events, oldest first, one a line.
 pub fn text() -> String {
-    let r = RING.lock().unwrap_or_else(|e| e.into_inner());
+    let r = ebbtide_core::lock(&RING);
     let mut out = String::new();
     for l in r.iter() {
         out.push_str(l);

@@ -42,7 +42,6 @@
 //!   child does not serve the parent's socket. A child that wants its own calls [`start`]
 //!   (it gets `<child pid>.sock`).
 
-pub mod abi;
 pub mod events;
 mod fdreg;
 mod handler;
@@ -60,7 +59,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::{Mutex, Once};
 use std::thread::JoinHandle;
 
 /// A running server, owned by the process that started it.
@@ -84,10 +83,8 @@ thread_local! {
     static ON_CONTROL_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The guarded data is replaced whole, never left half-updated: poisoning says nothing.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+// The guarded data is replaced whole, never left half-updated: poisoning says nothing.
+use ebbtide_core::lock;
 
 /// Subscribe to the `control_socket` tunable (idempotent), and start the server if the
 /// tunable is already on. Called by this module's load-time constructor; public for callers
@@ -142,7 +139,7 @@ extern "C" fn at_exit() {
     }
 }
 
-extern "C" fn atfork_child() {
+fn atfork_child() {
     fdreg::close_all_in_child();
 }
 
@@ -153,11 +150,9 @@ fn install_process_hooks() {
         unsafe {
             libc::atexit(at_exit);
         }
-        // SAFETY: `atfork_child` is a static `extern "C" fn()`; it only does atomic
+        // The runtime's one fork handler runs `atfork_child` in the child: it only does atomic
         // operations and `close`, which are async-signal-safe as a child handler requires.
-        unsafe {
-            libc::pthread_atfork(None, None, Some(atfork_child));
-        }
+        crate::threads::on_fork_child(atfork_child);
     });
 }
 

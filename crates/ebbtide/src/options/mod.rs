@@ -46,7 +46,6 @@
 //!   act on the current value ([`get_u64`]) rather than assume ordering.
 //! * [`snapshot`] reads all values consistently (a sequence lock around the batch).
 
-pub mod abi;
 mod error;
 pub mod parse;
 pub mod table;
@@ -231,11 +230,14 @@ impl Registry {
 
     /// Forbid setting start-up-only tunables from now on.
     pub fn freeze_startup(&self) {
+        // Release: pairs with the Acquire in `is_frozen`: a thread that sees the registry frozen
+        // sees the start-up values committed before (the batch commit itself is under a lock).
         self.started.store(true, Ordering::Release);
     }
 
     /// Whether [`Registry::freeze_startup`] was called.
     pub fn is_frozen(&self) -> bool {
+        // Acquire: pairs with the Release in `freeze_startup`.
         self.started.load(Ordering::Acquire)
     }
 
@@ -352,11 +354,9 @@ impl Registry {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panicking callback or writer leaves consistent data (stores are atomic, the batch
-    // was validated first), so poisoning carries no information here.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+// A panicking callback or writer leaves consistent data (stores are atomic, the batch was
+// validated first), so poisoning carries no information here: the workspace's one helper.
+use ebbtide_core::lock;
 
 fn find(name: &str) -> Result<&'static TunableDef, OptionError> {
     lookup(name.trim()).ok_or_else(|| {

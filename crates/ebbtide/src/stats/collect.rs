@@ -1,7 +1,7 @@
 //! Filling a [`Snapshot`] from the live zones: per-CPU counters are merged here, on the reader's
 //! thread, so reading statistics never slows an allocation.
 
-use super::{GlobalStats, Snapshot, ZoneStats};
+use super::{GlobalStats, Snapshot, SourceStats, ZoneStats};
 use crate::zone::ZoneSnapshot;
 
 impl From<&ZoneSnapshot> for ZoneStats {
@@ -49,10 +49,7 @@ impl From<&ZoneSnapshot> for ZoneStats {
 
 /// Snapshots of every live zone (oldest first).
 pub fn zone_snapshots() -> Vec<ZoneSnapshot> {
-    let mut v = Vec::new();
-    crate::registry::lock().for_each(|z| v.push(z.snapshot()));
-    v.reverse();
-    v
+    ebbtide_core::zone::snapshots()
 }
 
 /// The process's statistics now. Pressure figures are filled in by the pressure layer when it
@@ -64,9 +61,10 @@ pub fn collect() -> Snapshot {
         .map(|z| z.cached_bytes_pcpu + z.cached_bytes_depot + z.free_bytes_slabs)
         .sum();
     let global = GlobalStats {
-        mapped_bytes: crate::keg::MAPPED_BYTES.load(std::sync::atomic::Ordering::Relaxed) as u64,
+        mapped_bytes: ebbtide_core::mapped_bytes(),
+        metadata_bytes: crate::os::metadata_bytes(),
         cached_bytes: cached,
-        released_bytes: crate::keg::RELEASED_BYTES.load(std::sync::atomic::Ordering::Relaxed),
+        released_bytes: ebbtide_core::released_bytes(),
         squeeze_until_ms: {
             let until = crate::reclaim::squeeze_until();
             let now = crate::os::now_ns();
@@ -101,6 +99,67 @@ pub fn collect() -> Snapshot {
             s.zones.push(ZoneStats::from(z));
         }
     }
-    crate::reclaimer::fill_stats(&mut s);
+    fill_pressure(&mut s, &crate::reclaimer::pressure_state());
     s
+}
+
+/// The pressure part of a snapshot, from the reclaim thread's state.
+fn fill_pressure(s: &mut Snapshot, p: &crate::reclaimer::PressureState) {
+    let g = &mut s.global;
+    g.pressure_level = p.level;
+    g.pressure_events = p.total_events;
+    [
+        g.events_systemd,
+        g.events_psi,
+        g.events_cgroup1,
+        g.events_headroom,
+        g.events_events,
+        g.events_budget,
+        g.events_explicit,
+        g.events_mmap_failure,
+    ] = p.events;
+    if let Some((kind, level, ago_ns)) = p.last_event {
+        g.last_event_source = crate::reclaimer::KIND_NAMES[kind].to_string();
+        g.last_event_level = level;
+        g.last_event_ms_ago = ago_ns / 1_000_000;
+    }
+    // One entry per kind: PSI and cgroup v1 register one source per level.
+    let mut sources: Vec<SourceStats> = Vec::new();
+    for st in &p.statuses {
+        let name = crate::reclaimer::kind_name(st.kind);
+        match sources.iter_mut().find(|s| s.name == name) {
+            Some(s) => {
+                if st.active {
+                    s.active = true;
+                    s.reason.clear();
+                } else if !s.active && !s.reason.contains(&st.detail) {
+                    s.reason = format!("{}; {}", s.reason, st.detail);
+                }
+            }
+            None => sources.push(SourceStats {
+                name: name.to_string(),
+                active: st.active,
+                reason: if st.active {
+                    String::new()
+                } else {
+                    st.detail.clone()
+                },
+            }),
+        }
+    }
+    s.sources = sources;
+    if s.sources.is_empty() && !p.thread_note.is_empty() {
+        s.sources.push(SourceStats {
+            name: "explicit".into(),
+            active: true,
+            reason: String::new(),
+        });
+        for n in ["systemd", "psi", "cgroup1", "headroom", "events", "budget"] {
+            s.sources.push(SourceStats {
+                name: n.into(),
+                active: false,
+                reason: p.thread_note.into(),
+            });
+        }
+    }
 }

@@ -8,12 +8,16 @@
 //!   `vmstat -z` column, description);
 //! * the merge of per-CPU parts (`add_counters`: counters add, gauges are left alone);
 //! * the `#[repr(C)]` mirror (`ZoneStatsC`, ...) and the C declaration text ([`c_header`]);
-//! * every emitter: [`Snapshot::to_json`], [`Snapshot::to_prometheus`],
-//!   [`Snapshot::to_table`] (`vmstat -z` style);
-//! * the ABI documentation (`docs/ABI/testing/stats-*`, see [`crate::options::abi`]).
+//! * every emitter: [`Snapshot::to_json`], [`Snapshot::to_prometheus`] (one process; the
+//!   [`Exposition`] builder behind it also serves `ebbtide exporter`, many processes in one
+//!   page), [`Snapshot::to_table`] (`vmstat -z` style);
+//! * the reverse of the JSON: [`Stats::set`] fills a struct field by field, by name;
+//! * the ABI documentation (`docs/ABI/testing/stats-*`, see [`crate::abi`]).
 //!
 //! Counters only grow (wrapping at 2^64); gauges are current values. The two never share a
-//! name: counters end in `_total` in Prometheus and are typed `counter` there.
+//! name: counters end in `_total` in Prometheus and are typed `counter` there. Prometheus
+//! names follow its conventions (base units, unit suffix, one family per quantity with a label
+//! where fields differ only by source or kind); [`prometheus_series`] gives every field's.
 //!
 //! The core builds a [`Snapshot`] on the reader's thread (allocation is fine here): it merges
 //! its per-CPU counters into the structs and pushes one [`ZoneStats`] per zone and one
@@ -27,7 +31,10 @@ mod table;
 
 pub use c::c_header;
 pub use collect::{collect, zone_snapshots};
-pub use prometheus::{check_exposition, metric_name as prometheus_name};
+pub use prometheus::{
+    check_exposition, metric_name as prometheus_name, series as prometheus_series, Exposition,
+    MetricType, Series, CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE,
+};
 
 /// Zone JSON keys the C API reads; they may not be renamed or removed.
 pub const C_API_ZONE_FIELDS: &[&str] = &[
@@ -195,6 +202,10 @@ pub trait Stats {
     fn fields() -> Vec<&'static Field>;
     /// Call `f` for every field in [`Stats::fields`] order.
     fn for_each(&self, f: &mut dyn FnMut(&'static Field, Value<'_>));
+    /// Set the field called `name` (for a pool, zone fields too) to `value`, for readers that
+    /// rebuild a snapshot from its JSON. Returns false, changing nothing, when no field has
+    /// that name or `value` is not of the field's type.
+    fn set(&mut self, name: &str, value: Value<'_>) -> bool;
 }
 
 /// Copy `s` into a NUL-terminated C text buffer, truncating at a character boundary.
@@ -253,6 +264,36 @@ macro_rules! to_value {
     };
     (Bool, $v:expr) => {
         Value::Bool($v)
+    };
+}
+
+macro_rules! set_field {
+    (Text, $dst:expr, $v:expr) => {
+        match $v {
+            Value::Text(t) => {
+                $dst = t.to_string();
+                true
+            }
+            _ => false,
+        }
+    };
+    (U64, $dst:expr, $v:expr) => {
+        match $v {
+            Value::U64(n) => {
+                $dst = n;
+                true
+            }
+            _ => false,
+        }
+    };
+    (Bool, $dst:expr, $v:expr) => {
+        match $v {
+            Value::Bool(b) => {
+                $dst = b;
+                true
+            }
+            _ => false,
+        }
     };
 }
 
@@ -337,6 +378,14 @@ macro_rules! stats_group {
                         f(field, to_value!($ty, self.$f));
                     }
                 )*
+            }
+
+            fn set(&mut self, name: &str, value: Value<'_>) -> bool {
+                $( if self.$base.set(name, value) { return true; } )?
+                match name {
+                    $( stringify!($f) => set_field!($ty, self.$f, value), )*
+                    _ => false,
+                }
             }
         }
 
@@ -439,6 +488,7 @@ stats_group! {
         last_event_level: U64, Gauge, Level, "", "Level of the last pressure event (0 if none yet).";
         last_event_ms_ago: U64, Gauge, Millis, "", "Time since the last pressure event (0 if none yet).";
         squeeze_until_ms: U64, Gauge, Millis, "", "Time left until the current squeeze window closes; 0 when no window is open.";
+        metadata_bytes: U64, Gauge, Bytes, "", "Bytes of the library's own metadata in memory (zone objects, per-CPU stacks, chunk headers and slab descriptors, the used part of the chunk map); with mapped_bytes, every byte the library maps and touches.";
         squeezed_ms: U64, Counter, Millis, "", "Time covered by squeeze windows since the process started (a window still open counts to its end).";
         lazy_bytes: U64, Gauge, Bytes, "", "Bytes offered to the kernel with MADV_FREE and not yet reused or given back for good, over all zones; part of RSS until the kernel takes them (LazyFree in smaps_rollup).";
         lazy_pending_bytes: U64, Gauge, Bytes, "", "Bytes of free slabs given up without pressure that wait lazy_settle_ms before MADV_FREE, over all zones (in RSS; reused without a system call).";
@@ -475,7 +525,9 @@ impl Snapshot {
         json::snapshot(self)
     }
 
-    /// Prometheus text exposition format 0.0.4.
+    /// Prometheus text exposition format 0.0.4, names after Prometheus's conventions (see
+    /// [`prometheus_series`]); the same emitter as [`Exposition`], one snapshot, no extra
+    /// labels.
     pub fn to_prometheus(&self) -> String {
         prometheus::snapshot(self)
     }
@@ -548,6 +600,7 @@ impl Snapshot {
                 last_event_level: 2,
                 last_event_ms_ago: 1500,
                 squeeze_until_ms: 0,
+                metadata_bytes: 1 << 20,
                 squeezed_ms: 250,
                 lazy_bytes: 3 << 20,
                 lazy_freed_bytes: 4 << 20,

@@ -109,9 +109,25 @@ fn prometheus_passes_the_checker() {
     assert!(text.contains("ebbtide_pool_squeezed{pool=\"blk-ring0\"} 1\n"));
     assert!(text.contains("ebbtide_pressure_level 2\n"));
     assert!(text.contains("ebbtide_last_event_source_info{last_event_source=\"psi\"} 1\n"));
+    assert!(text.contains("ebbtide_last_event_age_seconds 1.5\n"));
+    assert!(text.contains("ebbtide_squeeze_remaining_seconds 0\n"));
     assert!(text.contains(
         "ebbtide_source_reason_info{source=\"cgroup1\",reason=\"no \\\"memory\\\" controller mounted at /sys/fs/cgroup/memory\\\\v1\\nretrying\"} 1\n"
     ));
+    // One events family with a source label, HELP and TYPE once.
+    assert_eq!(
+        text.matches("# TYPE ebbtide_source_events_total counter\n")
+            .count(),
+        1
+    );
+    assert_eq!(
+        text.matches("ebbtide_source_events_total{source=").count(),
+        8
+    );
+    assert!(
+        !text.contains("ebbtide_events_"),
+        "per-source names are gone"
+    );
     check_exposition(&Snapshot::default().to_prometheus()).unwrap();
 }
 
@@ -125,9 +141,64 @@ fn prometheus_counters_and_gauges_stay_apart() {
     }
     for f in ZoneStats::fields() {
         if f.kind == FieldKind::Counter {
-            assert!(text.contains(&format!("# TYPE {} counter", prometheus_name("zone", f))));
+            let family = prometheus_series("zone", f).family;
+            assert!(
+                text.contains(&format!("# TYPE {family} counter")),
+                "{family}"
+            );
         }
     }
+}
+
+#[test]
+fn prometheus_has_every_field() {
+    // Every field of every group has its sample (the sample snapshot has no empty text).
+    let s = Snapshot::sample();
+    let text = s.to_prometheus();
+    let check = |group: &str, fields: Vec<&'static Field>| {
+        for f in fields.into_iter().filter(|f| f.kind != FieldKind::Label) {
+            let se = prometheus_series(group, f);
+            let found = text.lines().any(|l| {
+                l.starts_with(&format!("{}{{", se.family))
+                    || l.starts_with(&format!("{} ", se.family))
+                        && se
+                            .label
+                            .as_ref()
+                            .is_none_or(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+            });
+            let found = found
+                && se.label.as_ref().is_none_or(|(k, v)| {
+                    text.lines()
+                        .any(|l| l.starts_with(&se.family) && l.contains(&format!("{k}=\"{v}\"")))
+                });
+            assert!(found, "{group}.{} ({})", f.name, se.family);
+        }
+    };
+    check("global", GlobalStats::fields());
+    check("source", SourceStats::fields());
+    check("zone", ZoneStats::fields());
+    check("pool", PoolStats::fields());
+}
+
+#[test]
+fn set_reads_back_every_field() {
+    // Stats::set is the reverse of for_each: copying every value field by field gives the
+    // same struct.
+    fn copy<S: Stats + Default + PartialEq + std::fmt::Debug>(s: &S) {
+        let mut t = S::default();
+        s.for_each(&mut |f, v| assert!(t.set(f.name, v), "{}", f.name));
+        assert_eq!(&t, s);
+        assert!(!t.set("no_such_field", Value::U64(1)));
+    }
+    let s = Snapshot::sample();
+    copy(&s.global);
+    copy(&s.zones[1]);
+    copy(&s.pools[0]);
+    copy(&s.sources[1]);
+    let mut z = ZoneStats::default();
+    assert!(!z.set("used", Value::Text("7")), "wrong type");
+    assert!(!z.set("name", Value::U64(7)), "wrong type");
+    assert_eq!(z, ZoneStats::default());
 }
 
 #[test]

@@ -1,0 +1,211 @@
+//! The arena: one reservation of address space, cut into 4 MiB chunks that kegs own.
+//!
+//! ```text
+//!  arena base (CHUNK_SIZE aligned)                                    base + len
+//!  | chunk 0 | chunk 1 | chunk 2 | ...                       | chunk n-1 |
+//!      ^ owned by a keg: its slab metadata at the start, slabs after it
+//!  chunk map: one u64 per chunk, readable for every chunk (lazily zero-filled pages):
+//!      0            never handed out (above the bump pointer)
+//!      even tag     owned by the keg with that tag (tags are never reused)
+//!      odd          free, value = (next free chunk index << 1) | 1
+//! ```
+//!
+//! The chunk map is what makes a `free` of any pointer safe to check in O(1) without touching the
+//! pointer's memory: an address outside the arena, or in a chunk another keg owns, is rejected
+//! before anything is written. It is also what a future `malloc`-replacement `free(ptr)` needs.
+//!
+//! Chunks are committed (`mprotect` RW) when first handed out and never decommitted; giving
+//! memory back is done per slab with `MADV_DONTNEED` (see [`crate::os`]). A chunk freed by a
+//! destroyed zone is released whole and goes on the free list for reuse.
+
+use crate::os::{self, OsError};
+use core::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// log2 of the chunk size.
+pub(crate) const CHUNK_SHIFT: usize = 22;
+/// Bytes per chunk (4 MiB).
+pub(crate) const CHUNK_SIZE: usize = 1 << CHUNK_SHIFT;
+
+const ARENA_MAX: usize = 1 << 40; // try 1 TiB of address space first
+const ARENA_MIN: usize = 1 << 30; // and accept down to 1 GiB (e.g. under `ulimit -v`)
+
+pub(crate) struct Arena {
+    pub(crate) base: usize,
+    pub(crate) len: usize,
+    /// One tag per chunk (see the module docs).
+    pub(crate) map: *const AtomicU64,
+    /// Chunks below this index have been handed out at least once (and are committed).
+    bump: AtomicUsize,
+    /// Head of the free chunk list (index + 1, 0 = empty), protected by the mutex.
+    free: Mutex<usize>,
+    next_tag: AtomicU64,
+}
+
+// SAFETY: `map` points to a mapping owned by the arena for the life of the process; it is only
+// accessed through atomics.
+unsafe impl Send for Arena {}
+// SAFETY: as above; all mutable state is atomics or behind the mutex.
+unsafe impl Sync for Arena {}
+
+static ARENA: OnceLock<Result<Arena, OsError>> = OnceLock::new();
+
+/// The process's arena, reserved on first use.
+pub(crate) fn get() -> Result<&'static Arena, OsError> {
+    match ARENA.get_or_init(Arena::reserve) {
+        Ok(a) => Ok(a),
+        Err(e) => Err(*e),
+    }
+}
+
+impl Arena {
+    fn reserve() -> Result<Arena, OsError> {
+        let mut len = ARENA_MAX;
+        let base = loop {
+            match os::reserve(len, CHUNK_SIZE) {
+                Ok(p) => break p,
+                Err(e) if len <= ARENA_MIN => return Err(e),
+                Err(_) => len /= 2,
+            }
+        };
+        let nchunks = len >> CHUNK_SHIFT;
+        let map_len = os::round_up(nchunks * 8, os::page_size());
+        let map = match os::map(map_len) {
+            Ok(m) => m,
+            Err(e) => {
+                // SAFETY: `base` is the reservation made above, unused.
+                unsafe { os::unmap(base, len) };
+                return Err(e);
+            }
+        };
+        Ok(Arena {
+            base: base.as_ptr() as usize,
+            len,
+            map: map.as_ptr().cast(),
+            bump: AtomicUsize::new(0),
+            free: Mutex::new(0),
+            next_tag: AtomicU64::new(1),
+        })
+    }
+
+    /// A new keg tag: even, non-zero, never reused.
+    pub(crate) fn new_tag(&self) -> u64 {
+        self.next_tag.fetch_add(1, Ordering::Relaxed) << 1
+    }
+
+    #[inline]
+    fn entry(&self, idx: usize) -> &AtomicU64 {
+        debug_assert!(idx < self.len >> CHUNK_SHIFT);
+        // SAFETY: idx < nchunks, and the map holds one AtomicU64 per chunk for the life of the
+        // process.
+        unsafe { &*self.map.add(idx) }
+    }
+
+    /// The tag of the chunk holding `addr`, or 0 when `addr` is outside the arena or in a chunk
+    /// no keg owns. Never touches `addr` itself.
+    #[inline]
+    pub(crate) fn tag_of(&self, addr: usize) -> u64 {
+        let off = addr.wrapping_sub(self.base);
+        if off >= self.len {
+            return 0;
+        }
+        // Acquire: pairs with the Release store of the tag in `alloc_chunk`, so the chunk's
+        // header (written before the tag) is visible to whoever goes on to locate an item in it.
+        let t = self.entry(off >> CHUNK_SHIFT).load(Ordering::Acquire);
+        if t & 1 == 1 {
+            0
+        } else {
+            t
+        }
+    }
+
+    /// Hands a committed chunk to the keg with `tag`. The chunk's memory reads as zeros.
+    pub(crate) fn alloc_chunk(&self, tag: u64) -> Result<NonNull<u8>, OsError> {
+        debug_assert!(tag != 0 && tag & 1 == 0);
+        // Injected failures hit every chunk acquisition, also a reused chunk that needs no commit.
+        if os::fault::should_fail() {
+            return Err(OsError {
+                call: "arena chunk (injected)",
+                errno: libc::ENOMEM,
+            });
+        }
+        let nchunks = self.len >> CHUNK_SHIFT;
+        let mut head = crate::sync::lock(&self.free);
+        let idx = if *head != 0 {
+            let idx = *head - 1;
+            let e = self.entry(idx).load(Ordering::Relaxed);
+            debug_assert!(e & 1 == 1);
+            *head = (e >> 1) as usize;
+            idx
+        } else {
+            let idx = self.bump.load(Ordering::Relaxed);
+            if idx >= nchunks {
+                return Err(OsError {
+                    call: "arena (address space exhausted)",
+                    errno: libc::ENOMEM,
+                });
+            }
+            let p = self.base + (idx << CHUNK_SHIFT);
+            // SAFETY: the chunk lies inside our reservation and is chunk (hence page) aligned.
+            unsafe { os::commit(NonNull::new_unchecked(p as *mut u8), CHUNK_SIZE)? };
+            self.bump.store(idx + 1, Ordering::Relaxed);
+            // The chunk map is touched a page at a time as chunks are first used.
+            if (idx * 8).is_multiple_of(os::page_size()) {
+                os::add_metadata(os::page_size());
+            }
+            idx
+        };
+        // Release: a thread that reads this tag (tag_of, Acquire) sees the chunk's header, which
+        // the keg initialises before publishing any item of the chunk.
+        self.entry(idx).store(tag, Ordering::Release);
+        // SAFETY: inside the reservation, non-null.
+        Ok(unsafe { NonNull::new_unchecked((self.base + (idx << CHUNK_SHIFT)) as *mut u8) })
+    }
+
+    /// Takes a chunk back: its pages are given back to the OS and it goes on the free list.
+    ///
+    /// # Safety
+    /// `chunk` must have come from [`Arena::alloc_chunk`] and nothing may use it any more.
+    pub(crate) unsafe fn free_chunk(&self, chunk: NonNull<u8>) {
+        let idx = (chunk.as_ptr() as usize - self.base) >> CHUNK_SHIFT;
+        // SAFETY: the caller guarantees the chunk is ours and unused.
+        unsafe { os::release(chunk, CHUNK_SIZE) };
+        let mut head = crate::sync::lock(&self.free);
+        // Release: pairs with the Acquire loads in `tag_of` and the fast path's item check; a
+        // reader that sees the "free" mark (odd value) sees the chunk given back (no stale
+        // header can pass for a keg's). The free-list link in the entry itself is read under
+        // the `free` mutex only.
+        self.entry(idx)
+            .store(((*head as u64) << 1) | 1, Ordering::Release);
+        *head = idx + 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_tagged_and_reused() {
+        let a = get().unwrap();
+        let t1 = a.new_tag();
+        let t2 = a.new_tag();
+        assert!(t1 != t2 && t1 & 1 == 0 && t2 & 1 == 0);
+        let c1 = a.alloc_chunk(t1).unwrap();
+        assert_eq!(c1.as_ptr() as usize % CHUNK_SIZE, 0);
+        assert_eq!(a.tag_of(c1.as_ptr() as usize + 12345), t1);
+        assert_eq!(a.tag_of(0x1000), 0, "outside the arena");
+        // SAFETY: c1 came from alloc_chunk and is unused.
+        unsafe { a.free_chunk(c1) };
+        assert_eq!(
+            a.tag_of(c1.as_ptr() as usize),
+            0,
+            "free chunks belong to nobody"
+        );
+        let c2 = a.alloc_chunk(t2).unwrap();
+        assert_eq!(a.tag_of(c2.as_ptr() as usize), t2);
+        // SAFETY: c2 came from alloc_chunk and is unused.
+        unsafe { a.free_chunk(c2) };
+    }
+}

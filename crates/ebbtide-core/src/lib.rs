@@ -1,0 +1,178 @@
+//! # ebbtide
+//!
+//! Kernel-style object caches for userspace processes that give memory back when the system or
+//! the container runs short: FreeBSD UMA's zone allocator (per-CPU bucket caches over a depot of
+//! full buckets over slabs), xen-blkback's squeeze of page pools, and the Linux pressure signals
+//! that no userspace allocator listens to.
+//!
+//! This crate is the allocator core: it never calls the global allocator on its paths, never
+//! starts a thread, and knows nothing of pressure sources, options, statistics formats or the
+//! control socket. What it needs from a runtime above it (the `ebbtide` crate, or a malloc) is
+//! passed in ([`runtime`]): a hook called at zone creation (configuration, threads), a hook
+//! counting failed mappings, checked mode by default, the release helper
+//! ([`release::serve_forever`], run on the runtime's thread).
+//!
+//! ## Objects, top to bottom
+//!
+//! ```text
+//!   Zone  ── one item size, hooks, limit, flags; the unit users see            zone/
+//!    │
+//!    ├─ per-CPU stacks  ── LIFO of free items per (zone, CPU); rseq critical   pcpu.rs
+//!    │                     sections, no lock; cap = 2 × bucket size (≤ 504)
+//!    ├─ depot           ── full buckets, MRU first, capped; WSS estimator      depot.rs, wss.rs
+//!    │    └ buckets     ── arrays of item pointers from internal kegs          bucket.rs
+//!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg.rs, lazy.rs
+//!         └ slabs       ── runs of pages cut into items; metadata off-page     slab.rs
+//!              └ chunks ── 4 MiB pieces of one arena reservation, tagged in    arena.rs
+//!                          a chunk map so any pointer maps to its keg in O(1)
+//!                 └ OS  ── mmap/mprotect/madvise/membarrier/dlsym/atfork,      os.rs
+//!                          write(2), the clock (one time base; fake in tests)
+//! ```
+//!
+//! Beside them: the list of live zones (`registry`), the squeeze window, the "buckets disabled"
+//! switch and the one-reclaim-at-a-time lock (`gate`), the release pipeline that gives pages
+//! back while a drain goes on ([`release`]), page pools ([`page_pool`]), typed zones
+//! ([`typed`]), the reclaim entry points ([`reclaim`]).
+//!
+//! ## Layers
+//! Layer order (bottom first): sync, os, wss, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, reclaim, page_pool, typed.
+//!
+//! Each module names only modules before it in that list (`tests/layers.rs` reads the code and
+//! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
+//! release ring knows kegs only through its `Releasing` trait; the gates sit below the zones
+//! that read them and above nothing but the OS.
+//!
+//! Vocabulary: an *item* is what a zone hands out; a *slab* is a run of OS pages holding items of
+//! one keg; a *chunk* is the 4 MiB unit of address space a keg owns; a *bucket* is an array of free
+//! item pointers; a *stack* is one CPU's cache of one zone (UMA's alloc and free buckets end to
+//! end).
+//!
+//! ## Allocation order
+//! 1. this CPU's stack (fast path, inlined: one rseq critical section);
+//! 2. a full bucket from the depot (one item returned, the rest pushed onto this CPU's stack);
+//! 3. a bucket's worth imported from the keg: partial slabs, then free slabs, then lazy slabs
+//!    (given up without pressure, no fault unless the kernel took the page), then clean (given
+//!    back) slabs, then a new chunk; a failed mapping triggers DRAIN_CPU and one retry.
+//!
+//! Free goes the other way: this CPU's stack; when full, a bucket's worth is flushed to the
+//! depot; when the depot is at its cap, caching is off (NOBUCKET, buckets disabled by critical
+//! pressure, a squeeze window, limit sleepers) or the thread has no rseq area, straight to the
+//! slabs. Every free is first checked in O(1) against the chunk map (never touching the item),
+//! and the push refuses an item that is already the top of this CPU's stack (an immediate double
+//! free, `free(p); free(p)`).
+//!
+//! The fast path's constants (per-CPU base, CPU count, rseq offset, the `careful` bits that send
+//! hooks, checked/zeroing zones and locked mode to the slow path, arena bounds, chunk tag, slab
+//! geometry) are copied into every `Zone` handle: a handle is immutable plain data, so a loop of
+//! allocations keeps them in registers instead of reloading them through the zone object after
+//! each critical section.
+//!
+//! ## Reclaim order
+//! `TRIM` (depot to its working set) → `DRAIN` (whole depot) → `DRAIN_CPU` (depot, then every
+//! CPU's stack of every zone — one loop over CPUs, one `membarrier` per CPU — then the depot
+//! again). Items go back to their slabs; free slabs go back to the OS with `MADV_DONTNEED`, one
+//! call per run of adjacent slabs, never under a keg lock. In a large drain the slabs emptied
+//! along the way are handed to the release helper (the runtime's thread running
+//! [`release::serve_forever`]), which gives their pages back while the drain goes on; the call
+//! still returns only when every page it counts is gone. Without pressure (the periodic
+//! page-pool shrink, the idle trim) free slabs go to the lazy list instead: `MADV_FREE` after
+//! `lazy_settle_ms`, `MADV_DONTNEED` after `lazy_decay_ms`, all of them at once when pressure
+//! comes ([`lazy`]). A policy step that opens a squeeze
+//! window, turns buckets off and asks for DRAIN_CPU is one pass over the CPUs
+//! ([`reclaim::respond`]).
+//!
+//! ## Locks (outermost first) and who owns them
+//! | lock | owner | protects |
+//! |---|---|---|
+//! | reclaim mutex | `gate` | one reclaim at a time (re-entry returns 0) |
+//! | registry mutex | `registry` | the list of live zones |
+//! | limit mutex (per zone) | `zone/limit.rs` | `max_items` sleepers (FIFO tickets); taken alone, never with another core lock held |
+//! | header lock (per zone, per CPU) | `pcpu` | drainers and cap writers; every op in locked mode |
+//! | depot mutex (per zone) | `depot` | buckets and the WSS estimator; `try_lock` failure grows the bucket size |
+//! | keg mutex (per keg) | `keg` | slab lists, bitmaps, counters; innermost; only `fini` runs under it, never `madvise` |
+//! | arena free-chunk mutex | `arena` | the free chunk list |
+//!
+//! The fast path takes none of them. No path of the core (alloc, free, reclaim) calls the global
+//! allocator once a zone exists: metadata lives in the library's own pages (zone objects, per-CPU
+//! arrays, chunk headers, buckets), so the core can serve as a process's `malloc`. Every byte it
+//! maps is counted: item and bucket slabs in [`mapped_bytes`], its own structures in
+//! [`os::metadata_bytes`]. The runtime's locks (policy, handlers, `APPLY`) are all outside these
+//! (see the `ebbtide` crate).
+//!
+//! ## Invariants
+//! * keg: `backed_slabs × items_per_slab = items_out + free_items`;
+//! * zone: `items_out = used + Σ per-CPU counts + depot items`, so
+//!   `items mapped = used + per-CPU + depot + free in slabs` ([`Zone::validate`] walks every
+//!   layer and checks it; it is compiled in every build);
+//! * depot: `imax ≥ nitems ≥ bimin ≥ imin` ([`wss::Wss::check`]).
+//!
+//! ## Unsafe code
+//! `unsafe_op_in_unsafe_fn` is denied; every `unsafe fn` lists its obligations under `# Safety`,
+//! every `unsafe` block discharges them in a `// SAFETY:` comment, and every non-Relaxed atomic
+//! says what it pairs with.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+// Under `--cfg loom` only the sync shim, the OS boundary, the per-CPU layer (its locked mode
+// and remote drains, model-checked in `pcpu::loom_tests`) and the pure estimator compile: the
+// rest maps memory and keeps `static` locks, which loom cannot model.
+#[cfg(not(loom))]
+pub(crate) mod arena;
+#[cfg(not(loom))]
+pub(crate) mod bucket;
+#[cfg(not(loom))]
+pub(crate) mod depot;
+#[cfg(not(loom))]
+pub mod error;
+#[cfg(not(loom))]
+pub(crate) mod gate;
+#[cfg(not(loom))]
+pub(crate) mod keg;
+#[cfg(not(loom))]
+pub mod lazy;
+#[cfg_attr(loom, allow(dead_code))]
+pub mod os;
+#[cfg(not(loom))]
+pub mod page_pool;
+#[cfg_attr(loom, allow(dead_code))]
+pub mod pcpu;
+#[cfg(not(loom))]
+pub mod reclaim;
+#[cfg(not(loom))]
+pub(crate) mod registry;
+#[cfg(not(loom))]
+pub mod release;
+#[cfg(not(loom))]
+pub mod runtime;
+#[cfg(not(loom))]
+pub(crate) mod slab;
+#[cfg_attr(loom, allow(dead_code, unused_imports))]
+pub(crate) mod sync;
+#[cfg(not(loom))]
+pub mod typed;
+pub mod wss;
+#[cfg(not(loom))]
+pub mod zone;
+
+#[cfg(not(loom))]
+pub use error::{AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
+#[cfg(not(loom))]
+pub use keg::{mapped_bytes, released_bytes, InvalidKind};
+#[cfg(not(loom))]
+pub use page_pool::{PagePool, PoolSnapshot};
+#[cfg(not(loom))]
+pub use pcpu::Mode as PcpuMode;
+#[cfg(not(loom))]
+pub use reclaim::Request;
+#[cfg(not(loom))]
+pub use typed::{TypedZone, ZBox};
+#[cfg(not(loom))]
+pub use zone::{LimitMode, Zone, ZoneFlags, ZoneOptions, ZoneSnapshot};
+
+#[cfg(not(loom))]
+pub use sync::lock;
+
+/// How the per-CPU caches synchronise in this process (rseq, or locked as a fallback).
+#[cfg(not(loom))]
+pub fn pcpu_mode() -> pcpu::Mode {
+    pcpu::mode()
+}

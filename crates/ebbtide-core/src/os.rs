@@ -1,0 +1,515 @@
+//! The OS boundary: every system call the allocator core makes goes through this module.
+//!
+//! | call | used for | precondition |
+//! |---|---|---|
+//! | [`reserve`] | address space for the arena (`PROT_NONE`, `MAP_NORESERVE`) | none |
+//! | [`commit`] | make a chunk of the reservation readable and writable (`mprotect`) | range inside a reservation, page aligned |
+//! | [`release`] | give the pages of a free slab back (`MADV_DONTNEED`) | range inside a committed chunk, page aligned |
+//! | [`release_lazy`] | offer the pages of a free slab to the kernel (`MADV_FREE`), see [`crate::lazy`] | as `release` |
+//! | [`map`] / [`unmap`] | metadata pages (zone objects, per-CPU arrays) | length a multiple of the page size |
+//! | `futex_wait` / `futex_wake` | the page release helper's sleep (`release.rs`) | a process-private word |
+//! | [`page_size`], [`cpu_count`], [`current_cpu`], [`now_ns`] | facts | none |
+//!
+//! **Why `MADV_DONTNEED` and not `munmap` to give memory back.** Both drop the pages at once
+//! (about 75 ms per GiB here, anchors §5) and both lower RSS and the cgroup charge immediately.
+//! `MADV_DONTNEED` keeps the mapping: the address range stays ours, so a slab can be reused without
+//! a new `mmap`, the kernel never has to split a VMA (no `vm.max_map_count` exhaustion after many
+//! partial releases), and our chunk map stays valid, so a stale pointer into a released slab is
+//! still recognised as ours and reported rather than faulting. `MADV_FREE` is not used where memory
+//! must go now: it is lazy, and until the kernel actually reclaims, the pages still count against
+//! the cgroup limit. `munmap` is used only when a whole reservation is torn down.
+//! `MADV_FREE` is used only where promptness is not needed ([`release_lazy`], chosen by
+//! [`crate::lazy`]): a page offered that way that nobody else needed is reused without a fault.
+//!
+//! Tests inject failures with [`fault::fail_next_commits`]: the next N commits fail with `ENOMEM`,
+//! exactly as a refused `mprotect` of a strict-overcommit system would.
+
+use core::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// An error from the OS boundary: which call failed and its `errno`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OsError {
+    /// The system call that failed.
+    pub call: &'static str,
+    /// Its `errno`.
+    pub errno: i32,
+}
+
+impl core::fmt::Display for OsError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "{} failed: {}",
+            self.call,
+            std::io::Error::from_raw_os_error(self.errno)
+        )
+    }
+}
+
+impl std::error::Error for OsError {}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+static PAGE_SIZE: AtomicUsize = AtomicUsize::new(0);
+
+/// The OS page size (cached after the first call).
+#[inline]
+pub fn page_size() -> usize {
+    let p = PAGE_SIZE.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let s = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let s = if s > 0 { s as usize } else { 4096 };
+    PAGE_SIZE.store(s, Ordering::Relaxed);
+    s
+}
+
+/// Number of CPU ids the kernel may report (`_SC_NPROCESSORS_CONF`): per-CPU arrays are sized by
+/// it, so every id `sched_getcpu` or rseq can return is covered.
+pub fn cpu_count() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    if n > 0 {
+        n as usize
+    } else {
+        1
+    }
+}
+
+#[cfg(loom)]
+loom::thread_local! {
+    static MODEL_CPU: core::cell::Cell<usize> = core::cell::Cell::new(0);
+}
+
+/// Under loom: the CPU the calling model thread "runs on" ([`current_cpu`]), set by the model.
+#[cfg(loom)]
+pub fn set_model_cpu(cpu: usize) {
+    MODEL_CPU.with(|c| c.set(cpu));
+}
+
+/// The CPU this thread runs on now (may be stale the moment it returns); 0 if unknown.
+#[inline]
+pub fn current_cpu() -> usize {
+    #[cfg(loom)]
+    {
+        MODEL_CPU.with(|c| c.get())
+    }
+    #[cfg(miri)]
+    {
+        0
+    }
+    #[cfg(not(any(miri, loom)))]
+    {
+        // SAFETY: sched_getcpu has no preconditions.
+        let c = unsafe { libc::sched_getcpu() };
+        if c < 0 {
+            0
+        } else {
+            c as usize
+        }
+    }
+}
+
+/// Monotonic time in nanoseconds (`CLOCK_MONOTONIC`): the core's one time base (squeeze
+/// windows, idle detection). Tests may replace it with a fake clock ([`fault::set_fake_clock`]).
+#[inline]
+pub fn now_ns() -> u64 {
+    let fake = fault::FAKE_NOW.load(Ordering::Relaxed);
+    if fake != 0 {
+        return fake;
+    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Fault injection for tests (compiled in every build; one thread-local load on the commit path).
+///
+/// Injection is per thread, so a test that injects failures cannot disturb tests running in
+/// parallel threads of the same test binary.
+pub mod fault {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        static FAIL_COMMITS: Cell<u32> = const { Cell::new(0) };
+    }
+    pub(super) static FAILED: AtomicU32 = AtomicU32::new(0);
+
+    /// The next `n` page acquisitions made by this thread fail with `ENOMEM`: [`super::commit`],
+    /// [`super::map`], and a keg taking a chunk from the arena (fresh or reused).
+    pub fn fail_next_commits(n: u32) {
+        FAIL_COMMITS.with(|c| c.set(n));
+    }
+
+    thread_local! {
+        static RELEASE_DELAY_US: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// The fake clock's reading in ns; 0 = the real clock.
+    pub(super) static FAKE_NOW: AtomicU64 = AtomicU64::new(0);
+
+    /// Test hook: [`super::now_ns`] returns `ns` from now on for every thread (`None`: the real
+    /// clock again). For tests of time-dependent core state (squeeze windows) in their own
+    /// process.
+    pub fn set_fake_clock(ns: Option<u64>) {
+        // 0 stands for "real clock", so a fake reading of 0 is stored as 1 ns.
+        FAKE_NOW.store(ns.map_or(0, |n| n.max(1)), Ordering::Relaxed);
+    }
+
+    /// Test hook: every page give-back ([`super::release`]) by this thread sleeps `us`
+    /// microseconds first, so a test can see what else waits for it (no lock may).
+    pub fn set_release_delay_us(us: u32) {
+        RELEASE_DELAY_US.with(|c| c.set(us));
+    }
+
+    pub(crate) fn release_delay() {
+        let us = RELEASE_DELAY_US.with(|c| c.get());
+        if us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(us as u64));
+        }
+    }
+
+    /// How many commits or maps failed because of injection since the process started.
+    pub fn injected_failures() -> u32 {
+        // SeqCst (here and in `should_fail`): a plain counter read by tests after joining the
+        // threads that failed; the strongest order costs nothing on this cold path.
+        FAILED.load(Ordering::SeqCst)
+    }
+
+    #[inline]
+    pub(crate) fn should_fail() -> bool {
+        FAIL_COMMITS.with(|c| {
+            let n = c.get();
+            if n == 0 {
+                return false;
+            }
+            c.set(n - 1);
+            FAILED.fetch_add(1, Ordering::SeqCst);
+            true
+        })
+    }
+}
+
+/// Reserves `len` bytes of address space, inaccessible and not charged, aligned to `align`
+/// (a power of two at least the page size).
+pub fn reserve(len: usize, align: usize) -> Result<NonNull<u8>, OsError> {
+    debug_assert!(align.is_power_of_two() && align >= page_size());
+    let total = len + align;
+    // SAFETY: an anonymous PROT_NONE mapping at a kernel-chosen address has no preconditions.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            total,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(OsError {
+            call: "mmap(PROT_NONE reservation)",
+            errno: last_errno(),
+        });
+    }
+    let start = p as usize;
+    let aligned = (start + align - 1) & !(align - 1);
+    // Trim the unaligned head and the tail so exactly [aligned, aligned + len) stays reserved.
+    // SAFETY: both ranges lie inside the mapping just created and are page aligned.
+    unsafe {
+        if aligned > start {
+            libc::munmap(start as *mut _, aligned - start);
+        }
+        let end = aligned + len;
+        let map_end = start + total;
+        if map_end > end {
+            libc::munmap(end as *mut _, map_end - end);
+        }
+    }
+    // SAFETY: `aligned` is inside a successful mapping, hence non-null.
+    Ok(unsafe { NonNull::new_unchecked(aligned as *mut u8) })
+}
+
+/// Makes `[ptr, ptr+len)` of a reservation readable and writable. Pages are only charged when
+/// first touched.
+///
+/// # Safety
+/// The range must lie inside a reservation made by [`reserve`] and be page aligned.
+pub unsafe fn commit(ptr: NonNull<u8>, len: usize) -> Result<(), OsError> {
+    if fault::should_fail() {
+        return Err(OsError {
+            call: "mprotect(commit)",
+            errno: libc::ENOMEM,
+        });
+    }
+    // SAFETY: the caller guarantees the range is ours and page aligned.
+    let r = unsafe { libc::mprotect(ptr.as_ptr().cast(), len, libc::PROT_READ | libc::PROT_WRITE) };
+    if r != 0 {
+        return Err(OsError {
+            call: "mprotect(commit)",
+            errno: last_errno(),
+        });
+    }
+    Ok(())
+}
+
+/// Gives the pages of `[ptr, ptr+len)` back to the OS; the range stays mapped and reads as
+/// zeros afterwards.
+///
+/// # Safety
+/// The range must be committed memory of ours, page aligned, and hold nothing anyone still uses.
+pub unsafe fn release(ptr: NonNull<u8>, len: usize) {
+    fault::release_delay();
+    // SAFETY: the caller guarantees the range is ours, page aligned and unused.
+    let r = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_DONTNEED) };
+    debug_assert_eq!(r, 0, "madvise(MADV_DONTNEED) failed");
+}
+
+/// Offers the pages of `[ptr, ptr+len)` to the kernel with `MADV_FREE`: they stay mapped and
+/// charged (RSS, cgroup usage) until the kernel needs memory and takes them; a write before
+/// that keeps the page and costs no fault, after it the page faults in zeroed. Returns false
+/// (having done nothing) where `MADV_FREE` is not available (kernels before 4.5: `EINVAL`);
+/// the caller then uses [`release`].
+///
+/// # Safety
+/// As [`release`]; afterwards the contents are undefined (old data or zeros) until written.
+pub unsafe fn release_lazy(ptr: NonNull<u8>, len: usize) -> bool {
+    // SAFETY: the caller guarantees the range is ours, page aligned and unused.
+    let r = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_FREE) };
+    r == 0
+}
+
+/// Sleeps while `word` holds `expected` (returns at once if it does not; may return spuriously).
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
+    // SAFETY: FUTEX_WAIT_PRIVATE on a valid, aligned u32 that lives as long as the call (a
+    // static in practice); a null timeout waits without limit.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            core::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+/// Wakes one thread sleeping in [`futex_wait`] on `word`.
+pub(crate) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE_PRIVATE on a valid, aligned u32; wakes at most one waiter.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        );
+    }
+}
+
+/// glibc's registered rseq area: `(__rseq_offset, __rseq_size)`, or `None` when this libc
+/// exports neither (not glibc, or older than 2.35). A size below 20 means not registered.
+pub fn glibc_rseq_area() -> Option<(isize, u32)> {
+    // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names has no preconditions.
+    let (off, size) = unsafe {
+        (
+            libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()),
+            libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()),
+        )
+    };
+    if off.is_null() || size.is_null() {
+        return None;
+    }
+    // SAFETY: glibc defines these as `const ptrdiff_t __rseq_offset` and
+    // `const unsigned int __rseq_size`, valid for the life of the process.
+    Some(unsafe { (*(off as *const isize), *(size as *const u32)) })
+}
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 7;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 8;
+const MEMBARRIER_CMD_FLAG_CPU: libc::c_uint = 1;
+
+/// Registers the process for `MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ`; false if the kernel
+/// refuses (then remote drains cannot use rseq fences).
+pub fn membarrier_register_rseq() -> bool {
+    // SAFETY: membarrier registration has no memory-safety preconditions.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ,
+            0,
+            0,
+        ) == 0
+    }
+}
+
+/// Restarts every rseq critical section running on `cpu` (and fences it): one
+/// `membarrier(PRIVATE_EXPEDITED_RSEQ, FLAG_CPU, cpu)`. False if the kernel refused.
+pub fn membarrier_rseq_cpu(cpu: usize) -> bool {
+    // SAFETY: membarrier has no memory-safety preconditions.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
+            MEMBARRIER_CMD_FLAG_CPU,
+            cpu as libc::c_int,
+        ) == 0
+    }
+}
+
+/// Registers fork handlers (`pthread_atfork`): `child` runs in the child after a fork. It must
+/// only do what is async-signal-safe (in practice: store to atomics).
+pub fn atfork_child(child: extern "C" fn()) {
+    // SAFETY: registers a handler; the caller's obligation (async-signal-safe body) is stated
+    // above and in every handler's comment.
+    unsafe { libc::pthread_atfork(None, None, Some(child)) };
+}
+
+static METADATA_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of the library's own metadata in memory: zone objects, per-CPU stacks, chunk headers
+/// with their slab descriptors, and the used pages of the chunk map. Beside the kegs'
+/// `mapped_bytes` (slabs of items and of buckets), this accounts for every byte the library maps
+/// and touches.
+pub fn metadata_bytes() -> u64 {
+    METADATA_BYTES.load(Ordering::Relaxed) as u64
+}
+
+/// Counts `n` more bytes of metadata (see [`metadata_bytes`]).
+pub(crate) fn add_metadata(n: usize) {
+    METADATA_BYTES.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Counts `n` bytes of metadata gone.
+pub(crate) fn sub_metadata(n: usize) {
+    METADATA_BYTES.fetch_sub(n, Ordering::Relaxed);
+}
+
+/// Maps `len` bytes of fresh zeroed memory (a multiple of the page size) for metadata.
+pub fn map(len: usize) -> Result<NonNull<u8>, OsError> {
+    if fault::should_fail() {
+        return Err(OsError {
+            call: "mmap",
+            errno: libc::ENOMEM,
+        });
+    }
+    // SAFETY: an anonymous mapping at a kernel-chosen address has no preconditions.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(OsError {
+            call: "mmap",
+            errno: last_errno(),
+        });
+    }
+    // SAFETY: a successful mmap never returns null here (we did not ask for address 0).
+    Ok(unsafe { NonNull::new_unchecked(p.cast()) })
+}
+
+/// Unmaps memory obtained from [`map`] or a whole [`reserve`]d range.
+///
+/// # Safety
+/// The range must be exactly one we mapped and nothing may use it afterwards.
+pub unsafe fn unmap(ptr: NonNull<u8>, len: usize) {
+    // SAFETY: the caller guarantees the range is ours and unused.
+    unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
+}
+
+/// Rounds `n` up to a multiple of `to` (a power of two).
+#[inline]
+pub const fn round_up(n: usize, to: usize) -> usize {
+    (n + to - 1) & !(to - 1)
+}
+
+/// Writes `msg` to standard error with one `write(2)` (no allocation, no lock; a message of up
+/// to `PIPE_BUF` bytes is not interleaved with other writers). Errors are ignored: there is
+/// nowhere left to report them.
+pub fn write_stderr(msg: &[u8]) {
+    // SAFETY: writes `msg.len()` initialised bytes from a live slice to fd 2.
+    unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserve_commit_release_roundtrip() {
+        let ps = page_size();
+        let r = reserve(16 * ps, 8 * ps).unwrap();
+        assert_eq!(r.as_ptr() as usize % (8 * ps), 0);
+        // SAFETY: the range is inside the reservation and page aligned.
+        unsafe {
+            commit(r, 4 * ps).unwrap();
+            r.as_ptr().write_bytes(0xab, 4 * ps);
+            release(r, 4 * ps);
+            assert_eq!(*r.as_ptr().add(ps), 0, "released pages read as zero");
+            unmap(r, 16 * ps);
+        }
+    }
+
+    #[test]
+    fn lazy_release_keeps_the_mapping() {
+        let ps = page_size();
+        let r = reserve(4 * ps, ps).unwrap();
+        // SAFETY: the range is inside the reservation and page aligned.
+        unsafe {
+            commit(r, 4 * ps).unwrap();
+            r.as_ptr().write_bytes(0xcd, 4 * ps);
+            assert!(release_lazy(r, 4 * ps), "MADV_FREE refused");
+            // Still mapped and writable: a write takes the page back (old data or zeros before).
+            let b = *r.as_ptr();
+            assert!(b == 0xcd || b == 0, "{b:#x}");
+            r.as_ptr().write_bytes(1, 4 * ps);
+            assert_eq!(*r.as_ptr().add(3 * ps), 1);
+            unmap(r, 4 * ps);
+        }
+    }
+
+    #[test]
+    fn injected_commit_failure() {
+        let ps = page_size();
+        let r = reserve(ps, ps).unwrap();
+        let before = fault::injected_failures();
+        fault::fail_next_commits(1);
+        // SAFETY: inside the reservation.
+        let e = unsafe { commit(r, ps) }.unwrap_err();
+        assert_eq!(e.errno, libc::ENOMEM);
+        assert!(fault::injected_failures() > before);
+        // SAFETY: inside the reservation.
+        unsafe {
+            commit(r, ps).unwrap();
+            unmap(r, ps);
+        }
+    }
+
+    #[test]
+    fn facts() {
+        assert!(page_size().is_power_of_two());
+        assert!(cpu_count() >= 1);
+        assert!(current_cpu() < cpu_count());
+        let a = now_ns();
+        let b = now_ns();
+        assert!(b >= a);
+    }
+}

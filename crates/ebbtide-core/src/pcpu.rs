@@ -1,0 +1,1191 @@
+//! Per-CPU caches: one stack of free items per (zone, CPU), touched without locks or atomic
+//! read-modify-writes, and drainable from any thread at any time.
+//!
+//! # Layout
+//! ```text
+//!  zone.pcpu.base + (cpu << STRIDE_SHIFT):        (one 4 KiB page per CPU)
+//!  +0   word   u64  = count (low 16 bits) | fast allocations (high 48 bits)   <- the commit store
+//!  +8   cap    u32    pushes allowed while count < cap        (0 = stopped / caching off)
+//!  +12  floor  u32    pops allowed while count > floor        (0xffff = stopped)
+//!  +16  lock   u32    serialises drainers and cap writers (and every op in locked mode)
+//!  +24  idle_mark u64 `word` at the last periodic pass: unchanged means no operation since
+//!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest; storage <= 504
+//! ```
+//! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: `cap = 2 * bucket_size`
+//! (at most 504, what fits in the page),
+//! a miss on allocation refills one bucket from the depot, a miss on free flushes one bucket to
+//! it. (UMA's third, cross-domain bucket has no use on a single NUMA domain.)
+//!
+//! # Fast path (rseq mode)
+//! glibc registers a restartable sequence area for every thread (`__rseq_offset`). `Pcpu::pop`
+//! and `Pcpu::push` are rseq critical sections in inline assembly: read the CPU id, locate the
+//! header, check `count` against `floor`/`cap`, move the item, and commit with **one 8-byte store
+//! of `word`** (count ± 1, plus the allocation counter). If the thread is preempted, migrated or
+//! signalled before that store, the kernel restarts the section from the top, so two threads never
+//! interleave on one CPU's stack and the fast path needs no lock and no `lock`-prefixed
+//! instruction. A thread whose rseq area is not registered sees a CPU id out of range and takes
+//! the slow path, which then bypasses the per-CPU layer.
+//!
+//! # Remote drain (rseq mode)
+//! A drainer (the reclaim code, on any thread) takes the `lock` of each header it wants, then
+//! **stops** it: `cap = 0`, `floor = 0xffff` (plain stores to fields no critical section ever
+//! writes). It then calls `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, FLAG_CPU, cpu)`, which
+//! returns only after every critical section that was running on that CPU has been aborted or
+//! has committed, and acts as a full barrier there. After it, any critical section on that CPU
+//! starts after the stop stores and so fails its check: the drainer owns the stack, empties it
+//! and restarts it with `floor = 0` and the new `cap` (Release; the next critical section that
+//! reads them sees the emptied stack). One membarrier covers every zone stopped on that CPU, so
+//! `DRAIN_CPU` makes one IPI per CPU, not per zone (the review point of seed 002). The owning
+//! thread never cooperates: an idle, descheduled or exited thread's cache drains the same way.
+//!
+//! **Load order.** Every critical section loads its stop field (`floor` for pops, `cap` for
+//! pushes) *before* `word`. A section that starts after the fence may still straddle the
+//! drainer's "store `word` = 0, then reopen" (nothing aborts it: the fence is over). Loading the
+//! stop field first makes that safe on x86 (loads are not reordered with loads, stores not with
+//! stores): a section that sees the reopened field also sees the emptied `word`. The opposite
+//! order (word first) let a section combine the pre-drain count with the reopened floor and pop
+//! an item the drainer had already given to the slabs — handed out twice (found by
+//! `tests/stress.rs` under concurrent `DRAIN_CPU` and by the loom model `tests/loom_pcpu.rs`).
+//!
+//! # Locked mode
+//! Without rseq (old glibc, valgrind, `EBBTIDE_RSEQ=0`, or under loom/miri) every operation takes
+//! the header `lock` of `sched_getcpu()`'s stack. Drainers take the same lock and need no fence.
+//!
+//! # What the fast path may never do
+//! Lock, make a system call, allocate, or write anything but its own CPU's stack; it reads the
+//! header line and one item slot, and writes one slot and the header word.
+
+use crate::os::{self, OsError};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use core::ptr::{self, NonNull};
+
+/// Offset of the items from the header.
+pub(crate) const HDR: usize = 64;
+/// log2 of the distance between two CPUs' stacks of a zone: one 4 KiB page per (zone, CPU), so
+/// the critical sections locate their header with a shift instead of a multiplication.
+pub(crate) const STRIDE_SHIFT: u32 = 12;
+/// Item slots per CPU stack: what fits in the page after the header (504).
+pub(crate) const STORAGE_MAX: u32 = (((1usize << STRIDE_SHIFT) - HDR) / 8) as u32;
+const FLOOR_STOPPED: u32 = 0xffff;
+const COUNT_MASK: u64 = 0xffff;
+const ALLOC_ONE: u64 = 1 << 16;
+
+/// One CPU's header (see the module docs for the layout).
+#[repr(C, align(64))]
+pub(crate) struct Header {
+    pub(crate) word: AtomicU64,
+    pub(crate) cap: AtomicU32,
+    pub(crate) floor: AtomicU32,
+    pub(crate) lock: AtomicU32,
+    /// The `word` seen by the last periodic pass (idle detection; written by the reclaim code).
+    pub(crate) idle_mark: AtomicU64,
+    _pad: [u64; 3],
+    /// Always 0, never written: the slot "below" item 0, which the push section's duplicate
+    /// check (`items[count - 1] == item`) reads when the stack is empty, so the check needs no
+    /// branch on `count > 0`. Zero is never an item.
+    below_items: u64,
+}
+#[cfg(not(loom))]
+const _: () = assert!(core::mem::size_of::<Header>() == HDR);
+#[cfg(not(loom))]
+const _: () = assert!(core::mem::offset_of!(Header, below_items) == HDR - 8);
+
+/// What a push did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Push {
+    /// The item is on this CPU's stack.
+    Done,
+    /// The stack is full, stopped or closed (cap 0): nothing changed.
+    Full,
+    /// The item is already the top of this CPU's stack: an immediate double free
+    /// (`free(p); free(p)`), refused; nothing changed.
+    Duplicate,
+}
+
+/// How the per-CPU layer synchronises (decided once per process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// rseq critical sections, membarrier for remote drains.
+    Rseq,
+    /// A lock per (zone, CPU).
+    Locked,
+}
+
+/// Sentinel for "no rseq" in [`Pcpu::rseq_off`].
+const NO_RSEQ: isize = isize::MIN;
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+mod rseq {
+    use std::sync::OnceLock;
+
+    static OFFSET: OnceLock<Option<isize>> = OnceLock::new();
+
+    /// The thread-pointer offset of glibc's rseq area, if rseq can be used for per-CPU caches.
+    pub(super) fn offset() -> Option<isize> {
+        *OFFSET.get_or_init(|| {
+            if matches!(std::env::var_os("EBBTIDE_RSEQ"), Some(v) if v == "0") {
+                return None;
+            }
+            let (off, size) = crate::os::glibc_rseq_area()?;
+            if size < 20 {
+                return None; // rseq not registered (disabled by tunable, or the kernel refused)
+            }
+            if !crate::os::membarrier_register_rseq() {
+                return None;
+            }
+            // The calling thread must see a valid CPU id through the area.
+            let cpu = cpu_id(off);
+            if (cpu as usize) < crate::os::cpu_count() {
+                Some(off)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// This thread's CPU id as the rseq area reports it (u32::MAX-ish when unregistered).
+    #[inline]
+    pub(super) fn cpu_id(off: isize) -> u32 {
+        let cpu: u32;
+        // SAFETY: reads 4 bytes of this thread's rseq area at %fs:off+4, which glibc keeps mapped
+        // for the thread's lifetime.
+        unsafe {
+            core::arch::asm!("movl %fs:4({off}), {cpu:e}", off = in(reg) off, cpu = out(reg) cpu,
+                options(att_syntax, nostack, readonly, preserves_flags));
+        }
+        cpu
+    }
+
+    /// Restarts every rseq critical section running on `cpu` and fences it.
+    pub(super) fn fence_cpu(cpu: usize) -> bool {
+        crate::os::membarrier_rseq_cpu(cpu)
+    }
+
+    // Every critical section below has the same shape, built from these two pieces:
+    //
+    //   2: store the address of descriptor 9 into rseq_cs   (re-armed on every restart)
+    //   3: [start_ip] read the CPU id; out of range (unregistered thread) -> 7
+    //      rax = base + (cpu << STRIDE_SHIFT)                 (this CPU's header)
+    //      ... the section's own checks (failing -> 7) and moves, committing with one store of
+    //      `word` ...
+    //   4: [post_commit_ip] success falls through to the code after the asm
+    //
+    //   out of line, in section __rseq_failure (as librseq does), so that the hot path is one
+    //   straight run of instructions with no jump over never-executed bytes:
+    //      RSEQ_SIG, then 5: [abort_ip] jmp 2b                 (restart from the top)
+    //      7: the section's failure exit (given by the section), jumping back or to a label
+    //   9: the descriptor {version 0, flags 0, start_ip 3b, post_commit_offset 4b-3b, abort_ip 5b}
+    //
+    // Operands every section passes: `off` (glibc's rseq offset), `ncpu`, `base`, and `shift`
+    // (= STRIDE_SHIFT); rax is the header pointer and must be declared clobbered.
+
+    /// The start of a critical section: arm the descriptor, locate this CPU's header in rax.
+    macro_rules! rseq_enter {
+        () => {
+            concat!(
+                "2:\n",
+                "leaq 9f(%rip), %rax\n",
+                "movq %rax, %fs:8({off})\n",
+                "3:\n",
+                "movl %fs:4({off}), %eax\n",
+                "cmpl {ncpu:e}, %eax\n",
+                "jae 7f\n",
+                "shlq ${shift}, %rax\n",
+                "addq {base}, %rax\n",
+            )
+        };
+    }
+
+    /// Right after the commit store: the post-commit label, then (out of line) the abort handler,
+    /// the failure exit `$fail`, and the descriptor.
+    macro_rules! rseq_exit {
+        ($fail:expr) => {
+            concat!(
+                "4:\n",
+                ".pushsection __rseq_failure, \"ax\"\n",
+                ".long 0x53053053\n",
+                "5:\n",
+                "jmp 2b\n",
+                "7:\n",
+                $fail,
+                ".popsection\n",
+                ".pushsection __rseq_cs, \"aw\"\n",
+                ".balign 32\n",
+                "9:\n",
+                ".long 0, 0\n",
+                ".quad 3b, 4b - 3b, 5b\n",
+                ".popsection\n",
+            )
+        };
+    }
+
+    /// Pops the top item of this CPU's stack; null when empty, stopped, or unregistered.
+    ///
+    /// # Safety
+    /// `base` must point to `ncpu` headers of `1 << STRIDE_SHIFT` bytes, each followed by its item
+    /// slots, and `off` must be glibc's rseq offset.
+    #[inline(always)]
+    pub(super) unsafe fn pop(base: *mut u8, ncpu: u32, off: isize) -> *mut u8 {
+        let out: usize;
+        // SAFETY: an rseq critical section (module docs of `pcpu`). It reads the header and slot
+        // of the CPU it runs on (bounds-checked against `ncpu`; count <= storage by invariant)
+        // and commits with one store of `word`. The abort handler is preceded by glibc's x86
+        // RSEQ_SIG and restarts from the top; the descriptor lives in section __rseq_cs.
+        // `floor` is loaded before `word` (module docs, "Load order").
+        unsafe {
+            core::arch::asm!(
+                rseq_enter!(),
+                "movl 12(%rax), %r8d",
+                "movq (%rax), %rcx",
+                "movzwl %cx, %edx",
+                "cmpl %r8d, %edx",
+                "jbe 7f",
+                "movq 56(%rax,%rdx,8), {out}",
+                "addq $0xffff, %rcx",
+                "movq %rcx, (%rax)",
+                rseq_exit!("xorl {out:e}, {out:e}\njmp 4b\n"),
+                off = in(reg) off,
+                ncpu = in(reg) ncpu,
+                base = in(reg) base,
+                shift = const super::STRIDE_SHIFT,
+                out = out(reg) out,
+                out("rax") _,
+                out("rcx") _,
+                out("rdx") _,
+                out("r8") _,
+                options(att_syntax, nostack),
+            );
+        }
+        out as *mut u8
+    }
+
+    /// Pushes `item` on this CPU's stack; false when full, stopped, or unregistered.
+    ///
+    /// # Safety
+    /// As [`pop`].
+    #[inline(always)]
+    pub(super) unsafe fn push(base: *mut u8, ncpu: u32, off: isize, item: *mut u8) -> super::Push {
+        // SAFETY: as in `pop`; the slot written is items[count] with count < cap <= storage.
+        // `cap` is loaded before `word`. The slot read is items[count - 1], the header's
+        // always-zero `below_items` when count is 0 (count <= storage, so inside the page).
+        // Success falls through; a full stack leaves through the `full` label (asm goto) from the
+        // out-of-line exit, a duplicate of the top through `dup`, before any store.
+        unsafe {
+            core::arch::asm!(
+                rseq_enter!(),
+                "movl 8(%rax), %r8d",
+                "movq (%rax), %rcx",
+                "movzwl %cx, %edx",
+                "cmpq {item}, 56(%rax,%rdx,8)",
+                "je {dup}",
+                "cmpl %r8d, %edx",
+                "jae 7f",
+                "movq {item}, 64(%rax,%rdx,8)",
+                "addq $1, %rcx",
+                "movq %rcx, (%rax)",
+                rseq_exit!("jmp {full}\n"),
+                off = in(reg) off,
+                ncpu = in(reg) ncpu,
+                base = in(reg) base,
+                shift = const super::STRIDE_SHIFT,
+                item = in(reg) item,
+                out("rax") _,
+                out("rcx") _,
+                out("rdx") _,
+                out("r8") _,
+                full = label { return super::Push::Full; },
+                dup = label { return super::Push::Duplicate; },
+                options(att_syntax, nostack),
+            );
+        }
+        super::Push::Done
+    }
+
+    /// Pops up to `max` items into `dst` (hottest first); returns how many.
+    ///
+    /// # Safety
+    /// As [`pop`]; `dst` must have room for `max` pointers.
+    #[inline(never)]
+    pub(super) unsafe fn pop_batch(
+        base: *mut u8,
+        ncpu: u32,
+        off: isize,
+        dst: *mut *mut u8,
+        max: usize,
+    ) -> usize {
+        let n: usize;
+        // SAFETY: as in `pop`; copies n <= count - floor slots below `count` into `dst` and
+        // commits `word - n` (allocation counter unchanged: a batch move is not an allocation).
+        unsafe {
+            core::arch::asm!(
+                rseq_enter!(),
+                "movl 12(%rax), %r9d",
+                "movq (%rax), %rcx",
+                "movzwl %cx, %edx",
+                "movl %edx, %r8d",
+                "subl %r9d, %r8d",
+                "jbe 7f",
+                "cmpq {max}, %r8",
+                "jbe 10f",
+                "movq {max}, %r8",
+                "10:",
+                "xorl %r9d, %r9d",
+                "11:",
+                "cmpq %r8, %r9",
+                "jae 12f",
+                "movq %rdx, %r10",
+                "subq %r9, %r10",
+                "movq 56(%rax,%r10,8), %r11",
+                "movq %r11, ({dst},%r9,8)",
+                "incq %r9",
+                "jmp 11b",
+                "12:",
+                "subq %r8, %rcx",
+                "movq %rcx, (%rax)",
+                rseq_exit!("xorl %r8d, %r8d\njmp 4b\n"),
+                "movq %r8, {n}",
+                off = in(reg) off,
+                ncpu = in(reg) ncpu,
+                base = in(reg) base,
+                shift = const super::STRIDE_SHIFT,
+                dst = in(reg) dst,
+                max = in(reg) max,
+                n = out(reg) n,
+                out("rax") _,
+                out("rcx") _,
+                out("rdx") _,
+                out("r8") _,
+                out("r9") _,
+                out("r10") _,
+                out("r11") _,
+                options(att_syntax, nostack),
+            );
+        }
+        n
+    }
+
+    /// Pushes up to `len` items from `src`; returns how many were taken (`src[..k]`).
+    ///
+    /// # Safety
+    /// As [`pop`]; `src` must hold `len` pointers.
+    #[inline(never)]
+    pub(super) unsafe fn push_batch(
+        base: *mut u8,
+        ncpu: u32,
+        off: isize,
+        src: *const *mut u8,
+        len: usize,
+    ) -> usize {
+        let k: usize;
+        // SAFETY: as in `pop`; writes k <= cap - count slots at items[count..] and commits
+        // `word + k`.
+        unsafe {
+            core::arch::asm!(
+                rseq_enter!(),
+                "movl 8(%rax), %r8d",
+                "movq (%rax), %rcx",
+                "movzwl %cx, %edx",
+                "cmpl %r8d, %edx",
+                "jae 7f",
+                "subl %edx, %r8d",
+                "cmpq {len}, %r8",
+                "jbe 10f",
+                "movq {len}, %r8",
+                "10:",
+                "xorl %r9d, %r9d",
+                "11:",
+                "cmpq %r8, %r9",
+                "jae 12f",
+                "movq ({src},%r9,8), %r11",
+                "leaq (%rdx,%r9), %r10",
+                "movq %r11, 64(%rax,%r10,8)",
+                "incq %r9",
+                "jmp 11b",
+                "12:",
+                "addq %r8, %rcx",
+                "movq %rcx, (%rax)",
+                rseq_exit!("xorl %r8d, %r8d\njmp 4b\n"),
+                "movq %r8, {k}",
+                off = in(reg) off,
+                ncpu = in(reg) ncpu,
+                base = in(reg) base,
+                shift = const super::STRIDE_SHIFT,
+                src = in(reg) src,
+                len = in(reg) len,
+                k = out(reg) k,
+                out("rax") _,
+                out("rcx") _,
+                out("rdx") _,
+                out("r8") _,
+                out("r9") _,
+                out("r10") _,
+                out("r11") _,
+                options(att_syntax, nostack),
+            );
+        }
+        k
+    }
+}
+
+/// The process-wide mode.
+pub fn mode() -> Mode {
+    if rseq_offset() == NO_RSEQ {
+        Mode::Locked
+    } else {
+        Mode::Rseq
+    }
+}
+
+fn rseq_offset() -> isize {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+    {
+        rseq::offset().unwrap_or(NO_RSEQ)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
+    {
+        NO_RSEQ
+    }
+}
+
+/// The per-CPU stacks of one zone.
+pub(crate) struct Pcpu {
+    base: *mut u8,
+    stride: usize,
+    ncpu: u32,
+    /// Item slots per CPU (the largest cap).
+    pub(crate) storage: u32,
+    rseq_off: isize,
+    map_len: usize,
+}
+
+// SAFETY: the stacks are only touched through the protocols above (rseq sections, header locks,
+// stop + fence); `base` is owned by the Pcpu.
+unsafe impl Send for Pcpu {}
+// SAFETY: as above.
+unsafe impl Sync for Pcpu {}
+
+/// A spin lock on a header's `lock` word. Holders are short (no system call except the drainer's
+/// one membarrier per CPU), so waiters spin briefly, then yield.
+pub(crate) struct HeaderGuard<'a>(&'a AtomicU32);
+
+impl Drop for HeaderGuard<'_> {
+    fn drop(&mut self) {
+        // Release: pairs with the Acquire in `lock_header`; publishes the header and slot writes
+        // made while the lock was held.
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+pub(crate) fn lock_header(h: &Header) -> HeaderGuard<'_> {
+    let mut spins = 0u32;
+    loop {
+        // Acquire: pairs with the Release in HeaderGuard::drop. (Strong under loom, which
+        // models the weak form's spurious failures as endless branches.)
+        #[cfg(not(loom))]
+        let r = h
+            .lock
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed);
+        #[cfg(loom)]
+        let r = h
+            .lock
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed);
+        if r.is_ok() {
+            return HeaderGuard(&h.lock);
+        }
+        spins += 1;
+        #[cfg(loom)]
+        {
+            // Let the holder run (loom explores every interleaving anyway).
+            let _ = spins;
+            loom::thread::yield_now();
+        }
+        #[cfg(not(loom))]
+        if spins < 64 {
+            core::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Pcpu {
+    /// Per-CPU stacks of `storage` slots each (at most [`STORAGE_MAX`]), for `ncpu` CPUs, every
+    /// stack stopped at cap 0 until [`Pcpu::set_cap`] opens it. Stacks are `1 << STRIDE_SHIFT`
+    /// bytes apart whatever `storage` is (the critical sections rely on it).
+    pub(crate) fn new(storage: u32, ncpu: usize) -> Result<Pcpu, OsError> {
+        assert!(
+            storage <= STORAGE_MAX,
+            "per-CPU storage {storage} above {STORAGE_MAX}"
+        );
+        let stride = 1usize << STRIDE_SHIFT;
+        let map_len = os::round_up(stride * ncpu, os::page_size());
+        let base = os::map(map_len)?.as_ptr();
+        os::add_metadata(map_len);
+        let p = Pcpu {
+            base,
+            stride,
+            ncpu: ncpu as u32,
+            storage,
+            rseq_off: rseq_offset(),
+            map_len,
+        };
+        for cpu in 0..ncpu {
+            // SAFETY: the header lies inside the fresh zeroed mapping; AtomicU32/AtomicU64 are
+            // valid for the all-zero bit pattern, so the header is already initialised.
+            let _ = p.header(cpu);
+        }
+        Ok(p)
+    }
+
+    /// Per-CPU stacks in locked mode for the loom model, on memory the caller provides
+    /// (`ncpu * stride()` bytes, 64-aligned): the headers are written here (loom's atomics are
+    /// not valid as zero bytes, unlike the real ones in a fresh mapping).
+    ///
+    /// # Safety
+    /// `mem` is valid, 64-aligned, unused, and outlives the returned stacks.
+    #[cfg(loom)]
+    pub(crate) unsafe fn with_memory(mem: *mut u8, storage: u32, ncpu: usize) -> Pcpu {
+        let p = Pcpu {
+            base: mem,
+            stride: Self::loom_stride(storage),
+            ncpu: ncpu as u32,
+            storage,
+            rseq_off: NO_RSEQ,
+            map_len: 0,
+        };
+        for cpu in 0..ncpu {
+            // SAFETY: inside the caller's memory, 64-aligned (stride is a multiple of 64).
+            unsafe {
+                p.base.add(cpu * p.stride).cast::<Header>().write(Header {
+                    word: AtomicU64::new(0),
+                    cap: AtomicU32::new(0),
+                    floor: AtomicU32::new(0),
+                    lock: AtomicU32::new(0),
+                    idle_mark: AtomicU64::new(0),
+                    _pad: [0; 3],
+                    below_items: 0,
+                })
+            };
+        }
+        p
+    }
+
+    /// Bytes per CPU of [`Pcpu::with_memory`].
+    #[cfg(loom)]
+    pub(crate) fn loom_stride(storage: u32) -> usize {
+        HDR + os::round_up(storage as usize * 8, 64)
+    }
+
+    pub(crate) fn ncpu(&self) -> usize {
+        self.ncpu as usize
+    }
+
+    #[inline]
+    pub(crate) fn header(&self, cpu: usize) -> &Header {
+        debug_assert!(cpu < self.ncpu as usize);
+        // SAFETY: cpu < ncpu, so the header lies inside our mapping; it is 64-aligned.
+        unsafe { &*(self.base.add(cpu * self.stride) as *const Header) }
+    }
+
+    #[inline]
+    fn slot(&self, cpu: usize, i: usize) -> *mut *mut u8 {
+        debug_assert!(i < self.storage as usize);
+        // SAFETY: i < storage, so the slot lies inside this CPU's stride.
+        unsafe { self.base.add(cpu * self.stride + HDR + i * 8).cast() }
+    }
+
+    #[inline]
+    fn locked_cpu(&self) -> usize {
+        os::current_cpu() % self.ncpu as usize
+    }
+
+    /// Is the per-CPU layer usable by this thread? (False for a thread without an rseq area in
+    /// rseq mode: it must bypass the stacks.)
+    pub(crate) fn usable(&self) -> bool {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        if self.rseq_off != NO_RSEQ {
+            return rseq::cpu_id(self.rseq_off) < self.ncpu;
+        }
+        true
+    }
+
+    /// The CPU the caller is on, as the per-CPU layer sees it.
+    pub(crate) fn this_cpu(&self) -> usize {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        if self.rseq_off != NO_RSEQ {
+            let c = rseq::cpu_id(self.rseq_off);
+            if c < self.ncpu {
+                return c as usize;
+            }
+        }
+        self.locked_cpu()
+    }
+
+    /// Does this layer run on rseq critical sections (else on header locks)?
+    #[inline]
+    pub(crate) fn is_rseq(&self) -> bool {
+        self.rseq_off != NO_RSEQ
+    }
+
+    /// The hottest item of this CPU's stack, or null (either mode).
+    #[inline(always)]
+    pub(crate) fn pop(&self) -> *mut u8 {
+        if self.is_rseq() {
+            // SAFETY: rseq mode checked just now.
+            return unsafe { self.rseq_ref().pop() };
+        }
+        self.locked_pop()
+    }
+
+    /// Pushes onto this CPU's stack; false when it is full or stopped (either mode).
+    #[inline(always)]
+    pub(crate) fn push(&self, item: *mut u8) -> Push {
+        if self.is_rseq() {
+            // SAFETY: rseq mode checked just now.
+            return unsafe { self.rseq_ref().push(item) };
+        }
+        self.locked_push(item)
+    }
+
+    #[cold]
+    fn locked_pop(&self) -> *mut u8 {
+        let cpu = self.locked_cpu();
+        let h = self.header(cpu);
+        let _g = lock_header(h);
+        let w = h.word.load(Ordering::Relaxed);
+        let c = (w & COUNT_MASK) as u32;
+        if c <= h.floor.load(Ordering::Relaxed) {
+            return ptr::null_mut();
+        }
+        // SAFETY: c - 1 < count <= storage; we hold the header lock.
+        let item = unsafe { *self.slot(cpu, c as usize - 1) };
+        h.word.store(w - 1 + ALLOC_ONE, Ordering::Relaxed);
+        item
+    }
+
+    #[cold]
+    fn locked_push(&self, item: *mut u8) -> Push {
+        let cpu = self.locked_cpu();
+        let h = self.header(cpu);
+        let _g = lock_header(h);
+        let w = h.word.load(Ordering::Relaxed);
+        let c = (w & COUNT_MASK) as u32;
+        // SAFETY: c - 1 < count <= storage; we hold the header lock.
+        if c > 0 && unsafe { *self.slot(cpu, c as usize - 1) } == item {
+            return Push::Duplicate;
+        }
+        if c >= h.cap.load(Ordering::Relaxed) {
+            return Push::Full;
+        }
+        // SAFETY: c < cap <= storage; we hold the header lock.
+        unsafe { *self.slot(cpu, c as usize) = item };
+        h.word.store(w + 1, Ordering::Relaxed);
+        Push::Done
+    }
+
+    /// Moves up to `dst.len()` items from this CPU's stack into `dst`; returns how many.
+    pub(crate) fn pop_batch(&self, dst: &mut [*mut u8]) -> usize {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        if self.rseq_off != NO_RSEQ {
+            // SAFETY: as in `pop`; dst has room for dst.len() pointers.
+            return unsafe {
+                rseq::pop_batch(
+                    self.base,
+                    self.ncpu,
+                    self.rseq_off,
+                    dst.as_mut_ptr(),
+                    dst.len(),
+                )
+            };
+        }
+        let cpu = self.locked_cpu();
+        let h = self.header(cpu);
+        let _g = lock_header(h);
+        let w = h.word.load(Ordering::Relaxed);
+        let c = (w & COUNT_MASK) as usize;
+        let floor = h.floor.load(Ordering::Relaxed) as usize;
+        if c <= floor {
+            return 0;
+        }
+        let n = (c - floor).min(dst.len());
+        for (i, d) in dst.iter_mut().take(n).enumerate() {
+            // SAFETY: c - 1 - i < count <= storage; header lock held.
+            *d = unsafe { *self.slot(cpu, c - 1 - i) };
+        }
+        h.word.store(w - n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Moves items from `src` onto this CPU's stack while there is room; returns how many were
+    /// taken (`src[..k]`).
+    pub(crate) fn push_batch(&self, src: &[*mut u8]) -> usize {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        if self.rseq_off != NO_RSEQ {
+            // SAFETY: as in `pop`; src holds src.len() pointers.
+            return unsafe {
+                rseq::push_batch(self.base, self.ncpu, self.rseq_off, src.as_ptr(), src.len())
+            };
+        }
+        let cpu = self.locked_cpu();
+        let h = self.header(cpu);
+        let _g = lock_header(h);
+        let w = h.word.load(Ordering::Relaxed);
+        let c = (w & COUNT_MASK) as usize;
+        let cap = h.cap.load(Ordering::Relaxed) as usize;
+        if c >= cap {
+            return 0;
+        }
+        let k = (cap - c).min(src.len());
+        for (i, s) in src.iter().take(k).enumerate() {
+            // SAFETY: c + i < cap <= storage; header lock held.
+            unsafe { *self.slot(cpu, c + i) = *s };
+        }
+        h.word.store(w + k as u64, Ordering::Relaxed);
+        k
+    }
+
+    /// Sets a CPU's cap (raising or lowering it needs no fence: a lower cap only sends more
+    /// pushes to the slow path). Never re-opens a stopped stack: callers hold the header lock,
+    /// which drainers hold while a stack is stopped.
+    pub(crate) fn set_cap(&self, g: &HeaderGuard<'_>, h: &Header, cap: u32) {
+        debug_assert!(core::ptr::eq(g.0, &h.lock));
+        h.cap.store(cap.min(self.storage), Ordering::Release);
+    }
+
+    /// Items on a CPU's stack now (racy read, for statistics and idle detection).
+    pub(crate) fn count(&self, cpu: usize) -> usize {
+        (self.header(cpu).word.load(Ordering::Relaxed) & COUNT_MASK) as usize
+    }
+
+    /// Fast-path allocations served by a CPU's stack (racy read; merged on read for statistics).
+    pub(crate) fn fast_allocs(&self, cpu: usize) -> u64 {
+        self.header(cpu).word.load(Ordering::Relaxed) >> 16
+    }
+
+    /// Stops a CPU's stack (the caller holds its header lock). A fence of that CPU
+    /// ([`fence_cpu`]) must follow before [`Pcpu::take_stopped`].
+    pub(crate) fn stop(&self, h: &Header) {
+        h.cap.store(0, Ordering::Relaxed);
+        // SeqCst: the stop stores must be visible to the target CPU before the fence's IPI; the
+        // membarrier system call is itself a full barrier on the caller's side too.
+        h.floor.store(FLOOR_STOPPED, Ordering::SeqCst);
+    }
+
+    /// Visits the items of a stopped (and fenced) stack, coldest first, without changing it.
+    pub(crate) fn peek_stopped(&self, cpu: usize, h: &Header, mut f: impl FnMut(*mut u8)) -> usize {
+        // Acquire: pairs with the commit of the last critical section on that CPU (ordered before
+        // us by the fence) so we see its slot writes.
+        let c = (h.word.load(Ordering::Acquire) & COUNT_MASK) as usize;
+        for i in 0..c {
+            // SAFETY: i < count <= storage; the stack is stopped and fenced, so it is ours.
+            f(unsafe { *self.slot(cpu, i) });
+        }
+        c
+    }
+
+    /// Reopens a stopped stack with `cap` (and `floor = 0`), leaving its items in place.
+    pub(crate) fn reopen(&self, h: &Header, cap: u32) {
+        h.cap.store(cap.min(self.storage), Ordering::Relaxed);
+        // Release: pairs with the next critical section's loads (and HeaderGuard's release): every
+        // write to the stack made while it was stopped is visible before it is open.
+        h.floor.store(0, Ordering::Release);
+    }
+
+    /// Empties a stopped (and fenced) stack into `f`, hottest first, and reopens it with `cap`.
+    /// Returns how many items were taken.
+    pub(crate) fn take_stopped(
+        &self,
+        cpu: usize,
+        h: &Header,
+        cap: u32,
+        mut f: impl FnMut(*mut u8),
+    ) -> usize {
+        // Acquire: pairs with the fence after `stop` (membarrier in rseq mode, the header lock in
+        // locked mode): every push that committed before the stop is visible with its slot.
+        let w = h.word.load(Ordering::Acquire);
+        let c = (w & COUNT_MASK) as usize;
+        for i in (0..c).rev() {
+            // SAFETY: i < count <= storage; the stack is stopped and fenced, so it is ours.
+            f(unsafe { *self.slot(cpu, i) });
+        }
+        h.word.store(w & !COUNT_MASK, Ordering::Relaxed);
+        self.reopen(h, cap);
+        c
+    }
+
+    /// Unmaps the stacks.
+    ///
+    /// # Safety
+    /// The stacks must be empty and unused from now on.
+    pub(crate) unsafe fn unmap(&self) {
+        if self.map_len > 0 {
+            // SAFETY: the mapping is ours and no longer used (caller's guarantee).
+            unsafe { os::unmap(NonNull::new_unchecked(self.base), self.map_len) };
+            os::sub_metadata(self.map_len);
+        }
+    }
+}
+
+/// What the rseq fast path needs of a [`Pcpu`], by value: the zone copies it into every handle
+/// (`Zone` is immutable plain data, so a loop of allocations keeps these in registers).
+#[derive(Clone, Copy)]
+pub(crate) struct RseqRef {
+    base: *mut u8,
+    ncpu: u32,
+    rseq_off: isize,
+}
+
+impl Pcpu {
+    /// The fast-path view; only meaningful in rseq mode ([`Pcpu::is_rseq`]).
+    pub(crate) fn rseq_ref(&self) -> RseqRef {
+        RseqRef {
+            base: self.base,
+            ncpu: self.ncpu,
+            rseq_off: self.rseq_off,
+        }
+    }
+}
+
+impl RseqRef {
+    /// The fast pop: one rseq critical section.
+    ///
+    /// # Safety
+    /// Taken from a live [`Pcpu`] in rseq mode.
+    #[inline(always)]
+    pub(crate) unsafe fn pop(self) -> *mut u8 {
+        debug_assert!(self.rseq_off != NO_RSEQ);
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        {
+            // SAFETY: base/ncpu describe the Pcpu's mapping with 1 << STRIDE_SHIFT bytes per CPU
+            // (`Pcpu::new`); rseq_off came from glibc (caller: not the sentinel).
+            unsafe { rseq::pop(self.base, self.ncpu, self.rseq_off) }
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
+        unreachable!("rseq mode without rseq support compiled in")
+    }
+
+    /// The fast push: one rseq critical section; false when full or stopped.
+    ///
+    /// # Safety
+    /// As [`RseqRef::pop`].
+    #[inline(always)]
+    pub(crate) unsafe fn push(self, item: *mut u8) -> Push {
+        debug_assert!(self.rseq_off != NO_RSEQ);
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        {
+            // SAFETY: as in `pop`.
+            unsafe { rseq::push(self.base, self.ncpu, self.rseq_off, item) }
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
+        {
+            let _ = item;
+            unreachable!("rseq mode without rseq support compiled in")
+        }
+    }
+}
+
+/// Per-CPU stacks with nothing around them, for benchmarks: the fast path's own critical
+/// sections ([`RseqRef::pop`], [`RseqRef::push`]) on stacks no zone owns, with no ownership check,
+/// no `careful` test and no slow path. `ebbtide-bench` times it beside `Zone::alloc`/`Zone::free`
+/// as the floor of the design; it is not an allocator (the items are whatever the caller gave).
+#[doc(hidden)]
+#[cfg(not(loom))]
+pub struct BareStacks {
+    pcpu: Pcpu,
+    fast: RseqRef,
+}
+
+#[cfg(not(loom))]
+impl BareStacks {
+    /// Stacks of [`STORAGE_MAX`] slots, each CPU's holding `per_cpu` items from `item`, open for
+    /// pushes up to full. `None` without rseq (locked mode has no critical sections to time).
+    pub fn new(per_cpu: usize, mut item: impl FnMut() -> *mut u8) -> Option<BareStacks> {
+        let pcpu = Pcpu::new(STORAGE_MAX, os::cpu_count()).ok()?;
+        if !pcpu.is_rseq() || per_cpu > STORAGE_MAX as usize {
+            // SAFETY: empty and never shared.
+            unsafe { pcpu.unmap() };
+            return None;
+        }
+        for cpu in 0..pcpu.ncpu() {
+            let h = pcpu.header(cpu);
+            let g = lock_header(h);
+            for i in 0..per_cpu {
+                // SAFETY: i < per_cpu <= storage; the stacks are not shared yet, so nothing else
+                // touches this one.
+                unsafe { *pcpu.slot(cpu, i) = item() };
+            }
+            h.word.store(per_cpu as u64, Ordering::Relaxed);
+            // Release (in set_cap and the lock's drop): the slots and count are visible to the
+            // first critical section that sees the stack open.
+            pcpu.set_cap(&g, h, STORAGE_MAX);
+        }
+        let fast = pcpu.rseq_ref();
+        Some(BareStacks { pcpu, fast })
+    }
+
+    /// The fast path's pop: null when this CPU's stack is empty.
+    #[inline(always)]
+    pub fn pop(&self) -> *mut u8 {
+        // SAFETY: `fast` comes from our Pcpu, in rseq mode (checked in `new`).
+        unsafe { self.fast.pop() }
+    }
+
+    /// The fast path's push: false when this CPU's stack is full (or `p` is its top).
+    // `p` is stored and handed back by a later `pop`, never dereferenced.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    #[inline(always)]
+    pub fn push(&self, p: *mut u8) -> bool {
+        // SAFETY: as in `pop`.
+        unsafe { self.fast.push(p) == Push::Done }
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for BareStacks {
+    fn drop(&mut self) {
+        // SAFETY: no more use (we are being dropped); the items belong to the caller.
+        unsafe { self.pcpu.unmap() };
+    }
+}
+
+// SAFETY: as for Pcpu: the stacks are only touched through the rseq sections.
+#[cfg(not(loom))]
+unsafe impl Sync for BareStacks {}
+// SAFETY: as above.
+#[cfg(not(loom))]
+unsafe impl Send for BareStacks {}
+
+/// After stopping stacks on `cpu`, waits until no critical section can still be running there
+/// with the old header values. In locked mode the header locks already exclude everyone.
+pub(crate) fn fence_cpu(cpu: usize) {
+    FENCES.fetch_add(1, Ordering::Relaxed);
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+    if mode() == Mode::Rseq {
+        let ok = rseq::fence_cpu(cpu);
+        // Registration succeeded at start, so the command is available; the kernel only refuses
+        // a CPU id it does not know, which cpu_count() rules out.
+        assert!(
+            ok,
+            "membarrier(PRIVATE_EXPEDITED_RSEQ) failed for cpu {cpu}"
+        );
+    }
+    let _ = cpu;
+    // SeqCst fence: the drainer's side of the stop protocol (pairs with the stop store in
+    // `stop` and, in locked mode, with the header lock's Release on unlock): loads after it see
+    // every operation that committed before the CPU observed the stop.
+    crate::sync::fence(Ordering::SeqCst);
+}
+
+static FENCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Remote fences (one `membarrier` per CPU in rseq mode) issued so far: every drain of another
+/// CPU's stack costs one per CPU, shared by all zones drained in the same pass.
+pub fn fences() -> u64 {
+    FENCES.load(Ordering::Relaxed)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn open(p: &Pcpu, cap: u32) {
+        for cpu in 0..p.ncpu() {
+            let h = p.header(cpu);
+            let g = lock_header(h);
+            p.set_cap(&g, h, cap);
+        }
+    }
+
+    #[test]
+    fn push_pop_lifo_and_caps() {
+        let p = Pcpu::new(8, os::cpu_count()).unwrap();
+        assert_eq!(
+            p.push(ptr::dangling_mut::<u8>()),
+            Push::Full,
+            "a new stack is closed"
+        );
+        open(&p, 4);
+        // Pin to one CPU so the stack is one stack.
+        let cpu = p.this_cpu();
+        let mut pushed = 0;
+        for i in 1..=10usize {
+            if p.push((i * 8) as *mut u8) == Push::Done {
+                pushed += 1;
+            }
+        }
+        // Migration could spread pushes over CPUs; count in total.
+        let total: usize = (0..p.ncpu()).map(|c| p.count(c)).sum();
+        assert_eq!(total, pushed);
+        assert!(pushed >= 4);
+        let _ = cpu;
+        let mut got = vec![];
+        loop {
+            let x = p.pop();
+            if x.is_null() {
+                // maybe migrated: drain the others by stopping them
+                break;
+            }
+            got.push(x as usize);
+        }
+        let mut rest = vec![];
+        for cpu in 0..p.ncpu() {
+            let h = p.header(cpu);
+            let _g = lock_header(h);
+            p.stop(h);
+            fence_cpu(cpu);
+            p.take_stopped(cpu, h, 4, |x| rest.push(x as usize));
+        }
+        got.extend(rest);
+        got.sort();
+        let mut want: Vec<usize> = (1..=10).map(|i| i * 8).collect();
+        want.truncate(pushed);
+        assert_eq!(got, want, "every pushed item comes back exactly once");
+        // SAFETY: empty and unused.
+        unsafe { p.unmap() };
+    }
+
+    #[test]
+    fn batches() {
+        let p = Pcpu::new(16, os::cpu_count()).unwrap();
+        open(&p, 16);
+        let src: Vec<*mut u8> = (1..=20usize).map(|i| (i * 16) as *mut u8).collect();
+        let k = p.push_batch(&src);
+        assert!(k <= 16 && k > 0);
+        let mut dst = vec![ptr::null_mut(); 32];
+        let mut n = 0;
+        // Drain everything (the thread may migrate between calls; stop+take the rest).
+        n += p.pop_batch(&mut dst);
+        for cpu in 0..p.ncpu() {
+            let h = p.header(cpu);
+            let _g = lock_header(h);
+            p.stop(h);
+            fence_cpu(cpu);
+            p.take_stopped(cpu, h, 16, |x| {
+                dst[n] = x;
+                n += 1;
+            });
+        }
+        assert_eq!(n, k);
+        let mut got: Vec<usize> = dst[..n].iter().map(|&x| x as usize).collect();
+        got.sort();
+        assert_eq!(got, (1..=k).map(|i| i * 16).collect::<Vec<_>>());
+        // SAFETY: empty and unused.
+        unsafe { p.unmap() };
+    }
+
+    #[test]
+    fn mode_is_rseq_here() {
+        // The project's machines run glibc >= 2.35 on Linux >= 5.10; locked mode would mean the
+        // fast path silently lost its rseq sections.
+        if std::env::var_os("EBBTIDE_RSEQ").is_none() && cfg!(target_arch = "x86_64") {
+            assert_eq!(mode(), Mode::Rseq);
+        }
+    }
+}
+
+/// The real per-CPU code (locked mode: every operation under the header lock; remote drains by
+/// lock → stop → fence → take → reopen) under loom: every interleaving of a user of one CPU's
+/// stack (push, then pop) and a drainer keeps every item in exactly one place and hands none out
+/// twice. (The rseq sections are assembly, out of loom's reach; their protocol is
+/// modelled in `tests/loom_pcpu.rs`.)
+///
+/// Run: `RUSTFLAGS="--cfg loom" cargo test --release -p ebbtide-core --lib loom_tests`.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// 64-aligned memory for the stacks, freed at the end of the model run.
+    struct Mem(*mut u8, std::alloc::Layout);
+    // SAFETY: plain memory owned by the model; every access goes through the Pcpu protocols.
+    unsafe impl Send for Mem {}
+    // SAFETY: as for Send.
+    unsafe impl Sync for Mem {}
+    impl Mem {
+        fn new(len: usize) -> Mem {
+            let l = std::alloc::Layout::from_size_align(len, 64).unwrap();
+            // SAFETY: a non-zero size.
+            Mem(unsafe { std::alloc::alloc_zeroed(l) }, l)
+        }
+    }
+    impl Drop for Mem {
+        fn drop(&mut self) {
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { std::alloc::dealloc(self.0, self.1) };
+        }
+    }
+
+    fn item(i: usize) -> *mut u8 {
+        (i * 8) as *mut u8
+    }
+
+    #[test]
+    fn locked_users_and_drainer() {
+        // The header lock is a spin lock: every failed attempt is a branch of the model.
+        let mut b = loom::model::Builder::new();
+        b.max_branches = 100_000;
+        if b.preemption_bound.is_none() {
+            b.preemption_bound = Some(2);
+        }
+        b.check(|| {
+            let mem = Arc::new(Mem::new(Pcpu::loom_stride(2)));
+            // SAFETY: `mem` is 64-aligned, large enough for one CPU, and outlives the stacks
+            // (dropped after every thread is joined).
+            let p = Arc::new(unsafe { Pcpu::with_memory(mem.0, 2, 1) });
+            {
+                let h = p.header(0);
+                let g = lock_header(h);
+                p.set_cap(&g, h, 2);
+                // One item cached before the threads start.
+                drop(g);
+                assert_eq!(p.push(item(1)), Push::Done);
+            }
+            let user = |mine: usize| {
+                let p = p.clone();
+                thread::spawn(move || {
+                    os::set_model_cpu(0);
+                    let mut held = Vec::new();
+                    match p.push(item(mine)) {
+                        Push::Done => {}
+                        Push::Full => held.push(item(mine)),
+                        Push::Duplicate => panic!("item {mine} was never pushed before"),
+                    }
+                    let q = p.pop();
+                    if !q.is_null() {
+                        held.push(q);
+                    }
+                    held
+                })
+            };
+            let a = user(2);
+            let drainer = {
+                let p = p.clone();
+                thread::spawn(move || {
+                    let h = p.header(0);
+                    let _g = lock_header(h);
+                    p.stop(h);
+                    fence_cpu(0);
+                    let mut got = Vec::new();
+                    p.take_stopped(0, h, 2, |x| got.push(x));
+                    got
+                })
+            };
+            let mut all: Vec<usize> = Vec::new();
+            all.extend(a.join().unwrap().into_iter().map(|x| x as usize));
+            all.extend(drainer.join().unwrap().into_iter().map(|x| x as usize));
+            os::set_model_cpu(0);
+            loop {
+                let q = p.pop();
+                if q.is_null() {
+                    break;
+                }
+                all.push(q as usize);
+            }
+            all.sort_unstable();
+            assert_eq!(all, vec![8, 16], "every item in exactly one place");
+            drop(p);
+            drop(mem);
+        });
+    }
+}

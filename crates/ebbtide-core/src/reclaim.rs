@@ -1,0 +1,259 @@
+//! Reclaim entry points: give cached memory back to the OS, for one zone or for all.
+//!
+//! | request | what it does | bucket size |
+//! |---|---|---|
+//! | [`Request::Trim`] | working-set update, depot down to its WSS, free slabs beyond the reserve back to the OS | −1 |
+//! | [`Request::Drain`] | whole depot to the slabs, free slabs back to the OS | −1 |
+//! | [`Request::DrainCpu`] | depot, then every CPU's stack (one loop over CPUs draining every zone on each, one `membarrier` per CPU), then the depot again; free slabs back | halved toward the minimum first |
+//!
+//! Every call returns the bytes given back to the OS, all of them given back by the time it
+//! returns. Inside a reclaim, slabs left entirely free go back to the OS through a
+//! release session (`release.rs`) as soon as they are free, overlapping the kernel's work
+//! with the sorting of the remaining items (and sharing it with a helper thread); the session
+//! ends before the call returns. Reclaims are serialised and re-entry proof (`gate.rs`).
+//!
+//! The squeeze window and the "buckets disabled" switch are read by every zone (`gate.rs`);
+//! they are set here, and [`respond`] carries out one policy step (squeeze, buckets off, a
+//! request) with at most one pass over the CPUs.
+
+pub use crate::gate::{
+    buckets_enabled, map_failures, renew_squeeze, squeeze_until, squeezed_ns, squeezing,
+    squeezing_now,
+};
+
+use crate::bucket;
+use crate::gate::{self, exclusive};
+use crate::os;
+use crate::release::Session;
+use crate::sync::{lock, Ordering};
+use crate::zone::{
+    decay_lazy_locked, drain_cpu_all, purge_lazy_locked, Zone, ZoneFlags, ZoneInner,
+};
+
+/// A reclaim request (the values are the C ABI's `EBB_RECLAIM_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Request {
+    Trim = 1,
+    Drain = 2,
+    DrainCpu = 3,
+}
+
+impl Request {
+    /// From the C ABI value.
+    pub fn from_raw(v: i32) -> Option<Request> {
+        match v {
+            1 => Some(Request::Trim),
+            2 => Some(Request::Drain),
+            3 => Some(Request::DrainCpu),
+            _ => None,
+        }
+    }
+}
+
+/// One step of a pressure policy, carried out by [`respond`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Response {
+    /// Open (or extend) a squeeze window of this many nanoseconds.
+    pub squeeze_ns: Option<u64>,
+    /// Enable or disable bucket caching in every zone.
+    pub buckets_enabled: Option<bool>,
+    /// A reclaim request.
+    pub request: Option<Request>,
+}
+
+/// Carries out `r` with at most one pass over the CPUs: a squeeze window, disabling buckets and a
+/// DRAIN_CPU all need every CPU's stack emptied, and one DRAIN_CPU (one `membarrier` per CPU)
+/// serves all three. Returns the bytes given back.
+pub fn respond(r: Response) -> usize {
+    let squeeze = match r.squeeze_ns {
+        Some(ns) => {
+            gate::extend_squeeze(os::now_ns(), ns);
+            true
+        }
+        None => false,
+    };
+    let mut disabled_now = false;
+    match r.buckets_enabled {
+        Some(false) => disabled_now = !gate::set_buckets_disabled(true),
+        Some(true) => {
+            gate::set_buckets_disabled(false);
+        }
+        None => {}
+    }
+    let drain_cpu = r.request == Some(Request::DrainCpu);
+    if squeeze || disabled_now || drain_cpu {
+        if squeeze {
+            crate::registry::lock().for_each(|z: &ZoneInner| z.count_squeeze());
+        }
+        // Bucket sizes halve for a DRAIN_CPU and when buckets go off (UMA), not for a squeeze
+        // alone; a squeeze keeps no reserve of free slabs.
+        return drain_cpu_all(drain_cpu || disabled_now, !squeeze);
+    }
+    match r.request {
+        Some(req) => reclaim_all(req),
+        None => 0,
+    }
+}
+
+/// Enables or disables bucket caching in every zone. Disabling closes every per-CPU stack and
+/// drains them (DRAIN_CPU); enabling lets each CPU reopen on its next slow path. Returns the bytes
+/// given back.
+pub fn set_buckets_enabled(on: bool) -> usize {
+    respond(Response {
+        buckets_enabled: Some(on),
+        ..Response::default()
+    })
+}
+
+/// Opens (or extends) a squeeze window of `duration_ns`: caches keep nothing until it ends.
+/// Drains every zone's caches at once (the reclaim code enforces the window itself, so an idle
+/// cache cannot miss it). Returns the bytes given back.
+pub fn squeeze(duration_ns: u64) -> usize {
+    respond(Response {
+        squeeze_ns: Some(duration_ns),
+        ..Response::default()
+    })
+}
+
+/// Reclaims from one zone.
+fn reclaim_zone(z: &ZoneInner, req: Request) -> usize {
+    exclusive(|| {
+        let mut sess = Session::begin(true);
+        let b = reclaim_zone_locked(z, req, &mut sess);
+        b + sess.finish()
+    })
+    .unwrap_or(0)
+}
+fn reclaim_zone_locked(z: &ZoneInner, req: Request, sess: &mut Session) -> usize {
+    let mut bytes = 0;
+    match req {
+        Request::Trim => {
+            let keep = {
+                let mut d = lock(&z.depot);
+                d.wss.update();
+                if z.flags.contains(ZoneFlags::NOTRIM) {
+                    u64::MAX
+                } else {
+                    d.wss.trim_target()
+                }
+            };
+            z.trim_depot_in(keep, Some(sess));
+            z.shrink_bucket_size();
+        }
+        Request::Drain => {
+            z.trim_depot_in(0, Some(sess));
+            z.shrink_bucket_size();
+        }
+        Request::DrainCpu => {
+            z.halve_bucket_size();
+            z.trim_depot_in(0, Some(sess));
+            z.drain_cpus_in(|_| true, Some(sess));
+            z.trim_depot_in(0, Some(sess));
+        }
+    }
+    bytes += z.keg.reclaim_in(true, sess);
+    match req {
+        Request::Trim => z.count_trim(),
+        Request::Drain => z.count_drain(),
+        Request::DrainCpu => z.count_drain_cpu(),
+    }
+    bytes
+}
+
+/// Reclaims from every zone; returns the bytes given back.
+pub fn reclaim_all(req: Request) -> usize {
+    if req == Request::DrainCpu {
+        return drain_cpu_all(true, true);
+    }
+    exclusive(|| {
+        let reg = crate::registry::lock();
+        let mut sess = Session::begin(true);
+        let mut b = 0;
+        reg.for_each(|z: &ZoneInner| b += reclaim_zone_locked(z, req, &mut sess));
+        let b = b + bucket::reclaim_bucket_kegs_in(&mut sess);
+        // A pressure reclaim wants the memory now: lazily freed pages go too.
+        b + sess.finish() + purge_lazy_locked(&reg)
+    })
+    .unwrap_or(0)
+}
+
+/// Sets how free pages leave the caches without pressure (the runtime's `lazy_free`,
+/// `lazy_settle_ms` and `lazy_decay_ms` tunables; see [`crate::lazy`]). Turning it off gives
+/// every lazily freed page back at once.
+pub fn configure_lazy(enabled: bool, settle_ms: u64, decay_ms: u64) {
+    let was = crate::lazy::set(enabled, settle_ms, decay_ms);
+    if was && !enabled {
+        purge_lazy_all();
+    }
+}
+
+/// Pressure: every lazily freed page of every zone goes back now (`MADV_DONTNEED`). Returns the
+/// bytes given back.
+pub fn purge_lazy_all() -> usize {
+    if crate::lazy::lazy_held_bytes() == 0 {
+        return 0;
+    }
+    purge_lazy_locked(&crate::registry::lock())
+}
+
+/// The decay step (run by the runtime every `pool_shrink_interval_ms`): lazy slabs older than
+/// `lazy_decay_ms` at `now` go back for good, those that settled for `lazy_settle_ms` are
+/// offered with `MADV_FREE`. Returns the bytes given back for good.
+pub fn decay_lazy(now: u32) -> usize {
+    if crate::lazy::lazy_held_bytes() == 0 {
+        return 0;
+    }
+    let reg = crate::registry::lock();
+    decay_lazy_locked(&reg, now, crate::lazy::decay_ms(), crate::lazy::settle_ms())
+}
+
+/// The periodic pass over every zone without pressure (working-set update, idle trim, idle
+/// per-CPU stacks drained); returns the bytes given back.
+pub fn periodic_all(now_ns: u64) -> usize {
+    exclusive(|| {
+        let reg = crate::registry::lock();
+        let mut b = 0;
+        reg.for_each(|z: &ZoneInner| b += z.periodic(now_ns));
+        b + bucket::reclaim_bucket_kegs()
+    })
+    .unwrap_or(0)
+}
+
+/// Enforces every page pool's cap (`max_buffer_pages`, 0 while squeezing); returns the bytes
+/// given back.
+pub fn shrink_pools() -> usize {
+    let squeezing = squeezing_now();
+    exclusive(|| {
+        let reg = crate::registry::lock();
+        let mut b = 0;
+        reg.for_each(|z: &ZoneInner| {
+            let max = z.pool_max.load(Ordering::Relaxed);
+            if max != usize::MAX {
+                b += z.shrink_to(if squeezing { 0 } else { max });
+            }
+        });
+        b
+    })
+    .unwrap_or(0)
+}
+
+/// Bytes of free items held in caches and free slab slots, over every zone (the budget source).
+pub fn cached_bytes() -> u64 {
+    let reg = crate::registry::lock();
+    let mut b = 0u64;
+    reg.for_each(|z: &ZoneInner| b += (z.free_items() * z.item_size) as u64);
+    b
+}
+
+impl Zone {
+    /// Gives cached memory back to the OS; returns the bytes given back.
+    pub fn reclaim(&self, req: Request) -> usize {
+        reclaim_zone(self.inner(), req)
+    }
+
+    /// Opens the zone's caches again after a test or an explicit drain (normally lazy).
+    pub fn reopen_caches(&self) {
+        self.inner().open_all_caps();
+    }
+}

@@ -1,0 +1,173 @@
+//! Creating and destroying zones.
+
+use super::*;
+
+impl Zone {
+    /// Creates a zone.
+    ///
+    /// The hook argument (if any) is passed to the hooks from whatever thread allocates or
+    /// frees; the caller vouches that this is sound.
+    pub fn new(o: ZoneOptions<'_>) -> Result<Zone, CreateError> {
+        // The runtime reads its configuration and starts its threads here, never on the
+        // allocation paths (see `runtime`).
+        crate::runtime::before_create();
+        let item_size = o.item_size()?;
+        let name = ZoneName::new(o.name)?;
+        if o.flags.0 & !ZoneFlags::ALL != 0 {
+            return Err(ConfigError::BadFlags {
+                flags: o.flags.0,
+                known: ZoneFlags::ALL,
+            }
+            .into());
+        }
+        if o.max_items > (1usize << 48) {
+            return Err(ConfigError::BadLimit {
+                why: "above 2^48 items",
+            }
+            .into());
+        }
+        let ips = crate::slab::Geometry::for_item(item_size).items_per_slab;
+        let keg = Keg::new(item_size, o.reserve_items.div_ceil(ips))?;
+        let geo = keg.geo;
+        let bmin = bucket::bucket_size_for(item_size);
+        let bmax = BUCKET_MAX;
+        let pcpu = Pcpu::new((2 * bmax).min(crate::pcpu::STORAGE_MAX), os::cpu_count())?;
+        let arena = keg.arena;
+        let mut careful = 0;
+        if o.ctor.is_some() {
+            careful |= C_CTOR;
+        }
+        if o.dtor.is_some() {
+            careful |= C_DTOR;
+        }
+        if o.flags.contains(ZoneFlags::CHECKED) || crate::runtime::checked_by_default() {
+            careful |= C_CHECKED;
+        }
+        if o.flags.contains(ZoneFlags::ZERO) {
+            careful |= C_ZERO;
+        }
+        if !pcpu.is_rseq() {
+            careful |= C_LOCKED;
+        }
+        let fast = Fast {
+            pcpu: pcpu.rseq_ref(),
+            careful,
+            arena_base: arena.base,
+            arena_len: arena.len,
+            chunk_map: arena.map.cast(),
+            tag: keg.tag,
+            first_slab: geo.first_slab,
+            slab_mask: geo.slab_size - 1,
+            slabs_end: geo.slabs_per_chunk << geo.slab_shift,
+            item_magic: item_check(geo.item_size, geo.items_per_slab).0,
+            item_bound: item_check(geo.item_size, geo.items_per_slab).1,
+        };
+        let z = ZoneInner {
+            fast,
+            pcpu,
+            name,
+            item_size,
+            requested_size: o.size,
+            align: o.align,
+            flags: o.flags,
+            init: o.init,
+            fini: o.fini,
+            ctor: o.ctor,
+            dtor: o.dtor,
+            hook_arg: o.hook_arg,
+            keg,
+            depot: Mutex::new(DepotInner::new(o.depot_max_items)),
+            bucket_size: AtomicU32::new(bmin),
+            bucket_min: bmin,
+            bucket_max: bmax,
+            max_items: o.max_items,
+            limit_mode: o.limit_mode,
+            items_reserved: AtomicUsize::new(0),
+            limit: Mutex::new(LimitState {
+                sleepers: 0,
+                next_ticket: 0,
+                serving: 0,
+            }),
+            limit_cv: Condvar::new(),
+            limit_full: AtomicBool::new(false),
+            counters: Counters::default(),
+            pool_max: AtomicUsize::new(usize::MAX),
+            link: Link::new(),
+            map_len: 0,
+        };
+        let map_len = os::round_up(core::mem::size_of::<ZoneInner>(), os::page_size());
+        let mem = match os::map(map_len) {
+            Ok(m) => m.cast::<ZoneInner>(),
+            Err(e) => {
+                // SAFETY: the stacks are new and unused.
+                unsafe { z.pcpu.unmap() };
+                return Err(e.into());
+            }
+        };
+        // SAFETY: `mem` is a fresh mapping large enough and page (hence suitably) aligned.
+        unsafe {
+            mem.as_ptr().write(z);
+            (*mem.as_ptr()).map_len = map_len;
+        }
+        os::add_metadata(map_len);
+        let zone = Zone { inner: mem, fast };
+        zone.inner().open_all_caps();
+        crate::registry::insert(mem.as_ptr());
+        Ok(zone)
+    }
+
+    /// Destroys the zone, giving all its memory back. Fails while items are in use, changing
+    /// nothing; the zone is handed back with the error.
+    // The handle is large on purpose (it carries the fast-path constants by value, see `Fast`);
+    // handing it back by value on this cold path is what the caller needs.
+    #[allow(clippy::result_large_err)]
+    pub fn destroy(self) -> Result<(), (Zone, ZoneBusy)> {
+        let z = self.inner.as_ptr();
+        // SAFETY: `self` is the only handle; destruction is exclusive by ownership.
+        match unsafe { ZoneInner::destroy(z) } {
+            Ok(()) => {
+                core::mem::forget(self);
+                Ok(())
+            }
+            Err(live) => {
+                let busy = ZoneBusy {
+                    zone: self.inner().name,
+                    live_items: live,
+                };
+                Err((self, busy))
+            }
+        }
+    }
+}
+
+impl ZoneInner {
+    /// # Safety
+    /// `z` must be a live zone that no other thread uses during the call.
+    pub(super) unsafe fn destroy(z: *mut ZoneInner) -> Result<(), usize> {
+        // SAFETY: caller's guarantee.
+        let zr = unsafe { &*z };
+        {
+            let mut reg = crate::registry::lock();
+            let pcpu_items = zr.pcpu_items();
+            let depot_items = lock(&zr.depot).wss.nitems as usize;
+            let out = zr.keg.items_out();
+            let used = out.saturating_sub(pcpu_items + depot_items);
+            if used > 0 {
+                return Err(used);
+            }
+            zr.drain_cpus(|_| true);
+            zr.trim_depot(0);
+            zr.keg.destroy()?;
+            reg.unlink(z);
+        }
+        // SAFETY: the zone is unlinked, empty and unused; its mappings are ours.
+        unsafe {
+            zr.pcpu.unmap();
+            let len = zr.map_len;
+            ptr::drop_in_place(z);
+            os::unmap(NonNull::new_unchecked(z.cast()), len);
+            os::sub_metadata(len);
+        }
+        Ok(())
+    }
+}

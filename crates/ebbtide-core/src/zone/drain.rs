@@ -1,0 +1,288 @@
+//! Taking cached items back from a zone: the depot down to a target, the per-CPU stacks of some
+//! or all CPUs (one fence per CPU), the periodic pass (working set, idle CPUs) and the page
+//! pool shrink.
+
+use super::*;
+
+impl ZoneInner {
+    /// Empties the depot (`keep` items stay) into the slabs; returns items moved.
+    pub(crate) fn trim_depot(&self, keep: u64) -> usize {
+        self.trim_depot_in(keep, None)
+    }
+
+    /// [`ZoneInner::trim_depot`] inside a reclaim: emptied item slabs go to the session's release
+    /// pipeline. Bucket slabs do not: bucket kegs are shared by every zone, so their pages are
+    /// given back (and counted) by `reclaim_all`, not by one zone's reclaim.
+    pub(crate) fn trim_depot_in(&self, keep: u64, mut sess: Option<&mut Session>) -> usize {
+        let mut moved = 0;
+        loop {
+            let b = lock(&self.depot).take_cold_above(keep);
+            let Some(b) = b else { break };
+            // SAFETY: the bucket came out of the depot; ours alone.
+            unsafe {
+                let n = (*b.as_ptr()).count as usize;
+                self.release_to_keg_in(&Bucket::slots(b)[..n], sess.as_deref_mut());
+                moved += n;
+                Bucket::free(b);
+            }
+        }
+        moved
+    }
+
+    pub(crate) fn periodic(&self, _now_ns: u64) -> usize {
+        // 1. Working-set update and trim of what sat untouched above it.
+        let keep = {
+            let mut d = lock(&self.depot);
+            d.wss.update();
+            if self.flags.contains(ZoneFlags::NOTRIM) {
+                u64::MAX
+            } else {
+                d.wss.periodic_target()
+            }
+        };
+        let mut moved = self.trim_depot(keep);
+        // 2. Idle CPUs: a stack whose word did not change for a whole period saw no operation.
+        let mut idle = 0;
+        for cpu in 0..self.pcpu.ncpu() {
+            let h = self.pcpu.header(cpu);
+            let w = h.word.load(Ordering::Relaxed);
+            let mark = h.idle_mark.swap(w, Ordering::Relaxed);
+            if w == mark && (w & 0xffff) != 0 {
+                idle |= 1u64 << (cpu % 64);
+            }
+        }
+        if idle != 0 {
+            moved += self.drain_cpus(|cpu| idle & (1u64 << (cpu % 64)) != 0);
+        }
+        let released = self.release_free_slabs(self.keg.reserve_slabs());
+        let _ = moved;
+        if released > 0 {
+            self.counters
+                .released_bytes
+                .fetch_add(released as u64, Ordering::Relaxed);
+        }
+        released
+    }
+
+    /// Free items the zone holds anywhere: per-CPU stacks, depot, free slots of backed slabs.
+    pub(crate) fn free_items(&self) -> usize {
+        self.pcpu_items() + lock(&self.depot).wss.nitems as usize + self.keg.counts().free_items
+    }
+
+    /// Page-pool shrink (blkback's `shrink_free_pagepool`): keeps at most `target` free items,
+    /// coldest first — depot buckets, then per-CPU stacks, then the slabs' pages go back to the
+    /// OS. Items in use are never touched. Returns the bytes given back.
+    pub(crate) fn shrink_to(&self, target: usize) -> usize {
+        let free = self.free_items();
+        if free <= target {
+            return 0;
+        }
+        let pcpu = self.pcpu_items();
+        let keep_depot = target.saturating_sub(pcpu) as u64;
+        self.trim_depot(keep_depot);
+        if self.free_items() > target && pcpu > 0 {
+            self.drain_cpus(|_| true);
+            self.trim_depot(target as u64);
+        }
+        // Free slab slots may hold what the caches no longer do.
+        let cached = self.pcpu_items() + lock(&self.depot).wss.nitems as usize;
+        let slabs_keep = target.saturating_sub(cached) / self.keg.geo.items_per_slab;
+        let released = self.release_free_slabs(slabs_keep);
+        if released > 0 {
+            self.counters
+                .released_bytes
+                .fetch_add(released as u64, Ordering::Relaxed);
+        }
+        released
+    }
+
+    pub(crate) fn pcpu_items(&self) -> usize {
+        (0..self.pcpu.ncpu()).map(|c| self.pcpu.count(c)).sum()
+    }
+}
+
+impl ZoneInner {
+    /// Drains the per-CPU stacks of this zone on the CPUs `pick` selects (one fence per CPU).
+    /// Returns the items moved to the slabs.
+    pub(crate) fn drain_cpus(&self, pick: impl Fn(usize) -> bool) -> usize {
+        self.drain_cpus_in(pick, None)
+    }
+
+    /// [`ZoneInner::drain_cpus`] inside a reclaim (emptied slabs go to the session's release
+    /// pipeline).
+    pub(crate) fn drain_cpus_in(
+        &self,
+        pick: impl Fn(usize) -> bool,
+        mut sess: Option<&mut Session>,
+    ) -> usize {
+        let mut buf = [ptr::null_mut::<u8>(); STACK_BUF];
+        let mut moved = 0;
+        for cpu in 0..self.pcpu.ncpu() {
+            if !pick(cpu) {
+                continue;
+            }
+            let h = self.pcpu.header(cpu);
+            let _g = lock_header(h);
+            self.pcpu.stop(h);
+            pcpu::fence_cpu(cpu);
+            let cap = self.bucket_target_cap();
+            moved += self.empty_stopped(cpu, cap, &mut buf, sess.as_deref_mut());
+        }
+        moved
+    }
+
+    /// Every cached item of this zone back to the slabs (used before sleeping at `max_items`).
+    pub(crate) fn drain_caches(&self) {
+        self.drain_cpus(|_| true);
+        self.trim_depot(0);
+    }
+
+    /// Empties this zone's stopped and fenced stack on `cpu` into its slabs (through `buf`,
+    /// large enough for a full stack) and reopens the stack with `cap`. Returns the items moved.
+    pub(super) fn empty_stopped(
+        &self,
+        cpu: usize,
+        cap: u32,
+        buf: &mut [*mut u8; STACK_BUF],
+        sess: Option<&mut Session>,
+    ) -> usize {
+        let mut n = 0;
+        self.pcpu
+            .take_stopped(cpu, self.pcpu.header(cpu), cap, |p| {
+                buf[n] = p;
+                n += 1;
+            });
+        if n > 0 {
+            self.release_to_keg_in(&buf[..n], sess);
+        }
+        n
+    }
+}
+
+/// Room for one full per-CPU stack.
+const STACK_BUF: usize = 2 * crate::bucket::BUCKET_MAX as usize;
+
+/// DRAIN_CPU over every zone, as the one reclaim in progress: depots, then one loop over CPUs
+/// (each stopping every zone's stack on that CPU, one fence, then emptying them), then depots
+/// again, then free slabs and the bucket kegs' free slabs back to the OS. `halve`: bucket sizes
+/// halve toward their minimum first (UMA, before a per-CPU drain); `keep_reserve`: kegs keep
+/// their reserve of free slabs (not while squeezing). Returns the bytes given back; 0 if this
+/// thread is already reclaiming.
+pub(crate) fn drain_cpu_all(halve: bool, keep_reserve: bool) -> usize {
+    crate::gate::exclusive(|| {
+        let reg = crate::registry::lock();
+        let mut sess = Session::begin(keep_reserve);
+        let b = drain_cpu_locked(&reg, halve, keep_reserve, &mut sess);
+        let b = b + crate::bucket::reclaim_bucket_kegs_in(&mut sess);
+        // Every caller wants the memory now (squeeze, buckets off, DRAIN_CPU, a failed
+        // mapping): lazily freed pages go too.
+        b + sess.finish() + purge_lazy_locked(&reg)
+    })
+    .unwrap_or(0)
+}
+
+/// The pass of [`drain_cpu_all`] with the registry locked. The bytes `sess` gives back are
+/// counted by its owner.
+pub(crate) fn drain_cpu_locked(
+    reg: &crate::registry::Locked,
+    halve: bool,
+    keep_reserve: bool,
+    sess: &mut Session,
+) -> usize {
+    reg.for_each(|z: &ZoneInner| {
+        if halve {
+            z.halve_bucket_size();
+        }
+        z.trim_depot_in(0, Some(sess));
+    });
+    let ncpu = os::cpu_count();
+    let mut buf = [ptr::null_mut::<u8>(); STACK_BUF];
+    for cpu in 0..ncpu {
+        let mut any = false;
+        reg.for_each(|z: &ZoneInner| {
+            if cpu < z.pcpu.ncpu() {
+                let h = z.pcpu.header(cpu);
+                core::mem::forget(lock_header(h));
+                z.pcpu.stop(h);
+                any = true;
+            }
+        });
+        if !any {
+            continue;
+        }
+        pcpu::fence_cpu(cpu);
+        reg.for_each(|z: &ZoneInner| {
+            if cpu < z.pcpu.ncpu() {
+                let h = z.pcpu.header(cpu);
+                let cap = z.bucket_target_cap();
+                z.empty_stopped(cpu, cap, &mut buf, Some(sess));
+                // Release: pairs with the Acquire of the next taker of the header lock taken
+                // (and forgotten) above, which sees the emptied stack.
+                h.lock.store(0, Ordering::Release);
+            }
+        });
+    }
+    let mut bytes = 0;
+    reg.for_each(|z: &ZoneInner| {
+        z.trim_depot_in(0, Some(sess));
+        bytes += z.keg.reclaim_in(keep_reserve, sess);
+        z.count_drain_cpu();
+    });
+    bytes
+}
+
+/// A page mapping failed: synchronous DRAIN_CPU of every zone before the caller retries once
+/// (counted here and reported to the runtime).
+pub(crate) fn on_map_failure() {
+    crate::gate::count_map_failure();
+    crate::runtime::map_failure();
+    drain_cpu_all(true, true);
+}
+
+impl ZoneInner {
+    /// Free slabs beyond `keep` leave the zone: lazily when [`crate::lazy::release_kind`] says
+    /// so, else at once, together with the zone's lazily freed slabs (a squeeze wants the memory
+    /// now). Returns the bytes given back at once (lazily freed bytes are counted apart).
+    pub(crate) fn release_free_slabs(&self, keep: usize) -> usize {
+        use crate::lazy::{self, ReleaseKind};
+        match lazy::release_kind(
+            lazy::enabled(),
+            lazy::under_pressure() || crate::gate::squeezing_now(),
+        ) {
+            ReleaseKind::Lazy => {
+                self.keg
+                    .lazy_keep(keep, lazy::now_ms(), lazy::settle_ms() == 0);
+                0
+            }
+            ReleaseKind::Now => self.keg.reclaim_keep(keep) + self.keg.purge_lazy(None),
+        }
+    }
+}
+
+/// Every lazily freed page of every zone back now (`MADV_DONTNEED`), with the registry locked
+/// (inside a reclaim). Returns the bytes given back.
+pub(crate) fn purge_lazy_locked(reg: &crate::registry::Locked) -> usize {
+    if crate::lazy::lazy_held_bytes() == 0 {
+        return 0;
+    }
+    let mut b = 0;
+    reg.for_each(|z: &ZoneInner| b += z.keg.purge_lazy(None));
+    b
+}
+
+/// The decay step over every zone: lazy slabs older than `decay_ms` at `now` go back for good
+/// (`MADV_DONTNEED`), those that settled for `settle_ms` are offered (`MADV_FREE`). Returns the
+/// bytes given back for good.
+pub(crate) fn decay_lazy_locked(
+    reg: &crate::registry::Locked,
+    now: u32,
+    decay_ms: u64,
+    settle_ms: u64,
+) -> usize {
+    let mut b = 0;
+    reg.for_each(|z: &ZoneInner| {
+        b += z.keg.purge_lazy(Some((now, decay_ms)));
+        z.keg.advise_lazy(now, settle_ms);
+    });
+    b
+}

@@ -1,0 +1,289 @@
+//! The fast paths: one rseq critical section per operation, no lock, no system call, no
+//! allocation. A zone's constants for them ([`Fast`]) are kept by value in the zone and in every
+//! handle; anything unusual (hooks, checked or zeroing zones, locked mode) sets a `careful` bit
+//! and goes to the slow paths (`slow.rs`) with one test.
+
+use super::{unlikely, Zone, ZoneInner};
+use crate::arena::CHUNK_SIZE;
+use crate::error::{AllocError, InvalidFree};
+use crate::pcpu::{Push, RseqRef};
+use crate::sync::Ordering;
+use core::ffi::c_void;
+use core::ptr::{self, NonNull};
+use std::sync::atomic::AtomicU64 as StdAtomicU64;
+
+/// Everything `Zone::alloc` and `Zone::free` read on their fast paths, fixed at creation. Kept by
+/// value in the zone and in each [`Zone`] handle: a handle is immutable plain data (no interior
+/// mutability), so the compiler may keep these in registers across a loop of allocations, where
+/// loads through the zone object would be repeated after every critical section (its `asm!`
+/// may write memory).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub(crate) struct Fast {
+    pub(super) pcpu: RseqRef,
+    /// `C_*` bits: any set bit sends both operations to their careful paths.
+    pub(super) careful: u32,
+    pub(super) arena_base: usize,
+    pub(super) arena_len: usize,
+    pub(super) chunk_map: *const StdAtomicU64,
+    pub(super) tag: u64,
+    pub(super) first_slab: usize,
+    pub(super) slab_mask: usize,
+    /// End of the last slab relative to `first_slab`: `slabs_per_chunk << slab_shift`.
+    pub(super) slabs_end: usize,
+    /// `item_check(item_size, items_per_slab)`.
+    pub(super) item_magic: u64,
+    pub(super) item_bound: u64,
+}
+
+/// The constants of the item-start test: for `x` below the slab size (< 2^32),
+/// `x * magic (mod 2^64) < bound` iff `x = q * d` with `q < n` (`d` = item size, `n` = items per
+/// slab).
+///
+/// With `magic = ceil(2^64 / d)` and `e = d * magic - 2^64` (0 <= e < d), a multiple `x = q * d`
+/// gives `x * magic = q * e (mod 2^64)`, and any other `x < 2^32` gives at least `magic`
+/// (Lemire, Kaser, Kurz, "Faster remainder by direct computation", 2019). For `d` not a power of
+/// two, `e > 0`, so `q < n` iff `q * e < n * e`, and `n * e < n * d <= slab < magic` keeps
+/// non-multiples out. For a power of two, `e = 0` and `d` divides the slab (no tail), so every
+/// multiple below the slab size is an item: bound 1 (only `x * magic = 0`).
+pub(crate) fn item_check(d: usize, n: usize) -> (u64, u64) {
+    let d = d as u64;
+    let magic = (u64::MAX / d).wrapping_add(1);
+    if d.is_power_of_two() {
+        (magic, 1)
+    } else {
+        let e = d.wrapping_mul(magic);
+        (magic, n as u64 * e)
+    }
+}
+
+impl Fast {
+    /// O(1) check that `a` is the start of an item of this zone, reading only the chunk map.
+    #[inline(always)]
+    pub(super) fn is_item(&self, a: usize) -> bool {
+        let off = a.wrapping_sub(self.arena_base);
+        if off >= self.arena_len {
+            return false;
+        }
+        // SAFETY: off < arena_len, so the index is inside the chunk map, which lives as long as
+        // the process.
+        let tag = unsafe {
+            // Acquire: pairs with the Release store of the tag in `Arena::alloc_chunk` (the chunk's
+            // header is initialised before its tag is published).
+            (*self.chunk_map.add(off >> crate::arena::CHUNK_SHIFT)).load(Ordering::Acquire)
+        };
+        if unlikely(tag != self.tag) {
+            return false;
+        }
+        // Each test its own predictable branch: folded into one flag (`setcc`/`and`) they cost
+        // more instructions than they save.
+        let rel = (a & (CHUNK_SIZE - 1)).wrapping_sub(self.first_slab);
+        if unlikely(rel >= self.slabs_end) {
+            return false;
+        }
+        // One multiply and one compare for "a multiple of the item size, below the slab's last
+        // item" (see `item_check`).
+        ((rel & self.slab_mask) as u64).wrapping_mul(self.item_magic) < self.item_bound
+    }
+}
+
+/// The fast path of [`Zone::alloc`]: `f` is the zone's [`Fast`] (the handle's copy or the zone's
+/// own), `z` the zone.
+#[inline(always)]
+pub(super) fn alloc_with(f: &Fast, z: &ZoneInner) -> Result<NonNull<u8>, AllocError> {
+    if !unlikely(f.careful != 0) {
+        // SAFETY: careful == 0 means C_LOCKED is clear: the per-CPU layer is in rseq mode.
+        let p = unsafe { f.pcpu.pop() };
+        if !unlikely(p.is_null()) {
+            // SAFETY: non-null checked above.
+            return Ok(unsafe { NonNull::new_unchecked(p) });
+        }
+        return z.alloc_slow();
+    }
+    z.alloc_careful()
+}
+
+/// The fast path of [`Zone::free`] (arguments as in [`alloc_with`]).
+///
+/// # Safety
+/// As [`Zone::free`].
+#[inline(always)]
+pub(super) unsafe fn free_with(f: &Fast, z: &ZoneInner, p: NonNull<u8>) -> Result<(), InvalidFree> {
+    let a = p.as_ptr() as usize;
+    if unlikely(!f.is_item(a)) {
+        return Err(z.invalid_now(a));
+    }
+    if !unlikely(f.careful != 0) {
+        // SAFETY: careful == 0: rseq mode (as in `alloc_with`).
+        return match unsafe { f.pcpu.push(p.as_ptr()) } {
+            Push::Done => Ok(()),
+            Push::Full => z.free_slow(p.as_ptr()),
+            Push::Duplicate => Err(z.duplicate_now(a)),
+        };
+    }
+    z.free_careful(p.as_ptr())
+}
+
+/// What [`Zone::free_fast_raw`] did; anything but `Done` changed nothing, and
+/// [`Zone::free_raw_resume`] finishes the free from there without repeating the check or the
+/// push.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FastFree {
+    /// On this CPU's stack: done.
+    Done,
+    /// Not an item of the zone.
+    Invalid,
+    /// The zone is careful (hooks, checked, zeroing, locked mode): the careful path.
+    Careful,
+    /// This CPU's stack is full or closed: the slow path.
+    Full,
+    /// The item is the top of this CPU's stack: an immediate double free.
+    Duplicate,
+}
+
+impl Zone {
+    /// Allocates one item. Fast path: one rseq critical section, no lock, no system call.
+    #[inline(always)]
+    pub fn alloc(&self) -> Result<NonNull<u8>, AllocError> {
+        alloc_with(&self.fast, self.inner())
+    }
+
+    /// Frees an item of this zone.
+    ///
+    /// The pointer is checked in O(1) without touching its memory: outside this zone's slabs,
+    /// inside slab metadata, or not at the start of an item → `Err`, nothing changed. A double free
+    /// is caught at once in checked mode (`ZoneFlags::CHECKED` or the `checked` tunable), and
+    /// otherwise when the item reaches its slab (reported on stderr and counted, never applied).
+    ///
+    /// # Safety
+    /// If `p` is a valid item of this zone, the caller must own it (allocated and not freed) and
+    /// not use it afterwards.
+    #[inline(always)]
+    pub unsafe fn free(&self, p: NonNull<u8>) -> Result<(), InvalidFree> {
+        // SAFETY: forwarded.
+        unsafe { free_with(&self.fast, self.inner(), p) }
+    }
+
+    /// [`Zone::alloc`] on a raw zone pointer (the C API), reading the fast-path constants in
+    /// place rather than copying them into a handle first.
+    ///
+    /// # Safety
+    /// `z` must come from [`Zone::into_raw`] and the zone must not be destroyed meanwhile.
+    #[inline(always)]
+    pub unsafe fn alloc_raw(z: *mut c_void) -> Result<NonNull<u8>, AllocError> {
+        // SAFETY: a live zone (caller's guarantee).
+        let z = unsafe { &*z.cast::<ZoneInner>() };
+        alloc_with(&z.fast, z)
+    }
+
+    /// Only the fast path of [`Zone::alloc_raw`]: the item from this CPU's stack, or null when
+    /// the stack is empty or the zone is careful (then call [`Zone::alloc_raw`]). Never runs a
+    /// hook, takes a lock or panics, so a C entry point needs no unwind guard around it.
+    ///
+    /// # Safety
+    /// As [`Zone::alloc_raw`].
+    #[inline(always)]
+    pub unsafe fn alloc_fast_raw(z: *mut c_void) -> *mut u8 {
+        // SAFETY: a live zone (caller's guarantee).
+        let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
+        if f.careful != 0 {
+            return ptr::null_mut();
+        }
+        // SAFETY: careful == 0: rseq mode.
+        unsafe { f.pcpu.pop() }
+    }
+
+    /// Only the fast path of [`Zone::free_raw`]: [`FastFree::Done`] when `p` passed the item
+    /// check and went onto this CPU's stack; anything else changed nothing and says where to
+    /// go on ([`Zone::free_raw_resume`]). Never panics, runs no hook, takes no lock.
+    ///
+    /// # Safety
+    /// As [`Zone::free_raw`].
+    #[inline(always)]
+    pub unsafe fn free_fast_raw(z: *mut c_void, p: NonNull<u8>) -> FastFree {
+        // SAFETY: a live zone (caller's guarantee).
+        let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
+        if unlikely(!f.is_item(p.as_ptr() as usize)) {
+            return FastFree::Invalid;
+        }
+        if unlikely(f.careful != 0) {
+            return FastFree::Careful;
+        }
+        // SAFETY: careful == 0: rseq mode; the item passed the check.
+        match unsafe { f.pcpu.push(p.as_ptr()) } {
+            Push::Done => FastFree::Done,
+            Push::Full => FastFree::Full,
+            Push::Duplicate => FastFree::Duplicate,
+        }
+    }
+
+    /// Finishes a free that [`Zone::free_fast_raw`] did not complete, from where it stopped
+    /// (`how`, what it returned): the pointer is not checked again and the stack not tried
+    /// again.
+    ///
+    /// # Safety
+    /// As [`Zone::free_raw`]; `how` must be what `free_fast_raw(z, p)` returned just now.
+    #[inline(never)]
+    pub unsafe fn free_raw_resume(
+        z: *mut c_void,
+        p: NonNull<u8>,
+        how: FastFree,
+    ) -> Result<(), InvalidFree> {
+        // SAFETY: a live zone (caller's guarantee).
+        let z = unsafe { &*z.cast::<ZoneInner>() };
+        let a = p.as_ptr() as usize;
+        match how {
+            FastFree::Done => Ok(()),
+            FastFree::Invalid => Err(z.invalid_now(a)),
+            FastFree::Careful => z.free_careful(p.as_ptr()),
+            FastFree::Full => z.free_slow(p.as_ptr()),
+            FastFree::Duplicate => Err(z.duplicate_now(a)),
+        }
+    }
+
+    /// [`Zone::free`] on a raw zone pointer (the C API).
+    ///
+    /// # Safety
+    /// As [`Zone::alloc_raw`] for `z`, and as [`Zone::free`] for `p`.
+    #[inline(always)]
+    pub unsafe fn free_raw(z: *mut c_void, p: NonNull<u8>) -> Result<(), InvalidFree> {
+        // SAFETY: a live zone (caller's guarantee); `p` forwarded.
+        unsafe {
+            let z = &*z.cast::<ZoneInner>();
+            free_with(&z.fast, z, p)
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::item_check;
+    use crate::slab::Geometry;
+
+    /// The one-compare item test agrees with "multiple of the size, below the last item" at every
+    /// offset of the slab, for every 8-aligned size up to 4 KiB and a spread of larger ones.
+    #[test]
+    pub(super) fn item_check_is_exact() {
+        let sizes = (8..=4096).step_by(8).chain([
+            4104,
+            5000 & !7,
+            8192,
+            12288,
+            65536 - 8,
+            65536,
+            100_000,
+            1 << 20,
+        ]);
+        for d in sizes {
+            let g = Geometry::for_item(d);
+            let (magic, bound) = item_check(g.item_size, g.items_per_slab);
+            for x in 0..g.slab_size {
+                let fast = (x as u64).wrapping_mul(magic) < bound;
+                let slow = x % d == 0 && x / d < g.items_per_slab;
+                assert_eq!(fast, slow, "size {d}, offset {x}, slab {}", g.slab_size);
+            }
+        }
+    }
+}

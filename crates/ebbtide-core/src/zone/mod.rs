@@ -1,0 +1,502 @@
+//! Zones: the allocator's unit — one item size, one set of hooks, per-CPU caches over a depot
+//! over a keg.
+//!
+//! Allocation order: this CPU's stack → a full bucket from the depot → a bucket's worth of items
+//! imported from the keg (slabs, then new pages). Free order: this CPU's stack → flush a bucket's
+//! worth to the depot → (depot full, buckets disabled or squeezing) straight to the slabs.
+//!
+//! Counting (see also `keg.rs`):
+//! `items_out(keg) == used + Σ per-CPU counts + depot items`, hence
+//! `items in backed slabs == used + per-CPU + depot + free in slabs`. `used` is derived from the
+//! other three; the property test checks it against a shadow model of live items, and
+//! [`Zone::validate`] checks every other term by walking the structures.
+
+mod create;
+mod drain;
+mod fast;
+mod limit;
+mod slow;
+mod snapshot;
+
+pub(crate) use drain::{decay_lazy_locked, drain_cpu_all, purge_lazy_locked};
+pub use fast::FastFree;
+pub use snapshot::{ZoneCheck, ZoneSnapshot};
+
+use crate::bucket::{self, Bucket, BUCKET_MAX};
+use crate::depot::DepotInner;
+use crate::error::{
+    report, AllocError, ConfigError, CreateError, InvalidFree, InvalidKind, ZoneBusy, ZoneName,
+};
+use crate::keg::{Emptied, Keg};
+use crate::os;
+use crate::pcpu::{self, lock_header, Pcpu};
+use crate::registry::{Link, Linked};
+use crate::release::Session;
+use crate::slab::MAX_ITEM_SIZE;
+use crate::sync::{
+    lock, try_lock, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering,
+};
+use core::ffi::{c_int, c_void};
+use core::ptr::{self, NonNull};
+use fast::{item_check, Fast};
+
+/// Hook run when an item leaves a slab (`init`) or on every allocation (`ctor`). Returns 0 on
+/// success; anything else fails the allocation. Hooks must not allocate from or free to the same
+/// zone; `fini` runs with the keg lock held.
+pub type InitHook = unsafe extern "C" fn(item: *mut c_void, size: usize, arg: *mut c_void) -> c_int;
+/// Hook run when an item returns to a slab (`fini`) or on every free (`dtor`).
+pub type FiniHook = unsafe extern "C" fn(item: *mut c_void, size: usize, arg: *mut c_void);
+
+/// What an allocation does when the zone is at `max_items`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitMode {
+    /// Sleep until an item comes back (FIFO among sleepers; counted as SLEEP).
+    Wait,
+    /// Fail at once (counted as FAIL).
+    Fail,
+}
+
+/// Zone flags (the values are part of the C ABI).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZoneFlags(pub u32);
+
+impl ZoneFlags {
+    /// Never trim this zone's depot to its working set (UMA_ZONE_NOTRIM); drains still apply.
+    pub const NOTRIM: ZoneFlags = ZoneFlags(1 << 0);
+    /// No per-CPU caches or depot: every allocation and free goes to the slabs (UMA_ZONE_NOBUCKET).
+    pub const NOBUCKET: ZoneFlags = ZoneFlags(1 << 1);
+    /// Full checks on every free: double frees are caught at once (costs two atomic operations).
+    pub const CHECKED: ZoneFlags = ZoneFlags(1 << 2);
+    /// Zero each item on allocation.
+    pub const ZERO: ZoneFlags = ZoneFlags(1 << 3);
+    /// All flags known to this version.
+    pub const ALL: u32 = 0b1111;
+
+    pub fn contains(self, f: ZoneFlags) -> bool {
+        self.0 & f.0 == f.0
+    }
+}
+
+impl core::ops::BitOr for ZoneFlags {
+    type Output = ZoneFlags;
+    fn bitor(self, o: ZoneFlags) -> ZoneFlags {
+        ZoneFlags(self.0 | o.0)
+    }
+}
+
+/// Options of a new zone.
+#[derive(Clone, Copy, Debug)]
+pub struct ZoneOptions<'a> {
+    pub name: &'a str,
+    pub size: usize,
+    /// Power of two up to the page size; the item size is rounded up to it. Default 8 (16 for
+    /// items of 16 bytes or more).
+    pub align: usize,
+    pub init: Option<InitHook>,
+    pub fini: Option<FiniHook>,
+    pub ctor: Option<InitHook>,
+    pub dtor: Option<FiniHook>,
+    /// Passed to every hook.
+    pub hook_arg: *mut c_void,
+    /// At most this many items out of the slabs at once (cached items count); 0 = no limit.
+    pub max_items: usize,
+    pub limit_mode: LimitMode,
+    pub flags: ZoneFlags,
+    /// Free slabs kept backed when reclaiming (UMA's keg reserve), in items (rounded up to slabs).
+    pub reserve_items: usize,
+    /// Most items the depot may hold (UMA's `bucket_max`); `u64::MAX` = no cap.
+    pub depot_max_items: u64,
+}
+
+impl<'a> ZoneOptions<'a> {
+    /// Options for a zone of `size`-byte items named `name`, everything else default.
+    pub fn new(name: &'a str, size: usize) -> Self {
+        ZoneOptions {
+            name,
+            size,
+            align: if size >= 16 { 16 } else { 8 },
+            init: None,
+            fini: None,
+            ctor: None,
+            dtor: None,
+            hook_arg: ptr::null_mut(),
+            max_items: 0,
+            limit_mode: LimitMode::Fail,
+            flags: ZoneFlags::default(),
+            reserve_items: 0,
+            depot_max_items: u64::MAX,
+        }
+    }
+    pub fn align(mut self, a: usize) -> Self {
+        self.align = a;
+        self
+    }
+    pub fn flags(mut self, f: ZoneFlags) -> Self {
+        self.flags = f;
+        self
+    }
+    pub fn max_items(mut self, n: usize, mode: LimitMode) -> Self {
+        self.max_items = n;
+        self.limit_mode = mode;
+        self
+    }
+    pub fn hooks(
+        mut self,
+        init: Option<InitHook>,
+        fini: Option<FiniHook>,
+        ctor: Option<InitHook>,
+        dtor: Option<FiniHook>,
+        arg: *mut c_void,
+    ) -> Self {
+        (self.init, self.fini, self.ctor, self.dtor, self.hook_arg) = (init, fini, ctor, dtor, arg);
+        self
+    }
+    pub fn reserve_items(mut self, n: usize) -> Self {
+        self.reserve_items = n;
+        self
+    }
+    pub fn depot_max_items(mut self, n: u64) -> Self {
+        self.depot_max_items = n;
+        self
+    }
+
+    fn item_size(&self) -> Result<usize, ConfigError> {
+        let ps = os::page_size();
+        if self.size == 0 {
+            return Err(ConfigError::SizeZero);
+        }
+        if !self.align.is_power_of_two() || self.align > ps {
+            return Err(ConfigError::BadAlign {
+                align: self.align,
+                page_size: ps,
+            });
+        }
+        // Items hold at least a pointer-sized, pointer-aligned word so any type fits.
+        let a = self.align.max(8);
+        let size = self.size.checked_add(a - 1).map(|s| s & !(a - 1));
+        match size {
+            Some(s) if s <= MAX_ITEM_SIZE => Ok(s),
+            _ => Err(ConfigError::SizeTooLarge {
+                size: self.size,
+                max: MAX_ITEM_SIZE,
+            }),
+        }
+    }
+}
+
+// Bits of `ZoneInner::careful`: anything that keeps an operation off the rseq fast path. One
+// word tested once per operation, so the fast path makes a single test for all of them.
+const C_CTOR: u32 = 1;
+const C_DTOR: u32 = 2;
+const C_CHECKED: u32 = 4;
+const C_ZERO: u32 = 8;
+/// The per-CPU layer runs in locked mode (no rseq): `Pcpu::pop`/`push` instead of the sections.
+const C_LOCKED: u32 = 16;
+
+struct LimitState {
+    sleepers: u32,
+    next_ticket: u64,
+    serving: u64,
+}
+
+/// Event counters of a zone (slow paths only; the fast path counts in the per-CPU word).
+#[derive(Default)]
+struct Counters {
+    slow_allocs: AtomicU64,
+    fails: AtomicU64,
+    sleeps: AtomicU64,
+    invalid_frees: AtomicU64,
+    depot_contention: AtomicU64,
+    trims: AtomicU64,
+    drains: AtomicU64,
+    drain_cpus: AtomicU64,
+    released_bytes: AtomicU64,
+    squeezes: AtomicU64,
+}
+
+/// The zone object; lives in its own mapped pages.
+#[repr(C)]
+pub(crate) struct ZoneInner {
+    // Read by the fast paths: kept together at the start.
+    /// The fast paths' constants (also copied into every [`Zone`] handle).
+    fast: Fast,
+    pub(crate) pcpu: Pcpu,
+    // The rest.
+    pub(crate) name: ZoneName,
+    pub(crate) item_size: usize,
+    pub(crate) requested_size: usize,
+    pub(crate) align: usize,
+    pub(crate) flags: ZoneFlags,
+    init: Option<InitHook>,
+    fini: Option<FiniHook>,
+    ctor: Option<InitHook>,
+    dtor: Option<FiniHook>,
+    hook_arg: *mut c_void,
+    pub(crate) keg: Keg,
+    pub(crate) depot: Mutex<DepotInner>,
+    pub(crate) bucket_size: AtomicU32,
+    pub(crate) bucket_min: u32,
+    pub(crate) bucket_max: u32,
+    max_items: usize,
+    limit_mode: LimitMode,
+    items_reserved: AtomicUsize,
+    limit: Mutex<LimitState>,
+    limit_cv: Condvar,
+    limit_full: AtomicBool,
+    counters: Counters,
+    /// Page pools: free pages kept between shrinks (`max_buffer_pages`); `usize::MAX` for plain
+    /// zones.
+    pub(crate) pool_max: AtomicUsize,
+    /// On the registry's list of live zones (guarded by the registry lock).
+    link: Link,
+    map_len: usize,
+}
+
+// SAFETY: the raw pointers are the zone's own mappings (pcpu, chunk map of the 'static arena) and
+// the hook argument, which the creator vouches may be used from any thread (documented on
+// `Zone::new`). All mutable state is atomics or behind mutexes.
+unsafe impl Send for ZoneInner {}
+// SAFETY: as for `Send`: shared references only reach atomics, mutexes and immutable fields.
+unsafe impl Sync for ZoneInner {}
+
+// SAFETY: `link` and `from_link` are inverse: both go through the offset of the `link` field.
+unsafe impl Linked for ZoneInner {
+    fn link(p: *mut Self) -> *mut Link {
+        // SAFETY: `p` points to a live zone (the registry's callers' guarantee); no reference
+        // is made.
+        unsafe { ptr::addr_of_mut!((*p).link) }
+    }
+    fn from_link(l: *mut Link) -> *mut Self {
+        l.cast::<u8>()
+            .wrapping_sub(core::mem::offset_of!(ZoneInner, link))
+            .cast()
+    }
+}
+
+/// A zone: a cache of items of one size. Cheap to share (`&Zone` is `Send + Sync`).
+///
+/// The handle is about 100 bytes: besides the pointer to the zone it carries a copy of the fast
+/// path's constants, so that allocation loops keep them in registers. Share it by reference (or
+/// in an `Arc`/`static`); moving it is a plain copy of those bytes.
+pub struct Zone {
+    inner: NonNull<ZoneInner>,
+    /// A copy of `inner.fast` (see [`Fast`]).
+    fast: Fast,
+}
+
+// SAFETY: ZoneInner is Send + Sync; Zone is a pointer to it with unique ownership of destruction.
+unsafe impl Send for Zone {}
+// SAFETY: as for `Send`: `&Zone` only reaches the `Sync` zone and the plain-data copy `fast`.
+unsafe impl Sync for Zone {}
+
+#[inline(always)]
+fn unlikely(b: bool) -> bool {
+    #[cold]
+    fn cold() {}
+    if b {
+        cold();
+    }
+    b
+}
+
+impl Zone {
+    #[inline(always)]
+    pub(crate) fn inner(&self) -> &ZoneInner {
+        // SAFETY: the ZoneInner lives until `destroy`, which consumes the Zone.
+        unsafe { self.inner.as_ref() }
+    }
+
+    /// The zone's name.
+    pub fn name(&self) -> &str {
+        self.inner().name.as_str()
+    }
+
+    /// The usable size of an item (the requested size rounded up to the alignment).
+    pub fn item_size(&self) -> usize {
+        self.inner().item_size
+    }
+
+    /// The periodic pass without pressure (working-set update, idle trim); `now_ns` from a
+    /// monotonic clock. Returns the bytes given back.
+    pub fn periodic(&self, now_ns: u64) -> usize {
+        self.inner().periodic(now_ns)
+    }
+
+    /// Counters merged from every layer.
+    pub fn snapshot(&self) -> ZoneSnapshot {
+        self.inner().snapshot()
+    }
+
+    /// Walks every layer and checks the counting invariants (see the module docs). Stops every
+    /// CPU's stack briefly to count it exactly.
+    pub fn validate(&self) -> Result<ZoneCheck, String> {
+        self.inner().validate()
+    }
+
+    /// Wraps a raw zone pointer (C API).
+    ///
+    /// # Safety
+    /// `p` must come from [`Zone::into_raw`] and be used as a unique owner afterwards.
+    pub unsafe fn from_raw(p: *mut c_void) -> Zone {
+        // SAFETY: caller's guarantee: non-null pointer from into_raw.
+        let inner: NonNull<ZoneInner> = unsafe { NonNull::new_unchecked(p.cast()) };
+        Zone {
+            inner,
+            // SAFETY: a live zone (caller's guarantee).
+            fast: unsafe { inner.as_ref().fast },
+        }
+    }
+
+    /// Gives up ownership, returning a raw pointer for [`Zone::from_raw`].
+    pub fn into_raw(self) -> *mut c_void {
+        let p = self.inner.as_ptr();
+        core::mem::forget(self);
+        p.cast()
+    }
+}
+
+impl Drop for Zone {
+    /// Destroys the zone if no item is in use; otherwise leaves it alive (its items stay valid) and
+    /// says so on stderr.
+    fn drop(&mut self) {
+        // SAFETY: as in `destroy`.
+        if let Err(live) = unsafe { ZoneInner::destroy(self.inner.as_ptr()) } {
+            report(format_args!(
+                "ebbtide: zone '{}' dropped with {live} items in use; it is kept alive",
+                self.inner().name.as_str()
+            ));
+        }
+    }
+}
+
+impl ZoneInner {
+    fn is_item(&self, a: usize) -> bool {
+        self.fast.is_item(a)
+    }
+
+    #[cold]
+    fn invalid_now(&self, a: usize) -> InvalidFree {
+        self.counters.invalid_frees.fetch_add(1, Ordering::Relaxed);
+        let kind = match self.keg.locate(a) {
+            Err(k) => k,
+            Ok(_) => InvalidKind::DoubleFree,
+        };
+        InvalidFree {
+            zone: self.name,
+            addr: a,
+            kind,
+        }
+    }
+
+    /// An immediate double free caught on a push (`p` is the top of this CPU's stack): counted,
+    /// not applied.
+    #[cold]
+    fn duplicate_now(&self, a: usize) -> InvalidFree {
+        self.counters.invalid_frees.fetch_add(1, Ordering::Relaxed);
+        InvalidFree {
+            zone: self.name,
+            addr: a,
+            kind: InvalidKind::DoubleFree,
+        }
+    }
+
+    /// Reports a bad pointer found late (when it reached its slab); never applied.
+    fn invalid_late(&self, p: *mut u8, kind: InvalidKind) {
+        self.counters.invalid_frees.fetch_add(1, Ordering::Relaxed);
+        report(format_args!(
+            "{}",
+            InvalidFree {
+                zone: self.name,
+                addr: p as usize,
+                kind
+            }
+        ));
+    }
+
+    /// The cap every CPU's stack should have now: 0 while caching is off for any reason.
+    pub(crate) fn bucket_target_cap(&self) -> u32 {
+        if self.flags.contains(ZoneFlags::NOBUCKET)
+            || !crate::gate::buckets_enabled()
+            || crate::gate::squeezing_now()
+            || self.limit_full.load(Ordering::Relaxed)
+        {
+            0
+        } else {
+            2 * self.bucket_size.load(Ordering::Relaxed)
+        }
+    }
+
+    fn caching(&self) -> bool {
+        self.bucket_target_cap() > 0 && self.pcpu.usable()
+    }
+
+    /// Opens every CPU's stack to the current target cap.
+    pub(crate) fn open_all_caps(&self) {
+        let cap = self.bucket_target_cap();
+        for cpu in 0..self.pcpu.ncpu() {
+            let h = self.pcpu.header(cpu);
+            let g = lock_header(h);
+            self.pcpu.set_cap(&g, h, cap);
+        }
+    }
+
+    /// Closes every CPU's stack to pushes (no fence needed: see `Pcpu::set_cap`).
+    pub(crate) fn close_all_caps(&self) {
+        for cpu in 0..self.pcpu.ncpu() {
+            let h = self.pcpu.header(cpu);
+            let g = lock_header(h);
+            self.pcpu.set_cap(&g, h, 0);
+        }
+    }
+
+    /// Brings this CPU's cap to the target if it drifted (bucket size changed, caching re-enabled).
+    fn sync_cap(&self) {
+        let cpu = self.pcpu.this_cpu();
+        let h = self.pcpu.header(cpu);
+        let want = self.bucket_target_cap();
+        if h.cap.load(Ordering::Relaxed) != want && h.floor.load(Ordering::Relaxed) == 0 {
+            let g = lock_header(h);
+            if h.floor.load(Ordering::Relaxed) == 0 {
+                self.pcpu.set_cap(&g, h, want);
+            }
+        }
+    }
+
+    pub(crate) fn shrink_bucket_size(&self) {
+        let bs = self.bucket_size.load(Ordering::Relaxed);
+        if bs > self.bucket_min {
+            self.bucket_size.store(bs - 1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn halve_bucket_size(&self) {
+        let bs = self.bucket_size.load(Ordering::Relaxed);
+        self.bucket_size
+            .store((self.bucket_min + bs) / 2, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_trim(&self) {
+        self.counters.trims.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_drain(&self) {
+        self.counters.drains.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_drain_cpu(&self) {
+        self.counters.drain_cpus.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_squeeze(&self) {
+        self.counters.squeezes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Snapshots of every live zone, oldest first (for statistics: allocates the result, so never
+/// call it from an allocation path).
+pub fn snapshots() -> Vec<ZoneSnapshot> {
+    let mut v = Vec::new();
+    crate::registry::lock().for_each(|z: &ZoneInner| v.push(z.snapshot()));
+    v.reverse();
+    v
+}

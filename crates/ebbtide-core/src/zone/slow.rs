@@ -1,0 +1,290 @@
+//! The slow paths: a full bucket from the depot or a bucket's worth from the slabs on
+//! allocation; a bucket's worth flushed to the depot, or the item straight to its slab, on free;
+//! and the careful paths of hooked, checked and zeroing zones.
+
+use super::*;
+use crate::pcpu::Push;
+
+impl ZoneInner {
+    pub(super) fn lock_depot(&self) -> crate::sync::MutexGuard<'_, DepotInner> {
+        if let Some(g) = try_lock(&self.depot) {
+            return g;
+        }
+        // Contention: UMA grows the bucket size by one each time the depot lock is found held.
+        self.counters
+            .depot_contention
+            .fetch_add(1, Ordering::Relaxed);
+        let bs = self.bucket_size.load(Ordering::Relaxed);
+        if bs < self.bucket_max {
+            self.bucket_size.store(bs + 1, Ordering::Relaxed);
+        }
+        lock(&self.depot)
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn alloc_careful(&self) -> Result<NonNull<u8>, AllocError> {
+        let p = match NonNull::new(self.pcpu.pop()) {
+            Some(p) => p,
+            None => self.alloc_slow()?,
+        };
+        if self.fast.careful & C_CHECKED != 0 {
+            if let Ok(loc) = self.keg.locate(p.as_ptr() as usize) {
+                if !self.keg.mark_live(loc) {
+                    report(format_args!(
+                        "ebbtide: internal error: zone '{}' handed out live item {:p} twice",
+                        self.name.as_str(),
+                        p
+                    ));
+                }
+            }
+        }
+        if self.fast.careful & C_ZERO != 0 {
+            // SAFETY: the item is ours, item_size bytes.
+            unsafe { p.as_ptr().write_bytes(0, self.item_size) };
+        }
+        if let Some(ctor) = self.ctor {
+            // SAFETY: hook contract: called with an item of this zone and the zone's argument.
+            if unsafe { ctor(p.as_ptr().cast(), self.item_size, self.hook_arg) } != 0 {
+                self.counters.fails.fetch_add(1, Ordering::Relaxed);
+                if self.fast.careful & C_CHECKED != 0 {
+                    if let Ok(loc) = self.keg.locate(p.as_ptr() as usize) {
+                        self.keg.mark_dead(loc);
+                    }
+                }
+                let _ = self.free_cached(p.as_ptr()); // just allocated: cannot be a double free
+                return Err(AllocError::CtorFailed);
+            }
+        }
+        Ok(p)
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn alloc_slow(&self) -> Result<NonNull<u8>, AllocError> {
+        self.counters.slow_allocs.fetch_add(1, Ordering::Relaxed);
+        if self.caching() {
+            self.sync_cap();
+            // A full bucket from the depot: one item for the caller, the rest onto this CPU.
+            let b = self.lock_depot().take();
+            if let Some(b) = b {
+                // SAFETY: `b` came out of the depot, so it is ours and full.
+                unsafe {
+                    let n = (*b.as_ptr()).count as usize;
+                    let slots = Bucket::slots(b);
+                    let item = slots[n - 1];
+                    let k = self.pcpu.push_batch(&slots[..n - 1]);
+                    if k < n - 1 {
+                        self.release_to_keg(&slots[k..n - 1]);
+                    }
+                    Bucket::free(b);
+                    return Ok(NonNull::new_unchecked(item));
+                }
+            }
+            // Import a bucket's worth from the slabs.
+            let mut tmp = [ptr::null_mut::<u8>(); BUCKET_MAX as usize];
+            let want = self
+                .bucket_size
+                .load(Ordering::Relaxed)
+                .clamp(1, BUCKET_MAX) as usize;
+            let n = self.import(&mut tmp[..want])?;
+            let item = tmp[n - 1];
+            let k = self.pcpu.push_batch(&tmp[..n - 1]);
+            if k < n - 1 {
+                self.release_to_keg(&tmp[k..n - 1]);
+            }
+            // SAFETY: import returns non-null items.
+            return Ok(unsafe { NonNull::new_unchecked(item) });
+        }
+        // Caching off (NOBUCKET, buckets disabled, squeeze, limit sleepers, thread without rseq):
+        // use what the depot still holds, else one item from the slabs.
+        let b = if self.flags.contains(ZoneFlags::NOBUCKET) {
+            None
+        } else {
+            lock(&self.depot).take()
+        };
+        if let Some(b) = b {
+            // SAFETY: as above.
+            unsafe {
+                let n = (*b.as_ptr()).count as usize;
+                let slots = Bucket::slots(b);
+                let item = slots[n - 1];
+                (*b.as_ptr()).count -= 1;
+                if n > 1 {
+                    if let Err(b) = lock(&self.depot).put(b, false) {
+                        self.release_to_keg(&Bucket::slots(b)[..n - 1]);
+                        Bucket::free(b);
+                    }
+                } else {
+                    Bucket::free(b);
+                }
+                return Ok(NonNull::new_unchecked(item));
+            }
+        }
+        let mut one = [ptr::null_mut()];
+        self.import(&mut one)?;
+        // SAFETY: import returns non-null items.
+        Ok(unsafe { NonNull::new_unchecked(one[0]) })
+    }
+
+    /// Takes items from the keg, honouring `max_items` and running `init`. On a failed mapping,
+    /// reclaims (synchronous DRAIN_CPU) and retries once before reporting out of memory.
+    pub(super) fn import(&self, out: &mut [*mut u8]) -> Result<usize, AllocError> {
+        let want = self.reserve_items(out.len())?;
+        let n = match self.keg.import(&mut out[..want]) {
+            Ok(n) => n,
+            Err(_) => {
+                drain::on_map_failure();
+                match self.keg.import(&mut out[..want]) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        self.unreserve(want);
+                        self.counters.fails.fetch_add(1, Ordering::Relaxed);
+                        return Err(AllocError::OutOfMemory(e));
+                    }
+                }
+            }
+        };
+        if n < want {
+            self.unreserve(want - n);
+        }
+        if let Some(init) = self.init {
+            let mut ok = 0;
+            for i in 0..n {
+                // SAFETY: hook contract.
+                if unsafe { init(out[i].cast(), self.item_size, self.hook_arg) } == 0 {
+                    out.swap(ok, i);
+                    ok += 1;
+                }
+            }
+            if ok < n {
+                // Items whose init failed never left the slab as far as fini is concerned.
+                self.keg
+                    .release(&out[ok..n], false, |_| {}, |p, k| self.invalid_late(p, k));
+                self.unreserve(n - ok);
+                if ok == 0 {
+                    self.counters.fails.fetch_add(1, Ordering::Relaxed);
+                    return Err(AllocError::InitFailed);
+                }
+            }
+            return Ok(ok);
+        }
+        Ok(n)
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn free_careful(&self, p: *mut u8) -> Result<(), InvalidFree> {
+        if self.fast.careful & C_CHECKED != 0 {
+            match self.keg.locate(p as usize) {
+                Ok(loc) => {
+                    if !self.keg.mark_dead(loc) {
+                        self.counters.invalid_frees.fetch_add(1, Ordering::Relaxed);
+                        return Err(InvalidFree {
+                            zone: self.name,
+                            addr: p as usize,
+                            kind: InvalidKind::DoubleFree,
+                        });
+                    }
+                }
+                Err(kind) => {
+                    return Err(InvalidFree {
+                        zone: self.name,
+                        addr: p as usize,
+                        kind,
+                    })
+                }
+            }
+        }
+        if let Some(dtor) = self.dtor {
+            // SAFETY: hook contract.
+            unsafe { dtor(p.cast(), self.item_size, self.hook_arg) };
+        }
+        self.free_cached(p)
+    }
+
+    /// Frees an item that passed the checks and its dtor.
+    pub(super) fn free_cached(&self, p: *mut u8) -> Result<(), InvalidFree> {
+        match self.pcpu.push(p) {
+            Push::Done => Ok(()),
+            Push::Full => self.free_slow(p),
+            Push::Duplicate => Err(self.duplicate_now(p as usize)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn free_slow(&self, p: *mut u8) -> Result<(), InvalidFree> {
+        if self.caching() {
+            self.sync_cap();
+            // Flush a bucket's worth from this CPU to the depot, then retry.
+            let bs = self
+                .bucket_size
+                .load(Ordering::Relaxed)
+                .clamp(1, BUCKET_MAX);
+            if let Some(b) = Bucket::alloc(bs) {
+                // SAFETY: `b` is a fresh bucket of at least `bs` slots, ours alone.
+                unsafe {
+                    let slots = Bucket::slots(b);
+                    let n = self.pcpu.pop_batch(&mut slots[..bs as usize]);
+                    if n > 0 {
+                        (*b.as_ptr()).count = n as u32;
+                        let r = self.lock_depot().put(b, true);
+                        if let Err(b) = r {
+                            self.release_to_keg(&Bucket::slots(b)[..n]);
+                            Bucket::free(b);
+                        }
+                    } else {
+                        Bucket::free(b);
+                    }
+                }
+                match self.pcpu.push(p) {
+                    Push::Done => return Ok(()),
+                    Push::Duplicate => return Err(self.duplicate_now(p as usize)),
+                    Push::Full => {}
+                }
+            }
+        }
+        self.release_to_keg(&[p]);
+        Ok(())
+    }
+
+    /// Returns items to the slabs (fini, validation, accounting, squeeze release).
+    pub(crate) fn release_to_keg(&self, items: &[*mut u8]) -> usize {
+        self.release_to_keg_in(items, None)
+    }
+
+    /// [`ZoneInner::release_to_keg`] inside a reclaim: with an active session, slabs it leaves
+    /// entirely free go to the session's release pipeline (their bytes are counted when the
+    /// session completes, not returned here).
+    pub(crate) fn release_to_keg_in(&self, items: &[*mut u8], sess: Option<&mut Session>) -> usize {
+        let squeezing = crate::gate::squeezing_now();
+        let emptied = match sess {
+            // A session that keeps reserves would keep some of what a squeeze gives back.
+            Some(s) if s.active() && !(squeezing && s.keep_reserve()) => Emptied::Pipeline(s),
+            _ if squeezing => Emptied::GiveBack,
+            _ => Emptied::Keep,
+        };
+        let invalid = |p, k| self.invalid_late(p, k);
+        let r = match self.fini {
+            Some(f) => self.keg.release_in(
+                items,
+                emptied,
+                // SAFETY: hook contract.
+                Some(|p: *mut u8| unsafe { f(p.cast(), self.item_size, self.hook_arg) }),
+                invalid,
+            ),
+            None => self
+                .keg
+                .release_in(items, emptied, None::<fn(*mut u8)>, invalid),
+        };
+        let (released, valid) = (r.bytes, r.valid);
+        self.unreserve(valid);
+        if released > 0 {
+            self.counters
+                .released_bytes
+                .fetch_add(released as u64, Ordering::Relaxed);
+        }
+        released
+    }
+}

@@ -1,0 +1,184 @@
+//! What a zone can say about itself: its counters merged from every layer ([`ZoneSnapshot`])
+//! and the counting invariants checked by walking every layer ([`ZoneCheck`]).
+
+use super::*;
+
+/// A point-in-time view of a zone's counters (merged from the per-CPU words on read).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ZoneSnapshot {
+    pub name: String,
+    pub size: usize,
+    pub item_size: usize,
+    pub align: usize,
+    pub limit: usize,
+    pub used: u64,
+    pub free: u64,
+    pub requests: u64,
+    pub frees: u64,
+    pub fails: u64,
+    pub sleeps: u64,
+    pub invalid_frees: u64,
+    pub bucket_size: u32,
+    pub bucket_size_min: u32,
+    pub bucket_size_max: u32,
+    pub buckets_enabled: bool,
+    pub depot: crate::wss::Wss,
+    pub depot_buckets: usize,
+    pub cached_items_pcpu: u64,
+    pub cached_bytes_pcpu: u64,
+    pub cached_bytes_depot: u64,
+    pub free_items_slabs: u64,
+    pub free_bytes_slabs: u64,
+    pub slab_bytes: usize,
+    pub items_per_slab: usize,
+    pub pages_mapped: u64,
+    pub mapped_bytes: u64,
+    pub efficiency_pct: f64,
+    pub reclaim_trim: u64,
+    pub reclaim_drain: u64,
+    pub reclaim_drain_cpu: u64,
+    pub released_bytes: u64,
+    /// Bytes of lazily freed slabs now (`MADV_FREE`, see [`crate::lazy`]).
+    pub lazy_bytes: u64,
+    /// Bytes offered with `MADV_FREE`, ever; and those taken back by allocation.
+    pub lazy_freed_bytes: u64,
+    pub lazy_reused_bytes: u64,
+    pub squeeze_windows: u64,
+    pub depot_contention: u64,
+    /// Page pools: `max_buffer_pages`; `u64::MAX` for plain zones.
+    pub pool_max_buffer_pages: u64,
+}
+
+/// The result of [`Zone::validate`]: the terms of the counting equation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZoneCheck {
+    /// Items in backed slabs.
+    pub items_mapped: usize,
+    pub used: usize,
+    pub pcpu: usize,
+    pub depot: usize,
+    pub free_in_slabs: usize,
+}
+
+impl ZoneInner {
+    pub(crate) fn snapshot(&self) -> ZoneSnapshot {
+        let d = {
+            let g = lock(&self.depot);
+            (g.wss, g.nbuckets)
+        };
+        let kc = self.keg.counts();
+        let pcpu_items = self.pcpu_items() as u64;
+        let cached = pcpu_items + d.0.nitems;
+        let used = (kc.items_out as u64).saturating_sub(cached);
+        let fast: u64 = (0..self.pcpu.ncpu())
+            .map(|c| self.pcpu.fast_allocs(c))
+            .sum();
+        let requests = fast + self.counters.slow_allocs.load(Ordering::Relaxed);
+        let geo = self.keg.geo;
+        let size = self.item_size as u64;
+        ZoneSnapshot {
+            name: self.name.as_str().to_string(),
+            size: self.requested_size,
+            item_size: self.item_size,
+            align: self.align,
+            limit: self.max_items,
+            used,
+            free: cached + kc.free_items as u64,
+            requests,
+            frees: requests.saturating_sub(used),
+            fails: self.counters.fails.load(Ordering::Relaxed),
+            sleeps: self.counters.sleeps.load(Ordering::Relaxed),
+            invalid_frees: self.counters.invalid_frees.load(Ordering::Relaxed),
+            bucket_size: self.bucket_size.load(Ordering::Relaxed),
+            bucket_size_min: self.bucket_min,
+            bucket_size_max: self.bucket_max,
+            buckets_enabled: self.bucket_target_cap() > 0,
+            depot: d.0,
+            depot_buckets: d.1,
+            cached_items_pcpu: pcpu_items,
+            cached_bytes_pcpu: pcpu_items * size,
+            cached_bytes_depot: d.0.nitems * size,
+            free_items_slabs: kc.free_items as u64,
+            free_bytes_slabs: kc.free_items as u64 * size,
+            slab_bytes: geo.slab_size,
+            items_per_slab: geo.items_per_slab,
+            pages_mapped: (kc.backed_slabs * geo.slab_size / os::page_size()) as u64,
+            mapped_bytes: (kc.backed_slabs * geo.slab_size) as u64,
+            efficiency_pct: geo.efficiency_pct(),
+            reclaim_trim: self.counters.trims.load(Ordering::Relaxed),
+            reclaim_drain: self.counters.drains.load(Ordering::Relaxed),
+            reclaim_drain_cpu: self.counters.drain_cpus.load(Ordering::Relaxed),
+            released_bytes: kc.released_bytes,
+            lazy_bytes: (kc.lazy_slabs * geo.slab_size) as u64,
+            lazy_freed_bytes: kc.lazy_freed_bytes,
+            lazy_reused_bytes: kc.lazy_reused_bytes,
+            squeeze_windows: self.counters.squeezes.load(Ordering::Relaxed),
+            depot_contention: self.counters.depot_contention.load(Ordering::Relaxed),
+            pool_max_buffer_pages: match self.pool_max.load(Ordering::Relaxed) {
+                usize::MAX => u64::MAX,
+                n => n as u64,
+            },
+        }
+    }
+
+    pub(super) fn validate(&self) -> Result<ZoneCheck, String> {
+        // Count every CPU's stack exactly: stop, fence, count, reopen (items stay where they are).
+        let mut pcpu_items = 0;
+        for cpu in 0..self.pcpu.ncpu() {
+            let h = self.pcpu.header(cpu);
+            let _g = lock_header(h);
+            let cap = h.cap.load(Ordering::Relaxed);
+            self.pcpu.stop(h);
+            pcpu::fence_cpu(cpu);
+            let c = self.pcpu.count(cpu);
+            if c > self.pcpu.storage as usize {
+                // Leave the stack open (items untouched): a failed check must not stop a CPU.
+                self.pcpu.reopen(h, cap);
+                return Err(format!(
+                    "cpu {cpu}: count {c} above storage {}",
+                    self.pcpu.storage
+                ));
+            }
+            // Every cached item must be an item of this zone.
+            let mut bad = None;
+            let n = self.pcpu.peek_stopped(cpu, h, |p| {
+                if bad.is_none() && !self.is_item(p as usize) {
+                    bad = Some(p);
+                }
+            });
+            self.pcpu.reopen(h, cap);
+            if let Some(p) = bad {
+                return Err(format!(
+                    "cpu {cpu}: cached pointer {p:p} is not an item of zone '{}'",
+                    self.name.as_str()
+                ));
+            }
+            pcpu_items += n;
+        }
+        let depot_items = lock(&self.depot).validate()? as usize;
+        let kc = self.keg.validate()?;
+        let cached = pcpu_items + depot_items;
+        if kc.items_out < cached {
+            return Err(format!(
+                "zone '{}': {} items out of the slabs but {cached} cached ({pcpu_items} per-CPU + {depot_items} depot)",
+                self.name.as_str(),
+                kc.items_out
+            ));
+        }
+        if self.max_items > 0 && self.items_reserved.load(Ordering::Relaxed) != kc.items_out {
+            return Err(format!(
+                "zone '{}': limit accounting {} != items out of the slabs {}",
+                self.name.as_str(),
+                self.items_reserved.load(Ordering::Relaxed),
+                kc.items_out
+            ));
+        }
+        Ok(ZoneCheck {
+            items_mapped: kc.backed_slabs * self.keg.geo.items_per_slab,
+            used: kc.items_out - cached,
+            pcpu: pcpu_items,
+            depot: depot_items,
+            free_in_slabs: kc.free_items,
+        })
+    }
+}

@@ -1,0 +1,189 @@
+//! The reclaim thread: started lazily, supervised (restarted after a panic), forgotten in a
+//! forked child; its loop waits on the watcher and the timers and runs the policy.
+
+use super::config::{configure_lazy, source_settings};
+use super::*;
+
+/// Called by the runtime's fork handler (`threads.rs`) in a child: it has no reclaim thread;
+/// the next zone creation or notification starts one. Only atomics here.
+pub(crate) fn after_fork_child() {
+    FORKS.fetch_add(1, Ordering::AcqRel);
+    STARTED.store(false, Ordering::Release);
+}
+
+/// Starts the reclaim thread if it should run and does not (cheap when it runs: one load).
+#[inline]
+pub fn ensure_started() {
+    if STARTED.load(Ordering::Acquire) || THREAD_DISABLED.load(Ordering::Relaxed) {
+        return;
+    }
+    start_slow();
+}
+
+#[cold]
+pub(super) fn start_slow() {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let errors = options::freeze_startup();
+    for e in errors {
+        ebbtide_core::error::report(format_args!(
+            "ebbtide: ignoring the environment's settings: {e}"
+        ));
+    }
+    if !options::get_bool(Tunable::ReclaimThread) {
+        THREAD_DISABLED.store(true, Ordering::Release);
+        return;
+    }
+    configure_lazy();
+    static SUBSCRIBE: std::sync::Once = std::sync::Once::new();
+    SUBSCRIBE.call_once(|| options::subscribe(wake_on_change));
+    let gen = FORKS.load(Ordering::Acquire);
+    let r = std::thread::Builder::new()
+        .name("ebbtide-reclaim".into())
+        .spawn(move || supervise(gen));
+    if let Err(e) = r {
+        ebbtide_core::error::report(format_args!(
+            "ebbtide: cannot start the reclaim thread ({e}); pressure is handled on notify only"
+        ));
+        THREAD_DISABLED.store(true, Ordering::Release);
+        reclaim::configure_lazy(false, 0, 0); // nothing would decay lazily freed pages
+    }
+}
+
+/// A tunable changed: wake the reclaim thread so that new intervals and thresholds take effect
+/// now, not when the sleep computed from the old ones ends.
+pub(super) fn wake_on_change(_: Tunable, _: u64) {
+    if let Some((_, inj)) = &lock(&SHARED).injector {
+        inj.wake();
+    }
+}
+
+pub(super) fn supervise(gen: u64) {
+    loop {
+        let r = std::panic::catch_unwind(|| run(gen));
+        match r {
+            Ok(()) => return,
+            Err(e) => {
+                let n = PANICS.fetch_add(1, Ordering::Relaxed) + 1;
+                let msg = e
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| e.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                ebbtide_core::error::report(format_args!(
+                    "ebbtide: reclaim thread panicked ({msg}); restart {n}/10"
+                ));
+                // Until the loop is back, notify() applies pressure on the caller's thread.
+                lock(&SHARED).injector = None;
+                if n >= 10 {
+                    ebbtide_core::error::report(format_args!(
+                        "ebbtide: reclaim thread stopped after 10 panics; pressure is handled on notify only"
+                    ));
+                    THREAD_DISABLED.store(true, Ordering::Release);
+                    reclaim::configure_lazy(false, 0, 0); // nothing would decay them any more
+                    lock(&SHARED).injector = None;
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// Detects the sources and opens a watcher on them, publishing its injector and statuses.
+pub(super) fn open_watcher(gen: u64) -> Option<Watcher> {
+    let watcher = match Watcher::new(pressure::detect(&detect_config())) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            ebbtide_core::error::report(format_args!(
+                "ebbtide: pressure watcher unavailable ({e}); periodic work only"
+            ));
+            None
+        }
+    };
+    let mut sh = lock(&SHARED);
+    sh.injector = watcher.as_ref().map(|w| (gen, w.injector()));
+    sh.statuses = watcher
+        .as_ref()
+        .map(|w| w.status().to_vec())
+        .unwrap_or_default();
+    watcher
+}
+
+pub(super) fn run(gen: u64) {
+    let mut settings = source_settings();
+    let mut watcher = open_watcher(gen);
+    let mut opt_gen = options::global().generation();
+    let start = Instant::now();
+    let mut next_periodic = start + options::get_duration(Tunable::TrimIntervalMs);
+    let mut next_pools = start + options::get_duration(Tunable::PoolShrinkIntervalMs);
+    loop {
+        if FORKS.load(Ordering::Acquire) != gen {
+            return; // we are a stale copy in a forked child (cannot happen: threads do not fork)
+        }
+        if INJECT_PANIC.swap(false, Ordering::SeqCst) {
+            panic!("injected panic (test hook)");
+        }
+        let now = Instant::now();
+        let mut deadline = next_periodic.min(next_pools);
+        if let Some(d) = with_policy(|p| p.next_deadline(now)) {
+            deadline = deadline.min(d);
+        }
+        let timeout = deadline.saturating_duration_since(now);
+        let events = match watcher.as_mut() {
+            Some(w) => match w.wait(Some(timeout)) {
+                Ok(ev) => ev,
+                Err(e) => {
+                    ebbtide_core::error::report(format_args!(
+                        "ebbtide: pressure watcher failed ({e}); periodic work only"
+                    ));
+                    watcher = None;
+                    lock(&SHARED).injector = None;
+                    Vec::new()
+                }
+            },
+            None => {
+                std::thread::sleep(timeout);
+                Vec::new()
+            }
+        };
+        if let Some(w) = watcher.as_ref() {
+            lock(&SHARED).statuses = w.status().to_vec();
+        }
+        for ev in events {
+            if ev.kind != SourceKind::Explicit {
+                count_event(ev.kind, ev.level);
+            }
+            let (a, epoch) = decide(|p| p.on_event(ev.level, ev.at));
+            apply(&a, epoch, Instant::now());
+        }
+        let now = Instant::now();
+        let (a, epoch) = decide(|p| p.tick(now));
+        apply(&a, epoch, now);
+        if now >= next_periodic {
+            reclaim::periodic_all(crate::os::now_ns());
+            next_periodic = now + options::get_duration(Tunable::TrimIntervalMs);
+        }
+        if now >= next_pools {
+            reclaim::decay_lazy(ebbtide_core::lazy::now_ms());
+            reclaim::shrink_pools();
+            next_pools = now + options::get_duration(Tunable::PoolShrinkIntervalMs);
+        }
+        let g = options::global().generation();
+        if g != opt_gen {
+            opt_gen = g;
+            with_policy(|p| p.set_config(policy_config()));
+            configure_lazy();
+            // New intervals take effect now, not after the old timer fires.
+            next_periodic = next_periodic.min(now + options::get_duration(Tunable::TrimIntervalMs));
+            next_pools = next_pools.min(now + options::get_duration(Tunable::PoolShrinkIntervalMs));
+            let new = source_settings();
+            if new != settings {
+                settings = new;
+                drop(watcher.take()); // closes the old sources' descriptors first
+                watcher = open_watcher(gen);
+            }
+        }
+    }
+}

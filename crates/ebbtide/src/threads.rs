@@ -1,0 +1,105 @@
+//! The runtime's threads, started lazily from zone creation (never from an allocation), and the
+//! one fork handler that forgets them in a child.
+//!
+//! | thread | started by | what it runs |
+//! |---|---|---|
+//! | `ebbtide-reclaim` | [`before_zone_create`], [`crate::pressure::notify`] | the reclaim loop ([`crate::reclaimer`]) |
+//! | `ebbtide-release` | [`before_zone_create`] | the core's release helper ([`ebbtide_core::release::serve_forever`]) |
+//!
+//! A forked child has none of its parent's threads. The fork handler only clears atomics
+//! (async-signal-safe: POSIX allows nothing else in the child of a multithreaded process before
+//! `exec`); the child starts its own threads at its next zone creation or pressure notification,
+//! not from inside an allocation.
+
+use crate::options::{self, Tunable};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Once;
+
+/// The core's hook ([`ebbtide_core::runtime::Hooks::before_create`]): reads the configuration
+/// (once: the environment is frozen at the first zone), pushes the settings the core reads into
+/// it, and starts the threads that should run and do not.
+pub(crate) fn before_zone_create() {
+    start_runtime();
+}
+
+/// Everything [`before_zone_create`] does; also called by the other entry points that may start
+/// the runtime (`notify`).
+pub(crate) fn start_runtime() {
+    register_fork_handler();
+    crate::reclaimer::ensure_started();
+    ebbtide_core::runtime::set_checked_by_default(options::get_bool(Tunable::Checked));
+    ebbtide_core::page_pool::set_default_cap(options::get_u64(Tunable::MaxBufferPages) as usize);
+    ensure_release_helper();
+}
+
+/// Set once a release helper was started in this process, or found unnecessary (one CPU, or
+/// switched off); cleared in a forked child.
+static HELPER_TRIED: AtomicBool = AtomicBool::new(false);
+
+fn ensure_release_helper() {
+    if cfg!(miri) || HELPER_TRIED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return; // nothing to overlap with
+    }
+    if options::get_u64(Tunable::ReleaseThread) == 0 {
+        return; // switched off (release_thread=false): the reclaiming thread does it all
+    }
+    let r = std::thread::Builder::new()
+        .name("ebbtide-release".into())
+        .stack_size(64 * 1024)
+        .spawn(|| ebbtide_core::release::serve_forever());
+    match r {
+        Ok(_) => ebbtide_core::release::set_helper_running(true),
+        Err(e) => ebbtide_core::error::report(format_args!(
+            "ebbtide: cannot start the page release helper ({e}); reclaim gives pages back on the calling thread"
+        )),
+    }
+}
+
+/// Child handlers of modules above this one (the control socket), run after the runtime's own.
+static CHILD_HOOKS: [std::sync::atomic::AtomicPtr<()>; 4] =
+    [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; 4];
+
+/// Registers `f` to run in the child after a fork, from the runtime's one fork handler (which
+/// is registered here too). `f` must be async-signal-safe. At most four; panics beyond (a
+/// programming error, found by any test that forks).
+pub(crate) fn on_fork_child(f: fn()) {
+    register_fork_handler();
+    let p = f as *mut ();
+    for slot in &CHILD_HOOKS {
+        // AcqRel/Acquire: pairs with the Acquire load in `after_fork_child`, which calls `f`
+        // only after seeing the pointer stored.
+        match slot.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return,
+            Err(q) if q == p => return,
+            Err(_) => continue,
+        }
+    }
+    panic!("more than four fork child hooks");
+}
+
+extern "C" fn after_fork_child() {
+    // Only atomics (async-signal-safe). The child has one thread: Release only orders this
+    // store before whatever the child does next (it pairs with the AcqRel swap in
+    // `ensure_release_helper`).
+    HELPER_TRIED.store(false, Ordering::Release);
+    ebbtide_core::release::set_helper_running(false);
+    crate::reclaimer::after_fork_child();
+    for slot in &CHILD_HOOKS {
+        // Acquire: pairs with the compare_exchange in `on_fork_child`.
+        let p = slot.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: only `on_fork_child` stores here, always a `fn()` cast to a pointer.
+            let f: fn() = unsafe { std::mem::transmute::<*mut (), fn()>(p) };
+            f();
+        }
+    }
+}
+
+pub(crate) fn register_fork_handler() {
+    static ONCE: Once = Once::new();
+    // The handler only stores to atomics (async-signal-safe).
+    ONCE.call_once(|| ebbtide_core::os::atfork_child(after_fork_child));
+}

@@ -1,0 +1,37 @@
+//! One Critical event empties every CPU's caches in one pass: one `membarrier` per CPU, not one
+//! for the squeeze window and another for "buckets off" (a defect found in review: the squeeze
+//! drained every CPU, then disabling buckets drained them all again).
+//!
+//! Its own test binary: nothing else may fence CPUs while it counts, so the reclaim thread is off
+//! (the policy runs on the notifying thread) and no source is watched.
+
+use ebbtide::{options, pcpu, pressure, Level, Zone, ZoneOptions};
+
+#[test]
+fn a_critical_event_fences_each_cpu_once() {
+    options::set_many(&[("reclaim_thread", "false"), ("sources", "none")]).unwrap();
+    let z = Zone::new(ZoneOptions::new("critical-once", 64)).unwrap();
+    let items: Vec<_> = (0..4096).map(|_| z.alloc().unwrap()).collect();
+    for p in items {
+        // SAFETY: items of ours, freed once.
+        unsafe { z.free(p).unwrap() };
+    }
+    assert!(z.snapshot().free > 0);
+    let before = pcpu::fences();
+    pressure::notify(Level::Critical);
+    let fences = pcpu::fences() - before;
+    assert_eq!(
+        fences as usize,
+        ebbtide::os::cpu_count(),
+        "one pass over the CPUs per Critical event"
+    );
+    assert!(
+        !ebbtide::reclaim::buckets_enabled(),
+        "Critical turns buckets off"
+    );
+    let s = z.snapshot();
+    assert_eq!((s.cached_items_pcpu, s.cached_bytes_depot), (0, 0), "{s:?}");
+    pressure::notify(Level::Normal);
+    assert!(ebbtide::reclaim::buckets_enabled());
+    z.destroy().map_err(|e| e.1).unwrap();
+}
