@@ -26,10 +26,14 @@
  * (tests use tiny counts with --min-ms 0).
  *
  * Output (stdout), one line per case:   <case> <allocator> <ns_per_op>
- * Lines starting with '#' are information: '#info' (once), '#diag' per case (CPU at start and
- * end, thread migrations, context switches, minor faults, for ebbtide the zone's counters and
- * the low 12 bits of the addresses involved; see docs/benchmarks.md). Exit status 0 only when
- * every requested case ran.
+ * Lines starting with '#' are information: '#info' (once, with the object `malloc` comes from),
+ * '#diag' per case with --diag: the measuring thread's CPU time per op (cpu_ns; wall time minus
+ * this is time the thread did not run), the other threads' CPU time meanwhile, CPU at start and
+ * end, migrations and context switches (/proc/thread-self/sched), minor faults (getrusage),
+ * low 12 bits of the live array and a stack local; for ebbtide also the pressure events, the
+ * zone's counters (requests, depot, buckets, reclaims), this CPU's stack count and slot, and
+ * the whole virtual addresses and physical frames (root only) of the handle, this CPU's stack
+ * header and an item. Exit status 0 only when every requested case ran.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -68,6 +72,31 @@ static double now_ns(void) {
 static void die(const char *what) {
     fprintf(stderr, "allocbench: %s: %s (%s)\n", what, strerror(errno), ebb_last_error());
     exit(1);
+}
+
+static double thread_cpu_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static double process_cpu_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static int threads_now(void) {
+    char line[256];
+    int n = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "Threads:", 8) == 0)
+            n = atoi(line + 8);
+    fclose(f);
+    return n;
 }
 
 static int pin(int cpu) {
@@ -287,6 +316,19 @@ static uintptr_t pcpu_base_guess(const ebb_zone *z) {
     return 0;
 }
 
+/* Physical frame number of the page holding `va` from /proc/self/pagemap (needs
+ * CAP_SYS_ADMIN; 0 when not visible). Diagnostics only. */
+static unsigned long long pfn_of(uintptr_t va) {
+    FILE *f = fopen("/proc/self/pagemap", "rb");
+    if (!f)
+        return 0;
+    uint64_t e = 0;
+    if (fseek(f, (long)(va / 4096 * 8), SEEK_SET) != 0 || fread(&e, 8, 1, f) != 1)
+        e = 0;
+    fclose(f);
+    return (e >> 63) & 1 ? (unsigned long long)(e & ((1ULL << 55) - 1)) : 0;
+}
+
 /* ------------------------------------------------------------------ driver of one case */
 
 struct opts {
@@ -352,43 +394,87 @@ static __attribute__((noinline)) void run_case(const char *c, const struct opts 
         n = default_iters(c);
         measure(c, o, n / 8 > 0 ? n / 8 : 1, live); /* warm-up, untimed */
     }
+    struct ebbtide_global_stats g0, g1;
+    if (ebb_stats_global(&g0) != 0)
+        die("ebb_stats_global");
+    if (o->ebb && find_zone(zname, &z0) != 0) /* again: the warm-up is not counted */
+        die("zone not in ebb_stats_zones");
     struct sched_info s0, s1;
     int cpu0 = sched_getcpu();
     sched_now(&s0);
+    double c0 = thread_cpu_ns(), p0 = process_cpu_ns();
     double ns = measure(c, o, n, live);
     while (o->iters == 0 && ns * (double)n < o->min_ms * 1e6 && n < (1L << 34)) {
         n *= 2;
         cpu0 = sched_getcpu();
         sched_now(&s0);
+        c0 = thread_cpu_ns();
+        p0 = process_cpu_ns();
         ns = measure(c, o, n, live);
     }
+    double c1 = thread_cpu_ns(), p1 = process_cpu_ns();
+    double cpu_ns = (c1 - c0) / (double)n; /* this thread's CPU time, per op */
+    /* CPU time of the process's other threads (ebbtide's reclaim and release threads) meanwhile */
+    double others_ms = ((p1 - p0) - (c1 - c0)) / 1e6;
     sched_now(&s1);
     int cpu1 = sched_getcpu();
     printf("%s %s %.3f\n", c, o->label, ns);
     if (!o->diag)
         return;
-    printf("#diag %s %s iters=%ld cpu_start=%d cpu_end=%d migrations=%ld switches=%ld "
+    printf("#diag %s %s iters=%ld cpu_ns=%.3f other_threads_cpu_ms=%.3f threads=%d cpu_start=%d cpu_end=%d migrations=%ld switches=%ld "
            "vol_switches=%ld invol_switches=%ld minflt=%ld live_array_lo12=%03lx "
            "stack_local_lo12=%03lx",
-           c, o->label, n, cpu0, cpu1, s1.migrations - s0.migrations,
+           c, o->label, n, single ? cpu_ns : -1.0, single ? others_ms : -1.0, threads_now(),
+           cpu0, cpu1, s1.migrations - s0.migrations,
            s1.switches - s0.switches, s1.vol - s0.vol, s1.invol - s0.invol,
            s1.minflt - s0.minflt, (unsigned long)((uintptr_t)live & 4095),
            (unsigned long)((uintptr_t)&n & 4095));
     if (o->ebb) {
+        if (ebb_stats_global(&g1) != 0)
+            die("ebb_stats_global");
+        printf(" pressure_level=%llu pressure_events=%llu last_event_source=%s",
+               (unsigned long long)g1.pressure_level,
+               (unsigned long long)(g1.pressure_events - g0.pressure_events),
+               g1.last_event_source[0] ? g1.last_event_source : "none");
         if (find_zone(zname, &z1) != 0)
             die("zone not in ebb_stats_zones");
         uintptr_t base = pcpu_base_guess(g_zone);
+        /* This CPU's stack: its header (the commit word, whose low 16 bits are the count)
+         * is at base + cpu * 4096; the fast path's slot is items[count - 1] at +56 + 8 * count. */
+        long count = -1;
+        if (base && cpu1 >= 0 && cpu1 < o->ncpu)
+            count = (long)(*(volatile uint64_t *)(base + ((uintptr_t)cpu1 << 12)) & 0xffff);
         void *probe = ebb_zone_alloc(g_zone);
         printf(" zone_lo12=%03lx pcpu_base_lo12=%s%03lx pcpu_hdr_cpu=%d item_lo12=%03lx "
-               "requests=%llu frees=%llu bucket_size=%llu depot_nitems_before=%llu "
-               "depot_nitems_after=%llu cached_bytes_pcpu=%llu pages_mapped=%llu",
+               "pcpu_count=%ld slot_lo12=%03lx requests=%llu frees=%llu bucket_size=%llu depot_nitems_before=%llu "
+               "depot_nitems_after=%llu cached_bytes_pcpu=%llu pages_mapped=%llu buckets_enabled=%llu "
+               "squeeze_windows=%llu reclaim_trim=%llu reclaim_drain=%llu reclaim_drain_cpu=%llu "
+               "released_bytes=%llu",
                (unsigned long)((uintptr_t)g_zone & 4095), base ? "" : "unknown:",
                (unsigned long)(base & 4095), cpu1,
-               (unsigned long)((uintptr_t)probe & 4095),
+               (unsigned long)((uintptr_t)probe & 4095), count,
+               count >= 0 ? (unsigned long)((56 + 8 * count) & 4095) : 0ul,
                (unsigned long long)(z1.requests - z0.requests),
                (unsigned long long)(z1.frees - z0.frees), (unsigned long long)z1.bucket_size,
                (unsigned long long)z0.depot_nitems, (unsigned long long)z1.depot_nitems,
-               (unsigned long long)z1.cached_bytes_pcpu, (unsigned long long)z1.pages_mapped);
+               (unsigned long long)z1.cached_bytes_pcpu, (unsigned long long)z1.pages_mapped,
+               (unsigned long long)z1.buckets_enabled,
+               (unsigned long long)(z1.squeeze_windows - z0.squeeze_windows),
+               (unsigned long long)(z1.reclaim_trim - z0.reclaim_trim),
+               (unsigned long long)(z1.reclaim_drain - z0.reclaim_drain),
+               (unsigned long long)(z1.reclaim_drain_cpu - z0.reclaim_drain_cpu),
+               (unsigned long long)(z1.released_bytes - z0.released_bytes));
+        /* Whole virtual addresses of the hot lines (bits above 12 differ from process to
+         * process with ASLR): the handle, this CPU's stack header, an item, the rseq area. */
+        extern const ptrdiff_t __rseq_offset __attribute__((weak));
+        uintptr_t rseq = &__rseq_offset ? (uintptr_t)__builtin_thread_pointer() + __rseq_offset : 0;
+        printf(" zone_va=%lx pcpu_va=%lx item_va=%lx rseq_va=%lx live_va=%lx",
+               (unsigned long)(uintptr_t)g_zone,
+               (unsigned long)(base ? base + ((uintptr_t)cpu1 << 12) : 0),
+               (unsigned long)(uintptr_t)probe, (unsigned long)rseq,
+               (unsigned long)(uintptr_t)live);
+        printf(" zone_pfn=%llx pcpu_pfn=%llx item_pfn=%llx", pfn_of((uintptr_t)g_zone),
+               pfn_of(base ? base + ((uintptr_t)cpu1 << 12) : 0), pfn_of((uintptr_t)probe));
         ebb_zone_free(g_zone, probe);
     }
     printf("\n");

@@ -178,14 +178,15 @@ fn library(a: &Args) -> PathBuf {
     target_dir().join(sub)
 }
 
-/// Compiles `benches/c/allocbench.c` against the library in `lib`; returns the program.
-fn compile(lib: &Path) -> PathBuf {
+/// Compiles `benches/c/allocbench.c` against the library in `lib` into
+/// `target/cbench/<profile>/allocbench`; returns the program.
+fn compile(lib: &Path, profile: &str) -> PathBuf {
     let so = lib.join("libebbtide.so");
     if !so.exists() {
         eprintln!("{} missing", so.display());
         std::process::exit(1);
     }
-    let out_dir = target_dir().join("cbench");
+    let out_dir = target_dir().join("cbench").join(profile);
     std::fs::create_dir_all(&out_dir).expect("create target/cbench");
     let exe = out_dir.join("allocbench");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -463,7 +464,7 @@ fn print_environment(a: &Args, rs: &[Runner]) {
 fn main() {
     let a = parse_args();
     let lib = library(&a);
-    let exe = compile(&lib);
+    let exe = compile(&lib, &a.profile);
     let rs = runners(&a.only);
     if rs.is_empty() {
         eprintln!("no allocator to run");
@@ -562,12 +563,19 @@ fn print_tables(a: &Args, rs: &[Runner], samples: &BTreeMap<String, Vec<Vec<f64>
 /// Per ebbtide run: the figure and what its `#diag` line says, grouped fast / slow.
 fn print_diag(a: &Args, diags: &[(usize, &str, RunOut)]) {
     const KEYS: &[&str] = &[
+        "cpu_ns",
+        "other_threads_cpu_ms",
         "cpu_start",
         "cpu_end",
         "migrations",
         "switches",
         "invol_switches",
         "minflt",
+        "pressure_events",
+        "buckets_enabled",
+        "reclaim_drain_cpu",
+        "pcpu_count",
+        "slot_lo12",
         "requests",
         "depot_nitems_before",
         "depot_nitems_after",
@@ -575,8 +583,6 @@ fn print_diag(a: &Args, diags: &[(usize, &str, RunOut)]) {
         "live_array_lo12",
         "stack_local_lo12",
         "item_lo12",
-        "pcpu_base_lo12",
-        "zone_lo12",
     ];
     println!("## ebbtide runs, per process (--diag)");
     for c in &a.cases {
