@@ -18,7 +18,9 @@
  *                                    through a single-producer single-consumer ring (1024 slots)
  *                                    to a consumer pinned to CPU 1 that frees them; wall time from
  *                                    the start barrier to the last free; ns per item
- * Single-thread cases run pinned to one CPU (--cpu, default the last online CPU).
+ * Single-thread cases run pinned to one CPU (--cpu, default the last online CPU; --cpu-cycle:
+ * the k-th single-thread case on CPU k mod ncpu, so a case listed twice measures the same zone
+ * on two CPUs). A case may be listed more than once (same zone, measured again).
  *
  * Timing: CLOCK_MONOTONIC around the whole loop. Each case first runs an untimed warm-up of
  * 1/8 of its iterations, then doubles the iteration count until one measurement lasts at least
@@ -339,6 +341,7 @@ struct opts {
     int cpu;
     int ncpu;
     int diag;
+    int cpu_cycle;
 };
 
 static ebb_zone *g_zones[3];
@@ -381,7 +384,9 @@ static __attribute__((noinline)) void run_case(const char *c, const struct opts 
     g_size = case_size(c);
     g_zone = o->ebb ? g_zones[zone_index(g_size)] : NULL;
     int single = strncmp(c, "cross2", 6) != 0;
-    if (single && pin(o->cpu) != 0)
+    static int nsingle; /* --cpu-cycle: the k-th single-thread case runs on CPU k mod ncpu */
+    int cpu = o->cpu_cycle ? nsingle++ % o->ncpu : o->cpu;
+    if (single && pin(cpu) != 0)
         die("sched_setaffinity");
     struct ebbtide_zone_stats z0, z1;
     char zname[32];
@@ -494,7 +499,8 @@ static const char *malloc_origin(void) {
 static void usage(void) {
     fprintf(stderr,
             "usage: allocbench --alloc ebbtide|malloc [--label NAME] [--cases a,b,...|all]\n"
-            "                  [--iters N] [--min-ms MS] [--cpu N] [--diag] [--pad BYTES]\n"
+            "                  [--iters N] [--min-ms MS] [--cpu N | --cpu-cycle] [--diag]\n"
+            "                  [--pad BYTES]\n"
             "cases: pair64 pair256 pair4096 live256_64 live256_256 live256_4096 cross2_64\n");
     exit(2);
 }
@@ -527,6 +533,10 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--diag") == 0) {
             o.diag = 1;
+            continue;
+        }
+        if (strcmp(a, "--cpu-cycle") == 0) {
+            o.cpu_cycle = 1;
             continue;
         }
         if (!v)
