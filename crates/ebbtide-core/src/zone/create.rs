@@ -2,6 +2,13 @@
 
 use super::*;
 
+/// Where the zone object starts in its mapping: not at offset 0 of a page, where every CPU's
+/// stack header of every zone sits (see `pcpu.rs`). The C entry points load the zone's fast-path
+/// constants right after the critical section stored to this CPU's header; at the same offset
+/// within their pages the two can be taken for dependent (address aliasing), measured as a
+/// per-(zone, CPU) slow mode in one process of five (docs/benchmarks.md, C harness).
+const ZONE_OFFSET: usize = 2048;
+
 impl Zone {
     /// Creates a zone.
     ///
@@ -95,9 +102,15 @@ impl Zone {
             link: Link::new(),
             map_len: 0,
         };
-        let map_len = os::round_up(core::mem::size_of::<ZoneInner>(), os::page_size());
+        let map_len = os::round_up(
+            ZONE_OFFSET + core::mem::size_of::<ZoneInner>(),
+            os::page_size(),
+        );
         let mem = match os::map(map_len) {
-            Ok(m) => m.cast::<ZoneInner>(),
+            // SAFETY: ZONE_OFFSET < map_len, inside the fresh mapping.
+            Ok(m) => {
+                unsafe { NonNull::new_unchecked(m.as_ptr().add(ZONE_OFFSET)) }.cast::<ZoneInner>()
+            }
             Err(e) => {
                 // SAFETY: the stacks are new and unused.
                 unsafe { z.pcpu.unmap() };
@@ -165,7 +178,7 @@ impl ZoneInner {
             zr.pcpu.unmap();
             let len = zr.map_len;
             ptr::drop_in_place(z);
-            os::unmap(NonNull::new_unchecked(z.cast()), len);
+            os::unmap(NonNull::new_unchecked(z.cast::<u8>().sub(ZONE_OFFSET)), len);
             os::sub_metadata(len);
         }
         Ok(())
