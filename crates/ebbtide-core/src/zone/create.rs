@@ -4,9 +4,11 @@ use super::*;
 
 /// Where the zone object starts in its mapping: not at offset 0 of a page, where every CPU's
 /// stack header of every zone sits (see `pcpu.rs`). The C entry points load the zone's fast-path
-/// constants right after the critical section stored to this CPU's header; at the same offset
-/// within their pages the two can be taken for dependent (address aliasing), measured as a
-/// per-(zone, CPU) slow mode in one process of five (docs/benchmarks.md, C harness).
+/// constants right after the critical section stored to this CPU's header; with both at the same
+/// page offset, one process in five had a (zone, CPU) pair running 2.6–3.2× slower; with the zone
+/// at 2048, none in 600 runs (docs/benchmarks.md, "The bimodality removed"). The mechanism is
+/// not proven (no performance counters on the VM measured); a false store-to-load dependence
+/// between the two page offsets fits what was seen.
 const ZONE_OFFSET: usize = 2048;
 
 impl Zone {
