@@ -15,7 +15,7 @@
 //! If an action itself panics, the panic is caught and reported, and the remaining
 //! actions still run.
 //!
-//! [`cleanup_leftovers`] is the other half: at start it removes what an earlier run that
+//! [`crate::cleanup_leftovers`] (in `leftovers.rs`, above the cgroup and swap modules) is the other half: at start it removes what an earlier run that
 //! was killed with SIGKILL (or lost power) left behind, found by name prefix.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -173,19 +173,6 @@ pub fn install_signal_handlers() -> crate::Result<()> {
         }
     });
     result
-}
-
-/// Removes what an earlier, interrupted run left behind: lab cgroups (v1 and v2) and lab
-/// swap files whose creating process is no longer alive. Resources of live processes —
-/// this one included — are never touched. Prints each removal on stderr and returns the
-/// list of what was removed.
-pub fn cleanup_leftovers() -> crate::Result<Vec<String>> {
-    let mut removed = crate::cgroup::cleanup_leftover_cgroups()?;
-    removed.extend(crate::swap::cleanup_leftover_swapfiles()?);
-    for r in &removed {
-        eprintln!("ebbtide-lab: removed leftover {r}");
-    }
-    Ok(removed)
 }
 
 /// Parses the creator pid out of a lab resource name `<prefix><pid>-...`.

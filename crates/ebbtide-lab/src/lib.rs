@@ -50,7 +50,7 @@
 //! if !caps.full() { eprintln!("{}", caps.report()); return Ok(()); }
 //! let _lock = LabLock::acquire(Duration::from_secs(600))?;
 //! cleanup::install_signal_handlers()?;
-//! cleanup::cleanup_leftovers()?;
+//! leftovers::cleanup_leftovers()?;
 //!
 //! let swap = SwapFile::create(256 << 20)?;
 //! let cg = Cgroup::create(&CgroupSpec::new("before").memory_max(64 << 20).swappiness(100))?;
@@ -89,6 +89,7 @@ pub mod child;
 pub mod cleanup;
 pub mod error;
 pub mod hog;
+pub mod leftovers;
 pub mod lock;
 pub mod plot;
 pub mod privilege;
@@ -103,8 +104,9 @@ pub mod vmstat;
 
 pub use cgroup::{Cgroup, CgroupReader, CgroupSpec, CgroupVersion, MemoryHierarchy};
 pub use child::LabChild;
-pub use cleanup::{cleanup_leftovers, install_signal_handlers, CleanupToken};
+pub use cleanup::{install_signal_handlers, CleanupToken};
 pub use error::{Error, Result};
+pub use leftovers::cleanup_leftovers;
 pub use lock::LabLock;
 pub use plot::{LinePlot, PlotMark, PlotSeries};
 pub use privilege::Capabilities;
