@@ -68,6 +68,13 @@ pub(crate) fn extend_squeeze(now_ns: u64, duration_ns: u64) {
     count_squeezed(prev, now_ns, until);
 }
 
+/// Closes the squeeze window now (an explicit end of pressure). Caches reopen on their next slow
+/// path, as after a window that ran out.
+pub(crate) fn end_squeeze() {
+    // SeqCst: as in `extend_squeeze` (one order of window changes).
+    SQUEEZE_UNTIL.store(0, Ordering::SeqCst);
+}
+
 /// Renews an open squeeze window to last at least `duration_ns` from now: `true` and nothing
 /// else needs doing (the window's caches are already closed and frees go straight back to the
 /// OS). `false` when no window is open: the caller opens one. Cheap (two atomics, no lock), so it

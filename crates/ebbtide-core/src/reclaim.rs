@@ -96,6 +96,12 @@ pub fn respond(r: Response) -> usize {
     }
 }
 
+/// Closes an open squeeze window at once (the runtime's explicit end of pressure). Caches reopen
+/// on their next slow path.
+pub fn end_squeeze() {
+    gate::end_squeeze();
+}
+
 /// Enables or disables bucket caching in every zone. Disabling closes every per-CPU stack and
 /// drains them (DRAIN_CPU); enabling lets each CPU reopen on its next slow path. Returns the bytes
 /// given back.

@@ -87,3 +87,8 @@ pub(super) fn apply_locked(a: &Actions, now: Instant) {
         reclaim::shrink_pools();
     }
 }
+
+/// An explicit Normal closed the window: the next window opened is new, whatever its end.
+pub(super) fn forget_squeeze() {
+    *lock(&SQUEEZE_APPLIED) = None;
+}

@@ -95,13 +95,16 @@ pub fn level() -> Level {
 /// Reports memory pressure explicitly (xenbus `reclaim_memory`'s analogue): the reclaim thread
 /// applies the policy for `level` at once; without a reclaim thread it is applied on this thread
 /// before returning. Never lost: a notify while the thread is busy is kept as a pending maximum.
-/// `Level::Normal` ends the pressure state at once (level Normal, buckets enabled, rate limits
-/// reset), on this thread.
+/// `Level::Normal` ends the pressure state at once (level Normal, an open squeeze window closed,
+/// buckets enabled, rate limits reset), on this thread.
 pub fn notify(level: Level) {
     count_event(SourceKind::Explicit, level);
     if level == Level::Normal {
         // An explicit Normal ends the pressure state at once: the policy starts afresh (level
-        // Normal, buckets back on, rate limits cleared) instead of waiting for the hold to decay.
+        // Normal, squeeze window closed, buckets back on, rate limits cleared) instead of
+        // waiting for the hold to decay.
+        reclaim::end_squeeze();
+        apply::forget_squeeze();
         let now = Instant::now();
         let (actions, epoch) = decide(|p| {
             *p = Policy::new(policy_config());

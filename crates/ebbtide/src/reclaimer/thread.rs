@@ -25,7 +25,12 @@ pub fn ensure_started() {
 
 #[cold]
 pub(super) fn start_slow() {
-    if STARTED.swap(true, Ordering::AcqRel) {
+    // One decision at a time, made before any flag says so: `running()` never reports a thread
+    // that the decision is about to turn down (a test asserting "no reclaim thread" right after
+    // setting reclaim_thread=false once saw STARTED set a moment before THREAD_DISABLED).
+    static START: Mutex<()> = Mutex::new(());
+    let _one = lock(&START);
+    if STARTED.load(Ordering::Acquire) || THREAD_DISABLED.load(Ordering::Acquire) {
         return;
     }
     let errors = options::freeze_startup();
@@ -42,6 +47,7 @@ pub(super) fn start_slow() {
     static SUBSCRIBE: std::sync::Once = std::sync::Once::new();
     SUBSCRIBE.call_once(|| options::subscribe(wake_on_change));
     let gen = FORKS.load(Ordering::Acquire);
+    STARTED.store(true, Ordering::Release);
     let r = std::thread::Builder::new()
         .name("ebbtide-reclaim".into())
         .spawn(move || supervise(gen));
