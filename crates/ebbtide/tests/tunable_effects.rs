@@ -580,3 +580,78 @@ fn child_lazy_after_shrink() {
     );
     pool.destroy().map_err(|e| e.1).unwrap();
 }
+
+/// What `detect_config` makes of the tunables (everything but the closures).
+fn detect_projection() -> String {
+    let c = reclaimer::detect_config();
+    format!(
+        "{:?} {:?} {:?} {:?} {:?} {:?}",
+        c.systemd,
+        c.psi,
+        c.v1_level,
+        c.headroom,
+        c.memory_events,
+        c.budget.as_ref().map(|b| b.0)
+    )
+}
+
+/// The reclaim thread re-detects its sources when one of `reclaimer::source_tunables()` changes:
+/// that list must be exactly the tunables `detect_config` reads. Each run-time tunable is moved
+/// off its default (to its minimum or maximum) and back: it changes `detect_config` if and only
+/// if it is on the list. (Start-up-only tunables cannot move here; those on the list must be
+/// start-up only for a reason the table gives.)
+#[test]
+fn source_tunables_are_exactly_what_detect_config_reads() {
+    let _s = serial();
+    let listed = reclaimer::source_tunables();
+    let mut problems = Vec::new();
+    for s in options::list() {
+        let def = s.def;
+        let on_list = listed.contains(&def.tunable);
+        if !def.runtime {
+            continue;
+        }
+        let before = detect_projection();
+        // The first value off the default that the table's cross rules accept.
+        let candidates = [
+            def.max,
+            def.min,
+            def.default + 1,
+            def.default.saturating_sub(1),
+        ];
+        let Some(text) = candidates
+            .into_iter()
+            .filter(|&v| v != def.default && (def.min..=def.max).contains(&v))
+            .map(|v| options::parse::canonical(def, v))
+            .find(|t| options::set(def.name, t).is_ok())
+        else {
+            problems.push(format!(
+                "{}: no value off the default is accepted",
+                def.name
+            ));
+            continue;
+        };
+        let after = detect_projection();
+        options::set(def.name, &s.default).unwrap();
+        assert_eq!(
+            detect_projection(),
+            before,
+            "{} restored from {text}",
+            def.name
+        );
+        let changed = after != before;
+        if changed != on_list {
+            problems.push(format!(
+                "{}: detect_config {} but it is {}on source_tunables()",
+                def.name,
+                if changed {
+                    "changes"
+                } else {
+                    "does not change"
+                },
+                if on_list { "" } else { "not " }
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

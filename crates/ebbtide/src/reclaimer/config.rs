@@ -77,6 +77,12 @@ pub(super) const SOURCE_TUNABLES: &[Tunable] = &[
     Tunable::MaxCachedBytes,
 ];
 
+/// The tunables that [`detect_config`] reads (the reclaim thread opens its sources again when one
+/// changes). `tests/tunable_effects.rs` checks the list against `detect_config` itself.
+pub fn source_tunables() -> &'static [Tunable] {
+    SOURCE_TUNABLES
+}
+
 pub(super) fn source_settings() -> [u64; SOURCE_TUNABLES.len()] {
     core::array::from_fn(|i| options::get_u64(SOURCE_TUNABLES[i]))
 }

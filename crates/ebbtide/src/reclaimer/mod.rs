@@ -25,7 +25,7 @@ mod events;
 mod handlers;
 mod thread;
 
-pub use config::{detect_config, policy_config};
+pub use config::{detect_config, policy_config, source_tunables};
 pub(crate) use events::count_map_failure;
 pub use events::{kind_name, pressure_state, PressureState, KIND_NAMES};
 pub use handlers::{
