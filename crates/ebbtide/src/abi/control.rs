@@ -7,19 +7,13 @@
 //! [`super::expected_files`] does not generate; adding [`file()`] to that list
 //! would let one test cover both.)
 
-use super::{Entry, File, CONTACT, DATE};
+use super::{Entry, File};
 use crate::control::protocol::{self, MAX_REQUEST, PROTOCOL_VERSION};
 use crate::control::{MAX_CONNECTIONS, READ_TIMEOUT, WRITE_TIMEOUT};
 
+/// An entry of the control socket: its user is the `ebbtide` command.
 fn entry(what: String, description: String) -> Entry {
-    Entry {
-        what,
-        date: DATE.into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        contact: CONTACT.into(),
-        description,
-        users: "ebbtide command (crates/ebbtide-cli).".into(),
-    }
+    super::entry(what, description, "ebbtide command (crates/ebbtide-cli).")
 }
 
 fn socket_entry() -> Entry {
