@@ -45,23 +45,9 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// A Prometheus tool from PATH; `None` (test skipped) only when neither CI nor root.
-fn tool(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        let root = euid() == 0;
-        assert!(
-            std::env::var_os("CI").is_none() && !root,
-            "{name} is not installed: install the Debian package 'prometheus' (.ci/run does)"
-        );
-        eprintln!("SKIPPED: {name} is not installed (apt-get install prometheus)");
-    }
-    found
-}
+#[path = "../../ebbtide/tests/support/prometheus_tools.rs"]
+mod prometheus_tools;
+use prometheus_tools::{check_metrics as promtool_check, tool};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -208,32 +194,6 @@ fn get(port: u16, path: &str) -> HttpReply {
         port,
         format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")
             .as_bytes(),
-    )
-}
-
-/// `promtool check metrics` of `text`: whether it passed, and what it said.
-fn promtool_check(promtool: &Path, text: &str) -> (bool, String) {
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
-    (
-        o.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ),
     )
 }
 

@@ -6,54 +6,14 @@
 //! is skipped with a message otherwise.
 
 use ebbtide::stats::{check_exposition, Exposition, MetricType, Snapshot};
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
-fn promtool() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("promtool"))
-        .find(|p| p.is_file())
-}
-
-fn required() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    std::env::var_os("CI").is_some() || unsafe { libc::geteuid() } == 0
-}
-
-/// `promtool check metrics` of `text`: its exit status and what it said.
-fn check(tool: &PathBuf, text: &str) -> (bool, String) {
-    let mut child = Command::new(tool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run promtool");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), said)
-}
+#[path = "support/prometheus_tools.rs"]
+mod prometheus_tools;
+use prometheus_tools::check_metrics as check;
 
 #[test]
 fn promtool_accepts_the_output() {
-    let Some(tool) = promtool() else {
-        assert!(
-            !required(),
-            "promtool is not installed: install the Debian package 'prometheus' (.ci/run does)"
-        );
-        eprintln!("SKIPPED promtool_accepts_the_output: promtool not installed (apt-get install prometheus)");
+    let Some(tool) = prometheus_tools::tool("promtool") else {
         return;
     };
     // The linter itself works here: it refuses what the old output had.
