@@ -20,6 +20,7 @@
 //! | [`Table`]                      | `table.rs`     | the seed's aligned text tables with `76,672` separators             |
 //! | [`Summary`]                    | `summary.rs`   | `summary.json`: machine + one record of named figures per variant   |
 //! | [`LinePlot`]                   | `plot.rs`      | SVG plots of memory and swap over time with event marks             |
+//! | [`malloc_lib`]                 | `malloc_lib.rs` | where `libebbtide_malloc.so` is (found, or built in a cargo tree)  |
 //! | [`Progress`]                   | `progress.rs`  | progress lines on stderr with elapsed time and ETA                  |
 //!
 //! ## Order of set-up and tear-down
@@ -91,6 +92,7 @@ pub mod error;
 pub mod hog;
 pub mod leftovers;
 pub mod lock;
+pub mod malloc_lib;
 pub mod plot;
 pub mod privilege;
 pub mod progress;
