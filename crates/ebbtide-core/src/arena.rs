@@ -182,6 +182,18 @@ impl Arena {
     }
 }
 
+/// The tag of the keg owning the chunk that holds `addr`, or 0 when no keg of this process's
+/// arena owns it (outside the arena, never handed out, or free). Reads only the chunk map,
+/// never `addr`: what a malloc's `free(ptr)` uses to find the size class of any pointer, with
+/// [`crate::Zone::tag_raw`] giving each zone's tag. 0 too when the arena could not be reserved.
+#[inline]
+pub fn owner_tag(addr: usize) -> u64 {
+    match get() {
+        Ok(a) => a.tag_of(addr),
+        Err(_) => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -157,6 +157,7 @@ pub mod wss;
 pub mod zone;
 
 #[cfg(not(loom))]
+pub use arena::owner_tag;
 pub use error::{AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
 #[cfg(not(loom))]
 pub use keg::{mapped_bytes, released_bytes, InvalidKind};

@@ -388,12 +388,12 @@ pub fn metadata_bytes() -> u64 {
 }
 
 /// Counts `n` more bytes of metadata (see [`metadata_bytes`]).
-pub(crate) fn add_metadata(n: usize) {
+pub fn add_metadata(n: usize) {
     METADATA_BYTES.fetch_add(n, Ordering::Relaxed);
 }
 
 /// Counts `n` bytes of metadata gone.
-pub(crate) fn sub_metadata(n: usize) {
+pub fn sub_metadata(n: usize) {
     METADATA_BYTES.fetch_sub(n, Ordering::Relaxed);
 }
 

@@ -95,6 +95,11 @@ impl Locked {
         r.count -= 1;
     }
 
+    /// How many objects are on the list.
+    pub(crate) fn count(&self) -> usize {
+        self.0.count
+    }
+
     /// Calls `f` on every live object, newest first. Every object on the list must be a `T`
     /// (the core registers zones only).
     pub(crate) fn for_each<T: Linked>(&self, mut f: impl FnMut(&T)) {

@@ -1,1 +1,71 @@
-//! ebbtide as the process's malloc (work in progress: see issue 12).
+//! # ebbtide as the process's malloc
+//!
+//! FreeBSD's `malloc(9)` is UMA zones in size classes; this crate is the same for a Linux
+//! process: `malloc` and friends on ebbtide's zone core, so that an unmodified program's freed
+//! memory sits in caches that give it back when the machine or the container runs short (every
+//! pressure source, the squeeze, DRAIN_CPU, the idle trim, the `max_cached_bytes` budget — the
+//! runtime of the `ebbtide` crate, configured by `EBBTIDE_CONF`), and its size classes show in
+//! `ebbtide stat PID` like any zones.
+//!
+//! Built as `libebbtide_malloc.so` (`LD_PRELOAD` it, or link it) and as a Rust library whose
+//! [`EbbtideMalloc`] is a `#[global_allocator]`.
+//!
+//! ## Pieces, bottom first
+//! ```text
+//!   env.rs        settings needed before anything may allocate, read from `environ` in place
+//!   report.rs     messages about bad pointers: one write(2) from a stack buffer, rate-limited
+//!   classes.rs    113 size classes, 8 B .. 1 MiB, ≤ 12.5 % waste above 128 B; one table load
+//!   bootstrap.rs  a static bump area for requests re-entering a zone's creation on its thread
+//!   huge.rs       blocks above 1 MiB (or over-aligned): own mappings, a table of them, mremap
+//!   heap.rs       one zone per class (created on first use, without the runtime hook), the
+//!                 chunk map → class lookup of `free`, malloc/free/realloc/aligned logic
+//!   stats.rs      mallinfo2, mallinfo, malloc_stats, malloc_trim (DRAIN_CPU)
+//!   api.rs        the C names and glibc's __libc_* aliases
+//!   cpp.rs        the C++ operators (Itanium names), new handler and a real std::bad_alloc
+//!   fork.rs       fork(): locks across the fork (core's fork gate), the runtime restarted in the child
+//!   global.rs     the Rust #[global_allocator]
+//! ```
+//!
+//! ## Process life
+//! * **First call.** Whatever calls `malloc` first (the dynamic loader for a TLS block, the C
+//!   library, a constructor) creates that class's zone: system calls only — the zone is made
+//!   without the runtime's creation hook, checked mode is read from `environ` in place. A
+//!   request that re-enters during the creation on the same thread gets a bootstrap block.
+//! * **The runtime** (configuration, the reclaim thread with the pressure sources, the release
+//!   helper, the control socket when configured) starts from this library's load-time
+//!   constructor, after the C library is up and outside any allocation
+//!   ([`ebbtide::start_runtime`]). It allocates like any code, from these zones.
+//! * **Threads** have no caches of their own (the caches are per CPU), so a thread that exits
+//!   leaves nothing behind to drain.
+//! * **fork**: see `fork.rs`.
+//! * **Pointers ebbtide never made** (from before the preload, another allocator, garbage):
+//!   `free`, `realloc` and `malloc_usable_size` recognise them without touching their memory
+//!   (the arena's chunk map, the huge table, the bootstrap area) and say so on stderr; nothing
+//!   is applied. A double free is caught at once when the block is the top of this CPU's cache,
+//!   when it reaches its slab otherwise, and always in checked mode (`EBBTIDE_CONF=checked=1`).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod api;
+pub mod bootstrap;
+pub mod classes;
+pub mod cpp;
+pub mod env;
+pub mod fork;
+pub mod global;
+pub mod heap;
+pub mod huge;
+pub mod report;
+pub mod stats;
+
+pub use global::EbbtideMalloc;
+
+extern "C" fn start() {
+    // Resolve the C library's fork now, so the interposed fork never has to look it up.
+    let _ = fork::resolve();
+    ebbtide::start_runtime();
+}
+
+// The load-time constructor: runs once the C library is initialised, outside any allocation.
+#[used]
+#[link_section = ".init_array"]
+static START: extern "C" fn() = start;

@@ -128,6 +128,17 @@ pub fn install_runtime() {
     ebbtide_core::runtime::install(&HOOKS);
 }
 
+/// Starts the runtime now, as the first zone creation does: reads the configuration (once per
+/// process), starts the reclaim and release threads that should run and do not, and with them
+/// the control socket when it is configured. For a malloc, whose size-class zones are created
+/// inside allocations without the creation hook (`ZoneOptions::without_runtime_hook`): it calls
+/// this from its load-time constructor, and in a forked child once `fork` has returned. May
+/// allocate and start threads: never call it from inside an allocation.
+pub fn start_runtime() {
+    install_runtime();
+    threads::start_runtime();
+}
+
 extern "C" fn install_hooks() {
     install_runtime();
 }

@@ -19,7 +19,9 @@ impl Zone {
     pub fn new(o: ZoneOptions<'_>) -> Result<Zone, CreateError> {
         // The runtime reads its configuration and starts its threads here, never on the
         // allocation paths (see `runtime`).
-        crate::runtime::before_create();
+        if o.runtime_hook {
+            crate::runtime::before_create();
+        }
         let item_size = o.item_size()?;
         let name = ZoneName::new(o.name)?;
         if o.flags.0 & !ZoneFlags::ALL != 0 {

@@ -242,6 +242,17 @@ impl Zone {
         }
     }
 
+    /// The tag of the zone's keg: [`crate::owner_tag`] returns it for every address inside the
+    /// zone's chunks (item or not), and no other keg of the process has it.
+    ///
+    /// # Safety
+    /// As [`Zone::alloc_raw`].
+    #[inline(always)]
+    pub unsafe fn tag_raw(z: *mut c_void) -> u64 {
+        // SAFETY: a live zone (caller's guarantee).
+        unsafe { (*z.cast::<ZoneInner>()).fast.tag }
+    }
+
     /// [`Zone::free`] on a raw zone pointer (the C API).
     ///
     /// # Safety

@@ -106,6 +106,10 @@ pub struct ZoneOptions<'a> {
     pub reserve_items: usize,
     /// Most items the depot may hold (UMA's `bucket_max`); `u64::MAX` = no cap.
     pub depot_max_items: u64,
+    /// Call the runtime's [`crate::runtime::Hooks::before_create`] (default). A malloc creating
+    /// its size-class zones inside an allocation turns it off: the hook may allocate and start
+    /// threads, which must not happen there; such a runtime starts itself at load time.
+    pub runtime_hook: bool,
 }
 
 impl<'a> ZoneOptions<'a> {
@@ -125,6 +129,7 @@ impl<'a> ZoneOptions<'a> {
             flags: ZoneFlags::default(),
             reserve_items: 0,
             depot_max_items: u64::MAX,
+            runtime_hook: true,
         }
     }
     pub fn align(mut self, a: usize) -> Self {
@@ -157,6 +162,12 @@ impl<'a> ZoneOptions<'a> {
     }
     pub fn depot_max_items(mut self, n: u64) -> Self {
         self.depot_max_items = n;
+        self
+    }
+    /// Creates the zone without calling the runtime's `before_create` hook (see
+    /// [`ZoneOptions::runtime_hook`]): no allocation, no thread, only system calls.
+    pub fn without_runtime_hook(mut self) -> Self {
+        self.runtime_hook = false;
         self
     }
 
@@ -494,9 +505,38 @@ impl ZoneInner {
 
 /// Snapshots of every live zone, oldest first (for statistics: allocates the result, so never
 /// call it from an allocation path).
+///
+/// Nothing is allocated while the registry lock is held: when the core serves as the process's
+/// `malloc`, an allocation under it could need a new size-class zone, whose creation takes the
+/// same lock. Room is reserved first (retrying if zones were created meanwhile), the unnamed
+/// snapshots and inline names are copied under the lock, and the names become strings after it.
 pub fn snapshots() -> Vec<ZoneSnapshot> {
-    let mut v = Vec::new();
-    crate::registry::lock().for_each(|z: &ZoneInner| v.push(z.snapshot()));
-    v.reverse();
-    v
+    let mut room = 16;
+    loop {
+        let mut v: Vec<(ZoneSnapshot, ZoneName)> = Vec::with_capacity(room);
+        let mut fits = true;
+        {
+            let reg = crate::registry::lock();
+            reg.for_each(|z: &ZoneInner| {
+                if v.len() < v.capacity() {
+                    v.push((z.snapshot_unnamed(), z.name));
+                } else {
+                    fits = false;
+                }
+            });
+            if !fits {
+                room = reg.count() + 16;
+            }
+        }
+        if fits {
+            v.reverse();
+            return v
+                .into_iter()
+                .map(|(mut s, n)| {
+                    s.name = n.as_str().to_string();
+                    s
+                })
+                .collect();
+        }
+    }
 }

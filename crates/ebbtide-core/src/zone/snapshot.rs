@@ -62,6 +62,14 @@ pub struct ZoneCheck {
 
 impl ZoneInner {
     pub(crate) fn snapshot(&self) -> ZoneSnapshot {
+        let mut s = self.snapshot_unnamed();
+        s.name = self.name.as_str().to_string();
+        s
+    }
+
+    /// [`ZoneInner::snapshot`] with an empty name: allocates nothing (`String::new()`), so it
+    /// may run under the registry lock, which a malloc's zone creation takes.
+    pub(crate) fn snapshot_unnamed(&self) -> ZoneSnapshot {
         let d = {
             let g = lock(&self.depot);
             (g.wss, g.nbuckets)
@@ -77,7 +85,7 @@ impl ZoneInner {
         let geo = self.keg.geo;
         let size = self.item_size as u64;
         ZoneSnapshot {
-            name: self.name.as_str().to_string(),
+            name: String::new(),
             size: self.requested_size,
             item_size: self.item_size,
             align: self.align,

@@ -1,0 +1,151 @@
+//! The C++ allocation operators by their Itanium names (`operator new`/`delete`, array,
+//! sized, `nothrow_t` and `align_val_t` forms), so a C++ program's `new` is ebbtide's too.
+//!
+//! `operator new` follows the standard: on failure it calls the installed new handler
+//! (`std::get_new_handler()`, found in the C++ runtime with `dlsym`) and tries again, and with no
+//! handler throws `std::bad_alloc` for real — the exception is built and thrown with the C++
+//! runtime's own `__cxa_allocate_exception`/`__cxa_throw` and unwinds through these
+//! `extern "C-unwind"` functions into the caller's handler. Nothing of the C++ runtime is
+//! linked: a C program loads no `libstdc++`, and a C++ program has it already. The `nothrow`
+//! forms call the handler too and return NULL when there is none. (A handler that throws from
+//! a `nothrow` form unwinds out of it instead of being turned into NULL: the one place where
+//! this differs from libstdc++'s own operators.)
+
+use crate::heap;
+use core::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+type NewHandler = unsafe extern "C-unwind" fn();
+
+fn sym(cache: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
+    let p = cache.load(Ordering::Acquire);
+    if !p.is_null() {
+        return p;
+    }
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no preconditions.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr() as *const c_char) };
+    // Release/Acquire: the pointer is a plain code/data address; ordering only matters for
+    // reading it whole, which the atomic gives.
+    cache.store(p, Ordering::Release);
+    p
+}
+
+fn new_handler() -> Option<NewHandler> {
+    static GET: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    let g = sym(&GET, c"_ZSt15get_new_handlerv");
+    if g.is_null() {
+        return None;
+    }
+    // SAFETY: `std::get_new_handler()` has this signature in every C++ ABI of Linux.
+    let get: unsafe extern "C" fn() -> Option<NewHandler> = unsafe { core::mem::transmute(g) };
+    // SAFETY: calling it has no preconditions.
+    unsafe { get() }
+}
+
+#[cold]
+fn throw_bad_alloc() -> ! {
+    static ALLOC: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    static THROW: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    static TI: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    static VT: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    static DTOR: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    let a = sym(&ALLOC, c"__cxa_allocate_exception");
+    let t = sym(&THROW, c"__cxa_throw");
+    let ti = sym(&TI, c"_ZTISt9bad_alloc");
+    let vt = sym(&VT, c"_ZTVSt9bad_alloc");
+    let d = sym(&DTOR, c"_ZNSt9bad_allocD1Ev");
+    if a.is_null() || t.is_null() || ti.is_null() || vt.is_null() || d.is_null() {
+        crate::report::line(format_args!(
+            "operator new: out of memory, and no C++ runtime to throw std::bad_alloc with; aborting"
+        ));
+        std::process::abort();
+    }
+    // SAFETY: the C++ ABI's signatures (Itanium C++ ABI §2.4): __cxa_allocate_exception(size)
+    // returns room for the exception object; std::bad_alloc is one vtable pointer, which
+    // points 16 bytes into its vtable (past offset-to-top and the typeinfo pointer);
+    // __cxa_throw takes the object, its typeinfo and destructor, and unwinds (never returns)
+    // through these C-unwind frames.
+    unsafe {
+        let alloc: unsafe extern "C" fn(usize) -> *mut c_void = core::mem::transmute(a);
+        let throw: unsafe extern "C-unwind" fn(
+            *mut c_void,
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void),
+        ) -> ! = core::mem::transmute(t);
+        let dtor: unsafe extern "C" fn(*mut c_void) = core::mem::transmute(d);
+        let e = alloc(core::mem::size_of::<*const u8>());
+        e.cast::<*const u8>().write(vt.cast::<u8>().add(16));
+        throw(e, ti, dtor)
+    }
+}
+
+fn new_impl(n: usize, align: usize, nothrow: bool) -> *mut c_void {
+    loop {
+        let p = if align > 16 {
+            heap::alloc_aligned(align, n)
+        } else {
+            heap::alloc(n)
+        };
+        if !p.is_null() {
+            return p.cast();
+        }
+        match new_handler() {
+            // SAFETY: the program's own new handler, called as the standard says.
+            Some(h) => unsafe { h() },
+            None if nothrow => return core::ptr::null_mut(),
+            None => throw_bad_alloc(),
+        }
+    }
+}
+
+fn delete(p: *mut c_void) {
+    // SAFETY: `operator delete` is given NULL or a block from `operator new` (the caller's
+    // obligation in C++); anything else is reported and not applied.
+    unsafe { heap::free(p.cast()) }
+}
+
+macro_rules! new_ops {
+    ($($name:ident ( $($arg:ident : $t:ty),* ) => $align:expr, $nothrow:expr;)*) => {$(
+        /// A C++ allocation operator (see the module docs).
+        #[no_mangle]
+        pub extern "C-unwind" fn $name(n: usize $(, $arg: $t)*) -> *mut c_void {
+            new_impl(n, $align, $nothrow)
+        }
+    )*};
+}
+
+new_ops! {
+    _Znwm() => 0, false;
+    _Znam() => 0, false;
+    _ZnwmRKSt9nothrow_t(_nt: *const c_void) => 0, true;
+    _ZnamRKSt9nothrow_t(_nt: *const c_void) => 0, true;
+    _ZnwmSt11align_val_t(al: usize) => al, false;
+    _ZnamSt11align_val_t(al: usize) => al, false;
+    _ZnwmSt11align_val_tRKSt9nothrow_t(al: usize, _nt: *const c_void) => al, true;
+    _ZnamSt11align_val_tRKSt9nothrow_t(al: usize, _nt: *const c_void) => al, true;
+}
+
+macro_rules! delete_ops {
+    ($($name:ident ( $($arg:ident : $t:ty),* );)*) => {$(
+        /// A C++ deallocation operator (see the module docs).
+        #[no_mangle]
+        pub extern "C" fn $name(p: *mut c_void $(, $arg: $t)*) {
+            delete(p)
+        }
+    )*};
+}
+
+delete_ops! {
+    _ZdlPv();
+    _ZdaPv();
+    _ZdlPvm(_n: usize);
+    _ZdaPvm(_n: usize);
+    _ZdlPvRKSt9nothrow_t(_nt: *const c_void);
+    _ZdaPvRKSt9nothrow_t(_nt: *const c_void);
+    _ZdlPvSt11align_val_t(_al: usize);
+    _ZdaPvSt11align_val_t(_al: usize);
+    _ZdlPvmSt11align_val_t(_n: usize, _al: usize);
+    _ZdaPvmSt11align_val_t(_n: usize, _al: usize);
+    _ZdlPvSt11align_val_tRKSt9nothrow_t(_al: usize, _nt: *const c_void);
+    _ZdaPvSt11align_val_tRKSt9nothrow_t(_al: usize, _nt: *const c_void);
+}

@@ -1,0 +1,432 @@
+//! The heap: one zone per size class, created on first use, and the operations of `malloc` on
+//! them. Everything here is reached from the C names (`api.rs`), the C++ operators (`cpp.rs`)
+//! and the Rust allocator (`global.rs`).
+//!
+//! ## Finding a block's class
+//! `free(p)` has no size and no zone: the core's chunk map gives the tag of the keg owning the
+//! 4 MiB chunk around `p` ([`ebbtide_core::owner_tag`], one load, never touching `p`), and a
+//! table of 4096 bytes maps tags to classes. Tags are handed out in order of keg creation and
+//! never reused; the first zones of a process have small tags. A tag past the table (more than
+//! 4095 kegs made before a class's zone: possible only in a program that also makes thousands
+//! of zones itself) is found by comparing the classes' tags one by one.
+//!
+//! ## Creating a class's zone inside an allocation
+//! The zone is created on the first request for its class, under one mutex, without the
+//! runtime's creation hook (which may allocate and start threads): only system calls. If that
+//! creation re-enters `malloc` on the same thread (a library allocating under us), the nested
+//! request is served from the bootstrap area (`bootstrap.rs`); other threads wait on the mutex.
+//! The zone pointer is published with Release after the zone and its tag entry are complete;
+//! the fast path loads it with Acquire.
+
+use crate::classes::{self, MAX_CLASS_SIZE, NCLASSES};
+use crate::{bootstrap, huge, report};
+use core::ffi::c_void;
+use core::ptr::{self, NonNull};
+use ebbtide_core::zone::FastFree;
+use ebbtide_core::{Zone, ZoneOptions};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, Ordering};
+use std::sync::Mutex;
+
+static ZONES: [AtomicPtr<c_void>; NCLASSES] = [const { AtomicPtr::new(ptr::null_mut()) }; NCLASSES];
+
+const TAGS: usize = 4096;
+/// `class + 1` for the keg tag `2 * i`; 0 = no class of ours.
+static TAG_CLASS: [AtomicU8; TAGS] = [const { AtomicU8::new(0) }; TAGS];
+/// Some class's tag did not fit in `TAG_CLASS`.
+static TAG_OVERFLOW: AtomicBool = AtomicBool::new(false);
+
+static CREATE: Mutex<()> = Mutex::new(());
+/// The thread creating a zone now (0 = none): its nested requests go to the bootstrap area.
+static CREATING: AtomicI32 = AtomicI32::new(0);
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// The calling thread's errno.
+pub fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Sets the calling thread's errno.
+pub fn set_errno(e: i32) {
+    // SAFETY: as in `errno`.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+enum Get {
+    Zone(*mut c_void),
+    /// Re-entered from this thread's own zone creation.
+    Nested,
+    Failed,
+}
+
+/// The zone of class `c`, created if needed.
+fn zone(c: usize) -> Get {
+    let z = ZONES[c].load(Ordering::Acquire);
+    if !z.is_null() {
+        return Get::Zone(z);
+    }
+    let tid = gettid();
+    if CREATING.load(Ordering::Relaxed) == tid {
+        return Get::Nested;
+    }
+    let _g = ebbtide_core::lock(&CREATE);
+    let z = ZONES[c].load(Ordering::Acquire);
+    if !z.is_null() {
+        return Get::Zone(z);
+    }
+    CREATING.store(tid, Ordering::Relaxed);
+    if !STARTED.swap(true, Ordering::Relaxed) {
+        // Before the first zone: checked mode as the environment asks (read in place).
+        ebbtide_core::runtime::set_checked_by_default(crate::env::checked());
+    }
+    let mut name = [0u8; 24];
+    let name = zone_name(&mut name, classes::size(c));
+    let r = Zone::new(
+        ZoneOptions::new(name, classes::size(c))
+            .align(classes::natural_align(c))
+            .without_runtime_hook(),
+    );
+    CREATING.store(0, Ordering::Relaxed);
+    match r {
+        Ok(zone) => {
+            let raw = zone.into_raw();
+            // SAFETY: a zone just created, never destroyed.
+            let tag = unsafe { Zone::tag_raw(raw) };
+            let i = (tag >> 1) as usize;
+            if i < TAGS {
+                TAG_CLASS[i].store(c as u8 + 1, Ordering::Relaxed);
+            } else {
+                TAG_OVERFLOW.store(true, Ordering::Relaxed);
+            }
+            // Release: pairs with the Acquire loads of the fast paths and `class_of_tag`: a
+            // thread that sees the zone sees it initialised and its tag entry stored.
+            ZONES[c].store(raw, Ordering::Release);
+            Get::Zone(raw)
+        }
+        Err(e) => {
+            report::line(format_args!(
+                "cannot create the zone for {}-byte blocks: {e}",
+                classes::size(c)
+            ));
+            Get::Failed
+        }
+    }
+}
+
+fn zone_name(buf: &mut [u8; 24], size: usize) -> &str {
+    let mut digits = [0u8; 20];
+    let mut n = size;
+    let mut k = 0;
+    loop {
+        digits[k] = b'0' + (n % 10) as u8;
+        k += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    buf[..7].copy_from_slice(b"malloc-");
+    for i in 0..k {
+        buf[7 + i] = digits[k - 1 - i];
+    }
+    core::str::from_utf8(&buf[..7 + k]).unwrap_or("malloc")
+}
+
+/// The live zone of every class created so far, with its class.
+pub fn zones() -> impl Iterator<Item = (usize, *mut c_void)> {
+    (0..NCLASSES).filter_map(|c| {
+        let z = ZONES[c].load(Ordering::Acquire);
+        (!z.is_null()).then_some((c, z))
+    })
+}
+
+/// The class of the zone whose keg has `tag`, if it is one of ours.
+#[inline(always)]
+fn class_of_tag(tag: u64) -> Option<usize> {
+    let i = (tag >> 1) as usize;
+    if i < TAGS {
+        let c = TAG_CLASS[i].load(Ordering::Relaxed);
+        if c != 0 {
+            return Some(c as usize - 1);
+        }
+        if !TAG_OVERFLOW.load(Ordering::Relaxed) || tag == 0 {
+            return None;
+        }
+    }
+    class_of_tag_slow(tag)
+}
+
+#[cold]
+fn class_of_tag_slow(tag: u64) -> Option<usize> {
+    if tag == 0 {
+        return None;
+    }
+    // SAFETY: zones are never destroyed.
+    zones()
+        .find(|&(_, z)| unsafe { Zone::tag_raw(z) } == tag)
+        .map(|(c, _)| c)
+}
+
+/// What a pointer handed to `free`/`realloc` is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// In the chunks of class `c`'s zone (an item start or not: the zone checks).
+    Class(usize),
+    Huge,
+    Bootstrap,
+    /// Not ebbtide's: from before the preload, another allocator, or no allocation at all.
+    Foreign,
+}
+
+/// Who owns `p` (never touches `p`'s memory).
+pub fn owner(p: usize) -> Owner {
+    if let Some(c) = class_of_tag(ebbtide_core::owner_tag(p)) {
+        return Owner::Class(c);
+    }
+    if bootstrap::contains(p) {
+        return Owner::Bootstrap;
+    }
+    if huge::usable(p).is_some() {
+        return Owner::Huge;
+    }
+    Owner::Foreign
+}
+
+/// `malloc(n)`.
+#[inline(always)]
+pub fn alloc(n: usize) -> *mut u8 {
+    if n <= MAX_CLASS_SIZE {
+        let c = classes::class_of(n);
+        let z = ZONES[c].load(Ordering::Acquire);
+        if !z.is_null() {
+            // SAFETY: a published zone, never destroyed.
+            let p = unsafe { Zone::alloc_fast_raw(z) };
+            if !p.is_null() {
+                return p;
+            }
+        }
+        return alloc_class_slow(c);
+    }
+    alloc_huge(n, 0)
+}
+
+/// An item of class `c`, past the fast path.
+#[cold]
+#[inline(never)]
+pub fn alloc_class_slow(c: usize) -> *mut u8 {
+    match zone(c) {
+        // SAFETY: a published zone, never destroyed.
+        Get::Zone(z) => match unsafe { Zone::alloc_raw(z) } {
+            Ok(p) => p.as_ptr(),
+            Err(_) => enomem(),
+        },
+        Get::Nested => {
+            let p = bootstrap::alloc(classes::size(c), classes::natural_align(c));
+            if p.is_null() {
+                enomem()
+            } else {
+                p
+            }
+        }
+        Get::Failed => enomem(),
+    }
+}
+
+#[cold]
+fn enomem() -> *mut u8 {
+    set_errno(libc::ENOMEM);
+    ptr::null_mut()
+}
+
+#[cold]
+#[inline(never)]
+fn alloc_huge(n: usize, align: usize) -> *mut u8 {
+    let p = huge::alloc(n, align.max(1));
+    if p.is_null() {
+        enomem()
+    } else {
+        p
+    }
+}
+
+/// `calloc(n, size)`: a huge block is fresh from the kernel and not written again.
+pub fn calloc(n: usize, size: usize) -> *mut u8 {
+    let Some(total) = n.checked_mul(size) else {
+        return enomem();
+    };
+    if total > MAX_CLASS_SIZE {
+        return alloc_huge(total, 0);
+    }
+    let p = alloc(total);
+    if !p.is_null() {
+        // SAFETY: p is a fresh block of at least `total` bytes.
+        unsafe { ptr::write_bytes(p, 0, total) };
+    }
+    p
+}
+
+/// A block of `n` bytes aligned to `align` (a power of two; the caller checked).
+pub fn alloc_aligned(align: usize, n: usize) -> *mut u8 {
+    if align <= 8 {
+        return alloc(n);
+    }
+    if align <= 16 {
+        return alloc(n.max(16));
+    }
+    if align <= ebbtide_core::os::page_size() {
+        if let Some(c) = classes::class_aligned(n, align) {
+            let z = ZONES[c].load(Ordering::Acquire);
+            if !z.is_null() {
+                // SAFETY: a published zone, never destroyed.
+                let p = unsafe { Zone::alloc_fast_raw(z) };
+                if !p.is_null() {
+                    return p;
+                }
+            }
+            return alloc_class_slow(c);
+        }
+    }
+    alloc_huge(n, align)
+}
+
+/// `free(p)`. Keeps `errno`.
+///
+/// # Safety
+/// `p` is null or a block from this heap that the caller owns and will not use again; anything
+/// else is reported and not applied (as far as it can be detected: a pointer inside a live
+/// block of ours is indistinguishable from a block start only if it is one).
+#[inline(always)]
+pub unsafe fn free(p: *mut u8) {
+    if let Some(c) = class_of_tag(ebbtide_core::owner_tag(p as usize)) {
+        let z = ZONES[c].load(Ordering::Acquire);
+        // SAFETY: p is non-null (its chunk has a tag); the zone is published and never
+        // destroyed (its tag maps to it).
+        let how = unsafe { Zone::free_fast_raw(z, NonNull::new_unchecked(p)) };
+        if how != FastFree::Done {
+            // SAFETY: forwarded; `how` is what free_fast_raw just returned.
+            unsafe { free_resume(z, p, how) };
+        }
+        return;
+    }
+    // SAFETY: forwarded.
+    unsafe { free_other(p) }
+}
+
+/// A free the zone's fast path did not finish.
+///
+/// # Safety
+/// As [`Zone::free_raw_resume`].
+#[cold]
+#[inline(never)]
+pub unsafe fn free_resume(z: *mut c_void, p: *mut u8, how: FastFree) {
+    let e = errno();
+    // SAFETY: forwarded from the caller.
+    if let Err(err) = unsafe { Zone::free_raw_resume(z, NonNull::new_unchecked(p), how) } {
+        report::bad_pointer(format_args!("free({p:p}): {err}; not applied"));
+    }
+    set_errno(e);
+}
+
+/// `free` of anything that is not in a class's chunks.
+///
+/// # Safety
+/// As [`free`].
+#[cold]
+#[inline(never)]
+unsafe fn free_other(p: *mut u8) {
+    if p.is_null() || bootstrap::contains(p as usize) {
+        return;
+    }
+    let e = errno();
+    if !huge::free(p as usize) {
+        report::bad_pointer(format_args!(
+            "free({p:p}): not a block ebbtide allocated (from before ebbtide was loaded, \
+             another allocator, or no allocation); not applied"
+        ));
+    }
+    set_errno(e);
+}
+
+/// `malloc_usable_size(p)`; 0 (and a message) for a pointer that is not ours.
+pub fn usable_size(p: *mut u8) -> usize {
+    if p.is_null() {
+        return 0;
+    }
+    match owner(p as usize) {
+        Owner::Class(c) => classes::size(c),
+        Owner::Huge => huge::usable(p as usize).unwrap_or(0),
+        // SAFETY: p is a bootstrap block (it is inside the area; blocks are all that's there).
+        Owner::Bootstrap => unsafe { bootstrap::size(p) },
+        Owner::Foreign => {
+            report::bad_pointer(format_args!(
+                "malloc_usable_size({p:p}): not a block ebbtide allocated; answered 0"
+            ));
+            0
+        }
+    }
+}
+
+/// `realloc(p, n)`: in place while the class still fits (`n` no more than its size and not
+/// below half of it), `mremap` for huge blocks, else allocate, copy and free. `n == 0` frees and
+/// returns null (glibc's behaviour).
+///
+/// # Safety
+/// As [`free`] for `p`.
+pub unsafe fn realloc(p: *mut u8, n: usize) -> *mut u8 {
+    if p.is_null() {
+        return alloc(n);
+    }
+    if n == 0 {
+        // SAFETY: forwarded.
+        unsafe { free(p) };
+        return ptr::null_mut();
+    }
+    let old = match owner(p as usize) {
+        Owner::Class(c) => {
+            let s = classes::size(c);
+            if n <= s && (n >= s / 2 || s <= 128) {
+                return p;
+            }
+            s
+        }
+        Owner::Huge => {
+            if n > MAX_CLASS_SIZE {
+                return match huge::realloc(p as usize, n) {
+                    Ok(q) if !q.is_null() => q,
+                    _ => enomem(),
+                };
+            }
+            huge::usable(p as usize).unwrap_or(0)
+        }
+        // SAFETY: p is a bootstrap block.
+        Owner::Bootstrap => unsafe { bootstrap::size(p) },
+        Owner::Foreign => {
+            report::bad_pointer(format_args!(
+                "realloc({p:p}, {n}): not a block ebbtide allocated; not applied, returned NULL"
+            ));
+            return enomem();
+        }
+    };
+    let q = alloc(n);
+    if q.is_null() {
+        return q;
+    }
+    // SAFETY: both blocks are live, distinct, and at least min(old, n) bytes long.
+    unsafe {
+        ptr::copy_nonoverlapping(p, q, old.min(n));
+        free(p);
+    }
+    q
+}
+
+/// The zone of class `c` if it exists (never creates one).
+#[inline(always)]
+pub fn zone_if_created(c: usize) -> Option<*mut c_void> {
+    let z = ZONES[c].load(Ordering::Acquire);
+    (!z.is_null()).then_some(z)
+}

@@ -1,0 +1,289 @@
+//! Huge blocks (above the largest size class, or aligned beyond a page): one mapping each,
+//! unmapped on `free`, so their memory goes back at once and never sits in a cache.
+//!
+//! A table of every live huge block (open addressing over a mapping of its own, under one
+//! mutex: huge blocks are rare and each costs system calls anyway) lets `free` tell a huge
+//! block from a pointer ebbtide never made without touching the pointer's memory, and gives
+//! `malloc_usable_size` and `realloc` the block's size. `realloc` of a huge block moves it with
+//! `mremap`, copying nothing.
+
+use core::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+const EMPTY: usize = 0;
+const GONE: usize = 1;
+
+/// One live block: the address handed out and the mapping holding it.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Slot {
+    addr: usize,
+    map: usize,
+    len: usize,
+}
+
+struct Table {
+    slots: *mut Slot,
+    cap: usize,
+    /// Live entries, and entries that are live or tombstones.
+    live: usize,
+    used: usize,
+}
+
+// SAFETY: the slots mapping is owned by the table and only touched under the mutex.
+unsafe impl Send for Table {}
+
+static TABLE: Mutex<Table> = Mutex::new(Table {
+    slots: ptr::null_mut(),
+    cap: 0,
+    live: 0,
+    used: 0,
+});
+
+static BYTES: AtomicUsize = AtomicUsize::new(0);
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes mapped for live huge blocks, and how many there are.
+pub fn totals() -> (usize, usize) {
+    (BYTES.load(Ordering::Relaxed), COUNT.load(Ordering::Relaxed))
+}
+
+fn page() -> usize {
+    ebbtide_core::os::page_size()
+}
+
+fn hash(a: usize, cap: usize) -> usize {
+    ((a >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) & (cap - 1)
+}
+
+fn map_anon(len: usize) -> *mut u8 {
+    // SAFETY: an anonymous private mapping has no preconditions.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+fn unmap(p: usize, len: usize) {
+    if len > 0 {
+        // SAFETY: callers pass whole pages of a mapping this module made and owns.
+        unsafe { libc::munmap(p as *mut libc::c_void, len) };
+    }
+}
+
+impl Table {
+    fn find(&self, addr: usize) -> Option<usize> {
+        if self.cap == 0 {
+            return None;
+        }
+        let mut i = hash(addr, self.cap);
+        loop {
+            // SAFETY: i < cap, inside the slots mapping.
+            let s = unsafe { *self.slots.add(i) };
+            if s.addr == addr {
+                return Some(i);
+            }
+            if s.addr == EMPTY {
+                return None;
+            }
+            i = (i + 1) & (self.cap - 1);
+        }
+    }
+
+    /// Makes room for one more entry (grows at 1/2 full, counting tombstones). False when no
+    /// memory could be mapped for a bigger table.
+    fn reserve(&mut self) -> bool {
+        if (self.used + 1) * 2 <= self.cap {
+            return true;
+        }
+        let cap = if self.live * 4 < self.cap {
+            self.cap // mostly tombstones: rehash at the same size
+        } else {
+            (self.cap * 2).max(1024)
+        };
+        let bytes = cap * core::mem::size_of::<Slot>();
+        let slots = map_anon(bytes).cast::<Slot>();
+        if slots.is_null() {
+            return false;
+        }
+        ebbtide_core::os::add_metadata(bytes);
+        let old = (self.slots, self.cap);
+        self.slots = slots;
+        self.cap = cap;
+        self.used = 0;
+        self.live = 0;
+        for i in 0..old.1 {
+            // SAFETY: i < old cap, inside the old mapping, still mapped.
+            let s = unsafe { *old.0.add(i) };
+            if s.addr > GONE {
+                self.put(s);
+            }
+        }
+        if !old.0.is_null() {
+            let b = old.1 * core::mem::size_of::<Slot>();
+            unmap(old.0 as usize, b);
+            ebbtide_core::os::sub_metadata(b);
+        }
+        true
+    }
+
+    fn put(&mut self, s: Slot) {
+        let mut i = hash(s.addr, self.cap);
+        loop {
+            // SAFETY: i < cap (the table has room: `reserve` ran).
+            let e = unsafe { &mut *self.slots.add(i) };
+            if e.addr == EMPTY || e.addr == GONE {
+                if e.addr == EMPTY {
+                    self.used += 1;
+                }
+                *e = s;
+                self.live += 1;
+                return;
+            }
+            i = (i + 1) & (self.cap - 1);
+        }
+    }
+}
+
+/// A huge block of at least `n` bytes aligned to `align` (a power of two), or null (ENOMEM).
+pub fn alloc(n: usize, align: usize) -> *mut u8 {
+    let pg = page();
+    let align = align.max(pg);
+    let Some(len) = n
+        .checked_add(pg - 1)
+        .map(|x| x & !(pg - 1))
+        .filter(|&l| l > 0 || n == 0)
+    else {
+        return ptr::null_mut();
+    };
+    let len = len.max(pg);
+    let Some(span) = len.checked_add(align - pg) else {
+        return ptr::null_mut();
+    };
+    if span > isize::MAX as usize {
+        return ptr::null_mut();
+    }
+    let m = map_anon(span) as usize;
+    if m == 0 {
+        return ptr::null_mut();
+    }
+    // Trim the mapping to the aligned block: whole pages before and after it go back.
+    let a = m.next_multiple_of(align);
+    unmap(m, a - m);
+    unmap(a + len, m + span - (a + len));
+    let mut t = ebbtide_core::lock(&TABLE);
+    if !t.reserve() {
+        drop(t);
+        unmap(a, len);
+        return ptr::null_mut();
+    }
+    t.put(Slot {
+        addr: a,
+        map: a,
+        len,
+    });
+    BYTES.fetch_add(len, Ordering::Relaxed);
+    COUNT.fetch_add(1, Ordering::Relaxed);
+    a as *mut u8
+}
+
+/// Bytes usable at `p` if it is a live huge block.
+pub fn usable(p: usize) -> Option<usize> {
+    let t = ebbtide_core::lock(&TABLE);
+    let i = t.find(p)?;
+    // SAFETY: `find` returned an index below cap.
+    let s = unsafe { *t.slots.add(i) };
+    Some(s.map + s.len - s.addr)
+}
+
+/// Unmaps `p` if it is a live huge block; false if it is not one.
+pub fn free(p: usize) -> bool {
+    let mut t = ebbtide_core::lock(&TABLE);
+    let Some(i) = t.find(p) else {
+        return false;
+    };
+    // SAFETY: `find` returned an index below cap.
+    let s = unsafe { &mut *t.slots.add(i) };
+    let (map, len) = (s.map, s.len);
+    s.addr = GONE;
+    t.live -= 1;
+    drop(t);
+    unmap(map, len);
+    BYTES.fetch_sub(len, Ordering::Relaxed);
+    COUNT.fetch_sub(1, Ordering::Relaxed);
+    true
+}
+
+/// Resizes the huge block `p` to hold `n` bytes with `mremap` (it may move, nothing is
+/// copied). `Err(())` when `p` is no huge block; `Ok(null)` when the kernel refused (the block
+/// is unchanged).
+pub fn realloc(p: usize, n: usize) -> Result<*mut u8, ()> {
+    let pg = page();
+    let Some(len) = n.checked_add(pg - 1).map(|x| (x & !(pg - 1)).max(pg)) else {
+        return if usable(p).is_some() {
+            Ok(ptr::null_mut())
+        } else {
+            Err(())
+        };
+    };
+    let mut t = ebbtide_core::lock(&TABLE);
+    let Some(i) = t.find(p) else {
+        return Err(());
+    };
+    // SAFETY: `find` returned an index below cap.
+    let s = unsafe { *t.slots.add(i) };
+    if s.map != s.addr {
+        // An over-aligned block starts inside its mapping's first page run only if trimming
+        // failed; never the case after `alloc`, but stay exact.
+        return Ok(ptr::null_mut());
+    }
+    if len == s.len {
+        return Ok(p as *mut u8);
+    }
+    // SAFETY: [map, map+len) is a mapping this module made; MREMAP_MAYMOVE keeps its contents.
+    let q = unsafe {
+        libc::mremap(
+            s.map as *mut libc::c_void,
+            s.len,
+            len,
+            libc::MREMAP_MAYMOVE,
+        )
+    };
+    if q == libc::MAP_FAILED {
+        return Ok(ptr::null_mut());
+    }
+    let q = q as usize;
+    // SAFETY: `find` returned an index below cap.
+    let e = unsafe { &mut *t.slots.add(i) };
+    if q == p {
+        e.len = len;
+    } else {
+        e.addr = GONE;
+        t.live -= 1;
+        let ok = t.reserve();
+        debug_assert!(ok || t.used < t.cap);
+        t.put(Slot {
+            addr: q,
+            map: q,
+            len,
+        });
+    }
+    if len > s.len {
+        BYTES.fetch_add(len - s.len, Ordering::Relaxed);
+    } else {
+        BYTES.fetch_sub(s.len - len, Ordering::Relaxed);
+    }
+    Ok(q as *mut u8)
+}
