@@ -35,7 +35,7 @@
 //! ([`typed`]), the reclaim entry points ([`reclaim`]).
 //!
 //! ## Layers
-//! Layer order (bottom first): sync, os, wss, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, reclaim, page_pool, typed.
+//! Layer order (bottom first): sync, os, forkgate, wss, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, reclaim, page_pool, typed.
 //!
 //! Each module names only modules before it in that list (`tests/layers.rs` reads the code and
 //! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
@@ -126,6 +126,8 @@ pub(crate) mod bucket;
 pub(crate) mod depot;
 #[cfg(not(loom))]
 pub mod error;
+#[cfg(not(loom))]
+pub mod forkgate;
 #[cfg(not(loom))]
 pub(crate) mod gate;
 #[cfg(not(loom))]

@@ -377,6 +377,14 @@ pub fn atfork_child(child: extern "C" fn()) {
     unsafe { libc::pthread_atfork(None, None, Some(child)) };
 }
 
+/// Registers all three fork handlers (`pthread_atfork`). `prepare` runs in the forking thread
+/// before the fork (it may wait); `parent` and `child` after it, and like every child handler
+/// `child` must only do what is async-signal-safe.
+pub fn atfork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
+    // SAFETY: registers handlers; the obligations on their bodies are stated above.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+}
+
 static METADATA_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// Bytes of the library's own metadata in memory: zone objects, per-CPU stacks, chunk headers

@@ -66,6 +66,7 @@ pub struct Response {
 /// DRAIN_CPU all need every CPU's stack emptied, and one DRAIN_CPU (one `membarrier` per CPU)
 /// serves all three. Returns the bytes given back.
 pub fn respond(r: Response) -> usize {
+    let _inside = crate::forkgate::enter();
     let squeeze = match r.squeeze_ns {
         Some(ns) => {
             gate::extend_squeeze(os::now_ns(), ns);
@@ -99,6 +100,7 @@ pub fn respond(r: Response) -> usize {
 /// Closes an open squeeze window at once (the runtime's explicit end of pressure). Caches reopen
 /// on their next slow path.
 pub fn end_squeeze() {
+    let _inside = crate::forkgate::enter();
     gate::end_squeeze();
 }
 
@@ -106,6 +108,7 @@ pub fn end_squeeze() {
 /// drains them (DRAIN_CPU); enabling lets each CPU reopen on its next slow path. Returns the bytes
 /// given back.
 pub fn set_buckets_enabled(on: bool) -> usize {
+    let _inside = crate::forkgate::enter();
     respond(Response {
         buckets_enabled: Some(on),
         ..Response::default()
@@ -116,6 +119,7 @@ pub fn set_buckets_enabled(on: bool) -> usize {
 /// Drains every zone's caches at once (the reclaim code enforces the window itself, so an idle
 /// cache cannot miss it). Returns the bytes given back.
 pub fn squeeze(duration_ns: u64) -> usize {
+    let _inside = crate::forkgate::enter();
     respond(Response {
         squeeze_ns: Some(duration_ns),
         ..Response::default()
@@ -169,6 +173,7 @@ fn reclaim_zone_locked(z: &ZoneInner, req: Request, sess: &mut Session) -> usize
 
 /// Reclaims from every zone; returns the bytes given back.
 pub fn reclaim_all(req: Request) -> usize {
+    let _inside = crate::forkgate::enter();
     if req == Request::DrainCpu {
         return drain_cpu_all(true, true);
     }
@@ -188,6 +193,7 @@ pub fn reclaim_all(req: Request) -> usize {
 /// `lazy_settle_ms` and `lazy_decay_ms` tunables; see [`crate::lazy`]). Turning it off gives
 /// every lazily freed page back at once.
 pub fn configure_lazy(enabled: bool, settle_ms: u64, decay_ms: u64) {
+    let _inside = crate::forkgate::enter();
     let was = crate::lazy::set(enabled, settle_ms, decay_ms);
     if was && !enabled {
         purge_lazy_all();
@@ -197,6 +203,7 @@ pub fn configure_lazy(enabled: bool, settle_ms: u64, decay_ms: u64) {
 /// Pressure: every lazily freed page of every zone goes back now (`MADV_DONTNEED`). Returns the
 /// bytes given back.
 pub fn purge_lazy_all() -> usize {
+    let _inside = crate::forkgate::enter();
     if crate::lazy::lazy_held_bytes() == 0 {
         return 0;
     }
@@ -207,6 +214,7 @@ pub fn purge_lazy_all() -> usize {
 /// `lazy_decay_ms` at `now` go back for good, those that settled for `lazy_settle_ms` are
 /// offered with `MADV_FREE`. Returns the bytes given back for good.
 pub fn decay_lazy(now: u32) -> usize {
+    let _inside = crate::forkgate::enter();
     if crate::lazy::lazy_held_bytes() == 0 {
         return 0;
     }
@@ -217,6 +225,7 @@ pub fn decay_lazy(now: u32) -> usize {
 /// The periodic pass over every zone without pressure (working-set update, idle trim, idle
 /// per-CPU stacks drained); returns the bytes given back.
 pub fn periodic_all(now_ns: u64) -> usize {
+    let _inside = crate::forkgate::enter();
     exclusive(|| {
         let reg = crate::registry::lock();
         let mut b = 0;
@@ -229,6 +238,7 @@ pub fn periodic_all(now_ns: u64) -> usize {
 /// Enforces every page pool's cap (`max_buffer_pages`, 0 while squeezing); returns the bytes
 /// given back.
 pub fn shrink_pools() -> usize {
+    let _inside = crate::forkgate::enter();
     let squeezing = squeezing_now();
     exclusive(|| {
         let reg = crate::registry::lock();
@@ -246,6 +256,7 @@ pub fn shrink_pools() -> usize {
 
 /// Bytes of free items held in caches and free slab slots, over every zone (the budget source).
 pub fn cached_bytes() -> u64 {
+    let _inside = crate::forkgate::enter();
     let reg = crate::registry::lock();
     let mut b = 0u64;
     reg.for_each(|z: &ZoneInner| b += (z.free_items() * z.item_size) as u64);

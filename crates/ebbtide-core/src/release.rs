@@ -122,9 +122,14 @@ fn give_back(addr: usize, len: usize) {
 
 /// One round of the helper: every run posted so far, then sleep until the next is posted.
 fn helper_pass() {
-    while let Some((a, l)) = claim() {
-        give_back(a, l);
-        WORKER_RUNS.fetch_add(1, Ordering::Relaxed);
+    {
+        // Inside the fork gate while runs are claimed and not yet done (a child must not wait
+        // for a run its parent's helper had claimed); never while asleep.
+        let _inside = crate::forkgate::enter();
+        while let Some((a, l)) = claim() {
+            give_back(a, l);
+            WORKER_RUNS.fetch_add(1, Ordering::Relaxed);
+        }
     }
     // Dekker with `post`: we store SLEEPING = 1 then load POSTED; `post` stores POSTED then
     // swaps SLEEPING. All SeqCst, so either we see the new run or `post` sees us asleep and

@@ -1,9 +1,11 @@
 //! `fork()` leaves a working allocator in the child, and a child that reacts to pressure.
 //!
-//! The allocator itself: the rseq fast paths hold no lock (a section interrupted by the fork
-//! in another thread simply never committed in the child's copy); the slow paths' locks are
-//! taken by the core's fork gate before the fork and let go on both sides after it
-//! (`prepare`/`parent`/`child` below, registered with `pthread_atfork` when the library loads).
+//! The allocator itself: the rseq fast paths hold no lock (a section of another thread is
+//! committed by one store: the child's copy has it done or not begun); every path that takes a
+//! core lock is inside the core's fork gate, which the fork waits to empty
+//! (`ebbtide_core::forkgate`); the table of huge blocks is held across the fork; the
+//! zone-creation spin lock is reset in the child. The handlers are registered when the library
+//! loads ([`register`]).
 //!
 //! The runtime: a child has none of its parent's threads. The runtime's own fork handler only
 //! clears atomics (nothing else is allowed in a handler); the threads come back when `fork`
@@ -14,6 +16,26 @@
 
 use core::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, Ordering};
+
+extern "C" fn prepare() {
+    crate::huge::fork_prepare();
+}
+
+extern "C" fn parent() {
+    crate::huge::fork_release();
+}
+
+extern "C" fn child() {
+    crate::huge::fork_release();
+    crate::heap::fork_child();
+}
+
+/// Registers the malloc's fork handlers, then the core's fork gate (so the gate's prepare runs
+/// first: prepare handlers run in reverse order of registration). Called at load time.
+pub fn register() {
+    ebbtide_core::os::atfork(prepare, parent, child);
+    ebbtide_core::forkgate::register();
+}
 
 type ForkFn = unsafe extern "C" fn() -> libc::pid_t;
 

@@ -25,7 +25,6 @@ use core::ptr::{self, NonNull};
 use ebbtide_core::zone::FastFree;
 use ebbtide_core::{Zone, ZoneOptions};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, Ordering};
-use std::sync::Mutex;
 
 static ZONES: [AtomicPtr<c_void>; NCLASSES] = [const { AtomicPtr::new(ptr::null_mut()) }; NCLASSES];
 
@@ -35,7 +34,38 @@ static TAG_CLASS: [AtomicU8; TAGS] = [const { AtomicU8::new(0) }; TAGS];
 /// Some class's tag did not fit in `TAG_CLASS`.
 static TAG_OVERFLOW: AtomicBool = AtomicBool::new(false);
 
-static CREATE: Mutex<()> = Mutex::new(());
+/// The zone-creation lock: a spin lock (creation is rare and short) rather than a mutex, so a
+/// forked child can reset it (see `fork.rs`): the creator may have been outside the core's fork
+/// gate, holding it, when another thread forked.
+static CREATE: AtomicBool = AtomicBool::new(false);
+
+struct Creating;
+
+fn lock_create() -> Creating {
+    // Acquire: pairs with the Release in `Creating::drop`.
+    while CREATE
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::thread::yield_now();
+    }
+    Creating
+}
+
+impl Drop for Creating {
+    fn drop(&mut self) {
+        // Release: pairs with the Acquire in `lock_create`.
+        CREATE.store(false, Ordering::Release);
+    }
+}
+
+/// In a forked child (one thread): the creation lock and the creator are the parent's other
+/// threads' business no more. A zone made but not yet published by such a thread is made
+/// again when needed (the first stays unused).
+pub fn fork_child() {
+    CREATING.store(0, Ordering::Relaxed);
+    CREATE.store(false, Ordering::Release);
+}
 /// The thread creating a zone now (0 = none): its nested requests go to the bootstrap area.
 static CREATING: AtomicI32 = AtomicI32::new(0);
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -74,7 +104,7 @@ fn zone(c: usize) -> Get {
     if CREATING.load(Ordering::Relaxed) == tid {
         return Get::Nested;
     }
-    let _g = ebbtide_core::lock(&CREATE);
+    let _g = lock_create();
     let z = ZONES[c].load(Ordering::Acquire);
     if !z.is_null() {
         return Get::Zone(z);

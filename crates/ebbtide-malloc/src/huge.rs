@@ -157,6 +157,26 @@ impl Table {
     }
 }
 
+/// The table's lock, held by the forking thread from `fork_prepare` to `fork_release`.
+struct Held(core::cell::UnsafeCell<Option<std::sync::MutexGuard<'static, Table>>>);
+// SAFETY: only the forking thread touches it, between its atfork handlers.
+unsafe impl Sync for Held {}
+static HELD: Held = Held(core::cell::UnsafeCell::new(None));
+
+/// Before `fork` (after the core's fork gate closed): holds the table so the child's copy is
+/// whole.
+pub fn fork_prepare() {
+    let g = ebbtide_core::lock(&TABLE);
+    // SAFETY: see `Held`.
+    unsafe { *HELD.0.get() = Some(g) };
+}
+
+/// After `fork`, parent and child: lets the table go.
+pub fn fork_release() {
+    // SAFETY: see `Held`; dropping the guard unlocks (in the child too: same thread).
+    unsafe { (*HELD.0.get()).take() };
+}
+
 /// A huge block of at least `n` bytes aligned to `align` (a power of two), or null (ENOMEM).
 pub fn alloc(n: usize, align: usize) -> *mut u8 {
     let pg = page();

@@ -62,6 +62,7 @@ pub use global::EbbtideMalloc;
 extern "C" fn start() {
     // Resolve the C library's fork now, so the interposed fork never has to look it up.
     let _ = fork::resolve();
+    fork::register();
     ebbtide::start_runtime();
 }
 

@@ -101,5 +101,9 @@ extern "C" fn after_fork_child() {
 pub(crate) fn register_fork_handler() {
     static ONCE: Once = Once::new();
     // The handler only stores to atomics (async-signal-safe).
-    ONCE.call_once(|| ebbtide_core::os::atfork_child(after_fork_child));
+    ONCE.call_once(|| {
+        ebbtide_core::os::atfork_child(after_fork_child);
+        // The core's locks across a fork: no thread inside the core while memory is copied.
+        ebbtide_core::forkgate::register();
+    });
 }

@@ -17,6 +17,7 @@ impl Zone {
     /// The hook argument (if any) is passed to the hooks from whatever thread allocates or
     /// frees; the caller vouches that this is sound.
     pub fn new(o: ZoneOptions<'_>) -> Result<Zone, CreateError> {
+        let _inside = crate::forkgate::enter();
         // The runtime reads its configuration and starts its threads here, never on the
         // allocation paths (see `runtime`).
         if o.runtime_hook {
@@ -139,6 +140,7 @@ impl Zone {
     // handing it back by value on this cold path is what the caller needs.
     #[allow(clippy::result_large_err)]
     pub fn destroy(self) -> Result<(), (Zone, ZoneBusy)> {
+        let _inside = crate::forkgate::enter();
         let z = self.inner.as_ptr();
         // SAFETY: `self` is the only handle; destruction is exclusive by ownership.
         match unsafe { ZoneInner::destroy(z) } {

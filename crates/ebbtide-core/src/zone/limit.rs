@@ -39,6 +39,10 @@ impl ZoneInner {
     /// Sleeps (FIFO) until items come back to the slabs. Before the first sleep, cached items
     /// are pushed back to the slabs so they can satisfy the sleepers.
     pub(super) fn wait_for_room(&self) {
+        // Sleep outside the fork gate (a fork must not wait for a sleeper); the drain below goes
+        // back inside. A fork while this thread sleeps copies at most this zone's limit mutex
+        // held (zones with `LimitMode::Wait` only).
+        let _paused = crate::forkgate::pause();
         self.counters.sleeps.fetch_add(1, Ordering::Relaxed);
         let mut st = lock(&self.limit);
         let ticket = st.next_ticket;
@@ -50,8 +54,11 @@ impl ZoneInner {
             // SeqCst): one of the two sees the other, so a return is never missed by a sleeper.
             self.limit_full.store(true, Ordering::SeqCst);
             drop(st);
-            self.close_all_caps();
-            self.drain_caches();
+            {
+                let _inside = crate::forkgate::enter();
+                self.close_all_caps();
+                self.drain_caches();
+            }
             st = lock(&self.limit);
         }
         loop {

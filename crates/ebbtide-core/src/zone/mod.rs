@@ -330,17 +330,20 @@ impl Zone {
     /// The periodic pass without pressure (working-set update, idle trim); `now_ns` from a
     /// monotonic clock. Returns the bytes given back.
     pub fn periodic(&self, now_ns: u64) -> usize {
+        let _inside = crate::forkgate::enter();
         self.inner().periodic(now_ns)
     }
 
     /// Counters merged from every layer.
     pub fn snapshot(&self) -> ZoneSnapshot {
+        let _inside = crate::forkgate::enter();
         self.inner().snapshot()
     }
 
     /// Walks every layer and checks the counting invariants (see the module docs). Stops every
     /// CPU's stack briefly to count it exactly.
     pub fn validate(&self) -> Result<ZoneCheck, String> {
+        let _inside = crate::forkgate::enter();
         self.inner().validate()
     }
 
@@ -511,6 +514,7 @@ impl ZoneInner {
 /// same lock. Room is reserved first (retrying if zones were created meanwhile), the unnamed
 /// snapshots and inline names are copied under the lock, and the names become strings after it.
 pub fn snapshots() -> Vec<ZoneSnapshot> {
+    let _inside = crate::forkgate::enter();
     let mut room = 16;
     loop {
         let mut v: Vec<(ZoneSnapshot, ZoneName)> = Vec::with_capacity(room);

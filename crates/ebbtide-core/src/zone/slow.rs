@@ -24,6 +24,7 @@ impl ZoneInner {
     #[cold]
     #[inline(never)]
     pub(super) fn alloc_careful(&self) -> Result<NonNull<u8>, AllocError> {
+        let _inside = crate::forkgate::enter();
         let p = match NonNull::new(self.pcpu.pop()) {
             Some(p) => p,
             None => self.alloc_slow()?,
@@ -62,6 +63,7 @@ impl ZoneInner {
     #[cold]
     #[inline(never)]
     pub(super) fn alloc_slow(&self) -> Result<NonNull<u8>, AllocError> {
+        let _inside = crate::forkgate::enter();
         self.counters.slow_allocs.fetch_add(1, Ordering::Relaxed);
         if self.caching() {
             self.sync_cap();
@@ -175,6 +177,7 @@ impl ZoneInner {
     #[cold]
     #[inline(never)]
     pub(super) fn free_careful(&self, p: *mut u8) -> Result<(), InvalidFree> {
+        let _inside = crate::forkgate::enter();
         if self.fast.careful & C_CHECKED != 0 {
             match self.keg.locate(p as usize) {
                 Ok(loc) => {
@@ -215,6 +218,7 @@ impl ZoneInner {
     #[cold]
     #[inline(never)]
     pub(super) fn free_slow(&self, p: *mut u8) -> Result<(), InvalidFree> {
+        let _inside = crate::forkgate::enter();
         if self.caching() {
             self.sync_cap();
             // Flush a bucket's worth from this CPU to the depot, then retry.
