@@ -20,7 +20,7 @@
 
 use crate::os::{self, OsError};
 use core::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// log2 of the chunk size.
@@ -51,9 +51,26 @@ unsafe impl Sync for Arena {}
 
 static ARENA: OnceLock<Result<Arena, OsError>> = OnceLock::new();
 
+/// The arena's bounds and chunk map as plain words, for [`owner_tag`]: a malloc's `free` reads
+/// them inline on every call, where [`get`] is a call into `OnceLock`. `VIEW_LEN` stays 0 until
+/// the arena exists (then every address is "outside").
+static VIEW_BASE: AtomicUsize = AtomicUsize::new(0);
+static VIEW_LEN: AtomicUsize = AtomicUsize::new(0);
+static VIEW_MAP: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
+
 /// The process's arena, reserved on first use.
 pub(crate) fn get() -> Result<&'static Arena, OsError> {
-    match ARENA.get_or_init(Arena::reserve) {
+    match ARENA.get_or_init(|| {
+        let r = Arena::reserve();
+        if let Ok(a) = &r {
+            VIEW_BASE.store(a.base, Ordering::Relaxed);
+            VIEW_MAP.store(a.map as *mut AtomicU64, Ordering::Relaxed);
+            // Release: pairs with the Acquire in `owner_tag`; base and map are visible to a
+            // reader that sees the length.
+            VIEW_LEN.store(a.len, Ordering::Release);
+        }
+        r
+    }) {
         Ok(a) => Ok(a),
         Err(e) => Err(*e),
     }
@@ -186,11 +203,24 @@ impl Arena {
 /// arena owns it (outside the arena, never handed out, or free). Reads only the chunk map,
 /// never `addr`: what a malloc's `free(ptr)` uses to find the size class of any pointer, with
 /// [`crate::Zone::tag_raw`] giving each zone's tag. 0 too when the arena could not be reserved.
-#[inline]
+#[inline(always)]
 pub fn owner_tag(addr: usize) -> u64 {
-    match get() {
-        Ok(a) => a.tag_of(addr),
-        Err(_) => 0,
+    // Acquire: pairs with the Release store in `get`.
+    let len = VIEW_LEN.load(Ordering::Acquire);
+    let off = addr.wrapping_sub(VIEW_BASE.load(Ordering::Relaxed));
+    if off >= len {
+        return 0;
+    }
+    // SAFETY: off < len, so the index is inside the chunk map, which lives as long as the
+    // process.
+    let t = unsafe {
+        // Acquire: as in `Arena::tag_of`.
+        (*VIEW_MAP.load(Ordering::Relaxed).add(off >> CHUNK_SHIFT)).load(Ordering::Acquire)
+    };
+    if t & 1 == 1 {
+        0
+    } else {
+        t
     }
 }
 

@@ -232,7 +232,8 @@ pub enum InvalidKind {
 }
 
 impl InvalidKind {
-    pub(crate) fn describe(self) -> &'static str {
+    /// What is wrong, in words (for messages).
+    pub fn describe(self) -> &'static str {
         match self {
             InvalidKind::NotInZone => "pointer is not inside any slab of this zone",
             InvalidKind::NotAnItem => "pointer is inside the zone's memory but not inside an item",

@@ -35,7 +35,7 @@
 //! ([`typed`]), the reclaim entry points ([`reclaim`]).
 //!
 //! ## Layers
-//! Layer order (bottom first): sync, os, forkgate, wss, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, reclaim, page_pool, typed.
+//! Layer order (bottom first): sync, os, forkgate, wss, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
 //!
 //! Each module names only modules before it in that list (`tests/layers.rs` reads the code and
 //! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
@@ -136,6 +136,8 @@ pub(crate) mod keg;
 pub mod lazy;
 #[cfg_attr(loom, allow(dead_code))]
 pub mod os;
+#[cfg(not(loom))]
+pub mod outer;
 #[cfg(not(loom))]
 pub mod page_pool;
 #[cfg_attr(loom, allow(dead_code))]

@@ -89,7 +89,8 @@ pub fn respond(r: Response) -> usize {
         }
         // Bucket sizes halve for a DRAIN_CPU and when buckets go off (UMA), not for a squeeze
         // alone; a squeeze keeps no reserve of free slabs.
-        return drain_cpu_all(drain_cpu || disabled_now, !squeeze);
+        let b = drain_cpu_all(drain_cpu || disabled_now, !squeeze);
+        return b + crate::outer::drain_all();
     }
     match r.request {
         Some(req) => reclaim_all(req),
@@ -175,18 +176,23 @@ fn reclaim_zone_locked(z: &ZoneInner, req: Request, sess: &mut Session) -> usize
 pub fn reclaim_all(req: Request) -> usize {
     let _inside = crate::forkgate::enter();
     if req == Request::DrainCpu {
-        return drain_cpu_all(true, true);
+        return drain_cpu_all(true, true) + crate::outer::drain_all();
     }
-    exclusive(|| {
-        let reg = crate::registry::lock();
-        let mut sess = Session::begin(true);
-        let mut b = 0;
-        reg.for_each(|z: &ZoneInner| b += reclaim_zone_locked(z, req, &mut sess));
-        let b = b + bucket::reclaim_bucket_kegs_in(&mut sess);
-        // A pressure reclaim wants the memory now: lazily freed pages go too.
-        b + sess.finish() + purge_lazy_locked(&reg)
-    })
-    .unwrap_or(0)
+    let outer = match req {
+        Request::Trim => crate::outer::periodic_all(os::now_ns()),
+        _ => crate::outer::drain_all(),
+    };
+    outer
+        + exclusive(|| {
+            let reg = crate::registry::lock();
+            let mut sess = Session::begin(true);
+            let mut b = 0;
+            reg.for_each(|z: &ZoneInner| b += reclaim_zone_locked(z, req, &mut sess));
+            let b = b + bucket::reclaim_bucket_kegs_in(&mut sess);
+            // A pressure reclaim wants the memory now: lazily freed pages go too.
+            b + sess.finish() + purge_lazy_locked(&reg)
+        })
+        .unwrap_or(0)
 }
 
 /// Sets how free pages leave the caches without pressure (the runtime's `lazy_free`,
@@ -233,6 +239,7 @@ pub fn periodic_all(now_ns: u64) -> usize {
         b + bucket::reclaim_bucket_kegs()
     })
     .unwrap_or(0)
+        + crate::outer::periodic_all(now_ns)
 }
 
 /// Enforces every page pool's cap (`max_buffer_pages`, 0 while squeezing); returns the bytes
@@ -254,13 +261,15 @@ pub fn shrink_pools() -> usize {
     .unwrap_or(0)
 }
 
-/// Bytes of free items held in caches and free slab slots, over every zone (the budget source).
+/// Bytes of free items held in caches and free slab slots, over every zone, plus what the outer
+/// caches hold ([`crate::outer`]): the budget source.
 pub fn cached_bytes() -> u64 {
     let _inside = crate::forkgate::enter();
     let reg = crate::registry::lock();
     let mut b = 0u64;
     reg.for_each(|z: &ZoneInner| b += (z.free_items() * z.item_size) as u64);
-    b
+    drop(reg);
+    b + crate::outer::held_bytes()
 }
 
 impl Zone {

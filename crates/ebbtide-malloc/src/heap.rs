@@ -284,13 +284,22 @@ fn alloc_huge(n: usize, align: usize) -> *mut u8 {
     }
 }
 
-/// `calloc(n, size)`: a huge block is fresh from the kernel and not written again.
+/// `calloc(n, size)`: a huge block fresh from the kernel is not written again (its pages are
+/// zero and stay untouched until used); a reused one is cleared.
 pub fn calloc(n: usize, size: usize) -> *mut u8 {
     let Some(total) = n.checked_mul(size) else {
         return enomem();
     };
     if total > MAX_CLASS_SIZE {
-        return alloc_huge(total, 0);
+        let (p, fresh) = huge::alloc_fresh(total, 1);
+        if p.is_null() {
+            return enomem();
+        }
+        if !fresh {
+            // SAFETY: a reused huge block of at least `total` bytes.
+            unsafe { ptr::write_bytes(p, 0, total) };
+        }
+        return p;
     }
     let p = alloc(total);
     if !p.is_null() {
@@ -357,7 +366,11 @@ pub unsafe fn free_resume(z: *mut c_void, p: *mut u8, how: FastFree) {
     let e = errno();
     // SAFETY: forwarded from the caller.
     if let Err(err) = unsafe { Zone::free_raw_resume(z, NonNull::new_unchecked(p), how) } {
-        report::bad_pointer(format_args!("free({p:p}): {err}; not applied"));
+        report::bad_pointer(format_args!(
+            "free({p:p}) in '{}': {}; not applied",
+            err.zone.as_str(),
+            err.kind.describe()
+        ));
     }
     set_errno(e);
 }

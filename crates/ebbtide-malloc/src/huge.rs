@@ -6,6 +6,16 @@
 //! block from a pointer ebbtide never made without touching the pointer's memory, and gives
 //! `malloc_usable_size` and `realloc` the block's size. `realloc` of a huge block moves it with
 //! `mremap`, copying nothing.
+//!
+//! ## The cache of freed huge blocks
+//! A program that allocates and frees blocks of a few MiB in a loop (a growing dict or list in
+//! Python, a buffer per request) would pay a mapping and a page fault per page every time. Up
+//! to [`CACHE_BLOCKS`] freed mappings of at most [`CACHE_BLOCK_MAX`] bytes each, and
+//! [`CACHE_BYTES`] in all, are kept and handed out again to a request that fits (at most a
+//! quarter larger than asked). The cache is an [`ebbtide_core::outer::OuterCache`]: it empties
+//! with the zones' caches on every drain, DRAIN_CPU, squeeze and critical pressure, keeps
+//! nothing while those are in force, counts in the cached bytes the budget reads, and the
+//! periodic pass unmaps what has sat unused for [`CACHE_IDLE_NS`] (the idle give-back).
 
 use core::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,12 +33,25 @@ struct Slot {
     len: usize,
 }
 
+/// Freed blocks kept in the cache (the whole mapping is free).
+pub const CACHE_BLOCKS: usize = 16;
+/// The largest block the cache keeps.
+pub const CACHE_BLOCK_MAX: usize = 64 << 20;
+/// The most the cache holds in all.
+pub const CACHE_BYTES: usize = 64 << 20;
+/// A cached block unused for this long goes back at the next periodic pass (1 s, the zones'
+/// idle give-back aims at 2 s).
+pub const CACHE_IDLE_NS: u64 = 1_000_000_000;
+
 struct Table {
     slots: *mut Slot,
     cap: usize,
     /// Live entries, and entries that are live or tombstones.
     live: usize,
     used: usize,
+    /// The cache: `(map, len, freed at)`; `len == 0` is an empty entry.
+    cached: [(usize, usize, u64); CACHE_BLOCKS],
+    cached_bytes: usize,
 }
 
 // SAFETY: the slots mapping is owned by the table and only touched under the mutex.
@@ -39,7 +62,10 @@ static TABLE: Mutex<Table> = Mutex::new(Table {
     cap: 0,
     live: 0,
     used: 0,
+    cached: [(0, 0, 0); CACHE_BLOCKS],
+    cached_bytes: 0,
 });
+static CACHED: AtomicUsize = AtomicUsize::new(0);
 
 static BYTES: AtomicUsize = AtomicUsize::new(0);
 static COUNT: AtomicUsize = AtomicUsize::new(0);
@@ -179,6 +205,12 @@ pub fn fork_release() {
 
 /// A huge block of at least `n` bytes aligned to `align` (a power of two), or null (ENOMEM).
 pub fn alloc(n: usize, align: usize) -> *mut u8 {
+    alloc_fresh(n, align).0
+}
+
+/// [`alloc`], and whether the block is fresh from the kernel (all zeroes) rather than a
+/// reused mapping from the cache.
+pub fn alloc_fresh(n: usize, align: usize) -> (*mut u8, bool) {
     let pg = page();
     let align = align.max(pg);
     let Some(len) = n
@@ -186,18 +218,23 @@ pub fn alloc(n: usize, align: usize) -> *mut u8 {
         .map(|x| x & !(pg - 1))
         .filter(|&l| l > 0 || n == 0)
     else {
-        return ptr::null_mut();
+        return (ptr::null_mut(), false);
     };
     let len = len.max(pg);
     let Some(span) = len.checked_add(align - pg) else {
-        return ptr::null_mut();
+        return (ptr::null_mut(), false);
     };
     if span > isize::MAX as usize {
-        return ptr::null_mut();
+        return (ptr::null_mut(), false);
+    }
+    if align == pg {
+        if let Some(p) = from_cache(len) {
+            return (p, false);
+        }
     }
     let m = map_anon(span) as usize;
     if m == 0 {
-        return ptr::null_mut();
+        return (ptr::null_mut(), false);
     }
     // Trim the mapping to the aligned block: whole pages before and after it go back.
     let a = m.next_multiple_of(align);
@@ -207,7 +244,7 @@ pub fn alloc(n: usize, align: usize) -> *mut u8 {
     if !t.reserve() {
         drop(t);
         unmap(a, len);
-        return ptr::null_mut();
+        return (ptr::null_mut(), false);
     }
     t.put(Slot {
         addr: a,
@@ -216,7 +253,117 @@ pub fn alloc(n: usize, align: usize) -> *mut u8 {
     });
     BYTES.fetch_add(len, Ordering::Relaxed);
     COUNT.fetch_add(1, Ordering::Relaxed);
-    a as *mut u8
+    (a as *mut u8, true)
+}
+
+/// A cached mapping of `len..=len + len / 4` bytes, made live again.
+fn from_cache(len: usize) -> Option<*mut u8> {
+    let mut t = ebbtide_core::lock(&TABLE);
+    if t.cached_bytes == 0 {
+        return None;
+    }
+    let best = (0..CACHE_BLOCKS)
+        .filter(|&i| t.cached[i].1 >= len && t.cached[i].1 <= len + len / 4)
+        .min_by_key(|&i| t.cached[i].1)?;
+    if !t.reserve() {
+        return None;
+    }
+    let (map, l, _) = t.cached[best];
+    t.cached[best] = (0, 0, 0);
+    t.cached_bytes -= l;
+    CACHED.store(t.cached_bytes, Ordering::Relaxed);
+    t.put(Slot {
+        addr: map,
+        map,
+        len: l,
+    });
+    BYTES.fetch_add(l, Ordering::Relaxed);
+    COUNT.fetch_add(1, Ordering::Relaxed);
+    Some(map as *mut u8)
+}
+
+/// Keeps a freed mapping in the cache if there is room and caching is allowed; false if the
+/// caller must unmap it. Older entries make room for a new one.
+fn to_cache(t: &mut Table, map: usize, len: usize) -> bool {
+    if len > CACHE_BLOCK_MAX || !ebbtide_core::outer::caching_allowed() {
+        return false;
+    }
+    let now = ebbtide_core::os::now_ns();
+    let mut out: [(usize, usize); CACHE_BLOCKS] = [(0, 0); CACHE_BLOCKS];
+    let mut nout = 0;
+    // Oldest out until the new block fits in bytes and in entries.
+    loop {
+        let free_slot = (0..CACHE_BLOCKS).find(|&i| t.cached[i].1 == 0);
+        if t.cached_bytes + len <= CACHE_BYTES && free_slot.is_some() {
+            let i = free_slot.unwrap_or(0);
+            t.cached[i] = (map, len, now);
+            t.cached_bytes += len;
+            break;
+        }
+        let Some(old) = (0..CACHE_BLOCKS)
+            .filter(|&i| t.cached[i].1 != 0)
+            .min_by_key(|&i| t.cached[i].2)
+        else {
+            return false;
+        };
+        out[nout] = (t.cached[old].0, t.cached[old].1);
+        nout += 1;
+        t.cached_bytes -= t.cached[old].1;
+        t.cached[old] = (0, 0, 0);
+    }
+    CACHED.store(t.cached_bytes, Ordering::Relaxed);
+    for &(m, l) in &out[..nout] {
+        unmap(m, l);
+    }
+    true
+}
+
+/// Unmaps cached blocks freed before `older_than` (every one for `u64::MAX`); returns bytes.
+fn give_back(older_than: u64) -> usize {
+    if CACHED.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    let mut out: [(usize, usize); CACHE_BLOCKS] = [(0, 0); CACHE_BLOCKS];
+    let mut n = 0;
+    {
+        let mut t = ebbtide_core::lock(&TABLE);
+        for i in 0..CACHE_BLOCKS {
+            let (m, l, at) = t.cached[i];
+            if l != 0 && at < older_than {
+                out[n] = (m, l);
+                n += 1;
+                t.cached[i] = (0, 0, 0);
+                t.cached_bytes -= l;
+            }
+        }
+        CACHED.store(t.cached_bytes, Ordering::Relaxed);
+    }
+    let mut b = 0;
+    for &(m, l) in &out[..n] {
+        unmap(m, l);
+        b += l;
+    }
+    b
+}
+
+/// The cache as the core sees it (see the module docs).
+pub struct HugeCache;
+
+impl ebbtide_core::outer::OuterCache for HugeCache {
+    fn held_bytes(&self) -> u64 {
+        CACHED.load(Ordering::Relaxed) as u64
+    }
+    fn periodic(&self, now_ns: u64) -> usize {
+        give_back(now_ns.saturating_sub(CACHE_IDLE_NS))
+    }
+    fn drain(&self) -> usize {
+        give_back(u64::MAX)
+    }
+}
+
+/// Bytes held in the cache of freed huge blocks.
+pub fn cached_bytes() -> usize {
+    CACHED.load(Ordering::Relaxed)
 }
 
 /// Bytes usable at `p` if it is a live huge block.
@@ -236,13 +383,17 @@ pub fn free(p: usize) -> bool {
     };
     // SAFETY: `find` returned an index below cap.
     let s = unsafe { &mut *t.slots.add(i) };
-    let (map, len) = (s.map, s.len);
+    let (addr, map, len) = (s.addr, s.map, s.len);
     s.addr = GONE;
     t.live -= 1;
-    drop(t);
-    unmap(map, len);
     BYTES.fetch_sub(len, Ordering::Relaxed);
     COUNT.fetch_sub(1, Ordering::Relaxed);
+    // Only whole, page-aligned mappings are reusable (an over-aligned block is its own).
+    let cached = addr == map && to_cache(&mut t, map, len);
+    drop(t);
+    if !cached {
+        unmap(map, len);
+    }
     true
 }
 
@@ -273,14 +424,7 @@ pub fn realloc(p: usize, n: usize) -> Result<*mut u8, ()> {
         return Ok(p as *mut u8);
     }
     // SAFETY: [map, map+len) is a mapping this module made; MREMAP_MAYMOVE keeps its contents.
-    let q = unsafe {
-        libc::mremap(
-            s.map as *mut libc::c_void,
-            s.len,
-            len,
-            libc::MREMAP_MAYMOVE,
-        )
-    };
+    let q = unsafe { libc::mremap(s.map as *mut libc::c_void, s.len, len, libc::MREMAP_MAYMOVE) };
     if q == libc::MAP_FAILED {
         return Ok(ptr::null_mut());
     }

@@ -63,6 +63,7 @@ extern "C" fn start() {
     // Resolve the C library's fork now, so the interposed fork never has to look it up.
     let _ = fork::resolve();
     fork::register();
+    ebbtide_core::outer::register(&huge::HugeCache);
     ebbtide::start_runtime();
 }
 

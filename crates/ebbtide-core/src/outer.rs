@@ -1,0 +1,78 @@
+//! Caches beside the zones: memory a runtime above the core keeps outside any zone (a malloc's
+//! recently freed huge mappings) that must go back by the same paths as the zones' — the idle
+//! trim, every drain, DRAIN_CPU, a squeeze, buckets off under critical pressure — and count in
+//! the cached bytes the budget reads.
+//!
+//! A runtime registers a `&'static dyn OuterCache` once; the reclaim entry points (`reclaim.rs`)
+//! call every registered cache after the zones, with no core lock held. A cache asks
+//! [`caching_allowed`] before keeping anything (no caching in a squeeze window or while buckets
+//! are disabled, as for the zones).
+
+use crate::sync::{lock, Mutex};
+
+/// A cache kept beside the zones (see the module docs).
+pub trait OuterCache: Sync {
+    /// Bytes of free memory held now.
+    fn held_bytes(&self) -> u64;
+    /// The periodic pass without pressure at `now_ns` (the core's clock): give back what has
+    /// been idle. Returns the bytes given back.
+    fn periodic(&self, now_ns: u64) -> usize;
+    /// Gives back everything held (drains, DRAIN_CPU, squeeze, buckets off). Returns the bytes.
+    fn drain(&self) -> usize;
+}
+
+const MAX: usize = 8;
+
+static CACHES: Mutex<[Option<&'static dyn OuterCache>; MAX]> = Mutex::new([None; MAX]);
+
+/// Registers `c` (at most eight per process; `false` when full or already registered).
+pub fn register(c: &'static dyn OuterCache) -> bool {
+    let mut cs = lock(&CACHES);
+    let me = c as *const dyn OuterCache as *const ();
+    if cs
+        .iter()
+        .flatten()
+        .any(|x| core::ptr::eq(*x as *const dyn OuterCache as *const (), me))
+    {
+        return false;
+    }
+    match cs.iter_mut().find(|s| s.is_none()) {
+        Some(s) => {
+            *s = Some(c);
+            true
+        }
+        None => false,
+    }
+}
+
+fn each(mut f: impl FnMut(&'static dyn OuterCache)) {
+    // Copied out: the caches run with no lock of this module held.
+    let cs = *lock(&CACHES);
+    for c in cs.into_iter().flatten() {
+        f(c);
+    }
+}
+
+/// Whether a cache may keep memory now: not in a squeeze window, not while buckets are
+/// disabled.
+pub fn caching_allowed() -> bool {
+    crate::gate::buckets_enabled() && !crate::gate::squeezing_now()
+}
+
+pub(crate) fn periodic_all(now_ns: u64) -> usize {
+    let mut b = 0;
+    each(|c| b += c.periodic(now_ns));
+    b
+}
+
+pub(crate) fn drain_all() -> usize {
+    let mut b = 0;
+    each(|c| b += c.drain());
+    b
+}
+
+pub(crate) fn held_bytes() -> u64 {
+    let mut b = 0;
+    each(|c| b += c.held_bytes());
+    b
+}
