@@ -42,6 +42,9 @@ enum Command {
     Pressure(cmd::pressure::Args),
     /// Serve the statistics of every ebbtide process on this host to Prometheus (GET /metrics).
     Exporter(cmd::exporter::Args),
+    /// Run a program with ebbtide as its malloc and its control socket on:
+    /// ebbtide run [--conf K=V,…] -- CMD ARGS…
+    Run(cmd::run::Args),
     /// Reproduce the seeds' experiments: blkback, uma, idle or all [--quick|--smoke|--full]
     /// [--out DIR] [--runs N] (root for cgroups and swap files).
     #[command(disable_help_flag = true)]
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         Command::Set(a) => cmd::set::run(a),
         Command::Pressure(a) => cmd::pressure::run(a),
         Command::Exporter(a) => cmd::exporter::run(a),
+        Command::Run(a) => cmd::run::run(a),
         Command::Lab { args } => {
             return ExitCode::from(ebbtide_experiments::cli_main(args).clamp(0, 255) as u8)
         }

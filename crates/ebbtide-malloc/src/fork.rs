@@ -10,7 +10,7 @@
 //! The runtime: a child has none of its parent's threads. The runtime's own fork handler only
 //! clears atomics (nothing else is allowed in a handler); the threads come back when `fork`
 //! has returned in the child — this library interposes `fork` (as it does `malloc`), calls the C
-//! library's, and in the child starts the runtime again ([`ebbtide::start_runtime`]): ordinary
+//! library's, and in the child starts the runtime again ([`ebbtide::restart_after_fork`]): ordinary
 //! program context, never inside an allocation. The control socket is not restarted in a child
 //! (most children `exec` at once, and a socket file left by each would litter the directory).
 
@@ -71,7 +71,7 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
         None => unsafe { libc::syscall(libc::SYS_fork) as libc::pid_t },
     };
     if pid == 0 {
-        ebbtide::start_runtime();
+        ebbtide::restart_after_fork();
     }
     pid
 }

@@ -137,6 +137,18 @@ pub fn install_runtime() {
 pub fn start_runtime() {
     install_runtime();
     threads::start_runtime();
+    // The configuration is read now: serve the control socket if it asks for one (a zone
+    // creation gets this through the tunable's change callback, subscribed at load time; a
+    // malloc's constructor may run before that subscription).
+    control::install();
+}
+
+/// [`start_runtime`] for a forked child, once `fork` has returned: the reclaim and release
+/// threads come back; the control socket does not (most children `exec` at once, and each
+/// would leave a socket file behind). A child that wants one calls [`control::start`].
+pub fn restart_after_fork() {
+    install_runtime();
+    threads::start_runtime();
 }
 
 extern "C" fn install_hooks() {

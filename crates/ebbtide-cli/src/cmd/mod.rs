@@ -4,6 +4,7 @@ pub mod exporter;
 pub mod get;
 pub mod ls;
 pub mod pressure;
+pub mod run;
 pub mod set;
 pub mod stat;
 pub mod top;
