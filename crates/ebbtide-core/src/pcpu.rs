@@ -519,9 +519,16 @@ impl Pcpu {
             "per-CPU storage {storage} above {STORAGE_MAX}"
         );
         let stride = 1usize << STRIDE_SHIFT;
-        let map_len = os::round_up(stride * ncpu, os::page_size());
+        // One page more than the stacks need, and the stacks start at a "colour" offset in
+        // it (a multiple of 64 bytes, different for successive zones): with every zone's
+        // headers at offset 0 of a page, all the headers of the zones a program uses map to
+        // the same L1 cache set, and beyond its ways they evict each other on every
+        // operation (a malloc uses dozens of size classes at once).
+        let map_len = os::round_up(stride * ncpu, os::page_size()) + os::page_size();
         let base = os::map(map_len)?.as_ptr();
         os::add_metadata(map_len);
+        // SAFETY: colour() < page size, inside the extra page of the mapping.
+        let base = unsafe { base.add(colour()) };
         let p = Pcpu {
             base,
             stride,
@@ -820,9 +827,26 @@ impl Pcpu {
     /// The stacks must be empty and unused from now on.
     pub(crate) unsafe fn unmap(&self) {
         if self.map_len > 0 {
+            // The mapping starts at the page holding `base` (the colour is below a page).
+            let start = (self.base as usize) & !(os::page_size() - 1);
             // SAFETY: the mapping is ours and no longer used (caller's guarantee).
-            unsafe { os::unmap(NonNull::new_unchecked(self.base), self.map_len) };
+            unsafe { os::unmap(NonNull::new_unchecked(start as *mut u8), self.map_len) };
             os::sub_metadata(self.map_len);
+        }
+    }
+}
+
+/// The next stacks' colour: successive multiples of 64 bytes below a page, skipping 0 and the
+/// zone objects' offset (`ZONE_OFFSET`, 2048), in a stride of 5 cache lines so neighbours in
+/// creation order are far apart.
+fn colour() -> usize {
+    // A plain std atomic (not the loom shim): a counter with no ordering to model.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let c = (n * 5 % 64) * 64;
+        if c != 0 && c != 2048 {
+            return c;
         }
     }
 }

@@ -31,6 +31,9 @@ static ZONES: [AtomicPtr<c_void>; NCLASSES] = [const { AtomicPtr::new(ptr::null_
 const TAGS: usize = 4096;
 /// `class + 1` for the keg tag `2 * i`; 0 = no class of ours.
 static TAG_CLASS: [AtomicU8; TAGS] = [const { AtomicU8::new(0) }; TAGS];
+/// The zone for the keg tag `2 * i` (null = no class of ours): `free` goes from the tag to the
+/// zone in one load.
+static TAG_ZONE: [AtomicPtr<c_void>; TAGS] = [const { AtomicPtr::new(ptr::null_mut()) }; TAGS];
 /// Some class's tag did not fit in `TAG_CLASS`.
 static TAG_OVERFLOW: AtomicBool = AtomicBool::new(false);
 
@@ -130,6 +133,8 @@ fn zone(c: usize) -> Get {
             let i = (tag >> 1) as usize;
             if i < TAGS {
                 TAG_CLASS[i].store(c as u8 + 1, Ordering::Relaxed);
+                // Release: pairs with the Acquire load in `free` (the zone is initialised).
+                TAG_ZONE[i].store(raw, Ordering::Release);
             } else {
                 TAG_OVERFLOW.store(true, Ordering::Relaxed);
             }
@@ -341,7 +346,34 @@ pub fn alloc_aligned(align: usize, n: usize) -> *mut u8 {
 /// block of ours is indistinguishable from a block start only if it is one).
 #[inline(always)]
 pub unsafe fn free(p: *mut u8) {
-    if let Some(c) = class_of_tag(ebbtide_core::owner_tag(p as usize)) {
+    let tag = ebbtide_core::owner_tag(p as usize);
+    let i = (tag >> 1) as usize;
+    if i < TAGS {
+        // Acquire: pairs with the Release store in `zone`.
+        let z = TAG_ZONE[i].load(Ordering::Acquire);
+        if !z.is_null() {
+            // SAFETY: p is non-null and in a chunk whose tag is this zone's (tag 0, for
+            // addresses nobody owns, has no zone); the zone is published and never destroyed.
+            let how = unsafe { Zone::free_fast_raw_owned(z, NonNull::new_unchecked(p)) };
+            if how != FastFree::Done {
+                // SAFETY: forwarded; `how` is what the fast path just returned.
+                unsafe { free_resume(z, p, how) };
+            }
+            return;
+        }
+    }
+    // SAFETY: forwarded.
+    unsafe { free_tagged(p, tag) }
+}
+
+/// `free` of a pointer whose tag is not in the tag table: a class past it, or not a class.
+///
+/// # Safety
+/// As [`free`].
+#[cold]
+#[inline(never)]
+unsafe fn free_tagged(p: *mut u8, tag: u64) {
+    if let Some(c) = class_of_tag(tag) {
         let z = ZONES[c].load(Ordering::Acquire);
         // SAFETY: p is non-null (its chunk has a tag); the zone is published and never
         // destroyed (its tag maps to it).

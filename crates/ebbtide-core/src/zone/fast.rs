@@ -75,6 +75,13 @@ impl Fast {
         if unlikely(tag != self.tag) {
             return false;
         }
+        self.is_item_in_chunk(a)
+    }
+
+    /// The part of [`Fast::is_item`] after the chunk's tag: `a` lies in a chunk of this zone's
+    /// keg (the caller read its tag); is it an item start?
+    #[inline(always)]
+    pub(super) fn is_item_in_chunk(&self, a: usize) -> bool {
         // Each test its own predictable branch: folded into one flag (`setcc`/`and`) they cost
         // more instructions than they save.
         let rel = (a & (CHUNK_SIZE - 1)).wrapping_sub(self.first_slab);
@@ -211,6 +218,33 @@ impl Zone {
             return FastFree::Careful;
         }
         // SAFETY: careful == 0: rseq mode; the item passed the check.
+        match unsafe { f.pcpu.push(p.as_ptr()) } {
+            Push::Done => FastFree::Done,
+            Push::Full => FastFree::Full,
+            Push::Duplicate => FastFree::Duplicate,
+        }
+    }
+
+    /// [`Zone::free_fast_raw`] for a caller that has already read the tag of the chunk holding
+    /// `p` ([`crate::owner_tag`]) and found it to be this zone's ([`Zone::tag_raw`]), as a
+    /// malloc's `free` does to find the zone: the arena and tag tests are not repeated, only the
+    /// item test within the chunk. Returns as `free_fast_raw`, and
+    /// [`Zone::free_raw_resume`] finishes from there.
+    ///
+    /// # Safety
+    /// As [`Zone::free_raw`], and `owner_tag(p) == tag_raw(z)` must have been true.
+    #[inline(always)]
+    pub unsafe fn free_fast_raw_owned(z: *mut c_void, p: NonNull<u8>) -> FastFree {
+        // SAFETY: a live zone (caller's guarantee).
+        let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
+        if unlikely(!f.is_item_in_chunk(p.as_ptr() as usize)) {
+            return FastFree::Invalid;
+        }
+        if unlikely(f.careful != 0) {
+            return FastFree::Careful;
+        }
+        // SAFETY: careful == 0: rseq mode; the item passed the check (its chunk is this
+        // zone's, by the caller's guarantee).
         match unsafe { f.pcpu.push(p.as_ptr()) } {
             Push::Done => FastFree::Done,
             Push::Full => FastFree::Full,
