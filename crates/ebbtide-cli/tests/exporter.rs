@@ -274,6 +274,14 @@ fn stat_and_exporter_give_the_same_documented_names() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8(o.stdout).unwrap()
     };
+    // The source families appear once the demo's reclaim thread has looked for its pressure
+    // sources (at its start, which a loaded machine may delay): wait for that first.
+    let t0 = std::time::Instant::now();
+    while !stat_now().contains("ebbtide_source_active")
+        && t0.elapsed() < std::time::Duration::from_secs(20)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let port = free_port();
     let _e = exporter(port, &[]);
     let pid_label = format!("pid=\"{pid}\"");

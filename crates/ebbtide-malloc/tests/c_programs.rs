@@ -12,7 +12,9 @@
 //!   preloaded and linked;
 //! * `tests/c/stress.c`: threads freeing each other's blocks, threads exiting, forks with the
 //!   other threads busy, `malloc_trim` (DRAIN_CPU) in a loop;
-//! * a forked child gets the runtime's threads back (`fork` interposed).
+//! * a forked child gets the runtime's threads back (`fork` interposed);
+//! * `dlopen` of a library that allocates in its constructor and hands its blocks to the
+//!   program (and takes the program's), then `dlclose`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -318,4 +320,78 @@ int main(void) {
         out.contains("child ebbtide-reclaim"),
         "the child has no reclaim thread:\n{out}"
     );
+}
+
+#[test]
+fn dlopen_of_a_library_that_allocates() {
+    let d = scratch("dlopen");
+    let lib_src = d.join("plug.c");
+    std::fs::write(
+        &lib_src,
+        r#"#include <stdlib.h>
+#include <string.h>
+static char *made_at_load;
+__attribute__((constructor)) static void init(void) {
+    made_at_load = malloc(5000);
+    strcpy(made_at_load, "constructed");
+}
+__attribute__((destructor)) static void fini(void) { free(made_at_load); }
+char *plug_make(size_t n) { char *p = malloc(n); memset(p, 'x', n - 1); p[n - 1] = 0; return p; }
+void plug_take(void *p) { free(p); }
+const char *plug_loaded(void) { return made_at_load; }
+"#,
+    )
+    .unwrap();
+    let plug = d.join("libplug.so");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let o = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&plug)
+        .arg(&lib_src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let main_src = d.join("main.c");
+    std::fs::write(
+        &main_src,
+        r#"#include <dlfcn.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    (void)argc;
+    for (int round = 0; round < 20; round++) {
+        void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+        if (!h) { fprintf(stderr, "dlopen: %s
+", dlerror()); return 1; }
+        char *(*make)(size_t) = (char *(*)(size_t))dlsym(h, "plug_make");
+        void (*take)(void *) = (void (*)(void *))dlsym(h, "plug_take");
+        const char *(*loaded)(void) = (const char *(*)(void))dlsym(h, "plug_loaded");
+        if (strcmp(loaded(), "constructed") != 0) return 2;
+        char *p = make(1000 + round);
+        if (strlen(p) != (size_t)(999 + round) || malloc_usable_size(p) < 1000) return 3;
+        free(p);                       /* the library's block, freed by the program */
+        char *q = malloc(300);
+        take(q);                       /* the program's block, freed by the library */
+        if (dlclose(h) != 0) return 4;
+    }
+    puts("dlopen ok");
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let bin = d.join("main");
+    let o = Command::new(&cc)
+        .args(["-O1", "-o"])
+        .arg(&bin)
+        .arg(&main_src)
+        .arg("-ldl")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let o = run(&bin, &[plug.to_str().unwrap()], &[], true);
+    assert!(o.status.success() && o.stdout.starts_with(b"dlopen ok"), "{}", show(&o));
+    assert!(o.stderr.is_empty(), "messages:\n{}", show(&o));
 }
