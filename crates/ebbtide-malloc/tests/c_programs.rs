@@ -363,8 +363,7 @@ int main(int argc, char **argv) {
     (void)argc;
     for (int round = 0; round < 20; round++) {
         void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-        if (!h) { fprintf(stderr, "dlopen: %s
-", dlerror()); return 1; }
+        if (!h) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 1; }
         char *(*make)(size_t) = (char *(*)(size_t))dlsym(h, "plug_make");
         void (*take)(void *) = (void (*)(void *))dlsym(h, "plug_take");
         const char *(*loaded)(void) = (const char *(*)(void))dlsym(h, "plug_loaded");
