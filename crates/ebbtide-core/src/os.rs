@@ -291,17 +291,26 @@ pub unsafe fn release_lazy(ptr: NonNull<u8>, len: usize) -> bool {
     r == 0
 }
 
-/// Sleeps while `word` holds `expected` (returns at once if it does not; may return spuriously).
-pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
+/// Sleeps while `word` holds `expected`, for at most `timeout_ms` (no limit for `None`);
+/// returns at once if it does not hold it, and may return spuriously.
+pub(crate) fn futex_wait_for(word: &AtomicU32, expected: u32, timeout_ms: Option<u64>) {
+    let ts = timeout_ms.map(|ms| libc::timespec {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+    });
+    let tp = ts
+        .as_ref()
+        .map_or(core::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: FUTEX_WAIT_PRIVATE on a valid, aligned u32 that lives as long as the call (a
-    // static in practice); a null timeout waits without limit.
+    // static in practice); the timeout is null (no limit) or points to a timespec on this
+    // stack, relative as FUTEX_WAIT wants.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
             expected,
-            core::ptr::null::<libc::timespec>(),
+            tp,
         );
     }
 }

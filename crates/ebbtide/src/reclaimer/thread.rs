@@ -121,6 +121,7 @@ pub(super) fn open_watcher(gen: u64) -> Option<Watcher> {
 }
 
 pub(super) fn run(gen: u64) {
+    let me = crate::threads::register_runtime_thread();
     let mut settings = source_settings();
     let mut watcher = open_watcher(gen);
     let mut opt_gen = options::global().generation();
@@ -175,6 +176,14 @@ pub(super) fn run(gen: u64) {
             next_periodic = now + options::get_duration(Tunable::TrimIntervalMs);
         }
         if now >= next_pools {
+            if crate::threads::alone() {
+                // Every other thread has ended: end too, so that the process ends as it would
+                // without us (see `threads`).
+                crate::threads::unregister_runtime_thread(me);
+                lock(&SHARED).injector = None;
+                THREAD_DISABLED.store(true, Ordering::Release);
+                return;
+            }
             reclaim::decay_lazy(ebbtide_core::lazy::now_ms());
             reclaim::shrink_pools();
             next_pools = now + options::get_duration(Tunable::PoolShrinkIntervalMs);
