@@ -73,14 +73,21 @@ pub fn page_size() -> usize {
 
 /// Number of CPU ids the kernel may report (`_SC_NPROCESSORS_CONF`): per-CPU arrays are sized by
 /// it, so every id `sched_getcpu` or rseq can return is covered.
+///
+/// Read once and cached: glibc answers it by reading `/sys/devices/system/cpu/possible`, an
+/// open/read/close per call, and every zone creation asks (a malloc creates its first dozen
+/// zones while a process starts).
 pub fn cpu_count() -> usize {
+    static CPUS: AtomicUsize = AtomicUsize::new(0);
+    let c = CPUS.load(Ordering::Relaxed);
+    if c != 0 {
+        return c;
+    }
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-    if n > 0 {
-        n as usize
-    } else {
-        1
-    }
+    let n = if n > 0 { n as usize } else { 1 };
+    CPUS.store(n, Ordering::Relaxed);
+    n
 }
 
 #[cfg(loom)]
