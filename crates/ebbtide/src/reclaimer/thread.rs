@@ -121,7 +121,7 @@ pub(super) fn open_watcher(gen: u64) -> Option<Watcher> {
 }
 
 pub(super) fn run(gen: u64) {
-    let me = crate::threads::register_runtime_thread();
+    let me = crate::lifetime::register_runtime_thread();
     let mut settings = source_settings();
     let start = Instant::now();
     // The sources open after `sources_delay_ms` (0: now).
@@ -185,10 +185,10 @@ pub(super) fn run(gen: u64) {
             next_periodic = now + options::get_duration(Tunable::TrimIntervalMs);
         }
         if now >= next_pools {
-            if crate::threads::alone() {
+            if crate::lifetime::alone() {
                 // Every other thread has ended: end too, so that the process ends as it would
-                // without us (see `threads`).
-                crate::threads::unregister_runtime_thread(me);
+                // without us (see `lifetime`).
+                crate::lifetime::unregister_runtime_thread(me);
                 lock(&SHARED).injector = None;
                 THREAD_DISABLED.store(true, Ordering::Release);
                 return;
