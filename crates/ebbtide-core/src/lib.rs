@@ -18,7 +18,8 @@
 //!   Zone  ── one item size, hooks, limit, flags; the unit users see            zone/
 //!    │
 //!    ├─ per-CPU stacks  ── LIFO of free items per (zone, CPU); rseq critical   pcpu.rs
-//!    │                     sections, no lock; cap = 2 × bucket size (≤ 504)
+//!    │                     sections, no lock; cap = 2 × bucket size + a grant  sizing.rs,
+//!    │                     that follows misses, in a per-CPU budget (≤ 504)    zone/resize.rs
 //!    ├─ depot           ── full buckets, MRU first, capped; WSS estimator      depot.rs, wss.rs
 //!    │    └ buckets     ── arrays of item pointers from internal kegs          bucket.rs
 //!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg.rs, lazy.rs
@@ -35,7 +36,7 @@
 //! ([`typed`]), the reclaim entry points ([`reclaim`]).
 //!
 //! ## Layers
-//! Layer order (bottom first): sync, os, wss, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, reclaim, page_pool, typed.
+//! Layer order (bottom first): sync, os, wss, sizing, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, reclaim, page_pool, typed.
 //!
 //! Each module names only modules before it in that list (`tests/layers.rs` reads the code and
 //! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
@@ -148,6 +149,8 @@ pub mod release;
 pub mod runtime;
 #[cfg(not(loom))]
 pub(crate) mod slab;
+#[cfg(not(loom))]
+pub mod sizing;
 #[cfg_attr(loom, allow(dead_code, unused_imports))]
 pub(crate) mod sync;
 #[cfg(not(loom))]

@@ -10,9 +10,12 @@
 //!  +16  lock   u32    serialises drainers and cap writers (and every op in locked mode)
 //!  +24  idle_mark u64 `word` at the last periodic pass: unchanged means no operation since
 //!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest; storage <= 504
+//!
+//!  zone.pcpu.base + (ncpu << STRIDE_SHIFT) + 64 * cpu:   (after every CPU's page)
+//!  Demand: misses counted by the slow path, the grant set by the resize pass (`sizing.rs`)
 //! ```
 //! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: `cap = 2 * bucket_size`
-//! (at most 504, what fits in the page),
+//! plus what the resize pass granted it for its misses (at most 504, what fits in the page),
 //! a miss on allocation refills one bucket from the depot, a miss on free flushes one bucket to
 //! it. (UMA's third, cross-domain bucket has no use on a single NUMA domain.)
 //!
@@ -89,6 +92,30 @@ pub(crate) struct Header {
 const _: () = assert!(core::mem::size_of::<Header>() == HDR);
 #[cfg(not(loom))]
 const _: () = assert!(core::mem::offset_of!(Header, below_items) == HDR - 8);
+
+/// What one CPU's stack of a zone asked of the slow path, and what the resize pass granted it
+/// (see `sizing.rs`). One cache line per (zone, CPU), after all the stacks of the zone's mapping,
+/// away from the header line the fast path writes. The slow path only adds to the miss
+/// counters (Relaxed: statistics, read by the resize pass and snapshots); everything else is
+/// written by the resize pass and the reclaim paths, which run one at a time (the reclaim
+/// lock), so plain Relaxed loads and stores suffice there.
+#[repr(C, align(64))]
+pub(crate) struct Demand {
+    /// Allocations that found this stack empty while caching was on (slow path).
+    pub(crate) underflows: core::sync::atomic::AtomicU64,
+    /// Frees that found this stack full while caching was on (slow path).
+    pub(crate) overflows: core::sync::atomic::AtomicU64,
+    /// `underflows + overflows` at the last resize pass.
+    pub(crate) seen: core::sync::atomic::AtomicU64,
+    /// Misses counted by the last resize pass (in its interval).
+    pub(crate) interval_misses: core::sync::atomic::AtomicU64,
+    /// When a resize pass last saw misses (ns, `os::now_ns`; 0 = never).
+    pub(crate) last_miss_ns: core::sync::atomic::AtomicU64,
+    /// Slots granted above the floor (`2 × bucket_size`).
+    pub(crate) grant: core::sync::atomic::AtomicU32,
+}
+#[cfg(not(loom))]
+const _: () = assert!(core::mem::size_of::<Demand>() == 64);
 
 /// What a push did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -456,6 +483,8 @@ pub(crate) struct Pcpu {
     pub(crate) storage: u32,
     rseq_off: isize,
     map_len: usize,
+    /// `ncpu` [`Demand`] lines after the stacks (null in the loom model, which has none).
+    demand: *const Demand,
 }
 
 // SAFETY: the stacks are only touched through the protocols above (rseq sections, header locks,
@@ -519,7 +548,11 @@ impl Pcpu {
             "per-CPU storage {storage} above {STORAGE_MAX}"
         );
         let stride = 1usize << STRIDE_SHIFT;
-        let map_len = os::round_up(stride * ncpu, os::page_size());
+        let demand_off = stride * ncpu;
+        let map_len = os::round_up(
+            demand_off + ncpu * core::mem::size_of::<Demand>(),
+            os::page_size(),
+        );
         let base = os::map(map_len)?.as_ptr();
         os::add_metadata(map_len);
         let p = Pcpu {
@@ -529,6 +562,9 @@ impl Pcpu {
             storage,
             rseq_off: rseq_offset(),
             map_len,
+            // SAFETY: demand_off < map_len: the lines lie inside the fresh zeroed mapping, 64-aligned
+            // (the stacks are whole pages); zero is a valid `Demand` (atomics).
+            demand: unsafe { base.add(demand_off) }.cast::<Demand>(),
         };
         for cpu in 0..ncpu {
             // SAFETY: the header lies inside the fresh zeroed mapping; AtomicU32/AtomicU64 are
@@ -553,6 +589,7 @@ impl Pcpu {
             storage,
             rseq_off: NO_RSEQ,
             map_len: 0,
+            demand: ptr::null(),
         };
         for cpu in 0..ncpu {
             // SAFETY: inside the caller's memory, 64-aligned (stride is a multiple of 64).
@@ -586,6 +623,14 @@ impl Pcpu {
         debug_assert!(cpu < self.ncpu as usize);
         // SAFETY: cpu < ncpu, so the header lies inside our mapping; it is 64-aligned.
         unsafe { &*(self.base.add(cpu * self.stride) as *const Header) }
+    }
+
+    /// The demand line of a CPU's stack (not in the loom model).
+    pub(crate) fn demand(&self, cpu: usize) -> &Demand {
+        assert!(cpu < self.ncpu as usize && !self.demand.is_null());
+        // SAFETY: cpu < ncpu and the lines exist (checked): inside our mapping, 64-aligned, valid
+        // for the mapping's lifetime.
+        unsafe { &*self.demand.add(cpu) }
     }
 
     #[inline]
@@ -812,6 +857,29 @@ impl Pcpu {
         h.word.store(w & !COUNT_MASK, Ordering::Relaxed);
         self.reopen(h, cap);
         c
+    }
+
+    /// Takes the items of a stopped (and fenced) stack above `keep` into `f`, hottest first, and
+    /// reopens it with `cap` (items below `keep` stay in place). Returns how many were taken.
+    pub(crate) fn take_stopped_above(
+        &self,
+        cpu: usize,
+        h: &Header,
+        keep: usize,
+        cap: u32,
+        mut f: impl FnMut(*mut u8),
+    ) -> usize {
+        // Acquire: as in `take_stopped`.
+        let w = h.word.load(Ordering::Acquire);
+        let c = (w & COUNT_MASK) as usize;
+        let keep = keep.min(c);
+        for i in (keep..c).rev() {
+            // SAFETY: i < count <= storage; the stack is stopped and fenced, so it is ours.
+            f(unsafe { *self.slot(cpu, i) });
+        }
+        h.word.store((w & !COUNT_MASK) | keep as u64, Ordering::Relaxed);
+        self.reopen(h, cap);
+        c - keep
     }
 
     /// Unmaps the stacks.

@@ -64,6 +64,7 @@ impl ZoneInner {
     pub(super) fn alloc_slow(&self) -> Result<NonNull<u8>, AllocError> {
         self.counters.slow_allocs.fetch_add(1, Ordering::Relaxed);
         if self.caching() {
+            self.count_miss(true);
             self.sync_cap();
             // A full bucket from the depot: one item for the caller, the rest onto this CPU.
             let b = self.lock_depot().take();
@@ -216,6 +217,7 @@ impl ZoneInner {
     #[inline(never)]
     pub(super) fn free_slow(&self, p: *mut u8) -> Result<(), InvalidFree> {
         if self.caching() {
+            self.count_miss(false);
             self.sync_cap();
             // Flush a bucket's worth from this CPU to the depot, then retry.
             let bs = self
