@@ -23,7 +23,7 @@ pub(crate) use drain::{decay_lazy_locked, drain_cpu_all, purge_lazy_locked};
 pub(crate) use resize::resize_locked;
 pub use resize::ResizeReport;
 pub use fast::FastFree;
-pub use snapshot::{ZoneCheck, ZoneSnapshot};
+pub use snapshot::{CpuStack, ZoneCheck, ZoneSnapshot};
 
 use crate::bucket::{self, Bucket, BUCKET_MAX};
 use crate::depot::DepotInner;
