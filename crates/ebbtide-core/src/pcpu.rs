@@ -328,6 +328,103 @@ mod rseq {
         super::Push::Done
     }
 
+    /// The start of a critical section that reads the CPU count and the stacks' base from
+    /// memory (`{r}` points to them, at offsets `{ncpu_at}` and `{base_at}`) instead of
+    /// registers: one register instead of three, for callers that keep nothing in registers
+    /// across calls (the C entry points).
+    macro_rules! rseq_enter_in {
+        () => {
+            concat!(
+                "2:\n",
+                "leaq 9f(%rip), %rax\n",
+                "movq %rax, %fs:8({off})\n",
+                "3:\n",
+                "movl %fs:4({off}), %eax\n",
+                "cmpl {ncpu_at}({r}), %eax\n",
+                "jae 7f\n",
+                "shlq ${shift}, %rax\n",
+                "addq {base_at}({r}), %rax\n",
+            )
+        };
+    }
+
+    /// [`pop`] with the CPU count and base read from `*r` inside the section.
+    ///
+    /// # Safety
+    /// `r` points to a `RseqRef` whose fields satisfy [`pop`]'s requirements, immutable for
+    /// the call; `off` is its `rseq_off`.
+    #[inline(always)]
+    pub(super) unsafe fn pop_in(r: *const super::RseqRef, off: isize) -> *mut u8 {
+        let out: usize;
+        // SAFETY: as in `pop`; `*r` is read-only memory of the caller's (a zone's constants), so
+        // re-reading it after a restart reads the same values.
+        unsafe {
+            core::arch::asm!(
+                rseq_enter_in!(),
+                "movl 12(%rax), %r8d",
+                "movq (%rax), %rcx",
+                "movzwl %cx, %edx",
+                "cmpl %r8d, %edx",
+                "jbe 7f",
+                "movq 56(%rax,%rdx,8), {out}",
+                "addq $0xffff, %rcx",
+                "movq %rcx, (%rax)",
+                rseq_exit!("xorl {out:e}, {out:e}\njmp 4b\n"),
+                off = in(reg) off,
+                r = in(reg) r,
+                ncpu_at = const core::mem::offset_of!(super::RseqRef, ncpu),
+                base_at = const core::mem::offset_of!(super::RseqRef, base),
+                shift = const super::STRIDE_SHIFT,
+                out = out(reg) out,
+                out("rax") _,
+                out("rcx") _,
+                out("rdx") _,
+                out("r8") _,
+                options(att_syntax, nostack),
+            );
+        }
+        out as *mut u8
+    }
+
+    /// [`push`] with the CPU count and base read from `*r` inside the section.
+    ///
+    /// # Safety
+    /// As [`pop_in`].
+    #[inline(always)]
+    pub(super) unsafe fn push_in(r: *const super::RseqRef, off: isize, item: *mut u8) -> super::Push {
+        // SAFETY: as in `push` and `pop_in`.
+        unsafe {
+            core::arch::asm!(
+                rseq_enter_in!(),
+                "movl 8(%rax), %r8d",
+                "movq (%rax), %rcx",
+                "movzwl %cx, %edx",
+                "cmpq {item}, 56(%rax,%rdx,8)",
+                "je {dup}",
+                "cmpl %r8d, %edx",
+                "jae 7f",
+                "movq {item}, 64(%rax,%rdx,8)",
+                "addq $1, %rcx",
+                "movq %rcx, (%rax)",
+                rseq_exit!("jmp {full}\n"),
+                off = in(reg) off,
+                r = in(reg) r,
+                ncpu_at = const core::mem::offset_of!(super::RseqRef, ncpu),
+                base_at = const core::mem::offset_of!(super::RseqRef, base),
+                shift = const super::STRIDE_SHIFT,
+                item = in(reg) item,
+                out("rax") _,
+                out("rcx") _,
+                out("rdx") _,
+                out("r8") _,
+                full = label { return super::Push::Full; },
+                dup = label { return super::Push::Duplicate; },
+                options(att_syntax, nostack),
+            );
+        }
+        super::Push::Done
+    }
+
     /// Pops up to `max` items into `dst` (hottest first); returns how many.
     ///
     /// # Safety
@@ -931,6 +1028,43 @@ impl RseqRef {
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
         unreachable!("rseq mode without rseq support compiled in")
+    }
+
+    /// [`RseqRef::pop`] reading the CPU count and the base from `*this` inside the critical
+    /// section (fewer registers: for the C entry points, which hold nothing across calls).
+    ///
+    /// # Safety
+    /// As [`RseqRef::pop`].
+    #[inline(always)]
+    pub(crate) unsafe fn pop_in_place(this: &RseqRef) -> *mut u8 {
+        debug_assert!(this.rseq_off != NO_RSEQ);
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        {
+            // SAFETY: as in `pop`; `this` is immutable for the call (a shared reference).
+            unsafe { rseq::pop_in(this, this.rseq_off) }
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
+        unreachable!("rseq mode without rseq support compiled in")
+    }
+
+    /// [`RseqRef::push`] reading the CPU count and the base from `*this` inside the critical
+    /// section.
+    ///
+    /// # Safety
+    /// As [`RseqRef::pop`].
+    #[inline(always)]
+    pub(crate) unsafe fn push_in_place(this: &RseqRef, item: *mut u8) -> Push {
+        debug_assert!(this.rseq_off != NO_RSEQ);
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        {
+            // SAFETY: as in `push_in_place`'s sibling `pop_in_place`.
+            unsafe { rseq::push_in(this, this.rseq_off, item) }
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
+        {
+            let _ = item;
+            unreachable!("rseq mode without rseq support compiled in")
+        }
     }
 
     /// The fast push: one rseq critical section; false when full or stopped.
