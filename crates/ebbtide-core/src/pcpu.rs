@@ -3,19 +3,19 @@
 //!
 //! # Layout
 //! ```text
-//!  zone.pcpu.base + (cpu << STRIDE_SHIFT):        (one 4 KiB page per CPU)
+//!  zone.pcpu.base + (cpu << STRIDE_SHIFT):        (8 KiB per CPU: two pages)
 //!  +0   word   u64  = count (low 16 bits) | fast allocations (high 48 bits)   <- the commit store
 //!  +8   cap    u32    pushes allowed while count < cap        (0 = stopped / caching off)
 //!  +12  floor  u32    pops allowed while count > floor        (0xffff = stopped)
 //!  +16  lock   u32    serialises drainers and cap writers (and every op in locked mode)
 //!  +24  idle_mark u64 `word` at the last periodic pass: unchanged means no operation since
-//!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest; storage <= 504
+//!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest; storage <= 1016
 //!
 //!  zone.pcpu.base + (ncpu << STRIDE_SHIFT) + 64 * cpu:   (after every CPU's page)
 //!  Demand: misses counted by the slow path, the grant set by the resize pass (`sizing.rs`)
 //! ```
 //! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: `cap = 2 * bucket_size`
-//! plus what the resize pass granted it for its misses (at most 504, what fits in the page),
+//! plus what the resize pass granted it for its misses (at most 1016, what fits in 8 KiB),
 //! a miss on allocation refills one bucket from the depot, a miss on free flushes one bucket to
 //! it. (UMA's third, cross-domain bucket has no use on a single NUMA domain.)
 //!
@@ -64,10 +64,17 @@ use core::ptr::{self, NonNull};
 
 /// Offset of the items from the header.
 pub(crate) const HDR: usize = 64;
-/// log2 of the distance between two CPUs' stacks of a zone: one 4 KiB page per (zone, CPU), so
-/// the critical sections locate their header with a shift instead of a multiplication.
-pub(crate) const STRIDE_SHIFT: u32 = 12;
-/// Item slots per CPU stack: what fits in the page after the header (504).
+/// log2 of the distance between two CPUs' stacks of a zone: 8 KiB per (zone, CPU), so the
+/// critical sections locate their header with a shift instead of a multiplication.
+///
+/// Two pages rather than one so that capacity can follow demand (`sizing.rs`) above UMA's
+/// bucket pair of 2 × 254 items: with one page the stack of a zone of small items started at
+/// its storage (504 slots) and could not grow, and a burst of 256 allocations then 256 frees
+/// missed twice per round. The memory cost is address space: the second page of a stack is
+/// touched only when the stack holds more than 504 items, which the per-CPU budget bounds; a
+/// header stays at offset 0 of its page (see `zone/create.rs`, `ZONE_OFFSET`).
+pub(crate) const STRIDE_SHIFT: u32 = 13;
+/// Item slots per CPU stack: what fits in the stride after the header (1016).
 pub(crate) const STORAGE_MAX: u32 = (((1usize << STRIDE_SHIFT) - HDR) / 8) as u32;
 const FLOOR_STOPPED: u32 = 0xffff;
 const COUNT_MASK: u64 = 0xffff;

@@ -161,6 +161,21 @@ fn capacity_follows_misses_within_the_budget() {
     assert_eq!(b.snapshot().pcpu_capacity, 0);
     reclaim::set_buckets_enabled(true);
 
+    // Small items: the floor is UMA's pair of 254-item buckets (508), and the stack can grow
+    // past it (storage 1016) — a burst of 600 stops missing.
+    let c = Zone::new(ZoneOptions::new("sizing-c", 64)).unwrap();
+    assert_eq!(c.snapshot().per_cpu[cpu].capacity, 508);
+    for k in 0..4 {
+        bursts(&c, 600, 4);
+        reclaim::resize_pcpu(t0 + (2_400 + 100 * k) * MS);
+    }
+    let cap = c.snapshot().per_cpu[cpu].capacity;
+    assert!(cap >= 600, "64-byte stack grew to {cap}");
+    let before = misses(&c);
+    bursts(&c, 600, 10);
+    assert_eq!(misses(&c) - before, 0);
+    c.destroy().map_err(|e| e.1).unwrap();
+
     set_fake_clock(None);
     for z in [a, b] {
         z.destroy().map_err(|e| e.1).unwrap();

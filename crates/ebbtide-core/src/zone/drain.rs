@@ -166,7 +166,7 @@ impl ZoneInner {
 }
 
 /// Room for one full per-CPU stack.
-const STACK_BUF: usize = 2 * crate::bucket::BUCKET_MAX as usize;
+const STACK_BUF: usize = crate::pcpu::STORAGE_MAX as usize;
 
 /// DRAIN_CPU over every zone, as the one reclaim in progress: depots, then one loop over CPUs
 /// (each stopping every zone's stack on that CPU, one fence, then emptying them), then depots
