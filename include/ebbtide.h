@@ -219,6 +219,12 @@ struct ebbtide_zone_stats {
 	uint64_t lazy_bytes;	/* gauge, bytes: Bytes of free slabs given up without pressure (settling, or offered to the kernel with MADV_FREE) and neither reused nor given back for good yet (still in RSS until the kernel takes them; not in released_bytes). */
 	uint64_t lazy_freed_bytes;	/* counter, bytes: Bytes offered to the kernel with MADV_FREE (lazy_free), apart from released_bytes. */
 	uint64_t lazy_reused_bytes;	/* counter, bytes: Bytes of lazily freed slabs taken back by allocation (reuse without a page fault unless the kernel had taken the page). */
+	uint64_t pcpu_capacity;	/* gauge, items: Capacity of this zone's per-CPU caches, summed over CPUs: each CPU's bucket pair (2 x bucket_size) plus what the resize pass granted it for its misses, within pcpu_budget_bytes (0 while caching is off). */
+	uint64_t pcpu_capacity_bytes;	/* gauge, bytes: pcpu_capacity times the item size: what this zone's per-CPU caches may hold. */
+	uint64_t pcpu_capacity_max;	/* gauge, items: Largest capacity of this zone's cache on one CPU. */
+	uint64_t pcpu_underflows;	/* counter, events: Allocations that found this CPU's cache empty and went to the depot or the slabs (misses that grow the cache). */
+	uint64_t pcpu_overflows;	/* counter, events: Frees that found this CPU's cache full and flushed a bucket to the depot (misses that grow the cache). */
+	uint64_t pcpu_interval_misses;	/* gauge, events: Misses (underflows and overflows, every CPU) counted by the last resize pass, i.e. in the last pool_shrink_interval_ms. */
 };
 
 struct ebbtide_pool_stats {

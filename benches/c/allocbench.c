@@ -448,7 +448,7 @@ static __attribute__((noinline)) void run_case(const char *c, const struct opts 
          * is at base + cpu * 4096; the fast path's slot is items[count - 1] at +56 + 8 * count. */
         long count = -1;
         if (base && cpu1 >= 0 && cpu1 < o->ncpu)
-            count = (long)(*(volatile uint64_t *)(base + ((uintptr_t)cpu1 << 12)) & 0xffff);
+            count = (long)(*(volatile uint64_t *)(base + ((uintptr_t)cpu1 << 13)) & 0xffff);
         void *probe = ebb_zone_alloc(g_zone);
         printf(" zone_lo12=%03lx pcpu_base_lo12=%s%03lx pcpu_hdr_cpu=%d item_lo12=%03lx "
                "pcpu_count=%ld slot_lo12=%03lx requests=%llu frees=%llu bucket_size=%llu depot_nitems_before=%llu "
@@ -475,11 +475,11 @@ static __attribute__((noinline)) void run_case(const char *c, const struct opts 
         uintptr_t rseq = &__rseq_offset ? (uintptr_t)__builtin_thread_pointer() + __rseq_offset : 0;
         printf(" zone_va=%lx pcpu_va=%lx item_va=%lx rseq_va=%lx live_va=%lx",
                (unsigned long)(uintptr_t)g_zone,
-               (unsigned long)(base ? base + ((uintptr_t)cpu1 << 12) : 0),
+               (unsigned long)(base ? base + ((uintptr_t)cpu1 << 13) : 0),
                (unsigned long)(uintptr_t)probe, (unsigned long)rseq,
                (unsigned long)(uintptr_t)live);
         printf(" zone_pfn=%llx pcpu_pfn=%llx item_pfn=%llx", pfn_of((uintptr_t)g_zone),
-               pfn_of(base ? base + ((uintptr_t)cpu1 << 12) : 0), pfn_of((uintptr_t)probe));
+               pfn_of(base ? base + ((uintptr_t)cpu1 << 13) : 0), pfn_of((uintptr_t)probe));
         ebb_zone_free(g_zone, probe);
     }
     printf("\n");

@@ -10,7 +10,7 @@ use ebbtide::pcpu::BareStacks;
 
 pub struct Skeleton(BareStacks);
 
-/// Items per CPU stack at the start: half of the 504 slots, so that neither a pop nor a push
+/// Items per CPU stack at the start: 252 of the 1016 slots, so that neither a pop nor a push
 /// misses in the benchmark's loops.
 const PREFILL: usize = 252;
 

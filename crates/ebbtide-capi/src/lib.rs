@@ -437,10 +437,15 @@ pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
 
 /// `ebb_zone_alloc` beyond this CPU's stack: the slow paths, hooks, errors, all under the guard.
 ///
+/// `extern "C"` (cannot unwind: the guard catches every panic) so that the entry point's call
+/// to it is a tail call (`jmp`): with a call that might unwind, the entry point needs an abort
+/// landing pad around it and hence a stack frame, a push and a pop on its fast path too. The
+/// same holds for `zone_free_resume` and `zone_free_guarded`.
+///
 /// # Safety
 /// As `ebb_zone_alloc`.
 #[inline(never)]
-unsafe fn zone_alloc_guarded(zone: *mut EbbZone) -> *mut c_void {
+unsafe extern "C" fn zone_alloc_guarded(zone: *mut EbbZone) -> *mut c_void {
     const F: &str = "ebb_zone_alloc";
     guard(F, ptr::null_mut(), || {
         if zone.is_null() {
@@ -492,7 +497,7 @@ pub unsafe extern "C" fn ebb_zone_free(zone: *mut EbbZone, item: *mut c_void) {
 /// # Safety
 /// As `ebb_zone_free`, with a non-NULL zone; `how` from `Zone::free_fast_raw(zone, p)`.
 #[inline(never)]
-unsafe fn zone_free_resume(zone: *mut EbbZone, p: NonNull<u8>, how: FastFree) {
+unsafe extern "C" fn zone_free_resume(zone: *mut EbbZone, p: NonNull<u8>, how: FastFree) {
     guard_abort("ebb_zone_free", || {
         // SAFETY: caller's guarantee.
         let r = unsafe { Zone::free_raw_resume(zone.cast(), p, how) };
@@ -513,7 +518,7 @@ fn report_invalid_free(f: &str, e: ebbtide_rt::InvalidFree) {
 /// # Safety
 /// As `ebb_zone_free`.
 #[inline(never)]
-unsafe fn zone_free_guarded(zone: *mut EbbZone, item: *mut c_void) {
+unsafe extern "C" fn zone_free_guarded(zone: *mut EbbZone, item: *mut c_void) {
     const F: &str = "ebb_zone_free";
     guard_abort(F, || {
         let Some(p) = NonNull::new(item.cast::<u8>()) else {

@@ -18,7 +18,8 @@
 //!   Zone  ── one item size, hooks, limit, flags; the unit users see            zone/
 //!    │
 //!    ├─ per-CPU stacks  ── LIFO of free items per (zone, CPU); rseq critical   pcpu.rs
-//!    │                     sections, no lock; cap = 2 × bucket size (≤ 504)
+//!    │                     sections, no lock; cap = 2 × bucket size + a grant  sizing.rs,
+//!    │                     that follows misses, in a per-CPU budget (≤ 1016)   zone/resize.rs
 //!    ├─ depot           ── full buckets, MRU first, capped; WSS estimator      depot.rs, wss.rs
 //!    │    └ buckets     ── arrays of item pointers from internal kegs          bucket.rs
 //!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg.rs, lazy.rs
@@ -35,7 +36,7 @@
 //! ([`typed`]), the reclaim entry points ([`reclaim`]).
 //!
 //! ## Layers
-//! Layer order (bottom first): sync, os, forkgate, wss, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
+//! Layer order (bottom first): sync, os, forkgate, wss, sizing, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
 //!
 //! Each module names only modules before it in that list (`tests/layers.rs` reads the code and
 //! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
@@ -56,6 +57,13 @@
 //! 3. a bucket's worth imported from the keg: partial slabs, then free slabs, then lazy slabs
 //!    (given up without pressure, no fault unless the kernel took the page), then clean (given
 //!    back) slabs, then a new chunk; a failed mapping triggers DRAIN_CPU and one retry.
+//!
+//! Steps 2 and 3 are *misses* of this CPU's stack (underflows); a free that finds the stack full
+//! is one too (an overflow). The slow path only counts them, per (zone, CPU); the resize pass
+//! ([`reclaim::resize_pcpu`], on the runtime's thread every `pool_shrink_interval_ms`) grows the
+//! capacity of the stacks that missed above UMA's bucket pair, one bucket per miss, within a
+//! per-CPU byte budget shared by every zone, and takes it back from stacks that stopped missing
+//! when another needs it ([`sizing`], a pure policy; tcmalloc's per-CPU cache resizing).
 //!
 //! Free goes the other way: this CPU's stack; when full, a bucket's worth is flushed to the
 //! depot; when the depot is at its cap, caching is off (NOBUCKET, buckets disabled by critical
@@ -80,7 +88,9 @@
 //! still returns only when every page it counts is gone. Without pressure (the periodic
 //! page-pool shrink, the idle trim) free slabs go to the lazy list instead: `MADV_FREE` after
 //! `lazy_settle_ms`, `MADV_DONTNEED` after `lazy_decay_ms`, all of them at once when pressure
-//! comes ([`lazy`]). A policy step that opens a squeeze
+//! comes ([`lazy`]). Per-CPU capacity shrinks with them: a TRIM takes one bucket's worth of
+//! every stack's grant back, a DRAIN_CPU halves it, an idle stack loses all of it ([`sizing`]).
+//! A policy step that opens a squeeze
 //! window, turns buckets off and asks for DRAIN_CPU is one pass over the CPUs
 //! ([`reclaim::respond`]).
 //!
@@ -152,6 +162,8 @@ pub mod release;
 pub mod runtime;
 #[cfg(not(loom))]
 pub(crate) mod slab;
+#[cfg(not(loom))]
+pub mod sizing;
 #[cfg_attr(loom, allow(dead_code, unused_imports))]
 pub(crate) mod sync;
 #[cfg(not(loom))]

@@ -3,16 +3,19 @@
 //!
 //! # Layout
 //! ```text
-//!  zone.pcpu.base + (cpu << STRIDE_SHIFT):        (one 4 KiB page per CPU)
+//!  zone.pcpu.base + (cpu << STRIDE_SHIFT):        (8 KiB per CPU: two pages)
 //!  +0   word   u64  = count (low 16 bits) | fast allocations (high 48 bits)   <- the commit store
 //!  +8   cap    u32    pushes allowed while count < cap        (0 = stopped / caching off)
 //!  +12  floor  u32    pops allowed while count > floor        (0xffff = stopped)
 //!  +16  lock   u32    serialises drainers and cap writers (and every op in locked mode)
 //!  +24  idle_mark u64 `word` at the last periodic pass: unchanged means no operation since
-//!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest; storage <= 504
+//!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest; storage <= 1016
+//!
+//!  zone.pcpu.base + (ncpu << STRIDE_SHIFT) + 64 * cpu:   (after every CPU's page)
+//!  Demand: misses counted by the slow path, the grant set by the resize pass (`sizing.rs`)
 //! ```
 //! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: `cap = 2 * bucket_size`
-//! (at most 504, what fits in the page),
+//! plus what the resize pass granted it for its misses (at most 1016, what fits in 8 KiB),
 //! a miss on allocation refills one bucket from the depot, a miss on free flushes one bucket to
 //! it. (UMA's third, cross-domain bucket has no use on a single NUMA domain.)
 //!
@@ -61,10 +64,17 @@ use core::ptr::{self, NonNull};
 
 /// Offset of the items from the header.
 pub(crate) const HDR: usize = 64;
-/// log2 of the distance between two CPUs' stacks of a zone: one 4 KiB page per (zone, CPU), so
-/// the critical sections locate their header with a shift instead of a multiplication.
-pub(crate) const STRIDE_SHIFT: u32 = 12;
-/// Item slots per CPU stack: what fits in the page after the header (504).
+/// log2 of the distance between two CPUs' stacks of a zone: 8 KiB per (zone, CPU), so the
+/// critical sections locate their header with a shift instead of a multiplication.
+///
+/// Two pages rather than one so that capacity can follow demand (`sizing.rs`) above UMA's
+/// bucket pair of 2 × 254 items: with one page the stack of a zone of small items started at
+/// its storage (504 slots) and could not grow, and a burst of 256 allocations then 256 frees
+/// missed twice per round. The memory cost is address space: the second page of a stack is
+/// touched only when the stack holds more than 504 items, which the per-CPU budget bounds; a
+/// header stays at offset 0 of its page (see `zone/create.rs`, `ZONE_OFFSET`).
+pub(crate) const STRIDE_SHIFT: u32 = 13;
+/// Item slots per CPU stack: what fits in the stride after the header (1016).
 pub(crate) const STORAGE_MAX: u32 = (((1usize << STRIDE_SHIFT) - HDR) / 8) as u32;
 const FLOOR_STOPPED: u32 = 0xffff;
 const COUNT_MASK: u64 = 0xffff;
@@ -89,6 +99,30 @@ pub(crate) struct Header {
 const _: () = assert!(core::mem::size_of::<Header>() == HDR);
 #[cfg(not(loom))]
 const _: () = assert!(core::mem::offset_of!(Header, below_items) == HDR - 8);
+
+/// What one CPU's stack of a zone asked of the slow path, and what the resize pass granted it
+/// (see `sizing.rs`). One cache line per (zone, CPU), after all the stacks of the zone's mapping,
+/// away from the header line the fast path writes. The slow path only adds to the miss
+/// counters (Relaxed: statistics, read by the resize pass and snapshots); everything else is
+/// written by the resize pass and the reclaim paths, which run one at a time (the reclaim
+/// lock), so plain Relaxed loads and stores suffice there.
+#[repr(C, align(64))]
+pub(crate) struct Demand {
+    /// Allocations that found this stack empty while caching was on (slow path).
+    pub(crate) underflows: core::sync::atomic::AtomicU64,
+    /// Frees that found this stack full while caching was on (slow path).
+    pub(crate) overflows: core::sync::atomic::AtomicU64,
+    /// `underflows + overflows` at the last resize pass.
+    pub(crate) seen: core::sync::atomic::AtomicU64,
+    /// Misses counted by the last resize pass (in its interval).
+    pub(crate) interval_misses: core::sync::atomic::AtomicU64,
+    /// When a resize pass last saw misses (ns, `os::now_ns`; 0 = never).
+    pub(crate) last_miss_ns: core::sync::atomic::AtomicU64,
+    /// Slots granted above the floor (`2 × bucket_size`).
+    pub(crate) grant: core::sync::atomic::AtomicU32,
+}
+#[cfg(not(loom))]
+const _: () = assert!(core::mem::size_of::<Demand>() == 64);
 
 /// What a push did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -301,6 +335,103 @@ mod rseq {
         super::Push::Done
     }
 
+    /// The start of a critical section that reads the CPU count and the stacks' base from
+    /// memory (`{r}` points to them, at offsets `{ncpu_at}` and `{base_at}`) instead of
+    /// registers: one register instead of three, for callers that keep nothing in registers
+    /// across calls (the C entry points).
+    macro_rules! rseq_enter_in {
+        () => {
+            concat!(
+                "2:\n",
+                "leaq 9f(%rip), %rax\n",
+                "movq %rax, %fs:8({off})\n",
+                "3:\n",
+                "movl %fs:4({off}), %eax\n",
+                "cmpl {ncpu_at}({r}), %eax\n",
+                "jae 7f\n",
+                "shlq ${shift}, %rax\n",
+                "addq {base_at}({r}), %rax\n",
+            )
+        };
+    }
+
+    /// [`pop`] with the CPU count and base read from `*r` inside the section.
+    ///
+    /// # Safety
+    /// `r` points to a `RseqRef` whose fields satisfy [`pop`]'s requirements, immutable for
+    /// the call; `off` is its `rseq_off`.
+    #[inline(always)]
+    pub(super) unsafe fn pop_in(r: *const super::RseqRef, off: isize) -> *mut u8 {
+        let out: usize;
+        // SAFETY: as in `pop`; `*r` is read-only memory of the caller's (a zone's constants), so
+        // re-reading it after a restart reads the same values.
+        unsafe {
+            core::arch::asm!(
+                rseq_enter_in!(),
+                "movl 12(%rax), %r8d",
+                "movq (%rax), %rcx",
+                "movzwl %cx, %edx",
+                "cmpl %r8d, %edx",
+                "jbe 7f",
+                "movq 56(%rax,%rdx,8), {out}",
+                "addq $0xffff, %rcx",
+                "movq %rcx, (%rax)",
+                rseq_exit!("xorl {out:e}, {out:e}\njmp 4b\n"),
+                off = in(reg) off,
+                r = in(reg) r,
+                ncpu_at = const core::mem::offset_of!(super::RseqRef, ncpu),
+                base_at = const core::mem::offset_of!(super::RseqRef, base),
+                shift = const super::STRIDE_SHIFT,
+                out = out(reg) out,
+                out("rax") _,
+                out("rcx") _,
+                out("rdx") _,
+                out("r8") _,
+                options(att_syntax, nostack),
+            );
+        }
+        out as *mut u8
+    }
+
+    /// [`push`] with the CPU count and base read from `*r` inside the section.
+    ///
+    /// # Safety
+    /// As [`pop_in`].
+    #[inline(always)]
+    pub(super) unsafe fn push_in(r: *const super::RseqRef, off: isize, item: *mut u8) -> super::Push {
+        // SAFETY: as in `push` and `pop_in`.
+        unsafe {
+            core::arch::asm!(
+                rseq_enter_in!(),
+                "movl 8(%rax), %r8d",
+                "movq (%rax), %rcx",
+                "movzwl %cx, %edx",
+                "cmpq {item}, 56(%rax,%rdx,8)",
+                "je {dup}",
+                "cmpl %r8d, %edx",
+                "jae 7f",
+                "movq {item}, 64(%rax,%rdx,8)",
+                "addq $1, %rcx",
+                "movq %rcx, (%rax)",
+                rseq_exit!("jmp {full}\n"),
+                off = in(reg) off,
+                r = in(reg) r,
+                ncpu_at = const core::mem::offset_of!(super::RseqRef, ncpu),
+                base_at = const core::mem::offset_of!(super::RseqRef, base),
+                shift = const super::STRIDE_SHIFT,
+                item = in(reg) item,
+                out("rax") _,
+                out("rcx") _,
+                out("rdx") _,
+                out("r8") _,
+                full = label { return super::Push::Full; },
+                dup = label { return super::Push::Duplicate; },
+                options(att_syntax, nostack),
+            );
+        }
+        super::Push::Done
+    }
+
     /// Pops up to `max` items into `dst` (hottest first); returns how many.
     ///
     /// # Safety
@@ -456,6 +587,8 @@ pub(crate) struct Pcpu {
     pub(crate) storage: u32,
     rseq_off: isize,
     map_len: usize,
+    /// `ncpu` [`Demand`] lines after the stacks (null in the loom model, which has none).
+    demand: *const Demand,
 }
 
 // SAFETY: the stacks are only touched through the protocols above (rseq sections, header locks,
@@ -519,12 +652,16 @@ impl Pcpu {
             "per-CPU storage {storage} above {STORAGE_MAX}"
         );
         let stride = 1usize << STRIDE_SHIFT;
-        // One page more than the stacks need, and the stacks start at a "colour" offset in
-        // it (a multiple of 64 bytes, different for successive zones): with every zone's
-        // headers at offset 0 of a page, all the headers of the zones a program uses map to
-        // the same L1 cache set, and beyond its ways they evict each other on every
-        // operation (a malloc uses dozens of size classes at once).
-        let map_len = os::round_up(stride * ncpu, os::page_size()) + os::page_size();
+        // One page more than the stacks and demand lines need, and the stacks start at a
+        // "colour" offset in it (a multiple of 64 bytes, different for successive zones): with
+        // every zone's headers at offset 0 of a page, all the headers of the zones a program
+        // uses map to the same L1 cache set, and beyond its ways they evict each other on
+        // every operation (a malloc uses dozens of size classes at once).
+        let demand_off = stride * ncpu;
+        let map_len = os::round_up(
+            demand_off + ncpu * core::mem::size_of::<Demand>(),
+            os::page_size(),
+        ) + os::page_size();
         let base = os::map(map_len)?.as_ptr();
         os::add_metadata(map_len);
         // SAFETY: colour() < page size, inside the extra page of the mapping.
@@ -536,6 +673,9 @@ impl Pcpu {
             storage,
             rseq_off: rseq_offset(),
             map_len,
+            // SAFETY: demand_off < map_len: the lines lie inside the fresh zeroed mapping, 64-aligned
+            // (the stacks are whole pages); zero is a valid `Demand` (atomics).
+            demand: unsafe { base.add(demand_off) }.cast::<Demand>(),
         };
         for cpu in 0..ncpu {
             // SAFETY: the header lies inside the fresh zeroed mapping; AtomicU32/AtomicU64 are
@@ -560,6 +700,7 @@ impl Pcpu {
             storage,
             rseq_off: NO_RSEQ,
             map_len: 0,
+            demand: ptr::null(),
         };
         for cpu in 0..ncpu {
             // SAFETY: inside the caller's memory, 64-aligned (stride is a multiple of 64).
@@ -593,6 +734,14 @@ impl Pcpu {
         debug_assert!(cpu < self.ncpu as usize);
         // SAFETY: cpu < ncpu, so the header lies inside our mapping; it is 64-aligned.
         unsafe { &*(self.base.add(cpu * self.stride) as *const Header) }
+    }
+
+    /// The demand line of a CPU's stack (not in the loom model).
+    pub(crate) fn demand(&self, cpu: usize) -> &Demand {
+        assert!(cpu < self.ncpu as usize && !self.demand.is_null());
+        // SAFETY: cpu < ncpu and the lines exist (checked): inside our mapping, 64-aligned, valid
+        // for the mapping's lifetime.
+        unsafe { &*self.demand.add(cpu) }
     }
 
     #[inline]
@@ -821,6 +970,29 @@ impl Pcpu {
         c
     }
 
+    /// Takes the items of a stopped (and fenced) stack above `keep` into `f`, hottest first, and
+    /// reopens it with `cap` (items below `keep` stay in place). Returns how many were taken.
+    pub(crate) fn take_stopped_above(
+        &self,
+        cpu: usize,
+        h: &Header,
+        keep: usize,
+        cap: u32,
+        mut f: impl FnMut(*mut u8),
+    ) -> usize {
+        // Acquire: as in `take_stopped`.
+        let w = h.word.load(Ordering::Acquire);
+        let c = (w & COUNT_MASK) as usize;
+        let keep = keep.min(c);
+        for i in (keep..c).rev() {
+            // SAFETY: i < count <= storage; the stack is stopped and fenced, so it is ours.
+            f(unsafe { *self.slot(cpu, i) });
+        }
+        h.word.store((w & !COUNT_MASK) | keep as u64, Ordering::Relaxed);
+        self.reopen(h, cap);
+        c - keep
+    }
+
     /// Unmaps the stacks.
     ///
     /// # Safety
@@ -887,6 +1059,43 @@ impl RseqRef {
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
         unreachable!("rseq mode without rseq support compiled in")
+    }
+
+    /// [`RseqRef::pop`] reading the CPU count and the base from `*this` inside the critical
+    /// section (fewer registers: for the C entry points, which hold nothing across calls).
+    ///
+    /// # Safety
+    /// As [`RseqRef::pop`].
+    #[inline(always)]
+    pub(crate) unsafe fn pop_in_place(this: &RseqRef) -> *mut u8 {
+        debug_assert!(this.rseq_off != NO_RSEQ);
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        {
+            // SAFETY: as in `pop`; `this` is immutable for the call (a shared reference).
+            unsafe { rseq::pop_in(this, this.rseq_off) }
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
+        unreachable!("rseq mode without rseq support compiled in")
+    }
+
+    /// [`RseqRef::push`] reading the CPU count and the base from `*this` inside the critical
+    /// section.
+    ///
+    /// # Safety
+    /// As [`RseqRef::pop`].
+    #[inline(always)]
+    pub(crate) unsafe fn push_in_place(this: &RseqRef, item: *mut u8) -> Push {
+        debug_assert!(this.rseq_off != NO_RSEQ);
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        {
+            // SAFETY: as in `push_in_place`'s sibling `pop_in_place`.
+            unsafe { rseq::push_in(this, this.rseq_off, item) }
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
+        {
+            let _ = item;
+            unreachable!("rseq mode without rseq support compiled in")
+        }
     }
 
     /// The fast push: one rseq critical section; false when full or stopped.

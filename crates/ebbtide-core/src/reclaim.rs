@@ -242,6 +242,24 @@ pub fn periodic_all(now_ns: u64) -> usize {
         + crate::outer::periodic_all(now_ns)
 }
 
+/// The resize pass (run by the runtime's reclaim thread every `pool_shrink_interval_ms`): every
+/// (zone, CPU) stack's capacity follows its misses since the last pass, within the per-CPU
+/// budget ([`crate::sizing::budget`]); stacks left above their new capacity are trimmed to it.
+/// `now_ns` from [`os::now_ns`] (a fake clock in tests). Returns what it did; nothing if this
+/// thread is already reclaiming.
+pub fn resize_pcpu(now_ns: u64) -> crate::zone::ResizeReport {
+    exclusive(|| {
+        let reg = crate::registry::lock();
+        crate::zone::resize_locked(
+            &reg,
+            now_ns,
+            crate::sizing::budget(),
+            crate::sizing::DEFAULT_QUIET_NS,
+        )
+    })
+    .unwrap_or_default()
+}
+
 /// Enforces every page pool's cap (`max_buffer_pages`, 0 while squeezing); returns the bytes
 /// given back.
 pub fn shrink_pools() -> usize {

@@ -62,7 +62,9 @@ pub mod stats;
 mod threads;
 
 // The core's modules, under the paths users and tools have always used.
-pub use ebbtide_core::{error, os, page_pool, pcpu, reclaim, release, runtime, typed, wss, zone};
+pub use ebbtide_core::{
+    error, os, page_pool, pcpu, reclaim, release, runtime, sizing, typed, wss, zone,
+};
 
 pub use ebbtide_core::{
     lock, AllocError, ConfigError, CreateError, InvalidFree, InvalidKind, LimitMode, PagePool,

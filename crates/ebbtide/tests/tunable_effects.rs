@@ -59,6 +59,11 @@ const EFFECTS: &[(&str, &str, &str)] = &[
         "a_budget_set_at_run_time_starts_the_budget_source_and_is_enforced",
     ),
     (
+        "pcpu_budget_bytes",
+        "crates/ebbtide/tests/tunable_effects.rs",
+        "pcpu_budget_bounds_what_the_per_cpu_caches_grow_to",
+    ),
+    (
         "drain_cpu_min_interval_ms",
         "crates/ebbtide/tests/tunable_effects.rs",
         "policy_tunables_change_the_decisions",
@@ -604,6 +609,60 @@ fn lazy_tunables_change_how_pages_leave() {
         run(&[("EBBTIDE_LAZY_DECAY_MS", "60s")]),
         "pending>0 offered=0 after2s>0"
     );
+}
+
+/// `pcpu_budget_bytes`, as the reclaim thread applies it: a 256-byte zone bursting 256 items at
+/// a time on one CPU grows its stack there past UMA's bucket pair (124) with the default
+/// budget, to no more than the budget allows with a small one, and not at all with 0. Child
+/// processes with no pressure source.
+#[test]
+fn pcpu_budget_bounds_what_the_per_cpu_caches_grow_to() {
+    let run = |env: &[(&str, &str)]| {
+        let mut e = vec![("EBBTIDE_SOURCES", "none")];
+        e.extend_from_slice(env);
+        let out = child("child_pcpu_grows", &e);
+        let v = out
+            .lines()
+            .find_map(|l| l.split_once("CAPACITY=").map(|x| x.1.to_string()))
+            .expect("child printed its figures");
+        v.trim().parse::<u32>().unwrap()
+    };
+    // Default (1.5 MiB): the burst's 256 items fit after a few passes.
+    let default = run(&[]);
+    assert!(default >= 256, "default budget: capacity {default}");
+    // 48 KiB = 192 items of 256 B: above the floor, within the budget.
+    let small = run(&[("EBBTIDE_PCPU_BUDGET_BYTES", "48K")]);
+    assert!((124..=192).contains(&small) && small > 124, "48 KiB: capacity {small}");
+    // 0: UMA's bucket pair only.
+    assert_eq!(run(&[("EBBTIDE_PCPU_BUDGET_BYTES", "0")]), 124);
+}
+
+#[test]
+#[ignore = "helper process of pcpu_budget_bounds_what_the_per_cpu_caches_grow_to"]
+fn child_pcpu_grows() {
+    let cpu = ebbtide::os::cpu_count() - 1;
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET on an index below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set), 0);
+    }
+    let z = ebbtide::Zone::new(ebbtide::ZoneOptions::new("effects-pcpu", 256)).unwrap();
+    assert!(reclaimer::running());
+    // Bursts for 1 s: the reclaim thread's resize pass runs every pool_shrink_interval_ms.
+    let t = Instant::now();
+    let mut v = Vec::with_capacity(256);
+    while t.elapsed() < Duration::from_secs(1) {
+        for _ in 0..256 {
+            v.push(z.alloc().unwrap());
+        }
+        for p in v.drain(..) {
+            // SAFETY: items of ours, freed once.
+            unsafe { z.free(p).unwrap() };
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    println!("CAPACITY={}", z.snapshot().per_cpu[cpu].capacity);
 }
 
 #[test]

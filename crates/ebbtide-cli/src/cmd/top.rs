@@ -437,7 +437,20 @@ mod tests {
         let c = columns();
         assert_eq!(c[0].header, "ITEM");
         assert!(c.iter().any(|c| c.header == "USED"));
+        // Per-CPU capacity and misses (issue 11).
+        for h in ["PCPUCAP", "UNDERFL", "OVERFL"] {
+            assert!(c.iter().any(|c| c.header == h), "{h}");
+        }
         assert_eq!(c.last().unwrap().header, "REQ/s");
+    }
+
+    #[test]
+    fn rows_show_capacity_and_misses() {
+        let st = state_with_sample();
+        let i = st.columns.iter().position(|c| c.header == "PCPUCAP").unwrap();
+        let j = st.columns.iter().position(|c| c.header == "UNDERFL").unwrap();
+        let rows = st.rows();
+        assert!(rows.iter().all(|r| r[i] == "212" && r[j] == "40"), "{rows:?}");
     }
 
     #[test]

@@ -43,7 +43,7 @@ impl Zone {
         let geo = keg.geo;
         let bmin = bucket::bucket_size_for(item_size);
         let bmax = BUCKET_MAX;
-        let pcpu = Pcpu::new((2 * bmax).min(crate::pcpu::STORAGE_MAX), os::cpu_count())?;
+        let pcpu = Pcpu::new(crate::pcpu::STORAGE_MAX, os::cpu_count())?;
         let arena = keg.arena;
         let mut careful = 0;
         if o.ctor.is_some() {

@@ -52,6 +52,12 @@ impl ZoneInner {
             }
         }
         if idle != 0 {
+            // An idle stack gives its whole grant back (`sizing.rs`): it reopens at its floor.
+            for cpu in 0..self.pcpu.ncpu() {
+                if idle & (1u64 << (cpu % 64)) != 0 {
+                    self.pcpu.demand(cpu).grant.store(0, Ordering::Relaxed);
+                }
+            }
             moved += self.drain_cpus(|cpu| idle & (1u64 << (cpu % 64)) != 0);
         }
         let released = self.release_free_slabs(self.keg.reserve_slabs());
@@ -125,7 +131,7 @@ impl ZoneInner {
             let _g = lock_header(h);
             self.pcpu.stop(h);
             pcpu::fence_cpu(cpu);
-            let cap = self.bucket_target_cap();
+            let cap = self.cap_for(cpu);
             moved += self.empty_stopped(cpu, cap, &mut buf, sess.as_deref_mut());
         }
         moved
@@ -160,7 +166,7 @@ impl ZoneInner {
 }
 
 /// Room for one full per-CPU stack.
-const STACK_BUF: usize = 2 * crate::bucket::BUCKET_MAX as usize;
+const STACK_BUF: usize = crate::pcpu::STORAGE_MAX as usize;
 
 /// DRAIN_CPU over every zone, as the one reclaim in progress: depots, then one loop over CPUs
 /// (each stopping every zone's stack on that CPU, one fence, then emptying them), then depots
@@ -214,7 +220,7 @@ pub(crate) fn drain_cpu_locked(
         reg.for_each(|z: &ZoneInner| {
             if cpu < z.pcpu.ncpu() {
                 let h = z.pcpu.header(cpu);
-                let cap = z.bucket_target_cap();
+                let cap = z.cap_for(cpu);
                 z.empty_stopped(cpu, cap, &mut buf, Some(sess));
                 // Release: pairs with the Acquire of the next taker of the header lock taken
                 // (and forgotten) above, which sees the emptied stack.

@@ -15,12 +15,15 @@ mod create;
 mod drain;
 mod fast;
 mod limit;
+mod resize;
 mod slow;
 mod snapshot;
 
 pub(crate) use drain::{decay_lazy_locked, drain_cpu_all, purge_lazy_locked};
+pub(crate) use resize::resize_locked;
+pub use resize::ResizeReport;
 pub use fast::FastFree;
-pub use snapshot::{ZoneCheck, ZoneSnapshot};
+pub use snapshot::{CpuStack, ZoneCheck, ZoneSnapshot};
 
 use crate::bucket::{self, Bucket, BUCKET_MAX};
 use crate::depot::DepotInner;
@@ -440,17 +443,28 @@ impl ZoneInner {
         }
     }
 
+    /// The cap `cpu`'s stack should have now: the floor (`2 × bucket_size`, see
+    /// [`ZoneInner::bucket_target_cap`]) plus what the resize pass granted it (`sizing.rs`),
+    /// within the storage; 0 while caching is off.
+    pub(crate) fn cap_for(&self, cpu: usize) -> u32 {
+        let floor = self.bucket_target_cap();
+        if floor == 0 {
+            return 0;
+        }
+        let grant = self.pcpu.demand(cpu).grant.load(Ordering::Relaxed);
+        floor.saturating_add(grant).min(self.pcpu.storage)
+    }
+
     fn caching(&self) -> bool {
         self.bucket_target_cap() > 0 && self.pcpu.usable()
     }
 
-    /// Opens every CPU's stack to the current target cap.
+    /// Opens every CPU's stack to its current target cap.
     pub(crate) fn open_all_caps(&self) {
-        let cap = self.bucket_target_cap();
         for cpu in 0..self.pcpu.ncpu() {
             let h = self.pcpu.header(cpu);
             let g = lock_header(h);
-            self.pcpu.set_cap(&g, h, cap);
+            self.pcpu.set_cap(&g, h, self.cap_for(cpu));
         }
     }
 
@@ -467,7 +481,7 @@ impl ZoneInner {
     fn sync_cap(&self) {
         let cpu = self.pcpu.this_cpu();
         let h = self.pcpu.header(cpu);
-        let want = self.bucket_target_cap();
+        let want = self.cap_for(cpu);
         if h.cap.load(Ordering::Relaxed) != want && h.floor.load(Ordering::Relaxed) == 0 {
             let g = lock_header(h);
             if h.floor.load(Ordering::Relaxed) == 0 {
@@ -476,17 +490,41 @@ impl ZoneInner {
         }
     }
 
+    /// Low pressure (TRIM, and the DRAIN of Moderate): the bucket size steps down by one (UMA)
+    /// and every CPU's grant by one bucket's worth (`sizing::after_trim`). Caps follow on the next
+    /// slow path or resize pass.
     pub(crate) fn shrink_bucket_size(&self) {
         let bs = self.bucket_size.load(Ordering::Relaxed);
         if bs > self.bucket_min {
             self.bucket_size.store(bs - 1, Ordering::Relaxed);
         }
+        self.map_grants(|g| crate::sizing::after_trim(g, bs));
     }
 
+    /// Before a per-CPU drain: the bucket size halves toward its minimum (UMA), and so does every
+    /// CPU's grant (`sizing::after_drain_cpu`).
     pub(crate) fn halve_bucket_size(&self) {
         let bs = self.bucket_size.load(Ordering::Relaxed);
         self.bucket_size
             .store((self.bucket_min + bs) / 2, Ordering::Relaxed);
+        self.map_grants(crate::sizing::after_drain_cpu);
+    }
+
+    /// Applies `f` to every CPU's grant (reclaim paths only: they run one at a time).
+    pub(crate) fn map_grants(&self, f: impl Fn(u32) -> u32) {
+        for cpu in 0..self.pcpu.ncpu() {
+            let d = self.pcpu.demand(cpu);
+            d.grant
+                .store(f(d.grant.load(Ordering::Relaxed)), Ordering::Relaxed);
+        }
+    }
+
+    /// A slow-path trip past this CPU's stack while caching (an underflow when `alloc`, else an
+    /// overflow): counted for the resize pass, nothing else.
+    fn count_miss(&self, alloc: bool) {
+        let d = self.pcpu.demand(self.pcpu.this_cpu());
+        let c = if alloc { &d.underflows } else { &d.overflows };
+        c.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_trim(&self) {

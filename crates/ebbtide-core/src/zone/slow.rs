@@ -66,6 +66,7 @@ impl ZoneInner {
         let _inside = crate::forkgate::enter();
         self.counters.slow_allocs.fetch_add(1, Ordering::Relaxed);
         if self.caching() {
+            self.count_miss(true);
             self.sync_cap();
             // A full bucket from the depot: one item for the caller, the rest onto this CPU.
             let b = self.lock_depot().take();
@@ -220,6 +221,7 @@ impl ZoneInner {
     pub(super) fn free_slow(&self, p: *mut u8) -> Result<(), InvalidFree> {
         let _inside = crate::forkgate::enter();
         if self.caching() {
+            self.count_miss(false);
             self.sync_cap();
             // Flush a bucket's worth from this CPU to the depot, then retry.
             let bs = self

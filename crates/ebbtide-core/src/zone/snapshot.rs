@@ -47,6 +47,31 @@ pub struct ZoneSnapshot {
     pub depot_contention: u64,
     /// Page pools: `max_buffer_pages`; `u64::MAX` for plain zones.
     pub pool_max_buffer_pages: u64,
+    /// Σ over CPUs of each stack's capacity now (items; 0 while caching is off).
+    pub pcpu_capacity: u64,
+    /// `pcpu_capacity × item_size`.
+    pub pcpu_capacity_bytes: u64,
+    /// Allocations that found this CPU's stack empty (slow path while caching), every CPU.
+    pub pcpu_underflows: u64,
+    /// Frees that found this CPU's stack full (slow path while caching), every CPU.
+    pub pcpu_overflows: u64,
+    /// One entry per CPU, in CPU order.
+    pub per_cpu: Vec<CpuStack>,
+}
+
+/// One CPU's stack of a zone (racy reads: a statistics view).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuStack {
+    /// Pushes allowed while the count is below it (0: stopped or caching off).
+    pub capacity: u32,
+    /// Slots granted above the floor (`2 × bucket_size`) by the resize pass.
+    pub grant: u32,
+    /// Items on the stack.
+    pub items: u32,
+    pub underflows: u64,
+    pub overflows: u64,
+    /// Misses the last resize pass counted (in its interval).
+    pub interval_misses: u64,
 }
 
 /// The result of [`Zone::validate`]: the terms of the counting equation.
@@ -84,6 +109,21 @@ impl ZoneInner {
         let requests = fast + self.counters.slow_allocs.load(Ordering::Relaxed);
         let geo = self.keg.geo;
         let size = self.item_size as u64;
+        let per_cpu: Vec<CpuStack> = (0..self.pcpu.ncpu())
+            .map(|cpu| {
+                let h = self.pcpu.header(cpu);
+                let d = self.pcpu.demand(cpu);
+                CpuStack {
+                    capacity: h.cap.load(Ordering::Relaxed),
+                    grant: d.grant.load(Ordering::Relaxed),
+                    items: self.pcpu.count(cpu) as u32,
+                    underflows: d.underflows.load(Ordering::Relaxed),
+                    overflows: d.overflows.load(Ordering::Relaxed),
+                    interval_misses: d.interval_misses.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        let capacity: u64 = per_cpu.iter().map(|c| c.capacity as u64).sum();
         ZoneSnapshot {
             name: String::new(),
             size: self.requested_size,
@@ -126,6 +166,11 @@ impl ZoneInner {
                 usize::MAX => u64::MAX,
                 n => n as u64,
             },
+            pcpu_capacity: capacity,
+            pcpu_capacity_bytes: capacity * size,
+            pcpu_underflows: per_cpu.iter().map(|c| c.underflows).sum(),
+            pcpu_overflows: per_cpu.iter().map(|c| c.overflows).sum(),
+            per_cpu,
         }
     }
 

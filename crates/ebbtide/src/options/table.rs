@@ -280,6 +280,17 @@ tunables! {
               and the reclaim thread drains (UMA's uma_kmem_limit). 0 means unlimited. \
               Accepts K/M/G/T or KiB/MiB/GiB/TiB suffixes (all binary, 1K = 1024).",
     },
+    /// Per-CPU budget of the demand-sized per-CPU caches.
+    PcpuBudgetBytes {
+        name: "pcpu_budget_bytes",
+        kind: Kind::Bytes,
+        default: ebbtide_core::sizing::DEFAULT_BUDGET_BYTES,
+        range: 0 => 1 << 40,
+        runtime: true,
+        level: Testing,
+        summary: "bytes of items each CPU's caches may hold, shared by every zone",
+        doc: "Every zone's stack on a CPU holds at least UMA's bucket pair (2 x bucket_size               items); above that, capacity follows misses (an allocation that finds the stack               empty, a free that finds it full): every pool_shrink_interval_ms the reclaim               thread grows a stack that missed by one bucket per miss, up to 504 items, as long               as the sum over every zone of (capacity x item size) on that CPU stays within this               budget, and takes capacity back (half per pass) from stacks that have not missed               for 1 s when another needs it (tcmalloc's per-CPU cache resizing; its default is               1.5 MiB). A lower value is applied at the next pass: grants shrink, stacks holding               more than their new capacity give the excess to their slabs. 0 means no capacity               above the bucket pairs (UMA's sizing alone). The floors are never cut by the               budget. Needs the reclaim thread. Accepts K/M/G/T or KiB/MiB/GiB/TiB suffixes.",
+    },
     /// Rate limit of per-CPU drains.
     DrainCpuMinIntervalMs {
         name: "drain_cpu_min_interval_ms",

@@ -87,6 +87,11 @@ pub(super) fn source_settings() -> [u64; SOURCE_TUNABLES.len()] {
     core::array::from_fn(|i| options::get_u64(SOURCE_TUNABLES[i]))
 }
 
+/// The per-CPU budget of the resize pass (which only the reclaim thread runs).
+pub(super) fn configure_sizing() {
+    ebbtide_core::sizing::set_budget(options::get_u64(Tunable::PcpuBudgetBytes));
+}
+
 /// Lazily freed pages (`MADV_FREE`) only with a reclaim thread, which decays them.
 pub(super) fn configure_lazy() {
     reclaim::configure_lazy(

@@ -4,7 +4,7 @@
 //! Orderings of the lifecycle flags (STARTED, THREAD_DISABLED, FORKS, INJECT_PANIC): argued
 //! once where they are declared (`reclaimer/mod.rs`); every use here is one side of those pairs.
 
-use super::config::{configure_lazy, source_settings};
+use super::config::{configure_lazy, configure_sizing, source_settings};
 use super::*;
 
 /// Called by the runtime's fork handler (`threads.rs`) in a child: it has no reclaim thread;
@@ -44,6 +44,7 @@ pub(super) fn start_slow() {
         return;
     }
     configure_lazy();
+    configure_sizing();
     static SUBSCRIBE: std::sync::Once = std::sync::Once::new();
     SUBSCRIBE.call_once(|| options::subscribe(wake_on_change));
     let gen = FORKS.load(Ordering::Acquire);
@@ -195,6 +196,8 @@ pub(super) fn run(gen: u64) {
             }
             reclaim::decay_lazy(ebbtide_core::lazy::now_ms());
             reclaim::shrink_pools();
+            // Per-CPU capacity follows the misses of the last interval (`sizing.rs`).
+            reclaim::resize_pcpu(crate::os::now_ns());
             next_pools = now + options::get_duration(Tunable::PoolShrinkIntervalMs);
         }
         let g = options::global().generation();
@@ -202,6 +205,7 @@ pub(super) fn run(gen: u64) {
             opt_gen = g;
             with_policy(|p| p.set_config(policy_config()));
             configure_lazy();
+            configure_sizing();
             // New intervals take effect now, not after the old timer fires.
             next_periodic = next_periodic.min(now + options::get_duration(Tunable::TrimIntervalMs));
             next_pools = next_pools.min(now + options::get_duration(Tunable::PoolShrinkIntervalMs));

@@ -509,6 +509,14 @@ stats_group! {
         lazy_bytes: U64, Gauge, Bytes, "LAZY", "Bytes of free slabs given up without pressure (settling, or offered to the kernel with MADV_FREE) and neither reused nor given back for good yet (still in RSS until the kernel takes them; not in released_bytes).";
         lazy_freed_bytes: U64, Counter, Bytes, "", "Bytes offered to the kernel with MADV_FREE (lazy_free), apart from released_bytes.";
         lazy_reused_bytes: U64, Counter, Bytes, "", "Bytes of lazily freed slabs taken back by allocation (reuse without a page fault unless the kernel had taken the page).";
+        pcpu_capacity: U64, Gauge, Items, "PCPUCAP", "Capacity of this zone's per-CPU caches, summed over CPUs: each CPU's bucket pair (2 x bucket_size) plus what the resize pass granted it for its misses, within pcpu_budget_bytes (0 while caching is off).";
+        pcpu_capacity_bytes: U64, Gauge, Bytes, "", "pcpu_capacity times the item size: what this zone's per-CPU caches may hold.";
+        pcpu_capacity_max: U64, Gauge, Items, "", "Largest capacity of this zone's cache on one CPU."
+            = z.per_cpu.iter().map(|c| c.capacity as u64).max().unwrap_or(0);
+        pcpu_underflows: U64, Counter, Events, "UNDERFL", "Allocations that found this CPU's cache empty and went to the depot or the slabs (misses that grow the cache).";
+        pcpu_overflows: U64, Counter, Events, "OVERFL", "Frees that found this CPU's cache full and flushed a bucket to the depot (misses that grow the cache).";
+        pcpu_interval_misses: U64, Gauge, Events, "", "Misses (underflows and overflows, every CPU) counted by the last resize pass, i.e. in the last pool_shrink_interval_ms."
+            = z.per_cpu.iter().map(|c| c.interval_misses).sum();
     }
 }
 
@@ -633,6 +641,12 @@ impl Snapshot {
                 lazy_bytes: 3 << 20,
                 lazy_freed_bytes: 4 << 20,
                 lazy_reused_bytes: 1 << 20,
+                pcpu_capacity: 2 * 60 + 92,
+                pcpu_capacity_bytes: (2 * 60 + 92) * size,
+                pcpu_capacity_max: 60 + 92,
+                pcpu_underflows: 40,
+                pcpu_overflows: 38,
+                pcpu_interval_misses: 2,
             }
         };
         Snapshot {

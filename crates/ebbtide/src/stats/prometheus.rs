@@ -691,6 +691,12 @@ mod tests {
                 "ebbtide_zone_lazy_bytes",
                 "ebbtide_zone_lazy_freed_bytes_total",
                 "ebbtide_zone_lazy_reused_bytes_total",
+                "ebbtide_zone_pcpu_capacity_items",
+                "ebbtide_zone_pcpu_capacity_bytes",
+                "ebbtide_zone_pcpu_capacity_max_items",
+                "ebbtide_zone_pcpu_underflows_total",
+                "ebbtide_zone_pcpu_overflows_total",
+                "ebbtide_zone_pcpu_interval_misses",
             ]
         );
         let pool = names("pool", PoolStats::fields());

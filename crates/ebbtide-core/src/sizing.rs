@@ -1,0 +1,364 @@
+//! Per-CPU capacity that follows demand, as pure functions of counters and the time.
+//!
+//! Every (zone, CPU) stack has a *floor* — UMA's alloc + free bucket pair, `2 × bucket_size`,
+//! which contention grows and pressure steps down and halves — and a *grant* of slots above it
+//! that this policy moves (tcmalloc's per-CPU cache resizing, `cpu_cache.cc`: capacity grows
+//! where the misses are, inside a per-CPU byte budget shared by all size classes, and is taken
+//! back from classes that stopped missing). A *miss* is a trip of the slow path past this CPU's
+//! stack while caching is on: an allocation that found the stack empty (underflow) or a free
+//! that found it full (overflow). The slow path only counts them (plain counters in the
+//! zone's per-CPU [`crate::pcpu::Demand`] line); the reclaim thread's resize pass
+//! (`reclaim::resize_pcpu`, every `pool_shrink_interval_ms`) reads the counters and applies the
+//! functions below, one CPU at a time over every zone:
+//!
+//! 1. [`wanted`]: a stack that missed `m` times since the last pass wants `m` more buckets'
+//!    worth of slots (one bucket per miss, tcmalloc's "grow by a batch per miss"), up to its
+//!    storage.
+//! 2. [`plan`]: with `used` bytes granted on this CPU (floors + grants, every zone), `need`
+//!    bytes wanted and `budget` the per-CPU budget (`pcpu_budget_bytes`): how many bytes the
+//!    stacks that stopped missing ([`is_quiet`]: no miss for `quiet_ns`) give back, and how many
+//!    every stack gives back when the CPU is over budget (the budget lowered, floors grown).
+//! 3. [`give_back`] then [`grow`]: each quiet stack gives back at most half its grant per pass
+//!    (capacity leaves gradually, so a stack that pauses briefly keeps most of it), then each
+//!    missing stack takes what it wants from what is free, in registry order.
+//!
+//! At rest, every CPU's `Σ (floor + grant) × item size` is within the budget unless the floors
+//! alone exceed it (they are never cut by the budget: a zone always keeps UMA's bucket pair);
+//! a stack holding more than its new capacity is trimmed down to it by the same pass. Pressure
+//! and idleness act on the grant directly: Low (TRIM) takes one bucket's worth back, a
+//! DRAIN_CPU halves it, an idle stack (no operation for a period) loses all of it, and while
+//! caching is off (Critical, a squeeze window) the capacity is 0 whatever the grant.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// Default per-CPU budget: tcmalloc's classic `kMaxCpuCacheSize` (1.5 MiB per CPU).
+pub const DEFAULT_BUDGET_BYTES: u64 = 1536 * 1024;
+
+/// Default time without a miss after which a stack counts as having stopped missing.
+pub const DEFAULT_QUIET_NS: u64 = 1_000_000_000;
+
+static BUDGET: AtomicU64 = AtomicU64::new(DEFAULT_BUDGET_BYTES);
+
+/// The per-CPU budget in bytes (the runtime's `pcpu_budget_bytes`).
+pub fn budget() -> u64 {
+    BUDGET.load(Ordering::Relaxed)
+}
+
+/// Sets the per-CPU budget; the next resize pass applies it (0: no grant above the floors).
+pub fn set_budget(bytes: u64) {
+    BUDGET.store(bytes, Ordering::Relaxed);
+}
+
+/// One (zone, CPU) stack as the policy sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stack {
+    /// Slots the stack keeps whatever the budget (`2 × bucket_size`, at most `storage`).
+    pub floor: u32,
+    /// Slots granted above the floor.
+    pub grant: u32,
+    /// Item slots the stack has (its largest capacity).
+    pub storage: u32,
+    /// The zone's bucket size: the growth per miss.
+    pub step: u32,
+    /// Bytes per item.
+    pub item_size: u64,
+    /// Misses (underflows + overflows) since the last pass.
+    pub misses: u64,
+    /// When the last pass saw a miss (0: never).
+    pub last_miss_ns: u64,
+}
+
+impl Stack {
+    /// The capacity in slots: floor + grant, within storage.
+    pub fn capacity(&self) -> u32 {
+        self.floor.saturating_add(self.grant).min(self.storage)
+    }
+
+    /// The bytes this stack counts against its CPU's budget.
+    pub fn bytes(&self) -> u64 {
+        self.capacity() as u64 * self.item_size
+    }
+}
+
+/// Slots the stack wants to grow by in this pass: one bucket per miss, up to its storage.
+pub fn wanted(s: &Stack) -> u32 {
+    let room = s.storage.saturating_sub(s.capacity());
+    let want = s.misses.saturating_mul(s.step.max(1) as u64);
+    want.min(room as u64) as u32
+}
+
+/// Has the stack stopped missing: no miss seen for `quiet_ns` at `now_ns`? A stack that missed
+/// in this pass is never quiet; one that never missed is.
+pub fn is_quiet(s: &Stack, now_ns: u64, quiet_ns: u64) -> bool {
+    s.misses == 0 && now_ns.saturating_sub(s.last_miss_ns) >= quiet_ns
+}
+
+/// When the last miss was, after this pass (what the caller stores back).
+pub fn last_miss_after(s: &Stack, now_ns: u64) -> u64 {
+    if s.misses > 0 {
+        now_ns
+    } else {
+        s.last_miss_ns
+    }
+}
+
+/// What one CPU's pass does, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Bytes the quiet stacks give back (each at most half its grant, see [`give_back`]).
+    pub from_quiet: u64,
+    /// Bytes every stack gives back, quiet or not, because the CPU is over budget.
+    pub from_all: u64,
+    /// Bytes the missing stacks may take.
+    pub for_growth: u64,
+}
+
+/// The plan of one CPU's pass: `used` bytes granted now (every zone's floor + grant on this
+/// CPU), `need` bytes the missing stacks want, `quiet_half` bytes the quiet stacks could give
+/// back this pass (half of each one's grant, rounded up), `budget` the per-CPU budget.
+pub fn plan(used: u64, need: u64, quiet_half: u64, budget: u64) -> Plan {
+    if used > budget {
+        // Over budget: quiet stacks first, then everyone; no growth.
+        let over = used - budget;
+        let from_quiet = over.min(quiet_half);
+        return Plan {
+            from_quiet,
+            from_all: over - from_quiet,
+            for_growth: 0,
+        };
+    }
+    let free = budget - used;
+    if need <= free {
+        return Plan {
+            from_quiet: 0,
+            from_all: 0,
+            for_growth: need,
+        };
+    }
+    // Take capacity back from the stacks that stopped missing, as much as the growth needs.
+    let from_quiet = (need - free).min(quiet_half);
+    Plan {
+        from_quiet,
+        from_all: 0,
+        for_growth: free + from_quiet,
+    }
+}
+
+/// Slots a quiet stack may give back in one pass: half its grant, rounded up.
+pub fn quiet_half_slots(s: &Stack) -> u32 {
+    s.grant.div_ceil(2)
+}
+
+/// Takes up to `bytes` back from a stack, at most `max_slots` slots (whole items, rounded up so
+/// the CPU ends within budget). Returns the new grant and the bytes taken.
+pub fn give_back(s: &Stack, bytes: u64, max_slots: u32) -> (u32, u64) {
+    if bytes == 0 || s.grant == 0 || s.item_size == 0 {
+        return (s.grant, 0);
+    }
+    let slots = bytes.div_ceil(s.item_size).min(max_slots.min(s.grant) as u64) as u32;
+    // Only slots that count (the capacity is capped by storage) free budget bytes.
+    let before = s.bytes();
+    let after = Stack {
+        grant: s.grant - slots,
+        ..*s
+    };
+    (s.grant - slots, before - after.bytes())
+}
+
+/// Grows a missing stack by what it wants, within `free` bytes. Returns the new grant and the
+/// bytes taken.
+pub fn grow(s: &Stack, free: u64) -> (u32, u64) {
+    if s.item_size == 0 {
+        return (s.grant, 0);
+    }
+    let slots = (wanted(s) as u64).min(free / s.item_size) as u32;
+    (s.grant + slots, slots as u64 * s.item_size)
+}
+
+/// The grant after Low pressure (a TRIM): one bucket's worth less, as UMA steps the bucket size
+/// down by one.
+pub fn after_trim(grant: u32, step: u32) -> u32 {
+    grant.saturating_sub(step.max(1))
+}
+
+/// The grant before a per-CPU drain (DRAIN_CPU): halved, as UMA halves the bucket size.
+pub fn after_drain_cpu(grant: u32) -> u32 {
+    grant / 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn stack(floor: u32, grant: u32, misses: u64, item: u64) -> Stack {
+        Stack {
+            floor,
+            grant,
+            storage: 504,
+            step: 62,
+            item_size: item,
+            misses,
+            last_miss_ns: 0,
+        }
+    }
+
+    /// One CPU's pass over `zs` at `now`, as the resize pass applies the functions.
+    fn pass(zs: &mut [Stack], now: u64, budget: u64) {
+        let used: u64 = zs.iter().map(|s| s.bytes()).sum();
+        let need: u64 = zs.iter().map(|s| wanted(s) as u64 * s.item_size).sum();
+        let quiet: u64 = zs
+            .iter()
+            .filter(|s| is_quiet(s, now, DEFAULT_QUIET_NS))
+            .map(|s| quiet_half_slots(s) as u64 * s.item_size)
+            .sum();
+        let p = plan(used, need, quiet, budget);
+        let mut q = p.from_quiet;
+        for s in zs.iter_mut() {
+            if is_quiet(s, now, DEFAULT_QUIET_NS) {
+                let (g, b) = give_back(s, q, quiet_half_slots(s));
+                s.grant = g;
+                q = q.saturating_sub(b);
+            }
+        }
+        let mut a = p.from_all;
+        for s in zs.iter_mut() {
+            let (g, b) = give_back(s, a, u32::MAX);
+            s.grant = g;
+            a = a.saturating_sub(b);
+        }
+        let mut f = p.for_growth;
+        for s in zs.iter_mut() {
+            let (g, b) = grow(s, f);
+            s.grant = g;
+            f -= b;
+        }
+        for s in zs.iter_mut() {
+            s.last_miss_ns = last_miss_after(s, now);
+            s.misses = 0;
+        }
+    }
+
+    #[test]
+    fn grows_one_bucket_per_miss_up_to_storage() {
+        let s = stack(124, 0, 1, 256);
+        assert_eq!(wanted(&s), 62);
+        assert_eq!(wanted(&stack(124, 0, 3, 256)), 186);
+        assert_eq!(wanted(&stack(124, 0, 100, 256)), 504 - 124, "storage bounds growth");
+        assert_eq!(wanted(&stack(504, 0, 9, 64)), 0, "a full-storage floor cannot grow");
+        assert_eq!(wanted(&stack(124, 0, 0, 256)), 0, "no miss, no growth");
+        let (g, b) = grow(&stack(124, 0, 2, 256), u64::MAX);
+        assert_eq!((g, b), (124, 124 * 256));
+    }
+
+    #[test]
+    fn growth_stays_within_the_budget() {
+        // Floors 124 × 256 B = 31 KiB; budget 64 KiB leaves 33 KiB = 132 slots.
+        let mut zs = [stack(124, 0, 100, 256)];
+        pass(&mut zs, MS, 64 * 1024);
+        assert_eq!(zs[0].grant, 132);
+        assert!(zs[0].bytes() <= 64 * 1024);
+        // More misses: no more room.
+        zs[0].misses = 50;
+        pass(&mut zs, 2 * MS, 64 * 1024);
+        assert_eq!(zs[0].grant, 132);
+    }
+
+    #[test]
+    fn quiet_stacks_give_capacity_to_missing_ones_over_time() {
+        // Zone A grew to its storage, then stopped missing; zone B starts missing.
+        let budget = 200 * 1024;
+        let mut zs = [stack(124, 380, 0, 256), stack(124, 0, 0, 256)];
+        zs[0].last_miss_ns = 10 * MS;
+        // 0.5 s after A's last miss it is not quiet yet: B gets only the free budget.
+        zs[1].misses = 10;
+        pass(&mut zs, 510 * MS, budget);
+        let free_slots = (budget - 504 * 256 - 124 * 256) / 256;
+        assert_eq!(zs[0].grant, 380, "a recently missing stack keeps its grant");
+        assert_eq!(zs[1].grant as u64, free_slots);
+        // 1.01 s after: A is quiet and gives back (at most half its grant per pass) what B needs.
+        zs[1].misses = 10;
+        pass(&mut zs, 1010 * MS, budget);
+        assert_eq!(zs[0].grant, 190, "half of the grant in one pass");
+        assert_eq!(zs[1].grant as u64, free_slots + 190);
+        let used: u64 = zs.iter().map(|s| s.bytes()).sum();
+        assert!(used <= budget);
+    }
+
+    #[test]
+    fn quiet_stacks_keep_their_grant_when_nobody_needs_it() {
+        let mut zs = [stack(124, 200, 0, 256), stack(124, 0, 0, 256)];
+        pass(&mut zs, 60_000 * MS, 1 << 20);
+        assert_eq!(zs[0].grant, 200, "no missing stack, budget not exceeded: nothing moves");
+    }
+
+    #[test]
+    fn over_budget_takes_back_from_quiet_first_then_everyone() {
+        // The budget was lowered to 40 KiB with 2 × (124 + 100) × 256 B = 112 KiB granted.
+        let mut zs = [stack(124, 100, 0, 256), stack(124, 100, 0, 256)];
+        zs[1].last_miss_ns = 5_000 * MS; // B missed recently
+        pass(&mut zs, 5_100 * MS, 80 * 1024);
+        let used: u64 = zs.iter().map(|s| s.bytes()).sum();
+        assert!(used <= 80 * 1024, "{used}");
+        assert!(zs[0].grant < zs[1].grant, "the quiet stack gave back first: {zs:?}");
+        // Floors alone above the budget: grants go to 0, floors stay.
+        pass(&mut zs, 5_200 * MS, 1024);
+        assert_eq!((zs[0].grant, zs[1].grant), (0, 0));
+        assert_eq!(zs[0].capacity(), 124);
+    }
+
+    #[test]
+    fn plan_arithmetic() {
+        assert_eq!(
+            plan(100, 50, 0, 200),
+            Plan {
+                from_quiet: 0,
+                from_all: 0,
+                for_growth: 50
+            }
+        );
+        assert_eq!(
+            plan(180, 50, 40, 200),
+            Plan {
+                from_quiet: 30,
+                from_all: 0,
+                for_growth: 50
+            }
+        );
+        assert_eq!(
+            plan(180, 50, 10, 200),
+            Plan {
+                from_quiet: 10,
+                from_all: 0,
+                for_growth: 30
+            }
+        );
+        assert_eq!(
+            plan(300, 50, 40, 200),
+            Plan {
+                from_quiet: 40,
+                from_all: 60,
+                for_growth: 0
+            }
+        );
+    }
+
+    #[test]
+    fn pressure_steps() {
+        assert_eq!(after_trim(200, 62), 138);
+        assert_eq!(after_trim(10, 62), 0);
+        assert_eq!(after_drain_cpu(201), 100);
+    }
+
+    #[test]
+    fn quiet_needs_the_whole_period_without_misses() {
+        let mut s = stack(124, 10, 0, 256);
+        s.last_miss_ns = 1_000 * MS;
+        assert!(!is_quiet(&s, 1_999 * MS, DEFAULT_QUIET_NS));
+        assert!(is_quiet(&s, 2_000 * MS, DEFAULT_QUIET_NS));
+        s.misses = 1;
+        assert!(!is_quiet(&s, 9_000 * MS, DEFAULT_QUIET_NS));
+        assert_eq!(last_miss_after(&s, 9_000 * MS), 9_000 * MS);
+    }
+}
