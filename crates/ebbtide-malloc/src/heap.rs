@@ -250,10 +250,11 @@ pub fn alloc(n: usize) -> *mut u8 {
     alloc_huge(n, 0)
 }
 
-/// An item of class `c`, past the fast path.
+/// An item of class `c`, past the fast path. `extern "C"` (it cannot unwind) so that the fast
+/// paths reach it by a tail call and need no stack frame of their own.
 #[cold]
 #[inline(never)]
-pub fn alloc_class_slow(c: usize) -> *mut u8 {
+pub extern "C" fn alloc_class_slow(c: usize) -> *mut u8 {
     match zone(c) {
         // SAFETY: a published zone, never destroyed.
         Get::Zone(z) => match unsafe { Zone::alloc_raw(z) } {
@@ -280,7 +281,7 @@ fn enomem() -> *mut u8 {
 
 #[cold]
 #[inline(never)]
-fn alloc_huge(n: usize, align: usize) -> *mut u8 {
+extern "C" fn alloc_huge(n: usize, align: usize) -> *mut u8 {
     let p = huge::alloc(n, align.max(1));
     if p.is_null() {
         enomem()
@@ -372,7 +373,7 @@ pub unsafe fn free(p: *mut u8) {
 /// As [`free`].
 #[cold]
 #[inline(never)]
-unsafe fn free_tagged(p: *mut u8, tag: u64) {
+unsafe extern "C" fn free_tagged(p: *mut u8, tag: u64) {
     if let Some(c) = class_of_tag(tag) {
         let z = ZONES[c].load(Ordering::Acquire);
         // SAFETY: p is non-null (its chunk has a tag); the zone is published and never
@@ -394,7 +395,7 @@ unsafe fn free_tagged(p: *mut u8, tag: u64) {
 /// As [`Zone::free_raw_resume`].
 #[cold]
 #[inline(never)]
-pub unsafe fn free_resume(z: *mut c_void, p: *mut u8, how: FastFree) {
+pub unsafe extern "C" fn free_resume(z: *mut c_void, p: *mut u8, how: FastFree) {
     let e = errno();
     // SAFETY: forwarded from the caller.
     if let Err(err) = unsafe { Zone::free_raw_resume(z, NonNull::new_unchecked(p), how) } {
@@ -413,7 +414,7 @@ pub unsafe fn free_resume(z: *mut c_void, p: *mut u8, how: FastFree) {
 /// As [`free`].
 #[cold]
 #[inline(never)]
-unsafe fn free_other(p: *mut u8) {
+unsafe extern "C" fn free_other(p: *mut u8) {
     if p.is_null() || bootstrap::contains(p as usize) {
         return;
     }

@@ -247,8 +247,8 @@ impl Zone {
             return FastFree::Careful;
         }
         // SAFETY: careful == 0: rseq mode; the item passed the check (its chunk is this
-        // zone's, by the caller's guarantee).
-        match unsafe { f.pcpu.push(p.as_ptr()) } {
+        // zone's, by the caller's guarantee). In-place form: as in `alloc_fast_raw`.
+        match unsafe { RseqRef::push_in_place(&f.pcpu, p.as_ptr()) } {
             Push::Done => FastFree::Done,
             Push::Full => FastFree::Full,
             Push::Duplicate => FastFree::Duplicate,
