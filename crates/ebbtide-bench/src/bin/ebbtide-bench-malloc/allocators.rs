@@ -55,6 +55,22 @@ impl Allocator {
         cmd.env("LD_PRELOAD", &self.preload);
     }
 
+    /// `launcher REPORT PRELOAD PROGRAM`: the program started by the launcher
+    /// (`benches/c/malloc/launch.c`) with this allocator preloaded, its peak RSS in `report`.
+    pub fn launch(
+        &self,
+        launcher: &Path,
+        report: &Path,
+        program: impl AsRef<std::ffi::OsStr>,
+    ) -> Command {
+        let mut cmd = Command::new(launcher);
+        cmd.arg(report)
+            .arg(&self.preload)
+            .arg(program)
+            .env_remove("LD_PRELOAD");
+        cmd
+    }
+
     /// `LD_PRELOAD=... ` for a reproducer command line.
     pub fn shell_prefix(&self) -> String {
         format!("LD_PRELOAD={}", self.preload.display())

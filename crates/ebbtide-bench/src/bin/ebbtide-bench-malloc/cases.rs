@@ -87,6 +87,8 @@ pub fn find(name: &str) -> Option<&'static Case> {
 pub struct Ctx {
     /// The compiled C program.
     pub exe: PathBuf,
+    /// The compiled launcher (`launch.c`).
+    pub launcher: PathBuf,
     /// Multiplies every case's amount of work.
     pub scale: f64,
     pub timeout: Duration,
@@ -196,10 +198,11 @@ fn run_c(ctx: &Ctx, case: &Case, a: &Allocator) -> Result<Sample, Failure> {
         ctx.exe.display(),
         args.join(" ")
     );
-    let mut cmd = Command::new(&ctx.exe);
-    cmd.args(args).env_remove("LD_PRELOAD");
-    a.apply(&mut cmd);
-    let o = child::run(&mut cmd, None, &ctx.dir, "c", ctx.timeout).map_err(|e| fail(e, &repro))?;
+    let report = ctx.dir.join("c.rss");
+    let mut cmd = a.launch(&ctx.launcher, &report, &ctx.exe);
+    cmd.args(args);
+    let o = child::run(&mut cmd, None, &ctx.dir, "c", ctx.timeout, Some(&report))
+        .map_err(|e| fail(e, &repro))?;
     if !o.waited.exit.ok() {
         return Err(fail(
             format!("{}: {}", o.waited.exit, tail(&o.stderr)),
@@ -300,15 +303,21 @@ fn run_python(ctx: &Ctx, a: &Allocator, pymalloc: bool) -> Result<Sample, Failur
         a.shell_prefix(),
         script.display()
     );
-    let mut cmd = Command::new("/usr/bin/python3");
+    let report = ctx.dir.join("python.rss");
+    let mut cmd = a.launch(&ctx.launcher, &report, "/usr/bin/python3");
     cmd.arg("-S")
         .arg(&script)
         .arg(&scale)
-        .env_remove("LD_PRELOAD")
         .env("PYTHONMALLOC", mode);
-    a.apply(&mut cmd);
-    let o =
-        child::run(&mut cmd, None, &ctx.dir, "python", ctx.timeout).map_err(|e| fail(e, &repro))?;
+    let o = child::run(
+        &mut cmd,
+        None,
+        &ctx.dir,
+        "python",
+        ctx.timeout,
+        Some(&report),
+    )
+    .map_err(|e| fail(e, &repro))?;
     program_sample(&o, &repro)
 }
 
@@ -329,11 +338,18 @@ fn run_sqlite(ctx: &Ctx, a: &Allocator) -> Result<Sample, Failure> {
         a.shell_prefix(),
         input.display()
     );
-    let mut cmd = Command::new("sqlite3");
-    cmd.arg(":memory:").env_remove("LD_PRELOAD");
-    a.apply(&mut cmd);
-    let o = child::run(&mut cmd, Some(&input), &ctx.dir, "sqlite", ctx.timeout)
-        .map_err(|e| fail(e, &repro))?;
+    let report = ctx.dir.join("sqlite.rss");
+    let mut cmd = a.launch(&ctx.launcher, &report, "sqlite3");
+    cmd.arg(":memory:");
+    let o = child::run(
+        &mut cmd,
+        Some(&input),
+        &ctx.dir,
+        "sqlite",
+        ctx.timeout,
+        Some(&report),
+    )
+    .map_err(|e| fail(e, &repro))?;
     let s = program_sample(&o, &repro)?;
     if !o.stderr.trim().is_empty() {
         return Err(fail(
@@ -354,8 +370,12 @@ struct Server {
 impl Drop for Server {
     fn drop(&mut self) {
         if !self.reaped {
-            // SAFETY: `pid` is our child and not reaped yet (reaped is set by `wait` below).
-            unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGKILL) };
+            // SAFETY: `pid` is our child, not reaped yet (reaped is set after `wait`), and the
+            // leader of its own process group (child::spawn): -pid is that group only.
+            unsafe {
+                libc::kill(-(self.pid as libc::pid_t), libc::SIGKILL);
+                libc::kill(self.pid as libc::pid_t, libc::SIGKILL);
+            }
             child::wait(self.pid, self.start, Duration::from_secs(10));
         }
     }
@@ -439,9 +459,10 @@ fn run_redis(ctx: &Ctx, a: &Allocator) -> Result<Sample, Failure> {
         server_args.map(|s| if s.is_empty() { "''" } else { s }).join(" "),
         bench_args.join(" ")
     );
-    let mut cmd = Command::new("redis-server");
-    cmd.args(server_args).env_remove("LD_PRELOAD");
-    a.apply(&mut cmd);
+    let report = ctx.dir.join("redis-server.rss");
+    let _ = std::fs::remove_file(&report);
+    let mut cmd = a.launch(&ctx.launcher, &report, "redis-server");
+    cmd.args(server_args);
     let start = Instant::now();
     let pid =
         child::spawn(&mut cmd, None, &ctx.dir, "redis-server").map_err(|e| fail(e, &repro))?;
@@ -458,8 +479,9 @@ fn run_redis(ctx: &Ctx, a: &Allocator) -> Result<Sample, Failure> {
             break;
         }
         if child::exited(pid) {
-            let w = child::wait(pid, start, Duration::from_secs(1));
+            let mut w = child::wait(pid, start, Duration::from_secs(1));
             server.reaped = true;
+            child::apply_report(&mut w, &report);
             return Err(fail(
                 format!(
                     "redis-server ended before serving: {}: {}",
@@ -479,8 +501,15 @@ fn run_redis(ctx: &Ctx, a: &Allocator) -> Result<Sample, Failure> {
     }
     let mut bench = Command::new("redis-benchmark");
     bench.args(bench_args).env_remove("LD_PRELOAD");
-    let o = child::run(&mut bench, None, &ctx.dir, "redis-benchmark", ctx.timeout)
-        .map_err(|e| fail(e, &repro))?;
+    let o = child::run(
+        &mut bench,
+        None,
+        &ctx.dir,
+        "redis-benchmark",
+        ctx.timeout,
+        None,
+    )
+    .map_err(|e| fail(e, &repro))?;
     if !o.waited.exit.ok() || child::exited(pid) {
         return Err(fail(
             format!(
@@ -517,8 +546,9 @@ fn run_redis(ctx: &Ctx, a: &Allocator) -> Result<Sample, Failure> {
         ));
     }
     let _ = redis_cli(port, &["shutdown", "nosave"]);
-    let w = child::wait(pid, start, Duration::from_secs(20));
+    let mut w = child::wait(pid, start, Duration::from_secs(20));
     server.reaped = true;
+    child::apply_report(&mut w, &report);
     if !(w.exit.ok() || w.exit == Exit::Signal(libc::SIGTERM)) {
         return Err(fail(
             format!("redis-server at shutdown: {}: {}", w.exit, server_err(ctx)),

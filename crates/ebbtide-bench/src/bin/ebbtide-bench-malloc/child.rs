@@ -1,7 +1,11 @@
-//! One child process: started with its output in files, waited for with a deadline (SIGKILL
-//! when it passes), its peak RSS read from `wait4`'s rusage.
+//! One child process: started with its output in files, in a process group of its own, waited
+//! for with a deadline (the group SIGKILLed when it passes). Its peak RSS comes from the
+//! launcher's report (`benches/c/malloc/launch.c`) when it was started through it, else from
+//! `wait4`'s rusage (which, for a child spawned from this process, includes this process's own
+//! high-water mark: see launch.c).
 
 use std::fs::File;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -62,7 +66,7 @@ pub struct Outcome {
 }
 
 /// Starts `cmd` with stdin from `stdin` (or /dev/null) and stdout/stderr into `dir/NAME.out`
-/// and `dir/NAME.err`; returns its pid.
+/// and `dir/NAME.err`, as the leader of a new process group; returns its pid.
 pub fn spawn(
     cmd: &mut Command,
     stdin: Option<&Path>,
@@ -74,7 +78,8 @@ pub fn spawn(
         File::create(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))
     };
     cmd.stdout(Stdio::from(open("out")?))
-        .stderr(Stdio::from(open("err")?));
+        .stderr(Stdio::from(open("err")?))
+        .process_group(0);
     match stdin {
         Some(p) => {
             let f = File::open(p).map_err(|e| format!("cannot open {}: {e}", p.display()))?;
@@ -121,8 +126,13 @@ pub fn wait(pid: u32, start: Instant, timeout: Duration) -> Waited {
         if rx.recv_timeout(left).is_err() {
             let g = d2.lock().unwrap_or_else(|e| e.into_inner());
             if !*g {
-                // SAFETY: `pid` is our unreaped child (see above); SIGKILL has no other effect.
-                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                // SAFETY: `pid` is our unreaped child (see above) and leads its own process
+                // group (spawn), so -pid names that group and nothing else; SIGKILL has no
+                // other effect.
+                unsafe {
+                    libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
+                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                }
                 return true;
             }
         }
@@ -168,17 +178,58 @@ pub fn wait(pid: u32, start: Instant, timeout: Duration) -> Waited {
     }
 }
 
-/// [`spawn`] + [`wait`] + what it printed.
+/// The launcher's report (`maxrss_kib=N exit=C signal=S`): the program's exit and peak RSS.
+pub fn read_report(path: &Path) -> Option<(Exit, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let get = |k: &str| -> Option<i64> {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(k)?.strip_prefix('='))?
+            .parse()
+            .ok()
+    };
+    let (rss, code, sig) = (get("maxrss_kib")?, get("exit")?, get("signal")?);
+    let exit = if sig != 0 {
+        Exit::Signal(sig as i32)
+    } else {
+        Exit::Code(code as i32)
+    };
+    Some((exit, rss.max(0) as u64))
+}
+
+/// What the launcher reported replaces the launcher's own exit and rusage (unless it was
+/// killed for the deadline, or wrote nothing: then the launcher's exit stands, RSS 0).
+pub fn apply_report(w: &mut Waited, report: &Path) {
+    if matches!(w.exit, Exit::Timeout(_)) {
+        return;
+    }
+    match read_report(report) {
+        Some((exit, rss)) => {
+            w.exit = exit;
+            w.maxrss_kib = rss;
+        }
+        None => w.maxrss_kib = 0,
+    }
+}
+
+/// [`spawn`] + [`wait`] + what it printed; with `report`, the launcher's report (see
+/// [`apply_report`]).
 pub fn run(
     cmd: &mut Command,
     stdin: Option<&Path>,
     dir: &Path,
     name: &str,
     timeout: Duration,
+    report: Option<&Path>,
 ) -> Result<Outcome, String> {
     let start = Instant::now();
+    if let Some(r) = report {
+        let _ = std::fs::remove_file(r);
+    }
     let pid = spawn(cmd, stdin, dir, name)?;
-    let waited = wait(pid, start, timeout);
+    let mut waited = wait(pid, start, timeout);
+    if let Some(r) = report {
+        apply_report(&mut waited, r);
+    }
     let read = |ext: &str| {
         std::fs::read(dir.join(format!("{name}.{ext}")))
             .map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -211,6 +262,7 @@ mod tests {
             &d,
             "a",
             t,
+            None,
         )
         .unwrap();
         assert_eq!(o.waited.exit, Exit::Code(3));
@@ -222,6 +274,7 @@ mod tests {
             &d,
             "b",
             t,
+            None,
         )
         .unwrap();
         assert_eq!(o.waited.exit, Exit::Signal(libc::SIGSEGV));
@@ -231,6 +284,7 @@ mod tests {
             &d,
             "c",
             Duration::from_millis(200),
+            None,
         )
         .unwrap();
         assert!(
@@ -246,10 +300,39 @@ mod tests {
             &d,
             "d",
             t,
+            None,
         )
         .unwrap();
         assert!(o.waited.exit.ok());
         assert!(o.waited.maxrss_kib >= 64 * 1024, "{}", o.waited.maxrss_kib);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn launcher_report() {
+        let d = dir().join("r");
+        std::fs::create_dir_all(&d).unwrap();
+        let r = d.join("report");
+        std::fs::write(&r, "maxrss_kib=1500 exit=3 signal=0\n").unwrap();
+        assert_eq!(read_report(&r), Some((Exit::Code(3), 1500)));
+        std::fs::write(&r, "maxrss_kib=1564 exit=-1 signal=11\n").unwrap();
+        assert_eq!(read_report(&r), Some((Exit::Signal(11), 1564)));
+        let mut w = Waited {
+            exit: Exit::Code(139),
+            maxrss_kib: 9999,
+            wall: Duration::ZERO,
+        };
+        apply_report(&mut w, &r);
+        assert_eq!((w.exit.clone(), w.maxrss_kib), (Exit::Signal(11), 1564));
+        let mut t = Waited {
+            exit: Exit::Timeout(Duration::from_secs(1)),
+            maxrss_kib: 5,
+            wall: Duration::ZERO,
+        };
+        apply_report(&mut t, &r);
+        assert!(matches!(t.exit, Exit::Timeout(_)));
+        std::fs::write(&r, "garbage").unwrap();
+        assert_eq!(read_report(&r), None);
         let _ = std::fs::remove_dir_all(&d);
     }
 }

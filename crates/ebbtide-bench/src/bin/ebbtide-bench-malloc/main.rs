@@ -157,11 +157,11 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| root().join("target"))
 }
 
-/// Compiles `benches/c/malloc/mallocbench.c` into `dir/mallocbench` with `$CC` (default cc).
-fn compile(dir: &Path) -> Result<PathBuf, String> {
-    let exe = dir.join("mallocbench");
+/// Compiles `benches/c/malloc/NAME.c` into `dir/NAME` with `$CC` (default cc).
+fn compile(dir: &Path, name: &str) -> Result<PathBuf, String> {
+    let exe = dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let src = root().join("benches/c/malloc/mallocbench.c");
+    let src = root().join(format!("benches/c/malloc/{name}.c"));
     let out = Command::new(&cc)
         .args([
             "-O2",
@@ -352,15 +352,25 @@ fn check_outputs(cases: &[&'static Case], results: &mut [Vec<Cell>], allocs: &[A
     }
 }
 
+/// Ends a run that cannot start: the message, the run directory removed, exit status 1.
+fn give_up(dir: &Path, msg: &str) -> ! {
+    eprintln!("ebbtide-bench-malloc: {msg}");
+    let _ = std::fs::remove_dir_all(dir);
+    std::process::exit(1)
+}
+
 fn main() {
     let a = parse_args();
-    let dir = target_dir().join("mallocbench");
+    // Everything of this run (the program, the library's copy, outputs, inputs) in a directory
+    // of its own: runs in parallel (tests) do not mix; kept when something failed, since the
+    // reproducers name files in it.
+    let dir = target_dir()
+        .join("mallocbench")
+        .join(format!("run-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .unwrap_or_else(|e| bad(&format!("cannot create {}: {e}", dir.display())));
-    let exe = compile(&dir).unwrap_or_else(|e| {
-        eprintln!("ebbtide-bench-malloc: {e}");
-        std::process::exit(1)
-    });
+    let [exe, launcher] =
+        ["mallocbench", "launch"].map(|n| compile(&dir, n).unwrap_or_else(|e| give_up(&dir, &e)));
     let mut allocs = Vec::new();
     let mut lib_about = None;
     if a.only.iter().any(|n| n == "ebbtide") {
@@ -374,19 +384,18 @@ fn main() {
                 allocs.push(al);
                 lib_about = Some((about, src));
             }
-            Err(e) => {
-                eprintln!(
-                    "ebbtide-bench-malloc: libebbtide_malloc.so: {e}\n(give --lib PATH, or \
-                     --only glibc,jemalloc,mimalloc,tcmalloc to run the peers alone)"
-                );
-                std::process::exit(1)
-            }
+            Err(e) => give_up(
+                &dir,
+                &format!(
+                    "libebbtide_malloc.so: {e}\n(give --lib PATH, or --only \
+                     glibc,jemalloc,mimalloc,tcmalloc to run the peers alone)"
+                ),
+            ),
         }
     }
     allocs.extend(allocators::peers(&a.only));
     if allocs.is_empty() {
-        eprintln!("ebbtide-bench-malloc: no allocator to run");
-        std::process::exit(1);
+        give_up(&dir, "no allocator to run");
     }
     let mut case_list: Vec<&'static Case> = Vec::new();
     for c in &a.cases {
@@ -403,6 +412,7 @@ fn main() {
     }
     let ctx = Ctx {
         exe,
+        launcher,
         scale: a.scale,
         timeout: a.timeout,
         dir: dir.clone(),
@@ -500,4 +510,10 @@ fn main() {
         rounds: a.rounds,
     }
     .print();
+    let failed = results.iter().flatten().any(|c| c.failure.is_some());
+    if failed {
+        eprintln!("kept {} (the failures' reproducers use it)", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
