@@ -541,17 +541,17 @@ static void run(const char *c) {
         pin(g_ncpu - 1);
         live(c, 20000, 16, 16384, scaled(3000000));
     } else if (!strcmp(c, "prodcons")) {
-        prodcons(c, scaled(3000000));
+        prodcons(c, scaled(1000000));
     } else if (!strcmp(c, "larson")) {
         larson(c, scaled(100));
     } else if (!strcmp(c, "realloc_grow")) {
         pin(g_ncpu - 1);
-        realloc_grow(c, scaled(200));
+        realloc_grow(c, scaled(100));
     } else if (!strcmp(c, "large")) {
         pin(g_ncpu - 1);
         large(c, scaled(4000));
     } else if (!strcmp(c, "thread_churn")) {
-        thread_churn(c, scaled(2000));
+        thread_churn(c, scaled(1000));
     } else if (!strcmp(c, "fragmentation")) {
         pin(g_ncpu - 1);
         fragmentation(c, scaled(400000) < 8 ? 8 : scaled(400000));
