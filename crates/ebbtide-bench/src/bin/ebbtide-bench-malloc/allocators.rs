@@ -6,8 +6,23 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Names in table order; `ebbtide` first.
-pub const NAMES: &[&str] = &["ebbtide", "glibc", "jemalloc", "mimalloc", "tcmalloc"];
+/// Names in table order; `ebbtide` first. `ebbtide-norseq` (not run by default) is the same
+/// library with glibc told not to register rseq (`GLIBC_TUNABLES=glibc.pthread.rseq=0`), so
+/// ebbtide runs without its per-CPU fast path; it is shown, not compared.
+pub const NAMES: &[&str] = &[
+    "ebbtide",
+    "ebbtide-norseq",
+    "glibc",
+    "jemalloc",
+    "mimalloc",
+    "tcmalloc",
+];
+
+/// The allocators run when `--only` is not given.
+pub const DEFAULT: &[&str] = &["ebbtide", "glibc", "jemalloc", "mimalloc", "tcmalloc"];
+
+/// The environment of the `ebbtide-norseq` column.
+pub const NORSEQ_ENV: (&str, &str) = ("GLIBC_TUNABLES", "glibc.pthread.rseq=0");
 
 /// The Debian library of each peer and the package it comes from.
 const PEERS: &[(&str, &str, &str)] = &[
@@ -36,11 +51,22 @@ const LIB_DIRS: &[&str] = &[
 pub struct Allocator {
     pub name: &'static str,
     pub preload: PathBuf,
+    /// Environment the program runs with besides `LD_PRELOAD`.
+    pub env: Vec<(&'static str, &'static str)>,
 }
 
 impl Allocator {
+    /// The peers: not ebbtide nor its variants.
     pub fn is_peer(&self) -> bool {
-        self.name != "ebbtide"
+        !self.name.starts_with("ebbtide")
+    }
+
+    /// This allocator under another name with more environment (`ebbtide-norseq`).
+    pub fn variant(&self, name: &'static str, env: (&'static str, &'static str)) -> Allocator {
+        let mut v = self.clone();
+        v.name = name;
+        v.env.push(env);
+        v
     }
 
     /// The file name that must define `malloc` in a process of this allocator.
@@ -52,7 +78,8 @@ impl Allocator {
     }
 
     pub fn apply(&self, cmd: &mut Command) {
-        cmd.env("LD_PRELOAD", &self.preload);
+        cmd.env("LD_PRELOAD", &self.preload)
+            .envs(self.env.iter().copied());
     }
 
     /// `launcher REPORT PRELOAD PROGRAM`: the program started by the launcher
@@ -67,13 +94,18 @@ impl Allocator {
         cmd.arg(report)
             .arg(&self.preload)
             .arg(program)
-            .env_remove("LD_PRELOAD");
+            .env_remove("LD_PRELOAD")
+            .envs(self.env.iter().copied());
         cmd
     }
 
     /// `LD_PRELOAD=... ` for a reproducer command line.
     pub fn shell_prefix(&self) -> String {
-        format!("LD_PRELOAD={}", self.preload.display())
+        let mut s = String::new();
+        for (k, v) in &self.env {
+            s += &format!("{k}={v} ");
+        }
+        s + &format!("LD_PRELOAD={}", self.preload.display())
     }
 }
 
@@ -92,7 +124,11 @@ pub fn peers(only: &[String]) -> Vec<Allocator> {
             continue;
         }
         match find_lib(file) {
-            Some(p) => v.push(Allocator { name, preload: p }),
+            Some(p) => v.push(Allocator {
+                name,
+                preload: p,
+                env: Vec::new(),
+            }),
             None => eprintln!(
                 "skipping {name}: {file} not found in {} (Debian: apt-get install {package})",
                 LIB_DIRS.join(", ")
@@ -133,6 +169,7 @@ pub fn ebbtide(lib: Option<&Path>, dir: &Path) -> Result<(Allocator, String), St
         Allocator {
             name: "ebbtide",
             preload: copy,
+            env: Vec::new(),
         },
         about,
     ))

@@ -34,7 +34,9 @@ const USAGE: &str = "usage: ebbtide-bench-malloc [--quick] [--rounds N] [--scale
   --scale F      multiplies every case's work (iterations, rows, requests), 0 < F <= 100
   --cases LIST   comma-separated case names, or `c` (the C program's cases), `programs`
                  (python3, sqlite3, redis); default: all
-  --only LIST    allocators, default ebbtide,glibc,jemalloc,mimalloc,tcmalloc
+  --only LIST    allocators, default ebbtide,glibc,jemalloc,mimalloc,tcmalloc; also
+                 ebbtide-norseq: ebbtide with GLIBC_TUNABLES=glibc.pthread.rseq=0 (shown, not
+                 compared)
   --lib PATH     libebbtide_malloc.so to preload for `ebbtide` (default: $EBBTIDE_MALLOC_LIB,
                  else beside this executable, else built with cargo build -p ebbtide-malloc);
                  copied into the work directory before the run
@@ -61,7 +63,7 @@ fn parse_args() -> Args {
         rounds: 11,
         scale: 1.0,
         cases: CASES.iter().collect(),
-        only: allocators::NAMES.iter().map(|s| s.to_string()).collect(),
+        only: allocators::DEFAULT.iter().map(|s| s.to_string()).collect(),
         lib: None,
         timeout: Duration::from_secs(120),
         log: None,
@@ -280,7 +282,7 @@ fn print_environment(a: &Args, allocs: &[Allocator], lib_about: Option<&(String,
         first_line("redis-server", &["--version"])
     );
     for al in allocs {
-        println!("- {}: LD_PRELOAD={}", al.name, al.preload.display());
+        println!("- {}: {}", al.name, al.shell_prefix());
     }
     if let Some((about, src)) = lib_about {
         println!("- libebbtide_malloc.so: {about}");
@@ -373,7 +375,8 @@ fn main() {
         ["mallocbench", "launch"].map(|n| compile(&dir, n).unwrap_or_else(|e| give_up(&dir, &e)));
     let mut allocs = Vec::new();
     let mut lib_about = None;
-    if a.only.iter().any(|n| n == "ebbtide") {
+    let wants = |n: &str| a.only.iter().any(|o| o == n);
+    if wants("ebbtide") || wants("ebbtide-norseq") {
         match allocators::ebbtide(a.lib.as_deref(), &dir) {
             Ok((al, about)) => {
                 let src = a
@@ -381,7 +384,12 @@ fn main() {
                     .clone()
                     .or_else(|| ebbtide_lab::malloc_lib::locate().ok())
                     .unwrap_or_else(|| al.preload.clone());
-                allocs.push(al);
+                if wants("ebbtide-norseq") {
+                    allocs.push(al.variant("ebbtide-norseq", allocators::NORSEQ_ENV));
+                }
+                if wants("ebbtide") {
+                    allocs.insert(0, al);
+                }
                 lib_about = Some((about, src));
             }
             Err(e) => give_up(

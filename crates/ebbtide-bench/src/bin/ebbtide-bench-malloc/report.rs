@@ -76,7 +76,7 @@ impl Report<'_> {
             .collect()
     }
     fn ebbtide(&self) -> Option<usize> {
-        self.allocs.iter().position(|a| !a.is_peer())
+        self.allocs.iter().position(|a| a.name == "ebbtide")
     }
     fn header(&self, first: &str, last: &str) -> String {
         let names: Vec<&str> = self.allocs.iter().map(|a| a.name).collect();
@@ -354,6 +354,7 @@ mod tests {
         Allocator {
             name,
             preload: PathBuf::from(format!("/l/{name}.so")),
+            env: Vec::new(),
         }
     }
 
@@ -428,6 +429,33 @@ mod tests {
         assert_eq!(g[2].0, "jemalloc");
         assert!((g[2].1 - (1.25f64).sqrt()).abs() < 1e-9, "{g:?}");
         assert_eq!(g[0].2, 1);
+    }
+
+    /// `ebbtide-norseq` is shown but neither a peer nor the compared column.
+    #[test]
+    fn the_norseq_variant_is_not_compared() {
+        let cases = [find("pair_small").unwrap()];
+        let allocs = [alloc("ebbtide"), alloc("ebbtide-norseq"), alloc("glibc")];
+        let results = vec![vec![
+            cell(&[3.0], 1024),
+            cell(&[1.0], 1024),
+            cell(&[2.0], 1024),
+        ]];
+        let r = Report {
+            cases: &cases,
+            allocs: &allocs,
+            results: &results,
+            rounds: 1,
+        };
+        assert_eq!(r.time_ratios(), vec![("pair_small".to_string(), 1.5)]);
+        assert!(
+            r.time_table().contains("**1.50** (glibc)"),
+            "{}",
+            r.time_table()
+        );
+        let g = r.geomeans();
+        assert_eq!(g[1].0, "ebbtide-norseq");
+        assert!((g[1].1 - 0.5).abs() < 1e-12);
     }
 
     #[test]
