@@ -106,7 +106,14 @@ pub struct Sample {
     pub rss_kib: u64,
     pub extras: Vec<(String, f64)>,
     /// What the program printed, for the cross-allocator comparison (python, sqlite).
-    pub output: Option<String>,
+    pub output: Option<Printed>,
+}
+
+/// A program's standard output and the command that printed it.
+#[derive(Clone, Debug)]
+pub struct Printed {
+    pub text: String,
+    pub repro: String,
 }
 
 /// A run that did not produce a valid figure.
@@ -290,7 +297,10 @@ fn program_sample(o: &child::Outcome, repro: &str) -> Result<Sample, Failure> {
         value: o.waited.wall.as_secs_f64() * 1e3,
         rss_kib: o.waited.maxrss_kib,
         extras: Vec::new(),
-        output: Some(o.stdout.clone()),
+        output: Some(Printed {
+            text: o.stdout.clone(),
+            repro: repro.to_string(),
+        }),
     })
 }
 

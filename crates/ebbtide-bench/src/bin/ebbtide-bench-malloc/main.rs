@@ -17,6 +17,7 @@
 mod allocators;
 mod cases;
 mod child;
+mod outputs;
 mod report;
 mod stats;
 
@@ -287,7 +288,10 @@ fn print_environment(a: &Args, allocs: &[Allocator], lib_about: Option<&(String,
     if let Some((about, src)) = lib_about {
         println!("- libebbtide_malloc.so: {about}");
         if let Some(c) = source_commit(src) {
-            println!("- its source tree's HEAD at the start of the run: {c}");
+            println!(
+                "- HEAD of the git tree that holds that file, at the start of the run (the \
+                 library's source only if it was built there): {c}"
+            );
         }
     }
     for v in [
@@ -311,47 +315,6 @@ fn print_environment(a: &Args, allocs: &[Allocator], lib_about: Option<&(String,
         a.cases.iter().map(|c| c.name).collect::<Vec<_>>().join(" ")
     );
     println!("- load average before: {}", loadavg());
-}
-
-/// The cases whose programs print a result (python, sqlite): a run whose output differs from
-/// what most runs of the case printed is a failure of its allocator.
-fn check_outputs(cases: &[&'static Case], results: &mut [Vec<Cell>], allocs: &[Allocator]) {
-    for (c, row) in cases.iter().zip(results.iter_mut()) {
-        let mut counts: Vec<(String, usize)> = Vec::new();
-        for cell in row.iter() {
-            for s in &cell.samples {
-                if let Some(o) = &s.output {
-                    match counts.iter_mut().find(|x| &x.0 == o) {
-                        Some(x) => x.1 += 1,
-                        None => counts.push((o.clone(), 1)),
-                    }
-                }
-            }
-        }
-        let Some((reference, _)) = counts.iter().max_by_key(|x| x.1).cloned() else {
-            continue;
-        };
-        for (a, cell) in allocs.iter().zip(row.iter_mut()) {
-            let wrong = cell
-                .samples
-                .iter()
-                .find(|s| s.output.as_ref().is_some_and(|o| o != &reference));
-            if let (Some(w), None) = (wrong, &cell.failure) {
-                let first = |s: &str| s.lines().next().unwrap_or("").to_string();
-                cell.failure = Some(cases::Failure {
-                    reason: format!(
-                        "wrong output: {:?} where the other runs printed {:?}",
-                        first(w.output.as_deref().unwrap_or("")),
-                        first(&reference)
-                    ),
-                    repro: format!(
-                        "(case {} under {}: see the command of its runs)",
-                        c.name, a.name
-                    ),
-                });
-            }
-        }
-    }
 }
 
 /// Ends a run that cannot start: the message, the run directory removed, exit status 1.
@@ -497,7 +460,7 @@ fn main() {
             loadavg()
         );
     }
-    check_outputs(&case_list, &mut results, &allocs);
+    outputs::check(&case_list, &mut results, &allocs);
     if let Some(f) = &a.log {
         std::fs::write(f, &log)
             .unwrap_or_else(|e| eprintln!("cannot write --log {}: {e}", f.display()));
