@@ -210,7 +210,7 @@ pub fn check_bindings(mut cmd: Command, a: &Allocator, dir: &Path) -> Result<(),
         text += &std::fs::read_to_string(&f).unwrap_or_default();
     }
     clear_prefixed(&base);
-    let program = crate::cases::which(&cmd.get_program().to_string_lossy());
+    let program = crate::child::which(&cmd.get_program().to_string_lossy());
     binds_to(&text, &a.defining_file(), program.as_deref())
 }
 
@@ -314,7 +314,7 @@ mod tests {
                      1:\tbinding file /a [0] to /l/libx.so [0]: normal symbol `malloc'\n";
         assert_eq!(binds_to(other, "libx.so", None), Ok(()));
         // A binding to the program's own canonical PLT entry (Debian's non-PIE python3).
-        let sh = crate::cases::which("sh").unwrap();
+        let sh = crate::child::which("sh").unwrap();
         let canon = format!(
             "1:\tbinding file /l/libc.so.6 [0] to {} [0]: normal symbol `free'\n\
              1:\tbinding file {} [0] to /l/libx.so [0]: normal symbol `malloc'\n",

@@ -5,7 +5,7 @@
 use crate::allocators::Allocator;
 use crate::child::{self, Exit};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -134,19 +134,8 @@ pub fn missing_programs(case: &Case) -> Vec<&'static str> {
     };
     need.iter()
         .copied()
-        .filter(|p| which(p).is_none())
+        .filter(|p| child::which(p).is_none())
         .collect()
-}
-
-pub fn which(prog: &str) -> Option<PathBuf> {
-    if prog.contains('/') {
-        return Path::new(prog).is_file().then(|| PathBuf::from(prog));
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(prog))
-            .find(|p| p.is_file())
-    })
 }
 
 /// A cheap invocation of the case's preloaded program, for the `LD_DEBUG=bindings` check; its

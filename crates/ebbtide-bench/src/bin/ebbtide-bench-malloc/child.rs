@@ -11,6 +11,20 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// `prog` if it names a file, else the first `PATH` directory that has it.
+pub fn which(prog: &str) -> Option<std::path::PathBuf> {
+    if prog.contains('/') {
+        return Path::new(prog)
+            .is_file()
+            .then(|| std::path::PathBuf::from(prog));
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(prog))
+            .find(|p| p.is_file())
+    })
+}
+
 /// How a child ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Exit {
