@@ -1,0 +1,490 @@
+//! ebbtide-bench-malloc: `libebbtide_malloc.so` against glibc, jemalloc, mimalloc and tcmalloc
+//! as the process's malloc, every one through `LD_PRELOAD`, in one run (issue 12,
+//! "Benchmarks").
+//!
+//! Cases: the project's own C program (`benches/c/malloc/mallocbench.c`, compiled here with the
+//! system `cc -O2`) and real programs (python3, sqlite3, redis-server + redis-benchmark); see
+//! `cases.rs`. Every (allocator, case, round) is one fresh process; rounds are interleaved
+//! (each round runs every case under every allocator, the starting allocator rotating). The
+//! process's peak RSS is its `ru_maxrss` (wait4). A run that crashes, hangs, corrupts an
+//! object, or prints something else than the other allocators' runs marks that allocator's
+//! case as failed (reported with a command that reproduces it) and the run goes on.
+//!
+//! Prints markdown: the environment, times (median [min–max]) with ebbtide's ratio to the
+//! fastest peer, peak RSS with the ratio to the median peer, and the verdict against the
+//! issue's targets.
+
+mod allocators;
+mod cases;
+mod child;
+mod outputs;
+mod report;
+mod stats;
+
+use allocators::Allocator;
+use cases::{Case, Ctx, Kind, CASES};
+use report::{Cell, Report};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const USAGE: &str = "usage: ebbtide-bench-malloc [--quick] [--rounds N] [--scale F] [--cases LIST]
+                            [--only LIST] [--lib PATH] [--timeout S] [--log FILE]
+  --quick        3 rounds at scale 0.25 (a few minutes); default: 11 rounds at scale 1
+  --rounds N     rounds (every round runs every case under every allocator once)
+  --scale F      multiplies every case's work (iterations, rows, requests), 0 < F <= 100
+  --cases LIST   comma-separated case names, or `c` (the C program's cases), `programs`
+                 (python3, sqlite3, redis); default: all
+  --only LIST    allocators, default ebbtide,glibc,jemalloc,mimalloc,tcmalloc; also
+                 ebbtide-norseq: ebbtide with GLIBC_TUNABLES=glibc.pthread.rseq=0 (shown, not
+                 compared)
+  --lib PATH     libebbtide_malloc.so to preload for `ebbtide` (default: $EBBTIDE_MALLOC_LIB,
+                 else beside this executable, else built with cargo build -p ebbtide-malloc);
+                 copied into the work directory before the run
+  --timeout S    seconds one run may take before it is killed and counted a hang (default 120)
+  --log FILE     write every run as `round case allocator value rss_kib status` to FILE";
+
+struct Args {
+    rounds: usize,
+    scale: f64,
+    cases: Vec<&'static Case>,
+    only: Vec<String>,
+    lib: Option<PathBuf>,
+    timeout: Duration,
+    log: Option<PathBuf>,
+}
+
+fn bad(m: &str) -> ! {
+    eprintln!("ebbtide-bench-malloc: {m}\n{USAGE}");
+    std::process::exit(2)
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        rounds: 11,
+        scale: 1.0,
+        cases: CASES.iter().collect(),
+        only: allocators::DEFAULT.iter().map(|s| s.to_string()).collect(),
+        lib: None,
+        timeout: Duration::from_secs(120),
+        log: None,
+    };
+    let (mut rounds, mut scale) = (None, None);
+    let mut quick = false;
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        match k.as_str() {
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0)
+            }
+            "--quick" => {
+                quick = true;
+                continue;
+            }
+            _ => {}
+        }
+        let v = it
+            .next()
+            .unwrap_or_else(|| bad(&format!("{k} needs a value")));
+        let list = |v: &str| v.split(',').map(str::to_string).collect::<Vec<_>>();
+        match k.as_str() {
+            "--rounds" => {
+                rounds = Some(match v.parse::<usize>() {
+                    Ok(n) if n >= 1 => n,
+                    _ => bad(&format!("--rounds {v}: a whole number of at least 1")),
+                })
+            }
+            "--scale" => {
+                scale = Some(match v.parse::<f64>() {
+                    Ok(x) if x > 0.0 && x <= 100.0 => x,
+                    _ => bad(&format!("--scale {v}: a number above 0, at most 100")),
+                })
+            }
+            "--cases" => {
+                let mut cs: Vec<&'static Case> = Vec::new();
+                for n in list(&v) {
+                    let add: Vec<&'static Case> = match n.as_str() {
+                        "all" => CASES.iter().collect(),
+                        "c" => CASES.iter().filter(|c| c.kind == Kind::C).collect(),
+                        "programs" => CASES.iter().filter(|c| c.kind != Kind::C).collect(),
+                        _ => vec![cases::find(&n).unwrap_or_else(|| {
+                            bad(&format!(
+                                "unknown case {n:?} (cases: {}, or c, programs, all)",
+                                CASES.iter().map(|c| c.name).collect::<Vec<_>>().join(" ")
+                            ))
+                        })],
+                    };
+                    for c in add {
+                        if !cs.iter().any(|x| x.name == c.name) {
+                            cs.push(c);
+                        }
+                    }
+                }
+                a.cases = cs;
+            }
+            "--only" => {
+                a.only = list(&v);
+                for n in &a.only {
+                    if !allocators::NAMES.contains(&n.as_str()) {
+                        bad(&format!(
+                            "unknown allocator {n:?} (allocators: {})",
+                            allocators::NAMES.join(", ")
+                        ));
+                    }
+                }
+            }
+            "--lib" => a.lib = Some(PathBuf::from(v)),
+            "--timeout" => {
+                a.timeout = match v.parse::<u64>() {
+                    Ok(s) if s >= 1 => Duration::from_secs(s),
+                    _ => bad(&format!("--timeout {v}: whole seconds, at least 1")),
+                }
+            }
+            "--log" => a.log = Some(PathBuf::from(v)),
+            _ => bad(&format!("unknown option {k}")),
+        }
+    }
+    a.rounds = rounds.unwrap_or(if quick { 3 } else { 11 });
+    a.scale = scale.unwrap_or(if quick { 0.25 } else { 1.0 });
+    a
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+/// Compiles `benches/c/malloc/NAME.c` into `dir/NAME` with `$CC` (default cc).
+fn compile(dir: &Path, name: &str) -> Result<PathBuf, String> {
+    let exe = dir.join(name);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let src = root().join(format!("benches/c/malloc/{name}.c"));
+    let out = Command::new(&cc)
+        .args([
+            "-O2",
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-pthread",
+        ])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-ldl")
+        .output()
+        .map_err(|e| format!("cannot run the C compiler {cc:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "compiling {} failed ({}):\n{}",
+            src.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(exe)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn first_line(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .ok()
+        .and_then(|o| {
+            let t = if o.stdout.is_empty() {
+                o.stderr
+            } else {
+                o.stdout
+            };
+            String::from_utf8_lossy(&t)
+                .lines()
+                .next()
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+/// HEAD of the git tree the library was built in, if it is in one.
+fn source_commit(lib: &Path) -> Option<String> {
+    let mut d = lib.canonicalize().ok()?;
+    while d.pop() {
+        if d.join(".git").exists() {
+            let o = Command::new("git")
+                .arg("-C")
+                .arg(&d)
+                .args(["log", "-1", "--format=%h %cI"])
+                .output()
+                .ok()?;
+            return Some(format!(
+                "{} at {}",
+                String::from_utf8_lossy(&o.stdout).trim(),
+                d.display()
+            ));
+        }
+    }
+    None
+}
+
+fn print_environment(a: &Args, allocs: &[Allocator], lib_about: Option<&(String, PathBuf)>) {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_default();
+    println!("# ebbtide-bench-malloc");
+    println!();
+    println!(
+        "- date: {}",
+        first_line("date", &["-u", "+%Y-%m-%d %H:%M:%S UTC"])
+    );
+    println!(
+        "- cpu: {cpu} ({} online)",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    println!(
+        "- kernel: {}",
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+    );
+    println!("- glibc: {}", first_line("ldd", &["--version"]));
+    println!(
+        "- cc: {}",
+        first_line(
+            &std::env::var("CC").unwrap_or_else(|_| "cc".into()),
+            &["--version"]
+        )
+    );
+    println!(
+        "- python3: {}",
+        first_line("/usr/bin/python3", &["--version"])
+    );
+    println!("- sqlite3: {}", first_line("sqlite3", &["-version"]));
+    println!(
+        "- redis-server: {}",
+        first_line("redis-server", &["--version"])
+    );
+    for al in allocs {
+        println!("- {}: {}", al.name, al.shell_prefix());
+    }
+    if let Some((about, src)) = lib_about {
+        println!("- libebbtide_malloc.so: {about}");
+        if let Some(c) = source_commit(src) {
+            println!(
+                "- HEAD of the git tree that holds that file, at the start of the run (the \
+                 library's source only if it was built there): {c}"
+            );
+        }
+    }
+    for v in [
+        "MALLOC_CONF",
+        "GLIBC_TUNABLES",
+        "EBBTIDE_CONF",
+        "MIMALLOC_SHOW_STATS",
+    ] {
+        if let Ok(x) = std::env::var(v) {
+            println!("- environment: {v}={x} (inherited by every run)");
+        }
+    }
+    println!(
+        "- rounds: {}, scale {}, timeout {} s per run",
+        a.rounds,
+        a.scale,
+        a.timeout.as_secs()
+    );
+    println!(
+        "- cases: {}",
+        a.cases.iter().map(|c| c.name).collect::<Vec<_>>().join(" ")
+    );
+    println!("- load average before: {}", loadavg());
+}
+
+/// Ends a run that cannot start: the message, the run directory removed, exit status 1.
+fn give_up(dir: &Path, msg: &str) -> ! {
+    eprintln!("ebbtide-bench-malloc: {msg}");
+    let _ = std::fs::remove_dir_all(dir);
+    std::process::exit(1)
+}
+
+fn main() {
+    let a = parse_args();
+    // Everything of this run (the program, the library's copy, outputs, inputs) in a directory
+    // of its own: runs in parallel (tests) do not mix; kept when something failed, since the
+    // reproducers name files in it.
+    let dir = target_dir()
+        .join("mallocbench")
+        .join(format!("run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| bad(&format!("cannot create {}: {e}", dir.display())));
+    let [exe, launcher] =
+        ["mallocbench", "launch"].map(|n| compile(&dir, n).unwrap_or_else(|e| give_up(&dir, &e)));
+    let mut allocs = Vec::new();
+    let mut lib_about = None;
+    let wants = |n: &str| a.only.iter().any(|o| o == n);
+    if wants("ebbtide") || wants("ebbtide-norseq") {
+        match allocators::ebbtide(a.lib.as_deref(), &dir) {
+            Ok((al, about)) => {
+                let src = a
+                    .lib
+                    .clone()
+                    .or_else(|| ebbtide_lab::malloc_lib::locate().ok())
+                    .unwrap_or_else(|| al.preload.clone());
+                if wants("ebbtide-norseq") {
+                    allocs.push(al.variant("ebbtide-norseq", allocators::NORSEQ_ENV));
+                }
+                if wants("ebbtide") {
+                    allocs.insert(0, al);
+                }
+                lib_about = Some((about, src));
+            }
+            Err(e) => give_up(
+                &dir,
+                &format!(
+                    "libebbtide_malloc.so: {e}\n(give --lib PATH, or --only \
+                     glibc,jemalloc,mimalloc,tcmalloc to run the peers alone)"
+                ),
+            ),
+        }
+    }
+    allocs.extend(allocators::peers(&a.only));
+    if allocs.is_empty() {
+        give_up(&dir, "no allocator to run");
+    }
+    let mut case_list: Vec<&'static Case> = Vec::new();
+    for c in &a.cases {
+        let miss = cases::missing_programs(c);
+        if miss.is_empty() {
+            case_list.push(c);
+        } else {
+            eprintln!(
+                "skipping {}: {} not installed (Debian: python3, sqlite3, redis-server, redis-tools)",
+                c.name,
+                miss.join(", ")
+            );
+        }
+    }
+    let ctx = Ctx {
+        exe,
+        launcher,
+        scale: a.scale,
+        timeout: a.timeout,
+        dir: dir.clone(),
+        src: root().join("benches/c/malloc"),
+    };
+    print_environment(&a, &allocs, lib_about.as_ref());
+
+    let mut results: Vec<Vec<Cell>> = case_list
+        .iter()
+        .map(|_| allocs.iter().map(|_| Cell::default()).collect())
+        .collect();
+    // The preload must take in every program: one LD_DEBUG=bindings check per program and
+    // allocator; a failed check fails the allocator's cases of that program without running.
+    let mut checked: Vec<(&str, &str, Result<(), String>)> = Vec::new();
+    for (ci, c) in case_list.iter().enumerate() {
+        for (i, al) in allocs.iter().enumerate() {
+            let Some((key, cmd)) = cases::version_command(c) else {
+                continue;
+            };
+            let r = match checked.iter().find(|x| x.0 == key && x.1 == al.name) {
+                Some(x) => x.2.clone(),
+                None => {
+                    let r = allocators::check_bindings(cmd, al, &dir);
+                    checked.push((key, al.name, r.clone()));
+                    r
+                }
+            };
+            if let Err(e) = r {
+                results[ci][i].failure = Some(cases::Failure {
+                    reason: format!("binding check: {e}"),
+                    repro: format!(
+                        "LD_BIND_NOW=1 LD_DEBUG=bindings {} {key} ... 2>&1 | grep \"symbol \\`malloc'\"",
+                        al.shell_prefix()
+                    ),
+                });
+            }
+        }
+    }
+
+    let started = Instant::now();
+    let mut log = String::new();
+    for round in 0..a.rounds {
+        for (ci, c) in case_list.iter().enumerate() {
+            for k in 0..allocs.len() {
+                let i = (k + round + ci) % allocs.len();
+                if results[ci][i].failure.is_some() {
+                    continue;
+                }
+                let r = cases::run(&ctx, c, &allocs[i]);
+                match r {
+                    Ok(s) => {
+                        log += &format!(
+                            "{round} {} {} {} {} ok\n",
+                            c.name, allocs[i].name, s.value, s.rss_kib
+                        );
+                        results[ci][i].samples.push(s);
+                    }
+                    Err(f) => {
+                        eprintln!("FAILED {} under {}: {}", c.name, allocs[i].name, f.reason);
+                        log += &format!(
+                            "{round} {} {} - - failed: {}\n",
+                            c.name, allocs[i].name, f.reason
+                        );
+                        results[ci][i].failure = Some(f);
+                    }
+                }
+            }
+        }
+        eprintln!(
+            "round {}/{} done, {:.0} s (load {})",
+            round + 1,
+            a.rounds,
+            started.elapsed().as_secs_f64(),
+            loadavg()
+        );
+    }
+    outputs::check(&case_list, &mut results, &allocs);
+    if let Some(f) = &a.log {
+        std::fs::write(f, &log)
+            .unwrap_or_else(|e| eprintln!("cannot write --log {}: {e}", f.display()));
+    }
+    println!("- load average after: {}", loadavg());
+    println!("- run time: {:.0} s", started.elapsed().as_secs_f64());
+    println!();
+    println!("Cases:");
+    println!();
+    for c in &case_list {
+        println!("- `{}` ({}): {}", c.name, c.unit(), c.what);
+    }
+    println!();
+    Report {
+        cases: &case_list,
+        allocs: &allocs,
+        results: &results,
+        rounds: a.rounds,
+    }
+    .print();
+    let failed = results.iter().flatten().any(|c| c.failure.is_some());
+    if failed {
+        eprintln!("kept {} (the failures' reproducers use it)", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
