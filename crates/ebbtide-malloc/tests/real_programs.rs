@@ -157,18 +157,20 @@ fn regrtest_results(out: &str) -> std::collections::BTreeMap<String, String> {
     m
 }
 
-fn regrtest(modules: &[&str], malloc: Malloc, dir: &Path, tag: &str) -> Run {
+/// regrtest on `modules` in parallel workers; a module still running after `per_module` is
+/// killed by regrtest (`--timeout`) and counts as failed.
+fn regrtest(modules: &[&str], per_module: u64, malloc: Malloc, dir: &Path, tag: &str) -> Run {
     let mut c = command(PYTHON);
     c.env("PYTHONMALLOC", "malloc")
         .current_dir(dir)
-        .args(["-m", "test", "-j0", "--timeout", "240"])
+        .args(["-m", "test", "-j0", "--timeout", &per_module.to_string()])
         .args(modules);
     run(c, malloc, dir, tag, Duration::from_secs(600))
 }
 
 /// Runs `modules` under ebbtide; every module must pass, or fail under glibc as well (then it
 /// is the machine's, reported and not counted).
-fn cpython_suite(name: &str, modules: &[&str]) {
+fn cpython_suite(name: &str, modules: &[&str], per_module: u64) {
     if !installed(PYTHON, "python3")
         || !installed(
             "/usr/lib/python3.11/test/test_dict.py",
@@ -179,7 +181,7 @@ fn cpython_suite(name: &str, modules: &[&str]) {
     }
     lib();
     let dir = scratch(name);
-    let e = regrtest(modules, Malloc::Ebbtide, &dir, "ebbtide");
+    let e = regrtest(modules, per_module, Malloc::Ebbtide, &dir, "ebbtide");
     let out = e.stdout_str();
     let results = regrtest_results(&out);
     let not_passed: Vec<&str> = modules
@@ -189,7 +191,7 @@ fn cpython_suite(name: &str, modules: &[&str]) {
         .collect();
     let mut ours = Vec::new();
     if !not_passed.is_empty() {
-        let g = regrtest(&not_passed, Malloc::Glibc, &dir, "glibc");
+        let g = regrtest(&not_passed, per_module, Malloc::Glibc, &dir, "glibc");
         let gres = regrtest_results(&g.stdout_str());
         for m in &not_passed {
             let under_glibc = gres.get(*m).map_or("no result", String::as_str);
@@ -221,12 +223,12 @@ fn cpython_suite(name: &str, modules: &[&str]) {
 
 #[test]
 fn cpython_test_suite() {
-    cpython_suite("cpython", CPYTHON_MODULES);
+    cpython_suite("cpython", CPYTHON_MODULES, 240);
 }
 
 #[test]
 fn cpython_test_suite_fork_and_threads() {
-    cpython_suite("cpython-fork", CPYTHON_FORK_MODULES);
+    cpython_suite("cpython-fork", CPYTHON_FORK_MODULES, 120);
 }
 
 #[test]
@@ -301,6 +303,26 @@ fn pthread_exit_from_main_ends_the_process() {
         command(&exe)
     });
     assert_eq!(e.stdout_str(), "main: pthread_exit\nworker done 1\n");
+}
+
+/// The general case behind the `test_subprocess` failures: a program closing descriptors it did
+/// not open (as daemons do) must go on running.
+#[test]
+fn program_closing_all_descriptors_keeps_running() {
+    let dir = scratch("close-all-build");
+    let Some(exe) = compile(&program("close_all_fds.c"), &dir, &[]) else {
+        return;
+    };
+    let (_, e) = both("close_all_fds", Duration::from_secs(30), |_, _| {
+        command(&exe)
+    });
+    assert_eq!(
+        e.stdout_str(),
+        format!(
+            "still running {}\n",
+            (0..100_000u32).map(|i| i % 256).sum::<u32>()
+        )
+    );
 }
 
 /// Reduced from CPython's `test_subprocess` failures under the malloc.
