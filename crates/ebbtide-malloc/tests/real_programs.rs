@@ -43,26 +43,61 @@ use support::{
 
 const PYTHON: &str = "/usr/bin/python3";
 
-/// Runs `make(malloc, dir)` under glibc and under ebbtide, each in its own scratch directory,
-/// and checks that they agree. Returns (glibc, ebbtide).
-fn both(name: &str, limit: Duration, make: impl Fn(Malloc, &Path) -> Command) -> (Run, Run) {
+/// A way of running ebbtide: a name and the environment it adds.
+type Variant = (&'static str, &'static [(&'static str, &'static str)]);
+
+/// The default configuration.
+const DEFAULT: Variant = ("default", &[]);
+/// Checked mode: every free checked against the slab (double frees, foreign pointers).
+const CHECKED: Variant = ("checked", &[("EBBTIDE_CONF", "checked=1")]);
+/// glibc told not to register rseq: the per-CPU caches in their locked mode.
+const NO_RSEQ: Variant = ("no-rseq", &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")]);
+/// Every variant, for the programs quick enough to run several times.
+const ALL: &[Variant] = &[DEFAULT, CHECKED, NO_RSEQ];
+
+/// Runs `make(dir)` under glibc, then under ebbtide in each of `variants` (each run in its own
+/// scratch directory), and checks that every ebbtide run agrees with glibc's. Returns the
+/// glibc run and the ebbtide runs.
+fn compare(
+    name: &str,
+    limit: Duration,
+    variants: &[Variant],
+    make: impl Fn(&Path) -> Command,
+) -> (Run, Vec<Run>) {
     lib();
     let dir = scratch(name);
-    let mut runs = Vec::new();
-    for m in [Malloc::Glibc, Malloc::Ebbtide] {
-        let d = dir.join(m.name());
+    let fresh = |tag: &str| {
+        let d = dir.join(tag);
         std::fs::create_dir_all(&d).unwrap();
-        runs.push(run(make(m, &d), m, &dir, name, limit));
+        d
+    };
+    let g = run(make(&fresh("glibc")), Malloc::Glibc, &dir, name, limit);
+    let mut runs = Vec::new();
+    let mut times = Vec::new();
+    for (label, env) in variants {
+        let mut c = make(&fresh(label));
+        for (k, v) in *env {
+            c.env(k, v);
+        }
+        let tag = format!("{name}-{label}");
+        let e = run(c, Malloc::Ebbtide, &dir, &tag, limit);
+        same_as_glibc(&format!("{name} (ebbtide {label})"), &g, &e);
+        times.push(format!("{label} {:.1} s", e.secs));
+        runs.push(e);
     }
-    let e = runs.pop().unwrap();
-    let g = runs.pop().unwrap();
-    same_as_glibc(name, &g, &e);
     eprintln!(
-        "{name}: same output under glibc ({:.1} s) and ebbtide ({:.1} s)",
-        g.secs, e.secs
+        "{name}: same output under glibc ({:.1} s) and ebbtide ({})",
+        g.secs,
+        times.join(", ")
     );
     let _ = std::fs::remove_dir_all(&dir);
-    (g, e)
+    (g, runs)
+}
+
+/// [`compare`] in the default configuration only; returns (glibc, ebbtide).
+fn both(name: &str, limit: Duration, make: impl Fn(&Path) -> Command) -> (Run, Run) {
+    let (g, mut e) = compare(name, limit, &[DEFAULT], make);
+    (g, e.pop().unwrap())
 }
 
 #[test]
@@ -70,11 +105,12 @@ fn python_workload() {
     if !installed(PYTHON, "python3") {
         return;
     }
-    let (_, e) = both("python", Duration::from_secs(120), |_, _| {
+    let (_, runs) = compare("python", Duration::from_secs(120), ALL, |_| {
         let mut c = command(PYTHON);
         c.env("PYTHONMALLOC", "malloc").arg(program("workload.py"));
         c
     });
+    let e = &runs[0]; // all agree with glibc
     let out = e.stdout_str();
     assert!(
         out.starts_with("allocator malloc\n"),
@@ -236,12 +272,13 @@ fn sqlite3_bulk_load_and_queries() {
     if !installed("/usr/bin/sqlite3", "sqlite3") {
         return;
     }
-    let (_, e) = both("sqlite3", Duration::from_secs(120), |_, d| {
+    let (_, runs) = compare("sqlite3", Duration::from_secs(120), ALL, |d| {
         let mut c = command("/usr/bin/sqlite3");
         c.arg(d.join("bulk.db"))
             .stdin(std::fs::File::open(program("bulk.sql")).unwrap());
         c
     });
+    let e = &runs[0]; // all agree with glibc
     let out = e.stdout_str();
     assert!(out.contains("counts|50000|300000|"), "{out}");
     assert!(out.contains("\nok\n"), "integrity_check: {out}");
@@ -252,11 +289,12 @@ fn git_session() {
     if !installed("/usr/bin/git", "git") {
         return;
     }
-    let (_, e) = both("git", Duration::from_secs(180), |_, d| {
+    let (_, runs) = compare("git", Duration::from_secs(180), ALL, |d| {
         let mut c = command("/bin/sh");
         c.arg(program("git.sh")).arg(d);
         c
     });
+    let e = &runs[0]; // all agree with glibc
     let out = e.stdout_str();
     assert!(out.ends_with("== done\n"), "{}", support::tail(&out, 20));
     assert!(out.contains("Merge branch 'topic'"), "{out}");
@@ -267,11 +305,12 @@ fn perl_workload() {
     if !installed("/usr/bin/perl", "perl") {
         return;
     }
-    let (_, e) = both("perl", Duration::from_secs(120), |_, _| {
+    let (_, runs) = compare("perl", Duration::from_secs(120), ALL, |_| {
         let mut c = command("/usr/bin/perl");
         c.arg(program("workload.pl"));
         c
     });
+    let e = &runs[0]; // all agree with glibc
     assert!(e.stdout_str().contains("\ndigest "), "{}", e.stdout_str());
 }
 
@@ -281,7 +320,8 @@ fn cpp_standard_library() {
     let Some(exe) = compile(&program("stdlib.cpp"), &dir, &[]) else {
         return;
     };
-    let (_, e) = both("cpp", Duration::from_secs(120), |_, _| command(&exe));
+    let (_, runs) = compare("cpp", Duration::from_secs(120), ALL, |_| command(&exe));
+    let e = &runs[0]; // all agree with glibc
     let out = e.stdout_str();
     for want in [
         "oom bad_alloc nothrow=null vector=1 handler_calls=3 then_bad_alloc=1\n",
@@ -299,9 +339,7 @@ fn pthread_exit_from_main_ends_the_process() {
     let Some(exe) = compile(&program("pthread_exit.c"), &dir, &[]) else {
         return;
     };
-    let (_, e) = both("pthread_exit", Duration::from_secs(20), |_, _| {
-        command(&exe)
-    });
+    let (_, e) = both("pthread_exit", Duration::from_secs(20), |_| command(&exe));
     assert_eq!(e.stdout_str(), "main: pthread_exit\nworker done 1\n");
 }
 
@@ -313,9 +351,7 @@ fn program_closing_all_descriptors_keeps_running() {
     let Some(exe) = compile(&program("close_all_fds.c"), &dir, &[]) else {
         return;
     };
-    let (_, e) = both("close_all_fds", Duration::from_secs(30), |_, _| {
-        command(&exe)
-    });
+    let (_, e) = both("close_all_fds", Duration::from_secs(30), |_| command(&exe));
     assert_eq!(
         e.stdout_str(),
         format!(
@@ -332,7 +368,7 @@ fn forked_child_closing_all_descriptors_still_execs() {
     let Some(exe) = compile(&program("fork_close_exec.c"), &dir, &[]) else {
         return;
     };
-    let (_, e) = both("fork_close_exec", Duration::from_secs(30), |_, _| {
+    let (_, e) = both("fork_close_exec", Duration::from_secs(30), |_| {
         command(&exe)
     });
     assert_eq!(e.stdout_str(), "bad children: 0\n");
