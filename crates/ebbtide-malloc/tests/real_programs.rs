@@ -18,12 +18,15 @@
 //! * and **`LD_DEBUG=bindings`** proof that the allocation symbols of these programs (and of
 //!   the C library inside them) bind to `libebbtide_malloc.so`.
 //!
-//! Each program runs under glibc and under ebbtide (each with its own scratch directory); the
-//! test compares exit status and stdout, and fails on any `ebbtide:` message on stderr. Every
-//! run has a time limit: a hang is killed and reported as a failure.
+//! Each program runs under glibc and under ebbtide (each run with its own scratch directory);
+//! the quick ones also under ebbtide's checked mode (`EBBTIDE_CONF=checked=1`) and with glibc's
+//! rseq off (`GLIBC_TUNABLES=glibc.pthread.rseq=0`: the per-CPU caches' locked mode). The test
+//! compares exit status and stdout with glibc's, and fails on any `ebbtide:` message on stderr.
+//! Every run has a time limit: a hang is killed and reported as a failure.
 //!
-//! Two reduced cases (`tests/programs/pthread_exit.c`, `fork_close_exec.c`) pin down what broke
-//! CPython's `test_threading` and `test_subprocess` under the malloc.
+//! Reduced cases (`tests/programs/pthread_exit.c`, `close_all_fds.c`, `fork_close_exec.c`,
+//! `fds_at_start.c`) pin down what broke CPython's `test_threading`, `test_subprocess` and
+//! `test_posix` under the malloc ([`CPYTHON_FORK_MODULES`]).
 //!
 //! A missing program skips its test with a message naming the Debian package (and fails under
 //! `CI`, where `.ci/run` installs them).
@@ -684,6 +687,28 @@ fn redis_scenario(malloc: Malloc) -> String {
         (dbsize_after_bench + 16_000).to_string(),
         "DBSIZE through redis-cli after the dataset (benchmark keys {dbsize_after_bench} + 16 000 of ours)"
     );
+    // The commands that ask the allocator: Debian's redis-server calls jemalloc's mallctl for
+    // them (its own figures, not ebbtide's), and malloc_usable_size (ebbtide's) for MEMORY USAGE.
+    for c in [
+        &["MEMORY", "USAGE", "ds:list:99"][..],
+        &["MEMORY", "STATS"],
+        &["MEMORY", "DOCTOR"],
+        &["MEMORY", "MALLOC-STATS"],
+        &["MEMORY", "PURGE"],
+    ] {
+        let r = client.cmds(c);
+        assert!(
+            !matches!(r, resp::Reply::Error(_)),
+            "{} under {m}: {r:?}",
+            c.join(" ")
+        );
+    }
+    let usage = client.cmds(&["MEMORY", "USAGE", "ds:list:99"]);
+    assert!(
+        matches!(usage, resp::Reply::Int(n) if n >= 100 * 5),
+        "MEMORY USAGE of a 100-element list under {m}: {usage:?}"
+    );
+    assert_eq!(client.cmds(&["PING"]).text(), "PONG");
     let mem = client.cmds(&["INFO", "memory"]).text();
     let mem: Vec<&str> = mem
         .lines()
