@@ -25,8 +25,9 @@
 //! Every run has a time limit: a hang is killed and reported as a failure.
 //!
 //! Reduced cases (`tests/programs/pthread_exit.c`, `close_all_fds.c`, `fork_close_exec.c`,
-//! `fds_at_start.c`) pin down what broke CPython's `test_threading`, `test_subprocess` and
-//! `test_posix` under the malloc ([`CPYTHON_FORK_MODULES`]).
+//! `fds_at_start.c`, `blocked_signals.c`) pin down what broke CPython's `test_threading`,
+//! `test_subprocess`, `test_posix` and `test_signal` under the malloc
+//! ([`CPYTHON_FORK_MODULES`]).
 //!
 //! A missing program skips its test with a message naming the Debian package (and fails under
 //! `CI`, where `.ci/run` installs them).
@@ -125,8 +126,9 @@ fn python_workload() {
 /// CPython test modules (package `libpython3.11-testsuite`) that pass under glibc on Debian 12
 /// and allocate heavily (objects, containers, text, numbers, codecs, compression, files,
 /// threads, the compiler and importer); together one to two minutes on two CPUs. Left out for
-/// time (each a minute or more): test_asyncio, test_concurrent_futures,
-/// test_multiprocessing_fork, test_signal; test_socket and test_capi fail under glibc here.
+/// time (each a minute or more; they passed under ebbtide when tried by hand): test_asyncio,
+/// test_concurrent_futures, test_multiprocessing_fork; test_socket and test_capi fail under
+/// glibc here.
 const CPYTHON_MODULES: &[&str] = &[
     "test_dict",
     "test_list",
@@ -219,11 +221,17 @@ const CPYTHON_MODULES: &[&str] = &[
     "test_zipimport",
 ];
 
-/// CPython test modules on threads, processes and descriptors that fail under the malloc (see
+/// CPython test modules on threads, processes, descriptors and signals that fail under the malloc (see
 /// the reduced cases below): `test_threading` (a thread forks; in the child that thread
 /// returns), `test_subprocess` (`user=`/`group=`: fork instead of vfork, the child closing every
-/// descriptor; `pass_fds`), `test_posix` (posix_spawn with fd 0 closed).
-const CPYTHON_FORK_MODULES: &[&str] = &["test_threading", "test_subprocess", "test_posix"];
+/// descriptor; `pass_fds`), `test_posix` (posix_spawn with fd 0 closed), `test_signal` (a
+/// blocked signal sent to the process reaches a thread of the malloc).
+const CPYTHON_FORK_MODULES: &[&str] = &[
+    "test_threading",
+    "test_subprocess",
+    "test_posix",
+    "test_signal",
+];
 
 /// `module → result word` from regrtest's progress lines (`[ 3/52] test_x passed ...`).
 fn regrtest_results(out: &str) -> std::collections::BTreeMap<String, String> {
@@ -424,6 +432,23 @@ fn descriptors_at_start_are_the_programs() {
         e.stdout_str().starts_with("fd 0 at start: closed\n"),
         "{}",
         e.stdout_str()
+    );
+}
+
+/// Reduced from CPython's `test_signal` failures: signals a program blocks stay pending for it
+/// (sigpending, sigtimedwait, signalfd), instead of reaching a thread of the malloc.
+#[test]
+fn blocked_signals_stay_pending() {
+    let dir = scratch("signals-build");
+    let Some(exe) = compile(&program("blocked_signals.c"), &dir, &[]) else {
+        return;
+    };
+    let (_, e) = both("blocked_signals", Duration::from_secs(30), |_| {
+        command(&exe)
+    });
+    assert_eq!(
+        e.stdout_str(),
+        "pending: USR1 1 USR2 1 TERM 1; handler ran 0 times\nsigtimedwait: 1\nsignalfd: SIGTERM 1\n"
     );
 }
 
