@@ -73,14 +73,21 @@ pub fn page_size() -> usize {
 
 /// Number of CPU ids the kernel may report (`_SC_NPROCESSORS_CONF`): per-CPU arrays are sized by
 /// it, so every id `sched_getcpu` or rseq can return is covered.
+///
+/// Read once and cached: glibc answers it by reading `/sys/devices/system/cpu/possible`, an
+/// open/read/close per call, and every zone creation asks (a malloc creates its first dozen
+/// zones while a process starts).
 pub fn cpu_count() -> usize {
+    static CPUS: AtomicUsize = AtomicUsize::new(0);
+    let c = CPUS.load(Ordering::Relaxed);
+    if c != 0 {
+        return c;
+    }
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-    if n > 0 {
-        n as usize
-    } else {
-        1
-    }
+    let n = if n > 0 { n as usize } else { 1 };
+    CPUS.store(n, Ordering::Relaxed);
+    n
 }
 
 #[cfg(loom)]
@@ -291,17 +298,26 @@ pub unsafe fn release_lazy(ptr: NonNull<u8>, len: usize) -> bool {
     r == 0
 }
 
-/// Sleeps while `word` holds `expected` (returns at once if it does not; may return spuriously).
-pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
+/// Sleeps while `word` holds `expected`, for at most `timeout_ms` (no limit for `None`);
+/// returns at once if it does not hold it, and may return spuriously.
+pub(crate) fn futex_wait_for(word: &AtomicU32, expected: u32, timeout_ms: Option<u64>) {
+    let ts = timeout_ms.map(|ms| libc::timespec {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+    });
+    let tp = ts
+        .as_ref()
+        .map_or(core::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: FUTEX_WAIT_PRIVATE on a valid, aligned u32 that lives as long as the call (a
-    // static in practice); a null timeout waits without limit.
+    // static in practice); the timeout is null (no limit) or points to a timespec on this
+    // stack, relative as FUTEX_WAIT wants.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
             expected,
-            core::ptr::null::<libc::timespec>(),
+            tp,
         );
     }
 }

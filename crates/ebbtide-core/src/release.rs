@@ -120,8 +120,9 @@ fn give_back(addr: usize, len: usize) {
     DONE.fetch_add(1, Ordering::Release);
 }
 
-/// One round of the helper: every run posted so far, then sleep until the next is posted.
-fn helper_pass() {
+/// One round of the helper: every run posted so far, then sleep until the next is posted (or
+/// for at most `max_sleep_ms`).
+fn helper_pass(max_sleep_ms: Option<u64>) {
     {
         // Inside the fork gate while runs are claimed and not yet done (a child must not wait
         // for a run its parent's helper had claimed); never while asleep.
@@ -139,7 +140,7 @@ fn helper_pass() {
         SLEEPING.store(0, Ordering::SeqCst);
         return;
     }
-    os::futex_wait(&SLEEPING, 1);
+    os::futex_wait_for(&SLEEPING, 1, max_sleep_ms);
     SLEEPING.store(0, Ordering::SeqCst);
 }
 
@@ -149,7 +150,16 @@ fn helper_pass() {
 /// themselves when they finish.
 pub fn serve_forever() -> ! {
     loop {
-        helper_pass();
+        helper_pass(None);
+    }
+}
+
+/// [`serve_forever`] while `keep()` says so, asked at least every `check_ms` (it may be asked
+/// more often). Returns when it said no: a runtime whose threads must not keep a process alive
+/// ends the helper this way (see the `ebbtide` crate's `threads`).
+pub fn serve_while(check_ms: u64, mut keep: impl FnMut() -> bool) {
+    while keep() {
+        helper_pass(Some(check_ms));
     }
 }
 

@@ -78,7 +78,9 @@ pub fn locate_or_build() -> Result<PathBuf, String> {
                 .status()
                 .map_err(|e| format!("{not_found}; running cargo to build it failed: {e}"))?;
             if !st.success() {
-                return Err(format!("{not_found}; `cargo build -p ebbtide-malloc` failed ({st})"));
+                return Err(format!(
+                    "{not_found}; `cargo build -p ebbtide-malloc` failed ({st})"
+                ));
             }
             locate()
         }

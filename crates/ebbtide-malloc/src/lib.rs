@@ -64,6 +64,17 @@ extern "C" fn start() {
     let _ = fork::resolve();
     fork::register();
     ebbtide_core::outer::register(&huge::HugeCache);
+    // Every process of a machine may run with this library (`LD_PRELOAD` in a service's
+    // environment, `ebbtide run sh`): one that ends within a second has nothing to give back,
+    // and tearing down a PSI trigger at exit costs tens of milliseconds (docs/malloc.md). The
+    // pressure sources open after a second unless the environment says otherwise.
+    let env_sets = env::raw_var(b"EBBTIDE_SOURCES_DELAY_MS").is_some()
+        || env::raw_var(b"EBBTIDE_CONF")
+            .and_then(|c| env::conf_value(c, b"sources_delay_ms"))
+            .is_some();
+    if !env_sets {
+        let _ = ebbtide::options::set("sources_delay_ms", "1000");
+    }
     ebbtide::start_runtime();
 }
 

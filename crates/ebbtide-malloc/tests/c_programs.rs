@@ -391,6 +391,64 @@ int main(int argc, char **argv) {
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));
     let o = run(&bin, &[plug.to_str().unwrap()], &[], true);
-    assert!(o.status.success() && o.stdout.starts_with(b"dlopen ok"), "{}", show(&o));
+    assert!(
+        o.status.success() && o.stdout.starts_with(b"dlopen ok"),
+        "{}",
+        show(&o)
+    );
     assert!(o.stderr.is_empty(), "messages:\n{}", show(&o));
+}
+
+#[test]
+fn runtime_threads_do_not_keep_a_process_alive() {
+    // main() ends with pthread_exit while a worker runs: the process must end when the worker
+    // does (the C library's last-thread exit), not live on in the runtime's threads.
+    let d = scratch("lastthread");
+    let src = d.join("last.c");
+    std::fs::write(
+        &src,
+        r#"#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+static void *work(void *a) {
+    (void)a;
+    for (int i = 0; i < 1000; i++) free(malloc(100 + i));
+    usleep(300000);
+    puts("worker done");
+    fflush(stdout);
+    return NULL;
+}
+int main(void) {
+    pthread_t t;
+    free(malloc(10));
+    pthread_create(&t, NULL, work, NULL);
+    pthread_exit(NULL);
+}
+"#,
+    )
+    .unwrap();
+    let bin = d.join("last");
+    let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let t0 = std::time::Instant::now();
+    let o = Command::new("timeout")
+        .arg("20")
+        .arg(&bin)
+        .env("LD_PRELOAD", lib())
+        .env_remove("EBBTIDE_CONF")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "worker done");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(5),
+        "took {:?} to end",
+        t0.elapsed()
+    );
 }

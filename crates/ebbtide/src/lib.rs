@@ -25,7 +25,7 @@
 //! invariants) is the documentation of [`ebbtide_core`].
 //!
 //! ## Modules of this crate
-//! Layer order (bottom first): options, reclaimer, threads, stats, control, abi.
+//! Layer order (bottom first): options, lifetime, reclaimer, threads, stats, control, abi.
 //!
 //! | module | what |
 //! |---|---|
@@ -55,6 +55,7 @@
 
 pub mod abi;
 pub mod control;
+mod lifetime;
 pub mod options;
 pub mod reclaimer;
 pub mod stats;

@@ -6,6 +6,8 @@
 //! | `ebbtide-reclaim` | [`before_zone_create`], [`crate::pressure::notify`] | the reclaim loop ([`crate::reclaimer`]) |
 //! | `ebbtide-release` | [`before_zone_create`] | the core's release helper ([`ebbtide_core::release::serve_forever`]) |
 //!
+//! The runtime's threads never keep a process alive (see `lifetime.rs`).
+//!
 //! A forked child has none of its parent's threads. The fork handler only clears atomics
 //! (async-signal-safe: POSIX allows nothing else in the child of a multithreaded process before
 //! `exec`); the child starts its own threads at its next zone creation or pressure notification,
@@ -49,7 +51,20 @@ fn ensure_release_helper() {
     let r = std::thread::Builder::new()
         .name("ebbtide-release".into())
         .stack_size(64 * 1024)
-        .spawn(|| ebbtide_core::release::serve_forever());
+        .spawn(|| {
+            let me = crate::lifetime::register_runtime_thread();
+            let mut last = std::time::Instant::now();
+            ebbtide_core::release::serve_while(1000, || {
+                // The scan of /proc at most once a second, however often runs are posted.
+                if last.elapsed() < std::time::Duration::from_secs(1) {
+                    return true;
+                }
+                last = std::time::Instant::now();
+                !crate::lifetime::alone()
+            });
+            ebbtide_core::release::set_helper_running(false);
+            crate::lifetime::unregister_runtime_thread(me);
+        });
     match r {
         Ok(_) => ebbtide_core::release::set_helper_running(true),
         Err(e) => ebbtide_core::error::report(format_args!(
@@ -85,6 +100,7 @@ extern "C" fn after_fork_child() {
     // store before whatever the child does next (it pairs with the AcqRel swap in
     // `ensure_release_helper`).
     HELPER_TRIED.store(false, Ordering::Release);
+    crate::lifetime::forget_all_in_child();
     ebbtide_core::release::set_helper_running(false);
     crate::reclaimer::after_fork_child();
     for slot in &CHILD_HOOKS {

@@ -134,6 +134,11 @@ const EFFECTS: &[(&str, &str, &str)] = &[
         "sources_chooses_the_sources",
     ),
     (
+        "sources_delay_ms",
+        "crates/ebbtide/tests/tunable_effects.rs",
+        "sources_delay_ms_holds_the_sources_back",
+    ),
+    (
         "reclaim_thread",
         "crates/ebbtide/tests/critical_once.rs",
         "a_critical_event_fences_each_cpu_once",
@@ -462,6 +467,59 @@ fn child_print_active_sources() {
     }
     names.sort();
     println!("ACTIVE={}", names.join(","));
+}
+
+/// `sources_delay_ms` (start-up only): the sources open that long after the reclaim thread
+/// starts, not before.
+#[test]
+fn sources_delay_ms_holds_the_sources_back() {
+    let out = child(
+        "child_sources_delay",
+        &[
+            ("EBBTIDE_SOURCES", "headroom"),
+            ("EBBTIDE_SOURCES_DELAY_MS", "1500"),
+        ],
+    );
+    let early = out
+        .lines()
+        .find_map(|l| l.split_once("EARLY=").map(|x| x.1))
+        .expect("child printed its early sources");
+    assert_eq!(early, "", "sources open before the delay: {out}");
+    let late_ms: u64 = out
+        .lines()
+        .find_map(|l| l.split_once("OPENED_MS=").map(|x| x.1))
+        .and_then(|v| v.parse().ok())
+        .expect("child saw the sources open");
+    assert!(
+        late_ms >= 1400,
+        "opened after {late_ms} ms, before the 1500 ms delay"
+    );
+}
+
+#[test]
+#[ignore = "helper process of sources_delay_ms_holds_the_sources_back"]
+fn child_sources_delay() {
+    let t = Instant::now();
+    let _z = ebbtide::Zone::new(ebbtide::ZoneOptions::new("effects-delay", 64)).unwrap();
+    let listed = || {
+        // Every source the thread opened is listed (active or not, with its reason).
+        ebbtide::stats::collect()
+            .sources
+            .iter()
+            .map(|x| x.name.clone())
+            .filter(|n| n != "explicit")
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    println!("EARLY={}", listed());
+    while t.elapsed() < Duration::from_secs(10) {
+        if !listed().is_empty() {
+            println!("OPENED_MS={}", t.elapsed().as_millis());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Page pools: `max_buffer_pages` is the cap of a pool made with the default cap, and

@@ -121,10 +121,13 @@ pub(super) fn open_watcher(gen: u64) -> Option<Watcher> {
 }
 
 pub(super) fn run(gen: u64) {
+    let me = crate::lifetime::register_runtime_thread();
     let mut settings = source_settings();
-    let mut watcher = open_watcher(gen);
-    let mut opt_gen = options::global().generation();
     let start = Instant::now();
+    // The sources open after `sources_delay_ms` (0: now).
+    let mut open_at = Some(start + options::get_duration(Tunable::SourcesDelayMs));
+    let mut watcher = None;
+    let mut opt_gen = options::global().generation();
     let mut next_periodic = start + options::get_duration(Tunable::TrimIntervalMs);
     let mut next_pools = start + options::get_duration(Tunable::PoolShrinkIntervalMs);
     loop {
@@ -135,7 +138,14 @@ pub(super) fn run(gen: u64) {
             panic!("injected panic (test hook)");
         }
         let now = Instant::now();
+        if open_at.is_some_and(|t| now >= t) {
+            open_at = None;
+            watcher = open_watcher(gen);
+        }
         let mut deadline = next_periodic.min(next_pools);
+        if let Some(t) = open_at {
+            deadline = deadline.min(t);
+        }
         if let Some(d) = with_policy(|p| p.next_deadline(now)) {
             deadline = deadline.min(d);
         }
@@ -175,6 +185,14 @@ pub(super) fn run(gen: u64) {
             next_periodic = now + options::get_duration(Tunable::TrimIntervalMs);
         }
         if now >= next_pools {
+            if crate::lifetime::alone() {
+                // Every other thread has ended: end too, so that the process ends as it would
+                // without us (see `lifetime`).
+                crate::lifetime::unregister_runtime_thread(me);
+                lock(&SHARED).injector = None;
+                THREAD_DISABLED.store(true, Ordering::Release);
+                return;
+            }
             reclaim::decay_lazy(ebbtide_core::lazy::now_ms());
             reclaim::shrink_pools();
             next_pools = now + options::get_duration(Tunable::PoolShrinkIntervalMs);
@@ -190,8 +208,10 @@ pub(super) fn run(gen: u64) {
             let new = source_settings();
             if new != settings {
                 settings = new;
-                drop(watcher.take()); // closes the old sources' descriptors first
-                watcher = open_watcher(gen);
+                if open_at.is_none() {
+                    drop(watcher.take()); // closes the old sources' descriptors first
+                    watcher = open_watcher(gen);
+                }
             }
         }
     }
