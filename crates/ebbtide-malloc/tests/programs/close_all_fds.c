@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 int main(void) {
-    usleep(100 * 1000); /* whatever the libraries start has started */
+    /* whatever the libraries start has started (libebbtide_malloc.so opens its pressure
+     * sources one second after start by default) */
+    usleep(1300 * 1000);
     close_range(3, ~0U, 0);
     usleep(300 * 1000);
     size_t total = 0;
