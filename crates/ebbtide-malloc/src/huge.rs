@@ -11,8 +11,8 @@
 //! A program that allocates and frees blocks of a few MiB in a loop (a growing dict or list in
 //! Python, a buffer per request) would pay a mapping and a page fault per page every time. Up
 //! to [`CACHE_BLOCKS`] freed mappings of at most [`CACHE_BLOCK_MAX`] bytes each, and
-//! [`CACHE_BYTES`] in all, are kept and handed out again to a request that fits (at most a
-//! quarter larger than asked). The cache is an [`ebbtide_core::outer::OuterCache`]: it empties
+//! [`CACHE_BYTES`] in all, are kept and handed out again to a request that fits (the smallest
+//! that does; its pages beyond an eighth more than asked go back). The cache is an [`ebbtide_core::outer::OuterCache`]: it empties
 //! with the zones' caches on every drain, DRAIN_CPU, squeeze and critical pressure, keeps
 //! nothing while those are in force, counts in the cached bytes the budget reads, and the
 //! periodic pass unmaps what has sat unused for [`CACHE_IDLE_NS`] (the idle give-back).
@@ -38,7 +38,7 @@ pub const CACHE_BLOCKS: usize = 16;
 /// The largest block the cache keeps.
 pub const CACHE_BLOCK_MAX: usize = 64 << 20;
 /// The most the cache holds in all.
-pub const CACHE_BYTES: usize = 64 << 20;
+pub const CACHE_BYTES: usize = 32 << 20;
 /// A cached block unused for this long goes back at the next periodic pass (1 s, the zones'
 /// idle give-back aims at 2 s).
 pub const CACHE_IDLE_NS: u64 = 1_000_000_000;
@@ -256,22 +256,28 @@ pub fn alloc_fresh(n: usize, align: usize) -> (*mut u8, bool) {
     (a as *mut u8, true)
 }
 
-/// A cached mapping of `len..=len + len / 4` bytes, made live again.
+/// The smallest cached mapping of at least `len` bytes, made live again; its pages beyond
+/// `len + len / 8` go back to the kernel (the reused part keeps its pages: no faults).
 fn from_cache(len: usize) -> Option<*mut u8> {
     let mut t = ebbtide_core::lock(&TABLE);
     if t.cached_bytes == 0 {
         return None;
     }
     let best = (0..CACHE_BLOCKS)
-        .filter(|&i| t.cached[i].1 >= len && t.cached[i].1 <= len + len / 4)
+        .filter(|&i| t.cached[i].1 >= len)
         .min_by_key(|&i| t.cached[i].1)?;
     if !t.reserve() {
         return None;
     }
-    let (map, l, _) = t.cached[best];
+    let (map, mut l, _) = t.cached[best];
     t.cached[best] = (0, 0, 0);
     t.cached_bytes -= l;
     CACHED.store(t.cached_bytes, Ordering::Relaxed);
+    let keep = (len + len / 8).next_multiple_of(page());
+    if l > keep {
+        unmap(map + keep, l - keep);
+        l = keep;
+    }
     t.put(Slot {
         addr: map,
         map,
