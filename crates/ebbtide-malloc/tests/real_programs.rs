@@ -13,6 +13,8 @@
 //! * **a C++ program** on the standard library (`tests/programs/stdlib.cpp`, built with `g++`
 //!   here): containers, strings, regex, exceptions across threads, producer/consumer threads,
 //!   `std::bad_alloc` from a huge `new`, a custom new handler, nothrow and over-aligned `new`;
+//! * **sort, xz, gzip, awk** (`tests/programs/tools.sh`): a parallel sort with a large buffer,
+//!   multi-threaded xz;
 //! * **redis-server** driven by `redis-benchmark`, then a dataset of our own written and read
 //!   back whole, `DBSIZE`, and a clean `SHUTDOWN`;
 //! * and **`LD_DEBUG=bindings`** proof that the allocation symbols of these programs (and of
@@ -348,6 +350,20 @@ fn git_session() {
     let out = e.stdout_str();
     assert!(out.ends_with("== done\n"), "{}", support::tail(&out, 20));
     assert!(out.contains("Merge branch 'topic'"), "{out}");
+}
+
+#[test]
+fn everyday_tools() {
+    if !installed("/usr/bin/xz", "xz-utils") || !installed("/usr/bin/gzip", "gzip") {
+        return;
+    }
+    let (_, runs) = compare("tools", Duration::from_secs(120), ALL, |d| {
+        let mut c = command("/bin/sh");
+        c.arg(program("tools.sh")).arg(d);
+        c
+    });
+    let e = &runs[0]; // all agree with glibc
+    assert!(e.stdout_str().contains("\nuniq "), "{}", e.stdout_str());
 }
 
 #[test]
