@@ -29,7 +29,7 @@ pub(crate) const CHUNK_SHIFT: usize = 22;
 pub(crate) const CHUNK_SIZE: usize = 1 << CHUNK_SHIFT;
 
 const ARENA_MAX: usize = 1 << 40; // try 1 TiB of address space first
-const ARENA_MIN: usize = 1 << 30; // and accept down to 1 GiB (e.g. under `ulimit -v`)
+const ARENA_MIN: usize = 1 << 25; // and accept down to 32 MiB (e.g. under a tight `ulimit -v`)
 
 pub(crate) struct Arena {
     pub(crate) base: usize,

@@ -161,9 +161,9 @@ pub mod release;
 #[cfg(not(loom))]
 pub mod runtime;
 #[cfg(not(loom))]
-pub(crate) mod slab;
-#[cfg(not(loom))]
 pub mod sizing;
+#[cfg(not(loom))]
+pub(crate) mod slab;
 #[cfg_attr(loom, allow(dead_code, unused_imports))]
 pub(crate) mod sync;
 #[cfg(not(loom))]

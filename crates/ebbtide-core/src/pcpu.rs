@@ -398,7 +398,11 @@ mod rseq {
     /// # Safety
     /// As [`pop_in`].
     #[inline(always)]
-    pub(super) unsafe fn push_in(r: *const super::RseqRef, off: isize, item: *mut u8) -> super::Push {
+    pub(super) unsafe fn push_in(
+        r: *const super::RseqRef,
+        off: isize,
+        item: *mut u8,
+    ) -> super::Push {
         // SAFETY: as in `push` and `pop_in`.
         unsafe {
             core::arch::asm!(
@@ -988,7 +992,8 @@ impl Pcpu {
             // SAFETY: i < count <= storage; the stack is stopped and fenced, so it is ours.
             f(unsafe { *self.slot(cpu, i) });
         }
-        h.word.store((w & !COUNT_MASK) | keep as u64, Ordering::Relaxed);
+        h.word
+            .store((w & !COUNT_MASK) | keep as u64, Ordering::Relaxed);
         self.reopen(h, cap);
         c - keep
     }

@@ -155,7 +155,9 @@ pub fn give_back(s: &Stack, bytes: u64, max_slots: u32) -> (u32, u64) {
     if bytes == 0 || s.grant == 0 || s.item_size == 0 {
         return (s.grant, 0);
     }
-    let slots = bytes.div_ceil(s.item_size).min(max_slots.min(s.grant) as u64) as u32;
+    let slots = bytes
+        .div_ceil(s.item_size)
+        .min(max_slots.min(s.grant) as u64) as u32;
     // Only slots that count (the capacity is capped by storage) free budget bytes.
     let before = s.bytes();
     let after = Stack {
@@ -245,8 +247,16 @@ mod tests {
         let s = stack(124, 0, 1, 256);
         assert_eq!(wanted(&s), 62);
         assert_eq!(wanted(&stack(124, 0, 3, 256)), 186);
-        assert_eq!(wanted(&stack(124, 0, 100, 256)), 504 - 124, "storage bounds growth");
-        assert_eq!(wanted(&stack(504, 0, 9, 64)), 0, "a full-storage floor cannot grow");
+        assert_eq!(
+            wanted(&stack(124, 0, 100, 256)),
+            504 - 124,
+            "storage bounds growth"
+        );
+        assert_eq!(
+            wanted(&stack(504, 0, 9, 64)),
+            0,
+            "a full-storage floor cannot grow"
+        );
         assert_eq!(wanted(&stack(124, 0, 0, 256)), 0, "no miss, no growth");
         let (g, b) = grow(&stack(124, 0, 2, 256), u64::MAX);
         assert_eq!((g, b), (124, 124 * 256));
@@ -290,7 +300,10 @@ mod tests {
     fn quiet_stacks_keep_their_grant_when_nobody_needs_it() {
         let mut zs = [stack(124, 200, 0, 256), stack(124, 0, 0, 256)];
         pass(&mut zs, 60_000 * MS, 1 << 20);
-        assert_eq!(zs[0].grant, 200, "no missing stack, budget not exceeded: nothing moves");
+        assert_eq!(
+            zs[0].grant, 200,
+            "no missing stack, budget not exceeded: nothing moves"
+        );
     }
 
     #[test]
@@ -301,7 +314,10 @@ mod tests {
         pass(&mut zs, 5_100 * MS, 80 * 1024);
         let used: u64 = zs.iter().map(|s| s.bytes()).sum();
         assert!(used <= 80 * 1024, "{used}");
-        assert!(zs[0].grant < zs[1].grant, "the quiet stack gave back first: {zs:?}");
+        assert!(
+            zs[0].grant < zs[1].grant,
+            "the quiet stack gave back first: {zs:?}"
+        );
         // Floors alone above the budget: grants go to 0, floors stay.
         pass(&mut zs, 5_200 * MS, 1024);
         assert_eq!((zs[0].grant, zs[1].grant), (0, 0));

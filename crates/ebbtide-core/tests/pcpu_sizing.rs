@@ -78,7 +78,11 @@ fn capacity_follows_misses_within_the_budget() {
     let r = reclaim::resize_pcpu(t0 + 100 * MS);
     assert!(r.grown_slots > 0, "{r:?}");
     let sa = a.snapshot();
-    assert!(sa.per_cpu[cpu].grant > 0 && sa.per_cpu[cpu].capacity > floor, "{:?}", sa.per_cpu);
+    assert!(
+        sa.per_cpu[cpu].grant > 0 && sa.per_cpu[cpu].capacity > floor,
+        "{:?}",
+        sa.per_cpu
+    );
     assert_eq!(sa.per_cpu[cpu].interval_misses, m0);
     // A few more passes while it still misses, then the burst fits: no more misses.
     for k in 2..6 {
@@ -89,7 +93,10 @@ fn capacity_follows_misses_within_the_budget() {
     bursts(&a, 256, 20);
     assert_eq!(misses(&a) - before, 0, "{:?}", a.snapshot().per_cpu[cpu]);
     let (held, cap) = held_and_capacity(&[&a, &b], cpu);
-    assert!(held <= budget && cap <= budget, "held {held}, capacity {cap}, budget {budget}");
+    assert!(
+        held <= budget && cap <= budget,
+        "held {held}, capacity {cap}, budget {budget}"
+    );
     let grant_a = a.snapshot().per_cpu[cpu].grant;
 
     // B starts missing while A is idle from misses but was missing 0.5 s ago: B gets only what
@@ -116,7 +123,10 @@ fn capacity_follows_misses_within_the_budget() {
     reclaim::resize_pcpu(t0 + 1_700 * MS);
     // What the caches hold at rest stays within the budget (A's stack was trimmed to its cap).
     let (held, cap) = held_and_capacity(&[&a, &b], cpu);
-    assert!(held <= budget && cap <= budget, "held {held}, capacity {cap}, budget {budget}");
+    assert!(
+        held <= budget && cap <= budget,
+        "held {held}, capacity {cap}, budget {budget}"
+    );
     for z in [&a, &b] {
         let c = z.snapshot().per_cpu[cpu];
         assert!(c.items <= c.capacity, "{c:?}");

@@ -124,8 +124,10 @@ fn zone(c: usize) -> Get {
             .align(classes::natural_align(c))
             .without_runtime_hook(),
     );
-    CREATING.store(0, Ordering::Relaxed);
-    match r {
+    // CREATING stays set until the result is handled: reporting a failure may allocate, and
+    // a nested request must go to the bootstrap area, not wait for the lock this thread holds
+    // (under `ulimit -v` it spun forever).
+    let got = match r {
         Ok(zone) => {
             let raw = zone.into_raw();
             // SAFETY: a zone just created, never destroyed.
@@ -144,13 +146,19 @@ fn zone(c: usize) -> Get {
             Get::Zone(raw)
         }
         Err(e) => {
-            report::line(format_args!(
-                "cannot create the zone for {}-byte blocks: {e}",
-                classes::size(c)
-            ));
+            static REPORTED: AtomicBool = AtomicBool::new(false);
+            if !REPORTED.swap(true, Ordering::Relaxed) {
+                report::line(format_args!(
+                    "cannot create the zone for {}-byte blocks: {e}; such requests fail with \
+                     ENOMEM (reported once)",
+                    classes::size(c)
+                ));
+            }
             Get::Failed
         }
-    }
+    };
+    CREATING.store(0, Ordering::Relaxed);
+    got
 }
 
 fn zone_name(buf: &mut [u8; 24], size: usize) -> &str {

@@ -75,3 +75,22 @@ pub(crate) fn alone() -> bool {
     }
     true
 }
+
+/// Runs `f` (a thread spawn) with every signal blocked on the calling thread, so the thread it
+/// starts inherits a full mask: signals are the program's, and a signal the program blocks on
+/// its own threads must stay pending for it (`sigwait`, `sigpending`) instead of being
+/// delivered to — and killing the process from — a runtime thread. The caller's mask is put
+/// back before returning. jemalloc's background threads do the same.
+pub(crate) fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: sigfillset and pthread_sigmask on sigset_t values on this stack; the old mask is
+    // restored on the same thread below.
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let r = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        r
+    }
+}

@@ -48,23 +48,25 @@ fn ensure_release_helper() {
     if options::get_u64(Tunable::ReleaseThread) == 0 {
         return; // switched off (release_thread=false): the reclaiming thread does it all
     }
-    let r = std::thread::Builder::new()
-        .name("ebbtide-release".into())
-        .stack_size(64 * 1024)
-        .spawn(|| {
-            let me = crate::lifetime::register_runtime_thread();
-            let mut last = std::time::Instant::now();
-            ebbtide_core::release::serve_while(1000, || {
-                // The scan of /proc at most once a second, however often runs are posted.
-                if last.elapsed() < std::time::Duration::from_secs(1) {
-                    return true;
-                }
-                last = std::time::Instant::now();
-                !crate::lifetime::alone()
-            });
-            ebbtide_core::release::set_helper_running(false);
-            crate::lifetime::unregister_runtime_thread(me);
-        });
+    let r = crate::lifetime::with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("ebbtide-release".into())
+            .stack_size(64 * 1024)
+            .spawn(|| {
+                let me = crate::lifetime::register_runtime_thread();
+                let mut last = std::time::Instant::now();
+                ebbtide_core::release::serve_while(1000, || {
+                    // The scan of /proc at most once a second, however often runs are posted.
+                    if last.elapsed() < std::time::Duration::from_secs(1) {
+                        return true;
+                    }
+                    last = std::time::Instant::now();
+                    !crate::lifetime::alone()
+                });
+                ebbtide_core::release::set_helper_running(false);
+                crate::lifetime::unregister_runtime_thread(me);
+            })
+    });
     match r {
         Ok(_) => ebbtide_core::release::set_helper_running(true),
         Err(e) => ebbtide_core::error::report(format_args!(

@@ -632,7 +632,10 @@ fn pcpu_budget_bounds_what_the_per_cpu_caches_grow_to() {
     assert!(default >= 256, "default budget: capacity {default}");
     // 48 KiB = 192 items of 256 B: above the floor, within the budget.
     let small = run(&[("EBBTIDE_PCPU_BUDGET_BYTES", "48K")]);
-    assert!((124..=192).contains(&small) && small > 124, "48 KiB: capacity {small}");
+    assert!(
+        (124..=192).contains(&small) && small > 124,
+        "48 KiB: capacity {small}"
+    );
     // 0: UMA's bucket pair only.
     assert_eq!(run(&[("EBBTIDE_PCPU_BUDGET_BYTES", "0")]), 124);
 }
@@ -645,7 +648,10 @@ fn child_pcpu_grows() {
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
-        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set), 0);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+            0
+        );
     }
     let z = ebbtide::Zone::new(ebbtide::ZoneOptions::new("effects-pcpu", 256)).unwrap();
     assert!(reclaimer::running());

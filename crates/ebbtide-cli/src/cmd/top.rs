@@ -447,10 +447,21 @@ mod tests {
     #[test]
     fn rows_show_capacity_and_misses() {
         let st = state_with_sample();
-        let i = st.columns.iter().position(|c| c.header == "PCPUCAP").unwrap();
-        let j = st.columns.iter().position(|c| c.header == "UNDERFL").unwrap();
+        let i = st
+            .columns
+            .iter()
+            .position(|c| c.header == "PCPUCAP")
+            .unwrap();
+        let j = st
+            .columns
+            .iter()
+            .position(|c| c.header == "UNDERFL")
+            .unwrap();
         let rows = st.rows();
-        assert!(rows.iter().all(|r| r[i] == "212" && r[j] == "40"), "{rows:?}");
+        assert!(
+            rows.iter().all(|r| r[i] == "212" && r[j] == "40"),
+            "{rows:?}"
+        );
     }
 
     #[test]

@@ -20,9 +20,9 @@ mod slow;
 mod snapshot;
 
 pub(crate) use drain::{decay_lazy_locked, drain_cpu_all, purge_lazy_locked};
+pub use fast::FastFree;
 pub(crate) use resize::resize_locked;
 pub use resize::ResizeReport;
-pub use fast::FastFree;
 pub use snapshot::{CpuStack, ZoneCheck, ZoneSnapshot};
 
 use crate::bucket::{self, Bucket, BUCKET_MAX};

@@ -220,18 +220,20 @@ pub fn start() -> io::Result<PathBuf> {
     let server = server::Server::new(listener, wake_rx).inspect_err(|_| {
         let _ = std::fs::remove_file(&sock);
     })?;
-    let thread = std::thread::Builder::new()
-        .name("ebbtide-control".into())
-        .spawn(move || {
-            ON_CONTROL_THREAD.with(|c| c.set(true));
-            server.run();
-            fdreg::forget(listener_fd);
-            fdreg::forget(wake_rx_fd);
-        })
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&sock);
-            io::Error::new(e.kind(), format!("cannot start the control thread: {e}"))
-        })?;
+    let thread = crate::lifetime::with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("ebbtide-control".into())
+            .spawn(move || {
+                ON_CONTROL_THREAD.with(|c| c.set(true));
+                server.run();
+                fdreg::forget(listener_fd);
+                fdreg::forget(wake_rx_fd);
+            })
+    })
+    .map_err(|e| {
+        let _ = std::fs::remove_file(&sock);
+        io::Error::new(e.kind(), format!("cannot start the control thread: {e}"))
+    })?;
     *lock(&EXIT_PATH) = Some((pid, sock.clone()));
     events::record("start", &format!("serving {}", sock.display()));
     *state = Some(Running {

@@ -49,9 +49,11 @@ pub(super) fn start_slow() {
     SUBSCRIBE.call_once(|| options::subscribe(wake_on_change));
     let gen = FORKS.load(Ordering::Acquire);
     STARTED.store(true, Ordering::Release);
-    let r = std::thread::Builder::new()
-        .name("ebbtide-reclaim".into())
-        .spawn(move || supervise(gen));
+    let r = crate::lifetime::with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("ebbtide-reclaim".into())
+            .spawn(move || supervise(gen))
+    });
     if let Err(e) = r {
         ebbtide_core::error::report(format_args!(
             "ebbtide: cannot start the reclaim thread ({e}); pressure is handled on notify only"
@@ -155,11 +157,14 @@ pub(super) fn run(gen: u64) {
             Some(w) => match w.wait(Some(timeout)) {
                 Ok(ev) => ev,
                 Err(e) => {
+                    // A program may close descriptors it did not open (closefrom(3) in a
+                    // daemon): open the sources again in a second rather than give up.
                     ebbtide_core::error::report(format_args!(
-                        "ebbtide: pressure watcher failed ({e}); periodic work only"
+                        "ebbtide: pressure watcher failed ({e}); opening the sources again in 1 s"
                     ));
                     watcher = None;
                     lock(&SHARED).injector = None;
+                    open_at = Some(Instant::now() + Duration::from_secs(1));
                     Vec::new()
                 }
             },
