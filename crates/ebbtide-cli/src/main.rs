@@ -42,7 +42,7 @@ enum Command {
     Pressure(cmd::pressure::Args),
     /// Serve the statistics of every ebbtide process on this host to Prometheus (GET /metrics).
     Exporter(cmd::exporter::Args),
-    /// Reproduce the seeds' experiments: blkback, uma, idle or all [--quick|--smoke|--full]
+    /// Reproduce the experiments: blkback, uma, idle, malloc or all [--quick|--smoke|--full]
     /// [--out DIR] [--runs N] (root for cgroups and swap files).
     #[command(disable_help_flag = true)]
     Lab {
