@@ -438,7 +438,11 @@ fn run_one(ctx: &Ctx, program: Program, v: &Variant, mode: Mode) -> Result<RunRe
                 "neighbour_status".into(),
                 st.map_or("timeout".into(), |s| s.to_string()).into(),
             );
-            std::thread::sleep(Duration::from_secs(1));
+            // Watch the same window in every run (ramp + hold + 1 s), also when the
+            // neighbour was killed early.
+            let window = ramp_est + p.hold.as_secs_f64() + 1.0;
+            let seen = (ms(t0.elapsed()) - ref_ms) / 1e3;
+            std::thread::sleep(Duration::from_secs_f64((window - seen).max(1.0)));
         }
     }
     let observed_s = (ms(t0.elapsed()) - ref_ms) / 1e3;
@@ -480,10 +484,13 @@ fn run_one(ctx: &Ctx, program: Program, v: &Variant, mode: Mode) -> Result<RunRe
         write_text(&ctx.out, &format!("ebbtide-stats-{tag}.json"), &text)?;
     }
     write_series(&ctx.out, &tag, &series)?;
+    // The burst's peak: the largest footprint from the burst's start to the end of the
+    // delete (the delete's own requests count), also as read directly.
     let peak = metrics::peak_footprint(&series.samples, burst_ms, deleted_ms)
         .map(|x| x as f64)
         .unwrap_or(0.0)
-        .max(peak_direct);
+        .max(peak_direct)
+        .max(after_delete);
     let threshold = metrics::back_threshold(before, peak);
     let back = metrics::back_after(&series.samples, ref_ms, threshold);
     let (pswpin, pswpout) = metrics::swap_since(&series, ref_ms);

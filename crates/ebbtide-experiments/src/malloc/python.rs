@@ -63,9 +63,7 @@ impl Python {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
+        super::variants::apply_env(&mut cmd, env);
         let spawned = match cg {
             Some(cg) => cg.spawn(&mut cmd),
             None => LabChild::spawn(&mut cmd),

@@ -199,9 +199,7 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
+        super::variants::apply_env(&mut cmd, env);
         let spawned = match cg {
             Some(cg) => cg.spawn(&mut cmd),
             None => LabChild::spawn(&mut cmd),

@@ -83,6 +83,23 @@ impl Variant {
     }
 }
 
+/// Variables of the lab's own environment that the programs must not inherit.
+/// `EBBTIDE_MALLOC_LIB` tells the lab where the library is; a preloaded ebbtide reads every
+/// `EBBTIDE_*` variable as a tunable, does not know this one and then ignores *all* its
+/// environment settings (`EBBTIDE_CONF` included) — seen with the library at main 854ba0a.
+pub const LAB_ONLY_ENV: &[&str] = &["EBBTIDE_MALLOC_LIB"];
+
+/// Applies the allocator's environment to a program's command: sets `env`, removes
+/// [`LAB_ONLY_ENV`].
+pub fn apply_env(cmd: &mut std::process::Command, env: &[(String, String)]) {
+    for k in LAB_ONLY_ENV {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+}
+
 /// The `EBBTIDE_CONF` of the ebbtide rows: the caller's own `EBBTIDE_CONF` (if any) and the
 /// control socket on, so the lab can read the preloaded program's statistics.
 pub fn ebbtide_conf() -> String {
