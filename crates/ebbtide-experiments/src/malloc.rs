@@ -37,8 +37,8 @@ pub mod variants;
 
 use crate::{lab_setup, loadavg, out_dir, privileged, write_series, write_text, Opts, Scale};
 use ebbtide_lab::{
-    plot::LinePlot, thousands, Cgroup, CgroupSpec, Error, Progress, Result, Sampler,
-    SamplerConfig, Series, Summary, SwapFile, Table, VariantRecord,
+    plot::LinePlot, thousands, Cgroup, CgroupSpec, Error, Progress, Result, Sampler, SamplerConfig,
+    Series, Summary, SwapFile, Table, VariantRecord,
 };
 use metrics::Back;
 use serde_json::{json, Value};
@@ -192,8 +192,10 @@ impl Running {
         match self {
             Running::Redis(s, _) => {
                 let r = s.fill(params.redis_keys, 12)?;
-                Ok(json!({"keys": r.keys, "value_mib": r.value_bytes as f64 / MIBF,
-                    "fill_s": r.seconds}))
+                Ok(
+                    json!({"keys": r.keys, "value_mib": r.value_bytes as f64 / MIBF,
+                    "fill_s": r.seconds}),
+                )
             }
             Running::Python(p) => Ok(json!({"entries": p.burst()?})),
         }
@@ -249,8 +251,13 @@ impl StatsPoller {
             while !s.load(Ordering::Relaxed) {
                 if let Some(st) = ctl::stats_json(pid) {
                     let mut m = ctl::global_figures(&st);
-                    m.insert("t_ms".into(), (t0.elapsed().as_secs_f64() * 1e3).round().into());
-                    p.lock().unwrap_or_else(|e| e.into_inner()).push(Value::Object(m));
+                    m.insert(
+                        "t_ms".into(),
+                        (t0.elapsed().as_secs_f64() * 1e3).round().into(),
+                    );
+                    p.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(Value::Object(m));
                 }
                 for _ in 0..10 {
                     if s.load(Ordering::Relaxed) {
@@ -613,12 +620,16 @@ pub fn plot(rows: &[&RunResult], program: Program, mode: Mode, rss_only: bool) -
             "neighbour starts",
         ),
         Mode::Idle => (
-            format!("{}: {what} after the data was deleted, idle", program.name()),
+            format!(
+                "{}: {what} after the data was deleted, idle",
+                program.name()
+            ),
             "time since the delete (s)",
             "deleted",
         ),
     };
-    let mut plot = LinePlot::new(&title, x, &format!("{what} of the program (MiB)")).mark(0.0, mark);
+    let mut plot =
+        LinePlot::new(&title, x, &format!("{what} of the program (MiB)")).mark(0.0, mark);
     for r in rows {
         let pts = r
             .series
@@ -654,7 +665,9 @@ pub fn verdict(results: &[RunResult]) -> Vec<String> {
         let eb_idle = idle.iter().find(|r| r.alloc == "ebbtide");
         let n = program.name();
         if eb_nb.is_none() && eb_idle.is_none() {
-            out.push(format!("{n}: n/a — no ebbtide run (library missing or not a malloc)"));
+            out.push(format!(
+                "{n}: n/a — no ebbtide run (library missing or not a malloc)"
+            ));
             continue;
         }
         if let Some(e) = eb_nb {
@@ -718,40 +731,54 @@ pub fn verdict(results: &[RunResult]) -> Vec<String> {
 }
 
 fn record(r: &RunResult, v: &Variant) -> VariantRecord {
-    let mut rec = VariantRecord::new(format!("{}/{}/{}", r.program.name(), r.mode.name(), r.alloc))
-        .with("program", r.program.name())
-        .with("mode", r.mode.name())
-        .with("allocator", r.alloc)
-        .with("before_mib", ebbtide_round(r.before / MIBF))
-        .with("peak_mib", ebbtide_round(r.peak / MIBF))
-        .with("after_delete_mib", ebbtide_round(r.after_delete / MIBF))
-        .with("end_mib", r.end.map(|x| ebbtide_round(x / MIBF)))
-        .with("end_rss_mib", r.end_rss.map(|x| ebbtide_round(x / MIBF)))
-        .with("back_s", r.back.seconds())
-        .with(
-            "back",
-            match r.back {
-                Back::After(_) => "back",
-                Back::Never => "never",
-                Back::Gone => "killed",
-            },
-        )
-        .with("observed_s", ebbtide_round(r.observed_s))
-        .with("pswpin", r.pswpin)
-        .with("pswpout", r.pswpout)
-        .with("proc_swap_peak_mib", ebbtide_round(r.proc_swap_peak as f64 / MIBF))
-        .with("oom_kills", r.oom_kills)
-        .with("program_alive", r.program_alive)
-        .with("neighbour_ok", r.neighbour_ok)
-        .with("neighbour_ramp_s", r.neighbour_ramp_s)
-        .with("neighbour_mib", ebbtide_round(r.neighbour_bytes as f64 / MIBF))
-        .with("cgroup_peak_mib", r.cgroup_peak.map(|x| ebbtide_round(x as f64 / MIBF)))
-        .with(
-            "ld_preload",
-            v.preload_for(r.program).map(|p| p.display().to_string()),
-        )
-        .with("malloc_conf", v.malloc_conf)
-        .with("ebbtide_conf", v.ebbtide_conf.clone());
+    let mut rec = VariantRecord::new(format!(
+        "{}/{}/{}",
+        r.program.name(),
+        r.mode.name(),
+        r.alloc
+    ))
+    .with("program", r.program.name())
+    .with("mode", r.mode.name())
+    .with("allocator", r.alloc)
+    .with("before_mib", ebbtide_round(r.before / MIBF))
+    .with("peak_mib", ebbtide_round(r.peak / MIBF))
+    .with("after_delete_mib", ebbtide_round(r.after_delete / MIBF))
+    .with("end_mib", r.end.map(|x| ebbtide_round(x / MIBF)))
+    .with("end_rss_mib", r.end_rss.map(|x| ebbtide_round(x / MIBF)))
+    .with("back_s", r.back.seconds())
+    .with(
+        "back",
+        match r.back {
+            Back::After(_) => "back",
+            Back::Never => "never",
+            Back::Gone => "killed",
+        },
+    )
+    .with("observed_s", ebbtide_round(r.observed_s))
+    .with("pswpin", r.pswpin)
+    .with("pswpout", r.pswpout)
+    .with(
+        "proc_swap_peak_mib",
+        ebbtide_round(r.proc_swap_peak as f64 / MIBF),
+    )
+    .with("oom_kills", r.oom_kills)
+    .with("program_alive", r.program_alive)
+    .with("neighbour_ok", r.neighbour_ok)
+    .with("neighbour_ramp_s", r.neighbour_ramp_s)
+    .with(
+        "neighbour_mib",
+        ebbtide_round(r.neighbour_bytes as f64 / MIBF),
+    )
+    .with(
+        "cgroup_peak_mib",
+        r.cgroup_peak.map(|x| ebbtide_round(x as f64 / MIBF)),
+    )
+    .with(
+        "ld_preload",
+        v.preload_for(r.program).map(|p| p.display().to_string()),
+    )
+    .with("malloc_conf", v.malloc_conf)
+    .with("ebbtide_conf", v.ebbtide_conf.clone());
     for (k, x) in &r.extra {
         rec.set(k, x.clone());
     }
@@ -836,9 +863,10 @@ pub fn run_malloc_with(opts: &Opts, p: &Params) -> Result<Summary> {
     std::fs::create_dir_all(&tmp)
         .map_err(|e| Error::Other(format!("mkdir {}: {e}", tmp.display())))?;
     let tmp2 = tmp.clone();
-    let _tmp_token = ebbtide_lab::cleanup::register(format!("remove {}", tmp.display()), move || {
-        let _ = std::fs::remove_dir_all(&tmp2);
-    });
+    let _tmp_token =
+        ebbtide_lab::cleanup::register(format!("remove {}", tmp.display()), move || {
+            let _ = std::fs::remove_dir_all(&tmp2);
+        });
     let swap = if root {
         Some(SwapFile::create(p.swap_allowance * 2 + 64 * MIB)?)
     } else {
@@ -931,8 +959,7 @@ pub fn run_malloc_with(opts: &Opts, p: &Params) -> Result<Summary> {
             let name = format!("malloc-{}-{}", program.name(), mode.name());
             plot(&rows, program, mode, false).write_svg(&out.join(format!("{name}.svg")))?;
             if mode == Mode::Neighbour {
-                plot(&rows, program, mode, true)
-                    .write_svg(&out.join(format!("{name}-rss.svg")))?;
+                plot(&rows, program, mode, true).write_svg(&out.join(format!("{name}-rss.svg")))?;
             }
         }
     }
@@ -1022,7 +1049,10 @@ mod tests {
         let redis: Vec<&String> = v.iter().filter(|l| l.starts_with("redis")).collect();
         assert_eq!(redis.len(), 4, "{v:?}");
         assert!(redis[0].contains("met (0.4 s)"), "{v:?}");
-        assert!(redis[1].contains("met") && redis[1].contains("glibc"), "{v:?}");
+        assert!(
+            redis[1].contains("met") && redis[1].contains("glibc"),
+            "{v:?}"
+        );
         assert!(redis[2].contains("met (ebbtide 10"), "{v:?}");
         assert!(redis[3].contains("within the aim"), "{v:?}");
         assert!(v.iter().any(|l| l.starts_with("python: n/a")));
@@ -1033,7 +1063,11 @@ mod tests {
             result("ebbtide", Mode::Idle, Back::Never, 0, 0),
         ];
         let v = verdict(&rs);
-        assert_eq!(v.iter().filter(|l| l.contains("MISSED")).count(), 4, "{v:?}");
+        assert_eq!(
+            v.iter().filter(|l| l.contains("MISSED")).count(),
+            4,
+            "{v:?}"
+        );
     }
 
     #[test]
@@ -1041,7 +1075,10 @@ mod tests {
         let a = result("ebbtide", Mode::Neighbour, Back::After(0.4), 10, 0);
         let b = result("glibc", Mode::Neighbour, Back::Gone, 5000, 1);
         let t = table(&[&a, &b], Mode::Neighbour);
-        assert!(t.contains("0.4 s") && t.contains("killed") && t.contains("5,000"), "{t}");
+        assert!(
+            t.contains("0.4 s") && t.contains("killed") && t.contains("5,000"),
+            "{t}"
+        );
         let c = result("ebbtide", Mode::Idle, Back::Never, 0, 0);
         let t = table(&[&c], Mode::Idle);
         assert!(t.contains("not in 10 s") && t.contains("98 %"), "{t}");

@@ -107,7 +107,11 @@ fn malloc_smoke() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     eprintln!("{stderr}");
     assert!(o.status.success(), "{stdout}\n{stderr}");
-    assert!(leftovers(pid).is_empty(), "left behind: {:?}", leftovers(pid));
+    assert!(
+        leftovers(pid).is_empty(),
+        "left behind: {:?}",
+        leftovers(pid)
+    );
 
     let s: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();

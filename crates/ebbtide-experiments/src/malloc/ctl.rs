@@ -85,7 +85,9 @@ pub fn global_figures(stats: &Value) -> serde_json::Map<String, Value> {
                     Some(true) => format!("{name}: active"),
                     _ => format!(
                         "{name}: {}",
-                        s.get("reason").and_then(Value::as_str).unwrap_or("inactive")
+                        s.get("reason")
+                            .and_then(Value::as_str)
+                            .unwrap_or("inactive")
                     ),
                 }
             })
@@ -109,8 +111,6 @@ mod tests {
         assert_eq!(m.get("pressure_events"), Some(&Value::from(3)));
         assert!(!m.contains_key("other"));
         assert!(global_figures(&serde_json::json!({})).is_empty());
-        assert!(socket_paths(42)
-            .iter()
-            .any(|p| p.ends_with("42.sock")));
+        assert!(socket_paths(42).iter().any(|p| p.ends_with("42.sock")));
     }
 }

@@ -58,7 +58,12 @@ pub fn read_reply(r: &mut impl BufRead) -> std::io::Result<Reply> {
         ));
     }
     let line = line.trim_end_matches(['\r', '\n']);
-    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, format!("bad reply {line:?}"));
+    let bad = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("bad reply {line:?}"),
+        )
+    };
     let (kind, rest) = line.split_at(line.len().min(1));
     match kind {
         "+" => Ok(Reply::Status(rest.into())),
@@ -128,7 +133,9 @@ impl Conn {
     pub fn dbsize(&mut self) -> Result<i64> {
         match self.cmd(&[b"DBSIZE"])? {
             Reply::Int(n) => Ok(n),
-            r => Err(Error::Other(format!("redis DBSIZE: unexpected reply {r:?}"))),
+            r => Err(Error::Other(format!(
+                "redis DBSIZE: unexpected reply {r:?}"
+            ))),
         }
     }
 }
@@ -189,7 +196,14 @@ impl RedisServer {
         let mut cmd = Command::new("redis-server");
         cmd.args(["--port", "0", "--unixsocket"])
             .arg(&sock)
-            .args(["--unixsocketperm", "700", "--save", "", "--appendonly", "no"])
+            .args([
+                "--unixsocketperm",
+                "700",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .args(["--activedefrag", "no", "--jemalloc-bg-thread", "no"])
             .args(["--lazyfree-lazy-user-del", "no", "--daemonize", "no"])
             .args(["--protected-mode", "no", "--loglevel", "notice", "--dir"])
@@ -345,7 +359,9 @@ impl RedisServer {
         self.pipe(|i| (i < keys).then(|| resp(&[b"DEL", key(i).as_bytes()])))?;
         match self.conn()?.dbsize()? {
             n if n <= TRICKLE_KEYS as i64 => Ok(()),
-            n => Err(Error::Other(format!("{n} keys left after deleting every key"))),
+            n => Err(Error::Other(format!(
+                "{n} keys left after deleting every key"
+            ))),
         }
     }
 
@@ -381,7 +397,12 @@ impl Trickle {
         let stop = Arc::new(AtomicBool::new(false));
         let ops = Arc::new(AtomicU64::new(0));
         let errors = Arc::new(AtomicU64::new(0));
-        let (s, o, e, sock) = (stop.clone(), ops.clone(), errors.clone(), sock.to_path_buf());
+        let (s, o, e, sock) = (
+            stop.clone(),
+            ops.clone(),
+            errors.clone(),
+            sock.to_path_buf(),
+        );
         let handle = std::thread::spawn(move || {
             let mut conn: Option<Conn> = None;
             let mut n = 0u64;
@@ -443,14 +464,20 @@ mod tests {
 
     #[test]
     fn resp_round_trip() {
-        assert_eq!(resp(&[b"SET", b"k", b"vv"]), b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nvv\r\n");
+        assert_eq!(
+            resp(&[b"SET", b"k", b"vv"]),
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nvv\r\n"
+        );
         let mut r = std::io::Cursor::new(
             b"+OK\r\n-ERR no\r\n:42\r\n$3\r\nabc\r\n$-1\r\n*2\r\n:1\r\n$1\r\nx\r\n".to_vec(),
         );
         assert_eq!(read_reply(&mut r).unwrap(), Reply::Status("OK".into()));
         assert_eq!(read_reply(&mut r).unwrap(), Reply::Error("ERR no".into()));
         assert_eq!(read_reply(&mut r).unwrap(), Reply::Int(42));
-        assert_eq!(read_reply(&mut r).unwrap(), Reply::Bulk(Some(b"abc".to_vec())));
+        assert_eq!(
+            read_reply(&mut r).unwrap(),
+            Reply::Bulk(Some(b"abc".to_vec()))
+        );
         assert_eq!(read_reply(&mut r).unwrap(), Reply::Bulk(None));
         assert_eq!(
             read_reply(&mut r).unwrap(),

@@ -220,7 +220,10 @@ mod tests {
             log,
             Path::new("/usr/lib/x86_64-linux-gnu/libmimalloc.so.2")
         ));
-        assert!(!binds_malloc_to(log, Path::new("/lib/x86_64-linux-gnu/libc.so.6")));
+        assert!(!binds_malloc_to(
+            log,
+            Path::new("/lib/x86_64-linux-gnu/libc.so.6")
+        ));
         assert!(!binds_malloc_to("", Path::new("/x/libebbtide_malloc.so")));
     }
 
