@@ -306,6 +306,9 @@ pub struct RunResult {
     pub back: Back,
     /// Seconds observed after the reference time.
     pub observed_s: f64,
+    /// Neighbour runs: seconds from the neighbour's start until the group's usage first
+    /// reached 95 % of its limit (`None`: never).
+    pub limit_reached_s: Option<f64>,
     /// Swap-ins, pages, during the neighbour phase (idle: after the delete).
     pub pswpin: u64,
     /// Swap-outs, pages.
@@ -500,6 +503,10 @@ fn run_one(ctx: &Ctx, program: Program, v: &Variant, mode: Mode) -> Result<RunRe
         .max(after_delete);
     let threshold = metrics::back_threshold(before, peak);
     let back = metrics::back_after(&series.samples, ref_ms, threshold);
+    let limit_reached_s = match mode {
+        Mode::Neighbour => metrics::limit_reached_after(&series.samples, ref_ms, limit),
+        Mode::Idle => None,
+    };
     let (pswpin, pswpout) = metrics::swap_since(&series, ref_ms);
     let end = metrics::last_footprint(&series.samples).map(|x| x as f64);
     let end_rss = series
@@ -518,6 +525,7 @@ fn run_one(ctx: &Ctx, program: Program, v: &Variant, mode: Mode) -> Result<RunRe
         end_rss,
         back,
         observed_s,
+        limit_reached_s,
         pswpin,
         pswpout,
         proc_swap_peak: metrics::peak_proc_swap(&series.samples, ref_ms),
@@ -551,6 +559,7 @@ pub fn table(rows: &[&RunResult], mode: Mode) -> String {
             "deleted MiB",
             "end MiB",
             "end RSS MiB",
+            "limit reached",
             "back after pressure",
             "pswpin",
             "pswpout",
@@ -583,6 +592,8 @@ pub fn table(rows: &[&RunResult], mode: Mode) -> String {
                     mibs(r.after_delete),
                     opt_mibs(r.end),
                     opt_mibs(r.end_rss),
+                    r.limit_reached_s
+                        .map_or("never".into(), |x| format!("{x:.1} s")),
                     r.back.text(r.observed_s),
                     thousands(r.pswpin),
                     thousands(r.pswpout),
@@ -944,7 +955,9 @@ pub fn run_malloc_with(opts: &Opts, p: &Params) -> Result<Summary> {
             let head = match mode {
                 Mode::Neighbour => format!(
                     "{}: deleted data, then a neighbour needs the memory (limit {} MiB + {} MiB swap; \
-                     footprint = RSS + swap; back = within 10 % of the burst above `before`)",
+                     footprint = RSS + swap; back = within 10 % of the burst above `before`; \
+                     times from the neighbour's start; limit reached = group usage >= 95 % of \
+                     the limit)",
                     program.name(),
                     p.limit(program) / MIB,
                     p.swap_allowance / MIB
@@ -1016,6 +1029,7 @@ mod tests {
             end_rss: Some(12.0 * MIBF),
             back,
             observed_s: 10.0,
+            limit_reached_s: Some(1.0),
             pswpin: 0,
             pswpout: swap,
             proc_swap_peak: 0,

@@ -79,6 +79,21 @@ pub fn back_after(samples: &[Sample], from_ms: f64, threshold: f64) -> Back {
     }
 }
 
+/// Share of the limit at which the group counts as full (the "limit reached" column).
+pub const NEAR_LIMIT: f64 = 0.95;
+
+/// Seconds from `from_ms` until the group's usage first reached `NEAR_LIMIT × limit`;
+/// `None` if it never did (a program that gives its memory back early can keep the group
+/// below it).
+pub fn limit_reached_after(samples: &[Sample], from_ms: f64, limit: u64) -> Option<f64> {
+    let thr = NEAR_LIMIT * limit as f64;
+    samples
+        .iter()
+        .filter(|s| s.t_ms >= from_ms)
+        .find(|s| s.cgroup_usage_bytes.is_some_and(|u| u as f64 >= thr))
+        .map(|s| (s.t_ms - from_ms) / 1e3)
+}
+
 /// Swap pages (in, out) between the last sample at or before `from_ms` and the last sample.
 pub fn swap_since(s: &Series, from_ms: f64) -> (u64, u64) {
     let base = s
@@ -205,6 +220,21 @@ mod tests {
         assert_eq!(Back::Gone.text(10.0), "killed");
         assert_eq!(Back::Never.text(10.0), "not in 10 s");
         assert_eq!(Back::After(1.25).text(10.0), "1.2 s");
+    }
+
+    #[test]
+    fn limit_reached_is_the_first_full_sample() {
+        let mut v = vec![
+            s(0.0, Some(1), None, 0, 0),
+            s(100.0, Some(1), None, 0, 0),
+            s(200.0, Some(1), None, 0, 0),
+        ];
+        v[0].cgroup_usage_bytes = Some(99);
+        v[1].cgroup_usage_bytes = Some(50);
+        v[2].cgroup_usage_bytes = Some(96);
+        assert_eq!(limit_reached_after(&v, 50.0, 100), Some(0.15));
+        assert_eq!(limit_reached_after(&v, 0.0, 100), Some(0.0));
+        assert_eq!(limit_reached_after(&v, 50.0, 200), None);
     }
 
     #[test]
