@@ -816,12 +816,13 @@ pub fn run_malloc_with(opts: &Opts, p: &Params) -> Result<Summary> {
         "only the idle runs, outside any cgroup (no neighbour, no swap, no OOM)",
     );
     let _lock = lab_setup(root)?;
+    let python = python::interpreter();
     for (tool, pkg) in [
-        ("redis-server", "redis-server"),
-        ("redis-cli", "redis-tools"),
-        ("python3", "python3"),
+        (PathBuf::from("redis-server"), "redis-server"),
+        (PathBuf::from("redis-cli"), "redis-tools"),
+        (python.clone(), "python3"),
     ] {
-        if Command::new(tool)
+        if Command::new(&tool)
             .arg("--version")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -829,10 +830,32 @@ pub fn run_malloc_with(opts: &Opts, p: &Params) -> Result<Summary> {
             .is_err()
         {
             return Err(Error::Other(format!(
-                "lab malloc needs {tool} (Debian: apt-get install {pkg})"
+                "lab malloc needs {} (Debian: apt-get install {pkg})",
+                tool.display()
             )));
         }
     }
+    let version = |prog: &Path| -> String {
+        Command::new(prog)
+            .arg("--version")
+            .output()
+            .map(|o| {
+                let t = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                t.lines().next().unwrap_or("").trim().to_string()
+            })
+            .unwrap_or_default()
+    };
+    let programs_note = format!(
+        "programs: {} ({}); {} ({})",
+        python.display(),
+        version(&python),
+        "redis-server",
+        version(Path::new("redis-server"))
+    );
     let lib = ebbtide_lab::malloc_lib::locate_or_build();
     let (mut vars, missing) = variants::variants(lib);
     if let Some(only) = p.only {
@@ -855,6 +878,7 @@ pub fn run_malloc_with(opts: &Opts, p: &Params) -> Result<Summary> {
         p.idle.as_secs(),
         loadavg()
     ));
+    summary.note(programs_note);
     for m in &missing {
         eprintln!("malloc: {m}");
         summary.note(m.clone());

@@ -9,8 +9,21 @@
 
 use ebbtide_lab::{Cgroup, Error, LabChild, Result};
 use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
+
+/// Debian's interpreter, `/usr/bin/python3`, when it exists; else `python3` from `PATH`.
+/// (A `PATH` may put a pyenv shim or a self-built Python first; the experiment is about the
+/// distribution's unmodified program.)
+pub fn interpreter() -> PathBuf {
+    let debian = PathBuf::from("/usr/bin/python3");
+    if debian.is_file() {
+        debian
+    } else {
+        PathBuf::from("python3")
+    }
+}
 
 /// The program (`python3 -c SCRIPT N`).
 pub const SCRIPT: &str = r#"
@@ -56,7 +69,7 @@ impl Python {
     /// Starts `python3 -c SCRIPT entries` (in `cg`, if given) with `env` (the allocator); returns once it
     /// printed `ready`.
     pub fn start(cg: Option<&Cgroup>, env: &[(String, String)], entries: u64) -> Result<Python> {
-        let mut cmd = Command::new("python3");
+        let mut cmd = Command::new(interpreter());
         cmd.args(["-c", SCRIPT])
             .arg(entries.to_string())
             .env("PYTHONMALLOC", "malloc")
@@ -169,7 +182,7 @@ mod tests {
     #[test]
     fn the_script_runs_the_protocol() {
         // Without a cgroup: the script itself, on this machine's python3 (skip if none).
-        let Ok(mut c) = Command::new("python3")
+        let Ok(mut c) = Command::new(interpreter())
             .args(["-c", SCRIPT, "1000"])
             .env("PYTHONMALLOC", "malloc")
             .stdin(Stdio::piped())

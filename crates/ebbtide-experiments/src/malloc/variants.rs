@@ -166,7 +166,7 @@ pub fn variants(ebbtide_lib: Result<PathBuf, String>) -> (Vec<Variant>, Vec<Stri
 /// Runs `python3 -c pass` with `lib` preloaded and `LD_DEBUG=bindings`: `Ok` if `malloc`
 /// bound to `lib`.
 pub fn check_binding(lib: &Path) -> Result<(), String> {
-    let out = Command::new("python3")
+    let out = Command::new(super::python::interpreter())
         .args(["-c", "pass"])
         .env("LD_PRELOAD", lib)
         .env("LD_DEBUG", "bindings")
