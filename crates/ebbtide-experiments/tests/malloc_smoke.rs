@@ -134,7 +134,7 @@ fn malloc_smoke() {
         // glibc keeps the freed memory: the neighbour forces swap-outs or an OOM kill.
         let g = record(&s, &format!("{program}/neighbour/glibc"));
         assert!(
-            num(g, "pswpout") > 0.0 || num(g, "oom_kills") > 0.0,
+            num(g, "group_swap_out_mib") > 0.0 || num(g, "oom_kills") > 0.0,
             "the neighbour put no pressure on glibc: {g}"
         );
         assert_ne!(g["figures"]["back"], "back", "{g}");

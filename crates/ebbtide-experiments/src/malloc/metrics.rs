@@ -107,6 +107,26 @@ pub fn swap_since(s: &Series, from_ms: f64) -> (u64, u64) {
     (end.0.saturating_sub(base.0), end.1.saturating_sub(base.1))
 }
 
+/// Bytes the group swapped out after `from_ms`: the sum of the rises of its swap gauge
+/// (`swap` of v1 `memory.stat`, `memory.swap.current` on v2) from one sample to the next,
+/// starting at the last sample at or before `from_ms`. A lower bound (a page swapped out and
+/// freed between two samples is missed), but the group's own: the system-wide `pswpout`
+/// also counts every other group that swaps into the same swap file.
+pub fn group_swapped_out_since(samples: &[Sample], from_ms: f64) -> u64 {
+    let start = samples.iter().rposition(|s| s.t_ms <= from_ms).unwrap_or(0);
+    let mut prev: Option<u64> = None;
+    let mut total = 0u64;
+    for s in &samples[start.min(samples.len())..] {
+        if let Some(now) = s.cgroup_swap_bytes {
+            if let Some(p) = prev {
+                total += now.saturating_sub(p);
+            }
+            prev = Some(now);
+        }
+    }
+    total
+}
+
 /// Largest footprint among samples in `from_ms..=to_ms`.
 pub fn peak_footprint(samples: &[Sample], from_ms: f64, to_ms: f64) -> Option<u64> {
     samples
@@ -248,6 +268,23 @@ mod tests {
         assert_eq!(swap_since(&v, 150.0), (5, 60));
         assert_eq!(swap_since(&v, -1.0), (12, 80));
         assert_eq!(swap_since(&v, 1000.0), (0, 0));
+    }
+
+    #[test]
+    fn group_swap_out_sums_the_rises() {
+        let mut v: Vec<Sample> = (0..6)
+            .map(|i| s(i as f64 * 100.0, Some(1), None, 0, 0))
+            .collect();
+        for (x, g) in v.iter_mut().zip([5, 5, 20, 10, 30, 30]) {
+            x.cgroup_swap_bytes = Some(g);
+        }
+        // From t = 150: samples 100 (5), 200 (20), 300 (10), 400 (30): rises 15 + 20.
+        assert_eq!(group_swapped_out_since(&v, 150.0), 35);
+        assert_eq!(group_swapped_out_since(&v, 0.0), 35);
+        assert_eq!(group_swapped_out_since(&v, 350.0), 20);
+        v.iter_mut().for_each(|x| x.cgroup_swap_bytes = None);
+        assert_eq!(group_swapped_out_since(&v, 0.0), 0);
+        assert_eq!(group_swapped_out_since(&[], 0.0), 0);
     }
 
     #[test]
