@@ -487,6 +487,8 @@ fn run_one(ctx: &Ctx, program: Program, v: &Variant, mode: Mode) -> Result<RunRe
             }
         }
     }
+    // ebbtide: its size classes at the end (what `ebbtide stat PID` shows), for the record.
+    let table = v.is_ebbtide().then(|| ctl::stats_table(pid)).flatten();
     let stats = poller.map(|p| p.finish()).unwrap_or_default();
     if let Some(last) = stats.last() {
         extra.insert("ebbtide_stats".into(), last.clone());
@@ -509,6 +511,9 @@ fn run_one(ctx: &Ctx, program: Program, v: &Variant, mode: Mode) -> Result<RunRe
         .unwrap_or(0);
     let cgroup_peak = cg.as_ref().and_then(|c| c.peak().ok().flatten());
     drop(cg);
+    if let Some(t) = &table {
+        write_text(&ctx.out, &format!("ebbtide-stat-{tag}.txt"), t)?;
+    }
     if !stats.is_empty() {
         let text = serde_json::to_string(&stats).map_err(|e| Error::Other(e.to_string()))?;
         write_text(&ctx.out, &format!("ebbtide-stats-{tag}.json"), &text)?;
@@ -834,7 +839,8 @@ fn ebbtide_round(x: f64) -> f64 {
 }
 
 /// Runs the experiment; prints progress, tables and the verdict; writes `summary.json`,
-/// `tables.txt`, `series-*.json`, the plots and (ebbtide rows) `ebbtide-stats-*.json` into
+/// `tables.txt`, `series-*.json`, the plots and (ebbtide rows) `ebbtide-stats-*.json` (global
+/// figures every 500 ms) and `ebbtide-stat-*.txt` (the size classes at the end) into
 /// `opts.out`. Without root only the idle runs happen, outside any cgroup.
 pub fn run_malloc(opts: &Opts) -> Result<Summary> {
     let p = Params::for_scale(opts.scale);

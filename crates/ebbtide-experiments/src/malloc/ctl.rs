@@ -25,20 +25,31 @@ pub fn socket_paths(pid: i32) -> Vec<PathBuf> {
     v
 }
 
-/// `stats json` of process `pid`; `None` if it serves no socket (yet) or the reply is bad.
-pub fn stats_json(pid: i32) -> Option<Value> {
+/// One request (a line without its newline) to process `pid`'s socket; the `ok` payload, or
+/// `None` if it serves no socket (yet) or the reply is an error or malformed.
+pub fn request(pid: i32, line: &str) -> Option<Vec<u8>> {
     let path = socket_paths(pid).into_iter().find(|p| p.exists())?;
     let mut s = UnixStream::connect(&path).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     s.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"stats json\n").ok()?;
+    s.write_all(format!("{line}\n").as_bytes()).ok()?;
     let mut r = BufReader::new(s);
     let mut head = String::new();
     r.read_line(&mut head).ok()?;
     let len = parse_ok_header(&head)?;
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).ok()?;
-    serde_json::from_slice(&body).ok()
+    Some(body)
+}
+
+/// `stats json` of process `pid`.
+pub fn stats_json(pid: i32) -> Option<Value> {
+    serde_json::from_slice(&request(pid, "stats json")?).ok()
+}
+
+/// `stats table` of process `pid` (the `vmstat -z` style table `ebbtide stat PID` prints).
+pub fn stats_table(pid: i32) -> Option<String> {
+    String::from_utf8(request(pid, "stats table")?).ok()
 }
 
 /// The payload length of an `ok <len>` reply line.
