@@ -73,7 +73,7 @@ fn record<'a>(s: &'a Value, name: &str) -> &'a Value {
 }
 
 fn num(r: &Value, k: &str) -> f64 {
-    r["figures"][k]
+    r[k]
         .as_f64()
         .unwrap_or_else(|| panic!("{k} missing in {r}"))
 }
@@ -124,7 +124,7 @@ fn malloc_smoke() {
         for mode in ["neighbour", "idle"] {
             for alloc in ["glibc", "jemalloc"] {
                 let r = record(&s, &format!("{program}/{mode}/{alloc}"));
-                assert!(r["figures"].get("error").is_none(), "{r}");
+                assert!(r.get("error").is_none(), "{r}");
                 // The burst was real: tens of MiB above the start.
                 assert!(num(r, "peak_mib") > num(r, "before_mib") + 20.0, "{r}");
             }
@@ -137,10 +137,10 @@ fn malloc_smoke() {
             num(g, "group_swap_out_mib") > 0.0 || num(g, "oom_kills") > 0.0,
             "the neighbour put no pressure on glibc: {g}"
         );
-        assert_ne!(g["figures"]["back"], "back", "{g}");
+        assert_ne!(g["back"], "back", "{g}");
         if ebbtide_ran {
             let e = record(&s, &format!("{program}/neighbour/ebbtide"));
-            assert_eq!(e["figures"]["back"], "back", "ebbtide kept the memory: {e}");
+            assert_eq!(e["back"], "back", "ebbtide kept the memory: {e}");
             assert_eq!(num(e, "oom_kills"), 0.0, "{e}");
         } else {
             eprintln!("note: no ebbtide rows (libebbtide_malloc.so missing or not a malloc)");
