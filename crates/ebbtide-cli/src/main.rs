@@ -45,7 +45,7 @@ enum Command {
     /// Run a program with ebbtide as its malloc and its control socket on:
     /// ebbtide run [--conf K=V,…] -- CMD ARGS…
     Run(cmd::run::Args),
-    /// Reproduce the seeds' experiments: blkback, uma, idle or all [--quick|--smoke|--full]
+    /// Reproduce the experiments: blkback, uma, idle, malloc or all [--quick|--smoke|--full]
     /// [--out DIR] [--runs N] (root for cgroups and swap files).
     #[command(disable_help_flag = true)]
     Lab {

@@ -189,7 +189,7 @@ pub(crate) fn child_main() -> i32 {
     0
 }
 
-fn find_lib(name: &str) -> Option<PathBuf> {
+pub(crate) fn find_lib(name: &str) -> Option<PathBuf> {
     [
         "/usr/lib/x86_64-linux-gnu",
         "/usr/lib/aarch64-linux-gnu",

@@ -1,6 +1,6 @@
 //! # ebbtide-experiments: the seeds' experiments on a real machine
 //!
-//! Three experiments, each a `pub fn run_*(&Opts) -> Result<Summary>` that checks privileges,
+//! Four experiments, each a `pub fn run_*(&Opts) -> Result<Summary>` that checks privileges,
 //! takes the lab lock, removes leftovers of interrupted runs, runs every variant in a fresh
 //! child process (this same binary, re-executed with `EBBTIDE_LAB_CHILD=<mode>`, placed in its
 //! memory cgroup before exec), prints progress and the seed's tables, and writes
@@ -11,6 +11,7 @@
 //! | [`run_blkback`]   | 000, 001  | page pools of many block devices vs a guest in a limited cgroup     |
 //! | [`run_uma`]       | 002       | caches on/off throughput; caches with/without back pressure at a tight limit |
 //! | [`run_idle`]      | anchors §6| memory after a burst, while idle: ebbtide vs glibc, jemalloc, mimalloc, tcmalloc |
+//! | [`run_malloc`]    | issue 12  | unmodified redis-server and python3 under every malloc in a limited cgroup: deleted data, a neighbour that needs the memory, idle give-back |
 //!
 //! A binary that calls these functions must call [`child_main_if_requested`] first thing in
 //! `main`: the variants are that binary re-executed.
@@ -23,6 +24,7 @@
 
 pub mod blkback;
 pub mod idle;
+pub mod malloc;
 pub mod uma;
 
 use std::io::{BufRead, BufReader, Write};
@@ -34,6 +36,7 @@ use std::time::{Duration, Instant};
 pub use blkback::run_blkback;
 pub use ebbtide_lab::{Error, Result, Summary};
 pub use idle::run_idle;
+pub use malloc::run_malloc;
 pub use uma::run_uma;
 
 use ebbtide_lab::{Cgroup, LabChild, Sampler};
@@ -98,6 +101,7 @@ pub fn child_main_if_requested() {
         "uma-throughput" => uma::child_throughput(),
         "uma-pressure" => uma::child_pressure(),
         "idle" => idle::child_main(),
+        "malloc-neighbour" => malloc::neighbour::child_main(),
         other => {
             eprintln!("ebbtide-lab: unknown child mode {other:?}");
             2
@@ -480,7 +484,7 @@ pub(crate) fn loadavg() -> String {
 
 /// Usage of the lab command line (shared by `ebbtide-lab` and `ebbtide lab`).
 pub const USAGE: &str = "\
-usage: ebbtide lab <blkback|uma|idle|all> [--quick | --smoke | --full] [--out DIR] [--runs N]
+usage: ebbtide lab <blkback|uma|idle|malloc|all> [--quick | --smoke | --full] [--out DIR] [--runs N]
 
   blkback  seeds 000/001: page pools of many block devices vs a guest in a memory-limited
            cgroup with a swap file; before/after the squeeze, squeeze durations 1/10/100 ms,
@@ -489,7 +493,11 @@ usage: ebbtide lab <blkback|uma|idle|all> [--quick | --smoke | --full] [--out DI
            back pressure under a tight memory limit (OOM kills, swap, throughput)
   idle     a burst, then idleness: RSS over time for ebbtide, glibc, jemalloc (default and
            background_thread:true), mimalloc, tcmalloc (peers via LD_PRELOAD)
-  all      all three, into DIR/blkback, DIR/uma, DIR/idle
+  malloc   issue 12: unmodified redis-server and python3 in a memory-limited cgroup with a
+           swap file: a burst, the data deleted, then a neighbour needs the memory (and the
+           same without it, idle); RSS, swap, OOM kills, time until the freed memory is
+           back, for libebbtide_malloc.so and every peer (all by LD_PRELOAD)
+  all      all four, into DIR/blkback, DIR/uma, DIR/idle, DIR/malloc
 
   --quick  a smaller version (about 1-3 minutes per experiment on 2 cores)
   --smoke  tiny sizes, seconds: checks the machinery
@@ -555,8 +563,8 @@ pub fn cli_main(argv: Vec<String>) -> i32 {
         return 2;
     };
     let list: Vec<&str> = match what.as_str() {
-        "all" => vec!["blkback", "uma", "idle"],
-        "blkback" | "uma" | "idle" => vec![what.as_str()],
+        "all" => vec!["blkback", "uma", "idle", "malloc"],
+        "blkback" | "uma" | "idle" | "malloc" => vec![what.as_str()],
         x => {
             eprintln!("unknown experiment {x:?}\n\n{USAGE}");
             return 2;
@@ -577,6 +585,7 @@ pub fn cli_main(argv: Vec<String>) -> i32 {
         let r = match *e {
             "blkback" => run_blkback(&opts),
             "uma" => run_uma(&opts),
+            "malloc" => run_malloc(&opts),
             _ => run_idle(&opts),
         };
         if let Err(err) = r {

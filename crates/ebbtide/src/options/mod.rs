@@ -66,6 +66,8 @@ pub const ENV_RESERVED: &[&str] = &[
     "EBBTIDE_BLESS",
     "EBBTIDE_HOG",
     "EBBTIDE_LIB_DIR",
+    // Where `ebbtide run` and the lab find libebbtide_malloc.so (not a tunable).
+    "EBBTIDE_MALLOC_LIB",
 ];
 
 /// Prefixes of `EBBTIDE_` variables that belong to the project's tools and tests (the lab, the C
