@@ -144,7 +144,8 @@ pub unsafe extern "C" fn pvalloc(n: usize) -> *mut c_void {
 /// `p` is NULL or a live block (anything else is reported; 0).
 #[no_mangle]
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
-    heap::usable_size(p.cast())
+    // SAFETY: forwarded (the caller's obligation).
+    unsafe { heap::usable_size(p.cast()) }
 }
 
 /// C23 `free_sized`: the size is not needed (checked mode could use it; it does not yet).

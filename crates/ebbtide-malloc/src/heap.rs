@@ -437,7 +437,11 @@ unsafe extern "C" fn free_other(p: *mut u8) {
 }
 
 /// `malloc_usable_size(p)`; 0 (and a message) for a pointer that is not ours.
-pub fn usable_size(p: *mut u8) -> usize {
+///
+/// # Safety
+/// `p` is null or a pointer the caller got from this heap (a bootstrap block's size is read
+/// from in front of it); anything else is recognised without being touched.
+pub unsafe fn usable_size(p: *mut u8) -> usize {
     if p.is_null() {
         return 0;
     }

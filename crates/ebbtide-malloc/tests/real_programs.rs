@@ -315,7 +315,6 @@ fn cpython_test_suite() {
 }
 
 #[test]
-#[ignore = "reason: test_signal fails, not every run (test_sigpending, test_sigtimedwait_poll, test_pthread_sigmask: blocked signals reach the malloc's threads; blocked_signals_stay_pending fails every time), see report"]
 fn cpython_test_suite_signals() {
     cpython_suite("cpython-signals", CPYTHON_FAILING_MODULES, 120);
 }
@@ -454,7 +453,6 @@ fn descriptors_at_start_are_the_programs() {
 /// Reduced from CPython's `test_signal` failures: signals a program blocks stay pending for it
 /// (sigpending, sigtimedwait, signalfd), instead of reaching a thread of the malloc.
 #[test]
-#[ignore = "reason: the malloc's threads (ebbtide-reclaim, ebbtide-release) do not block signals; a blocked SIGUSR2 sent to the process kills it, see report"]
 fn blocked_signals_stay_pending() {
     let dir = scratch("signals-build");
     let Some(exe) = compile(&program("blocked_signals.c"), &dir, &[]) else {
