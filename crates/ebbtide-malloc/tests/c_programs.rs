@@ -16,9 +16,10 @@
 //! * `dlopen` of a library that allocates in its constructor and hands its blocks to the
 //!   program (and takes the program's), then `dlclose`.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 const CFLAGS: &[&str] = &[
     "-std=gnu11",
@@ -36,13 +37,6 @@ const CFLAGS: &[&str] = &[
     "-Wno-deprecated-declarations",
 ];
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
 fn show(o: &Output) -> String {
     format!(
         "status {}\n--- stdout\n{}--- stderr\n{}",
@@ -52,34 +46,13 @@ fn show(o: &Output) -> String {
     )
 }
 
-/// Builds the library once per test process; returns the directory holding it.
+/// The directory of the library built once by the shared test support.
 fn lib_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap();
-        let target = exe.parent().unwrap().parent().unwrap().parent().unwrap();
-        let out = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-p",
-                "ebbtide-malloc",
-                "--profile",
-                "test",
-                "--target-dir",
-            ])
-            .arg(target)
-            .current_dir(root())
-            .output()
-            .expect("run cargo");
-        assert!(out.status.success(), "cargo build failed:\n{}", show(&out));
-        let dir = target.join("debug");
-        assert!(dir.join("libebbtide_malloc.so").exists());
-        dir
-    })
+    support::lib().parent().unwrap()
 }
 
 fn lib() -> PathBuf {
-    lib_dir().join("libebbtide_malloc.so")
+    support::lib().to_path_buf()
 }
 
 fn scratch(name: &str) -> PathBuf {
