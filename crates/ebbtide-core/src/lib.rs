@@ -174,6 +174,7 @@ pub mod zone;
 
 #[cfg(not(loom))]
 pub use arena::owner_tag;
+#[cfg(not(loom))]
 pub use error::{AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
 #[cfg(not(loom))]
 pub use keg::{mapped_bytes, released_bytes, InvalidKind};
