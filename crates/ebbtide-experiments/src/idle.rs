@@ -202,6 +202,25 @@ pub(crate) fn find_lib(name: &str) -> Option<PathBuf> {
     .find(|p| p.exists())
 }
 
+/// The peer allocators every malloc experiment compares: (name, library file, MALLOC_CONF,
+/// Debian package), jemalloc twice (with and without its background thread).
+pub(crate) const PEERS: [(&str, &str, Option<&str>, &str); 4] = [
+    ("jemalloc", "libjemalloc.so.2", None, "libjemalloc2"),
+    (
+        "jemalloc-bg",
+        "libjemalloc.so.2",
+        Some("background_thread:true"),
+        "libjemalloc2",
+    ),
+    ("mimalloc", "libmimalloc.so.2", None, "libmimalloc2.0"),
+    (
+        "tcmalloc",
+        "libtcmalloc_minimal.so.4",
+        None,
+        "libtcmalloc-minimal4",
+    ),
+];
+
 /// (name, LD_PRELOAD library, MALLOC_CONF)
 type Variant = (&'static str, Option<PathBuf>, Option<&'static str>);
 
@@ -209,23 +228,7 @@ type Variant = (&'static str, Option<PathBuf>, Option<&'static str>);
 fn variants() -> (Vec<Variant>, Vec<String>) {
     let mut v = vec![("ebbtide", None, None), ("glibc", None, None)];
     let mut missing = Vec::new();
-    let peers: [(&str, &str, Option<&str>, &str); 4] = [
-        ("jemalloc", "libjemalloc.so.2", None, "libjemalloc2"),
-        (
-            "jemalloc-bg",
-            "libjemalloc.so.2",
-            Some("background_thread:true"),
-            "libjemalloc2",
-        ),
-        ("mimalloc", "libmimalloc.so.2", None, "libmimalloc2.0"),
-        (
-            "tcmalloc",
-            "libtcmalloc_minimal.so.4",
-            None,
-            "libtcmalloc-minimal4",
-        ),
-    ];
-    for (name, lib, conf, pkg) in peers {
+    for (name, lib, conf, pkg) in PEERS {
         match find_lib(lib) {
             Some(p) => v.push((name, Some(p), conf)),
             None => missing.push(format!(

@@ -73,8 +73,7 @@ fn record<'a>(s: &'a Value, name: &str) -> &'a Value {
 }
 
 fn num(r: &Value, k: &str) -> f64 {
-    r[k]
-        .as_f64()
+    r[k].as_f64()
         .unwrap_or_else(|| panic!("{k} missing in {r}"))
 }
 

@@ -128,23 +128,7 @@ pub fn variants(ebbtide_lib: Result<PathBuf, String>) -> (Vec<Variant>, Vec<Stri
         malloc_conf: None,
         ebbtide_conf: None,
     });
-    let peers: [(&str, &str, Option<&'static str>, &str); 4] = [
-        ("jemalloc", "libjemalloc.so.2", None, "libjemalloc2"),
-        (
-            "jemalloc-bg",
-            "libjemalloc.so.2",
-            Some("background_thread:true"),
-            "libjemalloc2",
-        ),
-        ("mimalloc", "libmimalloc.so.2", None, "libmimalloc2.0"),
-        (
-            "tcmalloc",
-            "libtcmalloc_minimal.so.4",
-            None,
-            "libtcmalloc-minimal4",
-        ),
-    ];
-    for (name, lib, conf, pkg) in peers {
+    for (name, lib, conf, pkg) in crate::idle::PEERS {
         match find_lib(lib) {
             Some(p) => match check_binding(&p) {
                 Ok(()) => v.push(Variant {
