@@ -16,11 +16,12 @@
 //! event first checks that the cgroup directory still exists.
 
 use std::fmt;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::fs;
+use super::libfd::LibFd;
 use super::source::{Outcome, Readiness, Source, SourceError, SourceKind};
 use super::Level;
 
@@ -150,9 +151,9 @@ impl Coalescer {
 
 /// One `memory.pressure_level` registration (one level) on one cgroup.
 pub struct V1LevelSource {
-    efd: OwnedFd,
+    efd: LibFd,
     // Kept open: the registration lives as long as the pressure_level file is open.
-    _level_file: OwnedFd,
+    level_file: LibFd,
     cgroup: PathBuf,
     level_path: PathBuf,
     efd_name: PathBuf,
@@ -195,7 +196,7 @@ impl V1LevelSource {
         )?;
         Ok(V1LevelSource {
             efd,
-            _level_file: level_file,
+            level_file,
             cgroup: cgroup.to_path_buf(),
             level_path: pl_path.clone(),
             efd_name: PathBuf::from(format!("eventfd for {} {}", pl_path.display(), v1.name())),
@@ -244,6 +245,11 @@ impl Source for V1LevelSource {
 
     fn fd(&self) -> Option<RawFd> {
         Some(self.efd.as_raw_fd())
+    }
+
+    fn check_fds(&self) -> Result<(), crate::libfd::Lost> {
+        self.efd.check()?;
+        self.level_file.check()
     }
 
     fn epoll_events(&self) -> u32 {

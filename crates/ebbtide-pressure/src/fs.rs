@@ -4,10 +4,11 @@
 use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use super::libfd::LibFd;
 use super::SourceError;
 
 /// `path` as a C string; fails on an interior NUL.
@@ -16,8 +17,9 @@ pub(crate) fn cpath(path: &Path) -> Result<CString, SourceError> {
         .map_err(|_| SourceError::invalid(format!("path {} contains a NUL byte", path.display())))
 }
 
-/// Open `path` with `flags` (O_CLOEXEC is always added).
-pub(crate) fn open(path: &Path, flags: libc::c_int) -> Result<OwnedFd, SourceError> {
+/// Open `path` with `flags` (O_CLOEXEC is always added), as a library descriptor (moved out
+/// of the program's way, see [`LibFd`]).
+pub(crate) fn open(path: &Path, flags: libc::c_int) -> Result<LibFd, SourceError> {
     let c = cpath(path)?;
     // SAFETY: `c` is a valid NUL-terminated string that outlives the call; open has no other
     // preconditions.
@@ -26,7 +28,7 @@ pub(crate) fn open(path: &Path, flags: libc::c_int) -> Result<OwnedFd, SourceErr
         return Err(SourceError::io("opening", path, io::Error::last_os_error()));
     }
     // SAFETY: `fd` was just returned by open, is valid and owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    unsafe { LibFd::adopt(fd) }.map_err(|e| SourceError::io("checking", path, e))
 }
 
 /// Write all of `buf` to `fd` in one `write` call (kernel control files need the whole
@@ -124,18 +126,6 @@ pub(crate) fn read_string(path: &Path) -> Result<String, SourceError> {
     fs::read_to_string(path).map_err(|e| SourceError::io("reading", path, e))
 }
 
-/// Read a file holding one unsigned integer, or `max` (cgroup v2 "unlimited" = `None`).
-pub(crate) fn read_limit(path: &Path) -> Result<Option<u64>, SourceError> {
-    let s = read_string(path)?;
-    parse_limit(&s).ok_or_else(|| {
-        SourceError::invalid(format!(
-            "{}: expected a number or \"max\", found {:?}",
-            path.display(),
-            s.trim()
-        ))
-    })
-}
-
 /// Parse `"max"` (→ `Some(None)`) or a decimal number (→ `Some(Some(n))`).
 pub(crate) fn parse_limit(s: &str) -> Option<Option<u64>> {
     let t = s.trim();
@@ -146,7 +136,7 @@ pub(crate) fn parse_limit(s: &str) -> Option<Option<u64>> {
 }
 
 /// A new non-blocking, close-on-exec eventfd.
-pub(crate) fn eventfd() -> Result<OwnedFd, SourceError> {
+pub(crate) fn eventfd() -> Result<LibFd, SourceError> {
     // SAFETY: eventfd has no memory-safety preconditions.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if fd < 0 {
@@ -157,7 +147,7 @@ pub(crate) fn eventfd() -> Result<OwnedFd, SourceError> {
         ));
     }
     // SAFETY: `fd` was just returned by eventfd, is valid and owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    unsafe { LibFd::adopt(fd) }.map_err(|e| SourceError::io("checking", Path::new("eventfd"), e))
 }
 
 /// Read and reset an eventfd counter; `Ok(0)` if it was zero (EAGAIN).
@@ -198,7 +188,7 @@ pub(crate) fn eventfd_signal(fd: RawFd) -> io::Result<()> {
 }
 
 /// Connect a non-blocking, close-on-exec AF_UNIX stream socket to `path`.
-pub(crate) fn connect_unix(path: &Path) -> Result<OwnedFd, SourceError> {
+pub(crate) fn connect_unix(path: &Path) -> Result<LibFd, SourceError> {
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: sockaddr_un is plain old data; all-zero is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -223,7 +213,8 @@ pub(crate) fn connect_unix(path: &Path) -> Result<OwnedFd, SourceError> {
         ));
     }
     // SAFETY: `fd` was just returned by socket and is owned by nobody else.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    let sock = unsafe { LibFd::adopt(fd) }
+        .map_err(|e| SourceError::io("checking a socket for", path, e))?;
     let len = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
     loop {
         // SAFETY: `addr` is a valid sockaddr_un and `len` does not exceed its size.
@@ -242,22 +233,9 @@ pub(crate) fn connect_unix(path: &Path) -> Result<OwnedFd, SourceError> {
             return Err(SourceError::io("connecting to", path, e));
         }
     }
-    set_nonblocking(sock.as_raw_fd(), path)?;
+    sock.set_nonblocking()
+        .map_err(|e| SourceError::io("setting O_NONBLOCK on", path, e))?;
     Ok(sock)
-}
-
-fn set_nonblocking(fd: RawFd, path: &Path) -> Result<(), SourceError> {
-    // SAFETY: fcntl F_GETFL/F_SETFL take no pointers.
-    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    // SAFETY: as above.
-    if fl < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) } < 0 {
-        return Err(SourceError::io(
-            "setting O_NONBLOCK on",
-            path,
-            io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
 }
 
 /// `poll` one fd for `events` with a timeout in milliseconds; returns `revents`.

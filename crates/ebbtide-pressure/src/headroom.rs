@@ -35,10 +35,12 @@
 //! (Tunables `headroom_min_interval_ms`, `headroom_max_interval_ms`, `headroom_repeat_ms`.)
 //! The limit is re-read every poll (it may change at run time).
 
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::fs;
+use super::libfd::LibFd;
 use super::source::{LevelReporter, Outcome, Readiness, Source, SourceError, SourceKind};
 use super::Level;
 
@@ -196,42 +198,89 @@ impl MemoryFiles {
         }
     }
 
-    /// Read (usage, limit); limit `None` = unlimited.
+    /// Read (usage, limit) once; limit `None` = unlimited. Opens the files for this one
+    /// reading; a [`HeadroomSource`] keeps them open instead.
     pub fn read(&self) -> Result<(u64, Option<u64>), SourceError> {
+        HeldFiles::open(self)?.read()
+    }
+
+    /// The usage file, then the limit files (v1: `memory.limit_in_bytes`; v2: `memory.high`
+    /// and `memory.max`).
+    fn paths(&self) -> (PathBuf, Vec<PathBuf>) {
         match self {
-            MemoryFiles::V1(d) => {
-                let usage = read_u64(&d.join("memory.usage_in_bytes"))?;
-                let limit = read_u64(&d.join("memory.limit_in_bytes"))?;
-                Ok((usage, (limit < UNLIMITED_THRESHOLD).then_some(limit)))
-            }
-            MemoryFiles::V2(d) => {
-                let usage = read_u64(&d.join("memory.current"))?;
-                let high = fs::read_limit(&d.join("memory.high"))?;
-                let max = fs::read_limit(&d.join("memory.max"))?;
-                let limit = match (high, max) {
-                    (Some(h), Some(m)) => Some(h.min(m)),
-                    (a, b) => a.or(b),
-                };
-                Ok((usage, limit.filter(|&l| l < UNLIMITED_THRESHOLD)))
-            }
+            MemoryFiles::V1(d) => (
+                d.join("memory.usage_in_bytes"),
+                vec![d.join("memory.limit_in_bytes")],
+            ),
+            MemoryFiles::V2(d) => (
+                d.join("memory.current"),
+                vec![d.join("memory.high"), d.join("memory.max")],
+            ),
         }
     }
 }
 
-fn read_u64(p: &Path) -> Result<u64, SourceError> {
-    let s = fs::read_string(p)?;
-    s.trim().parse().map_err(|_| {
-        SourceError::invalid(format!(
-            "{}: expected a number, found {:?}",
-            p.display(),
-            s.trim()
-        ))
-    })
+/// The memory files held open as library descriptors and read with `pread` at every poll.
+/// A poll near the limit comes every few milliseconds; opening the files each time would put
+/// a descriptor of ours at the program's lowest free number again and again (a daemon that
+/// closed stdin and opens `/dev/null` expecting 0 could get 3), see [`crate::libfd`].
+struct HeldFiles {
+    v1: bool,
+    usage: (PathBuf, LibFd),
+    limits: Vec<(PathBuf, LibFd)>,
+}
+
+impl HeldFiles {
+    fn open(files: &MemoryFiles) -> Result<HeldFiles, SourceError> {
+        let (usage, limits) = files.paths();
+        let open = |p: PathBuf| -> Result<(PathBuf, LibFd), SourceError> {
+            let fd = fs::open(&p, libc::O_RDONLY)?;
+            Ok((p, fd))
+        };
+        Ok(HeldFiles {
+            v1: matches!(files, MemoryFiles::V1(_)),
+            usage: open(usage)?,
+            limits: limits.into_iter().map(open).collect::<Result<_, _>>()?,
+        })
+    }
+
+    fn read(&self) -> Result<(u64, Option<u64>), SourceError> {
+        let number = |(p, fd): &(PathBuf, LibFd)| -> Result<Option<u64>, SourceError> {
+            let s = fs::pread_string(fd.as_raw_fd(), p)?;
+            fs::parse_limit(&s).ok_or_else(|| {
+                SourceError::invalid(format!(
+                    "{}: expected a number{}, found {:?}",
+                    p.display(),
+                    if self.v1 { "" } else { " or \"max\"" },
+                    s.trim()
+                ))
+            })
+        };
+        let usage = number(&self.usage)?.ok_or_else(|| {
+            SourceError::invalid(format!(
+                "{}: expected a number, found \"max\"",
+                self.usage.0.display()
+            ))
+        })?;
+        let mut limit: Option<u64> = None;
+        for f in &self.limits {
+            if let Some(l) = number(f)? {
+                limit = Some(limit.map_or(l, |m| m.min(l)));
+            }
+        }
+        Ok((usage, limit.filter(|&l| l < UNLIMITED_THRESHOLD)))
+    }
+
+    fn check(&self) -> Result<(), crate::libfd::Lost> {
+        self.usage.1.check()?;
+        self.limits.iter().try_for_each(|(_, fd)| fd.check())
+    }
 }
 
 /// Polled headroom source on one cgroup.
 pub struct HeadroomSource {
     files: MemoryFiles,
+    held: HeldFiles,
     cfg: HeadroomConfig,
     next: Instant,
     reporter: LevelReporter,
@@ -279,7 +328,8 @@ impl HeadroomSource {
         cfg: HeadroomConfig,
         now: Instant,
     ) -> Result<HeadroomSource, SourceError> {
-        let (usage, limit) = files.read()?;
+        let held = HeldFiles::open(&files)?;
+        let (usage, limit) = held.read()?;
         let Some(limit) = limit else {
             return Err(SourceError::invalid(format!(
                 "no limit: {} memory limit is unlimited",
@@ -291,6 +341,7 @@ impl HeadroomSource {
         };
         Ok(HeadroomSource {
             files,
+            held,
             cfg,
             next: now,
             reporter: LevelReporter::default(),
@@ -322,7 +373,7 @@ impl HeadroomSource {
 
     /// Read now and return the current level (also used by [`Source::on_ready`]).
     pub fn sample(&mut self, now: Instant) -> Result<Level, SourceError> {
-        let (usage, limit) = self.files.read()?;
+        let (usage, limit) = self.held.read()?;
         let usage = usage.saturating_sub(self.exclude.as_ref().map_or(0, |f| f()));
         let Some(limit) = limit else {
             // Limit removed at run time: no pressure from here; keep polling slowly.
@@ -379,6 +430,10 @@ impl Source for HeadroomSource {
             self.cfg.repeat_ms
         };
         Ok(self.reporter.observe(level, now, repeat))
+    }
+
+    fn check_fds(&self) -> Result<(), crate::libfd::Lost> {
+        self.held.check()
     }
 
     fn fallback(&self) -> Option<Result<Box<dyn Source>, SourceError>> {

@@ -6,17 +6,18 @@
 //! lost: if it lands after the take, its eventfd write lands after the read and wakes the
 //! watcher again.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use super::fs;
+use super::libfd::{LibFd, Lost};
 use super::source::SourceError;
 use super::Level;
 
 struct Inner {
-    efd: OwnedFd,
+    efd: LibFd,
     /// 0 = nothing pending, else `level as u8 + 1` (so Normal can be injected too).
     pending: AtomicU8,
 }
@@ -55,16 +56,29 @@ impl Injector {
         self.inner
             .pending
             .fetch_max(level as u8 + 1, Ordering::Release);
-        // The only possible failure is counter overflow (2^64 - 2 unread signals); then the
-        // watcher is already woken and the pending level is in place, so ignoring is correct.
-        let _ = fs::eventfd_signal(self.inner.efd.as_raw_fd());
+        self.signal();
+    }
+
+    /// Add one to the eventfd, unless the program closed it (then the number may be the
+    /// program's: writing 8 bytes into its pipe or socket would corrupt it). The watcher finds
+    /// the loss within a second and opens everything again; the pending level stays.
+    fn signal(&self) {
+        if self.inner.efd.check().is_ok() {
+            // The only possible failure is counter overflow (2^64 - 2 unread signals); then
+            // the watcher is already woken, so ignoring is correct.
+            let _ = fs::eventfd_signal(self.inner.efd.as_raw_fd());
+        }
+    }
+
+    /// Whether the eventfd is still the injector's (see [`crate::libfd`]).
+    pub fn check(&self) -> Result<(), Lost> {
+        self.inner.efd.check()
     }
 
     /// Wakes the watcher without a level: its `wait` returns (with no event for this), so the
     /// loop around it sees changed settings at once. Never blocks, never allocates.
     pub fn wake(&self) {
-        // As in `inject`: a failure means the watcher is already woken.
-        let _ = fs::eventfd_signal(self.inner.efd.as_raw_fd());
+        self.signal();
     }
 
     /// The eventfd (readable while a notification is unread).

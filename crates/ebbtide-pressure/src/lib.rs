@@ -55,6 +55,10 @@
 //! a PSI trigger made of its WRITE bytes (what systemd's own library does); v1 level and
 //! headroom on the own cgroup → the own cgroup as `/proc/self/cgroup` names it then.
 //!
+//! Every descriptor is a [`libfd::LibFd`]: moved to a high number out of the program's way,
+//! checked before use, never closed once the program has closed it; a loss fails the watcher
+//! ([`SourceError::Lost`]) and its owner opens everything again.
+//!
 //! Polled sources (headroom, budget) repeat a persisting non-Normal level every 500 ms so the
 //! policy's level hold (2.5 s) does not lapse while the condition lasts; headroom repeats a
 //! Moderate or Critical level at every poll, so the squeeze window is renewed at the poll's
@@ -79,6 +83,7 @@ pub mod fs;
 pub mod headroom;
 mod inject;
 mod level;
+pub mod libfd;
 pub mod memory_events;
 pub mod policy;
 pub mod psi;

@@ -9,11 +9,12 @@
 //! Needs the memory controller on cgroup v2; on a v1-memory machine the file does not exist
 //! and the source is inactive.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::fs;
+use super::libfd::LibFd;
 use super::source::{Outcome, Readiness, Source, SourceError, SourceKind};
 use super::Level;
 
@@ -66,7 +67,7 @@ pub fn events_level(old: &MemoryEvents, new: &MemoryEvents) -> Level {
 /// `memory.events` watcher on one cgroup v2 directory.
 #[derive(Debug)]
 pub struct MemoryEventsSource {
-    fd: OwnedFd,
+    fd: LibFd,
     path: PathBuf,
     last: MemoryEvents,
 }
@@ -96,6 +97,10 @@ impl Source for MemoryEventsSource {
 
     fn fd(&self) -> Option<RawFd> {
         Some(self.fd.as_raw_fd())
+    }
+
+    fn check_fds(&self) -> Result<(), crate::libfd::Lost> {
+        self.fd.check()
     }
 
     fn epoll_events(&self) -> u32 {

@@ -21,13 +21,14 @@
 //! (own cgroup again, then `/proc/pressure/memory`) and re-arms.
 
 use std::fmt;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Instant;
 
 use super::cgroup;
 use super::fs;
+use super::libfd::LibFd;
 use super::source::{Outcome, Readiness, Source, SourceError, SourceKind};
 use super::Level;
 
@@ -235,7 +236,7 @@ pub fn own_memory_pressure_candidates() -> Vec<PathBuf> {
 pub fn arm_first(
     candidates: &[PathBuf],
     trigger: PsiTrigger,
-) -> Result<(PathBuf, OwnedFd, PsiTrigger), SourceError> {
+) -> Result<(PathBuf, LibFd, PsiTrigger), SourceError> {
     if candidates.is_empty() {
         return Err(SourceError::invalid(format!(
             "no memory.pressure in the own cgroup v2 and no {PROC_PRESSURE_MEMORY} (kernel without PSI, or psi=0)"
@@ -254,7 +255,7 @@ pub fn arm_first(
 /// Open `path` and arm `trigger` on it. On EINVAL with a window that is not a multiple of
 /// 2 s, retry once on a fresh fd with the rounded window. Returns the fd and the trigger in
 /// effect.
-pub fn arm(path: &Path, trigger: PsiTrigger) -> Result<(OwnedFd, PsiTrigger), SourceError> {
+pub fn arm(path: &Path, trigger: PsiTrigger) -> Result<(LibFd, PsiTrigger), SourceError> {
     trigger.validate().map_err(SourceError::invalid)?;
     let fd = fs::open(path, libc::O_RDWR | libc::O_NONBLOCK)?;
     match fs::write_once(
@@ -285,7 +286,7 @@ pub fn arm(path: &Path, trigger: PsiTrigger) -> Result<(OwnedFd, PsiTrigger), So
 /// One PSI trigger mapped to one level.
 #[derive(Debug)]
 pub struct PsiSource {
-    fd: OwnedFd,
+    fd: LibFd,
     path: PathBuf,
     level: Level,
     requested: PsiTrigger,
@@ -383,6 +384,10 @@ impl Source for PsiSource {
 
     fn fd(&self) -> Option<RawFd> {
         Some(self.fd.as_raw_fd())
+    }
+
+    fn check_fds(&self) -> Result<(), crate::libfd::Lost> {
+        self.fd.check()
     }
 
     fn epoll_events(&self) -> u32 {

@@ -179,6 +179,12 @@ pub trait Source: Send {
     fn fallback(&self) -> Option<Result<Box<dyn Source>, SourceError>> {
         None
     }
+    /// Whether every descriptor of the source is still its own (the program may close
+    /// descriptors it did not open, see [`crate::libfd`]). The watcher checks at least once a
+    /// second and treats a loss as the watcher's failure: everything is opened again.
+    fn check_fds(&self) -> Result<(), crate::libfd::Lost> {
+        Ok(())
+    }
 }
 
 /// Errors of pressure sources. Every variant names the file or variable concerned.
@@ -197,6 +203,10 @@ pub enum SourceError {
     Invalid(String),
     /// The watched object went away (cgroup removed, peer closed, POLLERR).
     Gone(String),
+    /// The program closed (or replaced) one of the library's descriptors: not an error of the
+    /// system, an ordinary thing for a program to do (see [`crate::libfd`]). The owner opens
+    /// everything again, quietly.
+    Lost(crate::libfd::Lost),
 }
 
 impl SourceError {
@@ -233,6 +243,7 @@ impl fmt::Display for SourceError {
             }
             SourceError::Invalid(m) => f.write_str(m),
             SourceError::Gone(m) => write!(f, "gone: {m}"),
+            SourceError::Lost(l) => write!(f, "{l}"),
         }
     }
 }

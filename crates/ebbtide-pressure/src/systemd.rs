@@ -21,12 +21,13 @@
 //! first polls are reported as an event.
 
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::fs;
+use super::libfd::LibFd;
 use super::psi::{PsiSource, PsiTrigger};
 use super::source::{Outcome, Readiness, Source, SourceError, SourceKind};
 use super::Level;
@@ -168,7 +169,7 @@ enum Mode {
 /// A source following systemd's protocol on one path.
 #[derive(Debug)]
 pub struct SystemdSource {
-    fd: OwnedFd,
+    fd: LibFd,
     path: PathBuf,
     mode: Mode,
     level: Level,
@@ -255,6 +256,10 @@ impl Source for SystemdSource {
 
     fn fd(&self) -> Option<RawFd> {
         Some(self.fd.as_raw_fd())
+    }
+
+    fn check_fds(&self) -> Result<(), crate::libfd::Lost> {
+        self.fd.check()
     }
 
     fn epoll_events(&self) -> u32 {

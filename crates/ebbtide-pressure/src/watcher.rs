@@ -10,13 +10,19 @@
 //!   the reason, and its [`Source::fallback`] (if any) replaces it — at most
 //!   `max_fallbacks` (default 16) times over the watcher's life;
 //! * polled sources are only run when their `next_poll` has passed, and epoll sleeps until
-//!   the earliest of them.
+//!   the earliest of them;
+//! * the program may close descriptors it did not open ([`crate::libfd`]): at least once every
+//!   [`FD_CHECK_EVERY`] (and whenever epoll reports an invalid descriptor) the watcher checks
+//!   its epoll set, its injector and every source's descriptors, and a loss is the watcher's
+//!   error ([`Watcher::wait`] fails and names the descriptor): its owner drops it and opens
+//!   the sources again. epoll never waits longer than that period.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use super::inject::Injector;
+use super::libfd::{LibFd, Lost};
 use super::source::{
     Outcome, PressureEvent, Readiness, Source, SourceError, SourceKind, SourceStatus,
 };
@@ -53,6 +59,10 @@ struct Slot {
     not_before: Option<Instant>,
 }
 
+/// How often the watcher checks that its descriptors are still its own (at most this long
+/// between a program's `closefrom` and the watcher's error).
+pub const FD_CHECK_EVERY: Duration = Duration::from_secs(1);
+
 /// Minimum spacing of two timer dispatches of one source.
 pub const MIN_POLL_SPACING: Duration = Duration::from_millis(1);
 
@@ -68,7 +78,9 @@ impl Slot {
 
 /// The epoll loop object. Owns the sources and the injector eventfd.
 pub struct Watcher {
-    epfd: OwnedFd,
+    epfd: LibFd,
+    /// When the descriptors were last checked.
+    checked: Instant,
     slots: Vec<Slot>,
     next_token: u64,
     injector: Injector,
@@ -104,10 +116,12 @@ impl Watcher {
             ));
         }
         // SAFETY: `fd` was just returned by epoll_create1 and is owned by nobody else.
-        let epfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let epfd = unsafe { LibFd::adopt(fd) }
+            .map_err(|e| SourceError::io("checking", std::path::Path::new("epoll"), e))?;
         let injector = Injector::new()?;
         let mut w = Watcher {
             epfd,
+            checked: Instant::now(),
             slots: Vec::new(),
             next_token: 0,
             injector,
@@ -186,6 +200,21 @@ impl Watcher {
     /// Number of sources still registered (the injector not counted).
     pub fn active_sources(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Whether every descriptor of the watcher is still its own: the epoll set, the injector's
+    /// eventfd and every source's (see [`crate::libfd`]).
+    pub fn check_fds(&self) -> Result<(), Lost> {
+        self.epfd.check()?;
+        self.injector.check()?;
+        for s in &self.slots {
+            s.source.check_fds()?;
+        }
+        Ok(())
+    }
+
+    fn lost(e: Lost) -> SourceError {
+        SourceError::Lost(e)
     }
 
     fn ctl(&self, op: libc::c_int, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
@@ -352,6 +381,10 @@ impl Watcher {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
         loop {
             let now = Instant::now();
+            if now.saturating_duration_since(self.checked) >= FD_CHECK_EVERY {
+                self.checked = now;
+                self.check_fds().map_err(Self::lost)?;
+            }
             self.run_due(now, &mut out);
             if !out.is_empty() {
                 return Ok(out);
@@ -360,6 +393,10 @@ impl Watcher {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
+            // Never sleep past the next descriptor check.
+            let next = Some(next.map_or(self.checked + FD_CHECK_EVERY, |t| {
+                t.min(self.checked + FD_CHECK_EVERY)
+            }));
             let ms: i32 = match next {
                 None => -1,
                 Some(t) => {
@@ -383,6 +420,7 @@ impl Watcher {
                 if e.raw_os_error() == Some(libc::EINTR) {
                     continue;
                 }
+                self.check_fds().map_err(Self::lost)?;
                 return Err(SourceError::io(
                     "waiting on",
                     std::path::Path::new("epoll"),
@@ -441,10 +479,38 @@ mod tests {
     }
     use std::sync::Arc;
 
+    /// A program's `closefrom(3)` closes the watcher's descriptors: the next wait fails within
+    /// about a second, naming a descriptor, and dropping the watcher neither aborts (debug
+    /// builds abort when an `OwnedFd` finds its number closed) nor closes numbers it lost.
+    #[test]
+    fn descriptors_closed_by_the_program_fail_the_wait_not_the_process() {
+        let mut w = Watcher::from_sources(Vec::new()).unwrap();
+        let fds = [w.epfd.raw(), w.injector.fd()];
+        for fd in fds {
+            // SAFETY: closing the watcher's numbers behind its back, as a program would.
+            unsafe { libc::close(fd) };
+        }
+        let start = Instant::now();
+        let e = w
+            .wait(Some(Duration::from_secs(5)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "found after {:?}",
+            start.elapsed()
+        );
+        assert!(
+            e.contains("descriptor") && e.contains("closed by the program"),
+            "{e}"
+        );
+        drop(w);
+    }
+
     /// An fd that is always readable (an eventfd with a count that is never read) and a
     /// source that never consumes it.
     struct Stuck {
-        efd: OwnedFd,
+        efd: LibFd,
         calls: Arc<AtomicU32>,
     }
 
