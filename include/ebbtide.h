@@ -258,6 +258,7 @@ struct ebbtide_global_stats {
 	uint64_t lazy_bytes;	/* gauge, bytes: Bytes offered to the kernel with MADV_FREE and not yet reused or given back for good, over all zones; part of RSS until the kernel takes them (LazyFree in smaps_rollup). */
 	uint64_t lazy_pending_bytes;	/* gauge, bytes: Bytes of free slabs given up without pressure that wait lazy_settle_ms before MADV_FREE, over all zones (in RSS; reused without a system call). */
 	uint64_t lazy_freed_bytes;	/* counter, bytes: Bytes offered to the kernel with MADV_FREE since the process started, apart from released_bytes. */
+	uint64_t source_opens;	/* counter, events: Times the reclaim thread opened the pressure sources: at start, when a tunable changed them, and a second after the program closed their descriptors (closefrom, close_range), which the watcher finds within a second. */
 };
 
 struct ebbtide_source_stats {

@@ -2,8 +2,10 @@
 //! program whose `main` called `pthread_exit`, or a child forked from a worker thread whose
 //! thread function returned), they end too, and the C library's last-thread exit ends the
 //! process as it would have without them. [`alone`] is asked every `pool_shrink_interval_ms`
-//! by the reclaim thread and every second by the release helper; each registers itself here.
+//! by the reclaim thread and every second by the release helper and the control thread; each
+//! registers itself here.
 
+use ebbtide_pressure::libfd::LibFd;
 use std::sync::atomic::Ordering;
 
 /// Thread ids of the runtime's threads alive in this process (0 = free slot).
@@ -46,34 +48,88 @@ pub(crate) fn unregister_runtime_thread(tid: i32) {
 /// Whether every thread of the process but the runtime's has ended (zombies count as ended:
 /// a thread-group leader that called `pthread_exit` stays a zombie until the process ends).
 /// `false` when it cannot tell (no `/proc`).
+///
+/// It opens no descriptor in the common case, and never one at the program's lowest free
+/// number while it runs (asked every second, a momentary `open` would hand the program
+/// descriptor 5 where it expects 3, as CPython's `test_os.test_fd_leak` noticed): the number of
+/// threads is the link count of `/proc/self/task`, read with `stat`; only when nothing but
+/// the runtime's threads and one more are left is the group leader's state read, from
+/// `/proc/self/stat` held open as a library descriptor (`ebbtide_pressure::libfd`).
 pub(crate) fn alone() -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+    let Some(threads) = thread_count() else {
         return false;
     };
-    for e in dir.flatten() {
-        let Some(tid) = e.file_name().to_str().and_then(|t| t.parse::<i32>().ok()) else {
-            continue;
-        };
-        // Acquire: pairs with the AcqRel of `register_runtime_thread`.
-        if RUNTIME_TIDS
-            .iter()
-            .any(|t| t.load(Ordering::Acquire) == tid)
-        {
-            continue;
-        }
-        match std::fs::read_to_string(e.path().join("stat")) {
-            // The state follows the command name's closing parenthesis.
-            Ok(st) => match st
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.chars().next())
-            {
-                Some('Z') | Some('X') => continue,
-                _ => return false,
-            },
-            Err(_) => continue, // ended while we looked
-        }
+    // Acquire: pairs with the AcqRel of `register_runtime_thread`.
+    let runtime = RUNTIME_TIDS
+        .iter()
+        .filter(|t| t.load(Ordering::Acquire) != 0)
+        .count() as u64;
+    // The leader counts until the process ends (also as a zombie): with more threads than the
+    // runtime's and the leader, some other thread lives.
+    if threads > runtime + 1 {
+        return false;
     }
-    true
+    leader_ended()
+}
+
+/// Threads in this process: `/proc/self/task`'s link count is 2 + the number of threads
+/// (`proc_task_getattr`). No descriptor is opened.
+fn thread_count() -> Option<u64> {
+    // SAFETY: `st` is plain old data (all-zero is valid); stat writes only into it and reads a
+    // NUL-terminated path literal.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: see above.
+    if unsafe { libc::stat(c"/proc/self/task".as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some((st.st_nlink as u64).saturating_sub(2))
+}
+
+/// Whether the thread-group leader has ended (zombie or dead), from `/proc/self/stat`, held
+/// open: read again with `pread` at offset 0, which makes the kernel generate it anew.
+///
+/// Each runtime thread holds its own descriptor (thread-local): no lock, so nothing a `fork`
+/// could copy while held (a forked child's runtime threads are new threads and open their
+/// own; the parent's descriptors are closed in the child by the fork handler).
+fn leader_ended() -> bool {
+    thread_local! {
+        static STAT: std::cell::RefCell<Option<LibFd>> = const { std::cell::RefCell::new(None) };
+    }
+    STAT.with(|held| {
+        let mut held = held.borrow_mut();
+        if held.as_ref().is_none_or(|f| f.check().is_err()) {
+            // Dropping a lost one closes nothing (see `LibFd`); a new one is opened once.
+            // SAFETY: a NUL-terminated path literal; open has no other preconditions.
+            let fd = unsafe {
+                libc::open(
+                    c"/proc/self/stat".as_ptr(),
+                    libc::O_RDONLY | libc::O_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                *held = None;
+                return false;
+            }
+            // SAFETY: `fd` was just opened and is owned by nobody else.
+            *held = unsafe { LibFd::adopt(fd) }.ok();
+        }
+        let Some(f) = held.as_ref() else {
+            return false;
+        };
+        let mut buf = [0u8; 1024];
+        // SAFETY: `buf` is valid for writes of its length; a bad descriptor only fails.
+        let n = unsafe { libc::pread(f.raw(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        n > 0 && leader_state_ended(&buf[..n as usize])
+    })
+}
+
+/// Whether a `/proc/PID/stat` line says zombie or dead. The state follows the command name's
+/// closing parenthesis (the name may contain parentheses and spaces).
+fn leader_state_ended(stat: &[u8]) -> bool {
+    let Some(close) = stat.iter().rposition(|&b| b == b')') else {
+        return false;
+    };
+    matches!(stat.get(close + 2), Some(b'Z') | Some(b'X'))
 }
 
 /// Runs `f` (a thread spawn) with every signal blocked on the calling thread, so the thread it
@@ -92,5 +148,29 @@ pub(crate) fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
         let r = f();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_follows_the_last_parenthesis() {
+        assert!(leader_state_ended(b"42 (a) b) Z 1 2 3"));
+        assert!(leader_state_ended(b"42 (x) X 1"));
+        assert!(!leader_state_ended(b"42 (Z) Z) S 1"));
+        assert!(!leader_state_ended(b"42 (python3) R 1"));
+        assert!(!leader_state_ended(b"garbage"));
+    }
+
+    #[test]
+    fn this_process_is_not_alone_and_counts_its_threads() {
+        assert!(thread_count().expect("/proc") >= 1);
+        // This thread and the spawned one, at least (other tests' threads come and go).
+        let t = std::thread::spawn(thread_count);
+        assert!(t.join().unwrap().unwrap() >= 2);
+        assert!(!alone(), "the test's own thread is alive");
+        assert!(!leader_ended());
     }
 }

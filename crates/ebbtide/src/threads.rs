@@ -75,50 +75,22 @@ fn ensure_release_helper() {
     }
 }
 
-/// Child handlers of modules above this one (the control socket), run after the runtime's own.
-static CHILD_HOOKS: [std::sync::atomic::AtomicPtr<()>; 4] =
-    [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; 4];
-
-/// Registers `f` to run in the child after a fork, from the runtime's one fork handler (which
-/// is registered here too). `f` must be async-signal-safe. At most four; panics beyond (a
-/// programming error, found by any test that forks).
-pub(crate) fn on_fork_child(f: fn()) {
-    register_fork_handler();
-    let p = f as *mut ();
-    for slot in &CHILD_HOOKS {
-        // AcqRel/Acquire: pairs with the Acquire load in `after_fork_child`, which calls `f`
-        // only after seeing the pointer stored.
-        match slot.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return,
-            Err(q) if q == p => return,
-            Err(_) => continue,
-        }
-    }
-    panic!("more than four fork child hooks");
-}
-
 extern "C" fn after_fork_child() {
-    // Only atomics (async-signal-safe). The child has one thread: Release only orders this
+    // Only atomics and `close` (async-signal-safe). The child has one thread: Release only orders this
     // store before whatever the child does next (it pairs with the AcqRel swap in
     // `ensure_release_helper`).
     HELPER_TRIED.store(false, Ordering::Release);
     crate::lifetime::forget_all_in_child();
     ebbtide_core::release::set_helper_running(false);
     crate::reclaimer::after_fork_child();
-    for slot in &CHILD_HOOKS {
-        // Acquire: pairs with the compare_exchange in `on_fork_child`.
-        let p = slot.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: only `on_fork_child` stores here, always a `fn()` cast to a pointer.
-            let f: fn() = unsafe { std::mem::transmute::<*mut (), fn()>(p) };
-            f();
-        }
-    }
+    // The parent's sources, epoll set and control socket belong to threads that do not exist
+    // here: close them (atomics and `close`, async-signal-safe).
+    ebbtide_pressure::libfd::close_all_in_child();
 }
 
 pub(crate) fn register_fork_handler() {
     static ONCE: Once = Once::new();
-    // The handler only stores to atomics (async-signal-safe).
+    // The handler only uses atomics and `close` (async-signal-safe).
     ONCE.call_once(|| {
         ebbtide_core::os::atfork_child(after_fork_child);
         // The core's locks across a fork: no thread inside the core while memory is copied.

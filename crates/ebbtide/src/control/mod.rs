@@ -18,8 +18,7 @@
 //! | `handler` | executing one request |
 //! | [`inject`] | what `pressure <level>` does (one function to redirect to the pressure layer) |
 //! | [`events`] | the recent events ring |
-//! | `server` | the poll loop: timeouts, size bounds, connection limit |
-//! | `fdreg` | the server's descriptors, closed in a forked child |
+//! | `server` | the poll loop: timeouts, size bounds, connection limit, descriptors the program closed |
 //!
 //! The protocol is documented in `docs/control-protocol.md` and in
 //! `docs/ABI/testing/control/socket`.
@@ -38,12 +37,15 @@
 //! * Exit: the socket is removed by an `atexit` handler (and by [`stop`]); a socket left by a
 //!   killed process is removed by the next server that starts in the same directory, and
 //!   `ebbtide ls` skips it.
-//! * Fork: a `pthread_atfork` child handler closes the inherited listener and connections; the
-//!   child does not serve the parent's socket. A child that wants its own calls [`start`]
-//!   (it gets `<child pid>.sock`).
+//! * Fork: the runtime's fork child handler closes the inherited listener and connections
+//!   (they are library descriptors, `ebbtide_pressure::libfd`); the child does not serve the
+//!   parent's socket. A child that wants its own calls [`start`] (it gets `<child pid>.sock`).
+//! * Descriptors: the listener, the wake pipe and every connection sit at high numbers, out of
+//!   the program's way. A program that closes them (`closefrom(3)` in a daemon) ends the loop;
+//!   the control thread records why and starts the server again a second later, at the same
+//!   path.
 
 pub mod events;
-mod fdreg;
 mod handler;
 pub mod inject;
 pub mod path;
@@ -54,8 +56,9 @@ mod server;
 pub use server::{MAX_CONNECTIONS, READ_TIMEOUT, WRITE_TIMEOUT};
 
 use crate::options::{self, Tunable};
+use ebbtide_pressure::libfd::LibFd;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::IntoRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -67,7 +70,7 @@ struct Running {
     pid: u32,
     path: PathBuf,
     /// Write end of the wake pipe: one byte (or closing it) stops the thread.
-    wake_tx: OwnedFd,
+    wake_tx: LibFd,
     thread: JoinHandle<()>,
 }
 
@@ -139,10 +142,6 @@ extern "C" fn at_exit() {
     }
 }
 
-fn atfork_child() {
-    fdreg::close_all_in_child();
-}
-
 fn install_process_hooks() {
     PROCESS_HOOKS.call_once(|| {
         // SAFETY: `at_exit` is an `extern "C" fn()` that stays valid for the life of the
@@ -150,9 +149,9 @@ fn install_process_hooks() {
         unsafe {
             libc::atexit(at_exit);
         }
-        // The runtime's one fork handler runs `atfork_child` in the child: it only does atomic
-        // operations and `close`, which are async-signal-safe as a child handler requires.
-        crate::threads::on_fork_child(atfork_child);
+        // The runtime's one fork handler closes the server's descriptors in a child
+        // (`ebbtide_pressure::libfd::close_all_in_child`).
+        crate::threads::register_fork_handler();
     });
 }
 
@@ -208,15 +207,15 @@ pub fn start() -> io::Result<PathBuf> {
         })?;
     }
     let listener = bind_private(&sock)?;
+    // SAFETY: the listener's descriptor was just created by bind and is handed over whole.
+    let listener = unsafe { LibFd::adopt(listener.into_raw_fd()) }.map_err(|e| {
+        let _ = std::fs::remove_file(&sock);
+        io::Error::new(e.kind(), format!("control socket listener: {e}"))
+    })?;
     let (wake_rx, wake_tx) = pipe().map_err(|e| {
         let _ = std::fs::remove_file(&sock);
         io::Error::new(e.kind(), format!("control socket wake pipe: {e}"))
     })?;
-    fdreg::remember(listener.as_raw_fd());
-    fdreg::remember(wake_rx.as_raw_fd());
-    fdreg::remember(wake_tx.as_raw_fd());
-    let listener_fd = listener.as_raw_fd();
-    let wake_rx_fd = wake_rx.as_raw_fd();
     let server = server::Server::new(listener, wake_rx).inspect_err(|_| {
         let _ = std::fs::remove_file(&sock);
     })?;
@@ -225,9 +224,12 @@ pub fn start() -> io::Result<PathBuf> {
             .name("ebbtide-control".into())
             .spawn(move || {
                 ON_CONTROL_THREAD.with(|c| c.set(true));
-                server.run();
-                fdreg::forget(listener_fd);
-                fdreg::forget(wake_rx_fd);
+                let me = crate::lifetime::register_runtime_thread();
+                let exit = server.run();
+                crate::lifetime::unregister_runtime_thread(me);
+                if let server::Exit::Lost(why) = exit {
+                    restart_after_loss(&why);
+                }
             })
     })
     .map_err(|e| {
@@ -258,8 +260,8 @@ pub fn stop() {
         let Some(r) = state.take() else {
             return;
         };
-        fdreg::forget(r.wake_tx.as_raw_fd());
-        // Closing the write end makes the read end readable (EOF) and wakes the poll.
+        // Closing the write end makes the read end readable (EOF) and wakes the poll. (If the
+        // program closed it, the server has found out or will within a second.)
         drop(r.wake_tx);
         // Removed now, under the lock, so that a server started after the lock is released
         // (same pid, same path) keeps its socket and its exit cleanup.
@@ -307,8 +309,8 @@ fn bind_private(path: &Path) -> io::Result<UnixListener> {
     Ok(l)
 }
 
-/// A close-on-exec pipe: (read end nonblocking, write end).
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+/// A close-on-exec pipe of library descriptors: (read end nonblocking, write end).
+fn pipe() -> io::Result<(LibFd, LibFd)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: `fds` is valid for writing two ints.
     let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
@@ -316,5 +318,45 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    let rx = unsafe { LibFd::adopt(fds[0]) };
+    let rx = match rx {
+        Ok(rx) => rx,
+        Err(e) => {
+            // SAFETY: the write end is still ours alone.
+            unsafe { libc::close(fds[1]) };
+            return Err(e);
+        }
+    };
+    // SAFETY: as for the read end: open, owned by nobody else.
+    let tx = unsafe { LibFd::adopt(fds[1]) }?;
+    Ok((rx, tx))
+}
+
+/// On the control thread, after the program closed the listener or the wake pipe: record why,
+/// wait a second (a program closing its descriptors is usually done by then) and start the
+/// server again at the same path — unless it was stopped meanwhile or is not this thread's.
+fn restart_after_loss(why: &str) {
+    events::record(
+        "error",
+        &format!("{why}; the control socket starts again in 1 s"),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    {
+        let mut state = lock(&STATE);
+        forget_after_fork(&mut state);
+        let ours = state
+            .as_ref()
+            .is_some_and(|r| r.thread.thread().id() == std::thread::current().id());
+        if !ours {
+            return;
+        }
+        let r = state.take().expect("checked above");
+        // This thread's own handle: dropping it detaches the thread, which ends below.
+        drop(r.thread);
+        drop(r.wake_tx);
+        let _ = std::fs::remove_file(&r.path);
+    }
+    if let Err(e) = start() {
+        events::record("error", &format!("control socket not started again: {e}"));
+    }
 }

@@ -11,14 +11,19 @@
 //!
 //! Requests are executed on this thread ([`super::handler::handle`]); the work is bounded and
 //! does not depend on the client. The allocator's threads never wait for this thread.
+//!
+//! Every descriptor is a [`LibFd`]: out of the program's way, and checked every round (at
+//! least once a second) — a program may close descriptors it did not open. A lost connection
+//! is dropped; a lost listener or wake pipe ends the loop with [`Exit::Lost`], and the control
+//! thread starts the server again (`super::restart_after_loss`).
 
+use super::events;
 use super::handler;
 use super::peer;
 use super::protocol::{encode_err, encode_ok, parse_request, MAX_REQUEST};
-use super::{events, fdreg};
+use ebbtide_pressure::libfd::LibFd;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 /// Time a client has to send a complete request line.
@@ -28,8 +33,17 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Clients served at once.
 pub const MAX_CONNECTIONS: usize = 32;
 
+/// Why the loop ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// The wake pipe said stop.
+    Stopped,
+    /// The listener or the wake pipe is not the server's any more (the program closed it).
+    Lost(String),
+}
+
 struct Conn {
-    stream: UnixStream,
+    stream: LibFd,
     inbuf: Vec<u8>,
     out: Vec<u8>,
     out_pos: usize,
@@ -41,7 +55,7 @@ struct Conn {
 }
 
 impl Conn {
-    fn new(stream: UnixStream, now: Instant) -> Conn {
+    fn new(stream: LibFd, now: Instant) -> Conn {
         Conn {
             stream,
             inbuf: Vec::new(),
@@ -100,15 +114,15 @@ impl Conn {
 
 /// What the thread owns while it runs.
 pub(crate) struct Server {
-    listener: UnixListener,
-    wake: OwnedFd,
+    listener: LibFd,
+    wake: LibFd,
     own_uid: u32,
     conns: Vec<Conn>,
 }
 
 impl Server {
-    pub(crate) fn new(listener: UnixListener, wake: OwnedFd) -> io::Result<Server> {
-        listener.set_nonblocking(true)?;
+    pub(crate) fn new(listener: LibFd, wake: LibFd) -> io::Result<Server> {
+        listener.set_nonblocking()?;
         Ok(Server {
             listener,
             wake,
@@ -117,20 +131,35 @@ impl Server {
         })
     }
 
-    /// Serve until the wake pipe says stop (a byte arrives or the write end closes).
-    pub(crate) fn run(mut self) {
-        loop {
+    /// Serve until the wake pipe says stop (a byte arrives or the write end closes), or the
+    /// listener or wake pipe is lost.
+    pub(crate) fn run(mut self) -> Exit {
+        let mut next_alone_check = Instant::now() + Duration::from_secs(1);
+        let exit = loop {
             let now = Instant::now();
+            if now >= next_alone_check {
+                next_alone_check = now + Duration::from_secs(1);
+                // Every other thread has ended: end too, so that the process ends as it would
+                // without us (see `crate::lifetime`).
+                if crate::lifetime::alone() {
+                    break Exit::Stopped;
+                }
+            }
+            if let Err(lost) = self.listener.check().and_then(|()| self.wake.check()) {
+                break Exit::Lost(format!("{lost} (listener or wake pipe)"));
+            }
+            // A connection the program closed is dropped (its number is not touched again).
+            self.conns.retain(|c| c.stream.check().is_ok());
             let mut fds = Vec::with_capacity(2 + self.conns.len());
-            fds.push(pollfd(self.wake.as_raw_fd(), libc::POLLIN));
-            fds.push(pollfd(self.listener.as_raw_fd(), libc::POLLIN));
+            fds.push(pollfd(self.wake.raw(), libc::POLLIN));
+            fds.push(pollfd(self.listener.raw(), libc::POLLIN));
             for c in &self.conns {
                 let ev = if c.writing() {
                     libc::POLLOUT
                 } else {
                     libc::POLLIN
                 };
-                fds.push(pollfd(c.stream.as_raw_fd(), ev));
+                fds.push(pollfd(c.stream.raw(), ev));
             }
             let timeout = self
                 .conns
@@ -149,10 +178,14 @@ impl Server {
                     continue;
                 }
                 events::record("error", &format!("poll failed: {e}; control socket stops"));
-                break;
+                break Exit::Stopped;
+            }
+            if (fds[0].revents | fds[1].revents) & libc::POLLNVAL != 0 {
+                // Closed while we slept: the check at the top of the loop names it.
+                continue;
             }
             if fds[0].revents != 0 {
-                break;
+                break Exit::Stopped;
             }
             let now = Instant::now();
             // Connections first (their indexes are fds[2..]), then accept new ones.
@@ -167,21 +200,21 @@ impl Server {
             if fds[1].revents & libc::POLLIN != 0 {
                 self.accept_all(now);
             }
-        }
+        };
         for c in self.conns.drain(..) {
             // Best effort for a reply queued just before the stop (e.g. the reply to
             // `set control_socket=false`): one nonblocking write, then close.
-            if c.writing() {
+            if c.writing() && c.stream.check().is_ok() {
                 let _ = (&c.stream).write(&c.out[c.out_pos..]);
             }
-            fdreg::forget(c.stream.as_raw_fd());
         }
+        exit
     }
 
     fn accept_all(&mut self, now: Instant) {
         loop {
-            let stream = match self.listener.accept() {
-                Ok((s, _)) => s,
+            let stream = match accept(&self.listener) {
+                Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -190,8 +223,7 @@ impl Server {
                     return;
                 }
             };
-            fdreg::remember(stream.as_raw_fd());
-            let refusal = match peer::peer_cred(stream.as_raw_fd()) {
+            let refusal = match peer::peer_cred(stream.raw()) {
                 Err(e) => Some(format!(
                     "permission denied: cannot read peer credentials: {e}"
                 )),
@@ -206,20 +238,33 @@ impl Server {
                     Ok(()) => None,
                 },
             };
-            if stream.set_nonblocking(true).is_err() {
-                fdreg::forget(stream.as_raw_fd());
-                continue;
-            }
             match refusal {
                 Some(msg) => {
                     // One nonblocking attempt: a fresh socket buffer always takes one line.
                     let _ = (&stream).write(&encode_err(&msg));
-                    fdreg::forget(stream.as_raw_fd());
                 }
                 None => self.conns.push(Conn::new(stream, now)),
             }
         }
     }
+}
+
+/// One nonblocking, close-on-exec connection from `listener`, as a library descriptor.
+fn accept(listener: &LibFd) -> io::Result<LibFd> {
+    // SAFETY: null address pointers are allowed (the peer's address is not wanted).
+    let fd = unsafe {
+        libc::accept4(
+            listener.raw(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by accept4 and is owned by nobody else.
+    unsafe { LibFd::adopt(fd) }
 }
 
 fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
@@ -233,7 +278,7 @@ fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
 /// Advance one connection; `None` when it is closed.
 fn service(mut c: Conn, rev: libc::c_short, now: Instant) -> Option<Conn> {
     let close = |c: Conn| {
-        fdreg::forget(c.stream.as_raw_fd());
+        drop(c);
         None
     };
     if c.writing() {

@@ -10,6 +10,11 @@ pub(super) static LAST_EVENT: AtomicU64 = AtomicU64::new(0); // kind << 8 | leve
 
 pub(super) static LAST_EVENT_NS: AtomicU64 = AtomicU64::new(0);
 
+/// How many times the reclaim thread opened the sources (once at start, once more after a
+/// tunable changed them, and after each loss: a program closing the watcher's descriptors).
+/// Relaxed: a statistic.
+pub(super) static SOURCE_OPENS: AtomicU64 = AtomicU64::new(0);
+
 /// Index of a source kind in the event counters (and the stats names).
 pub(super) fn kind_index(k: SourceKind) -> usize {
     match k {
@@ -69,6 +74,8 @@ pub struct PressureState {
     pub statuses: Vec<SourceStatus>,
     /// Why no reclaim thread watches the sources (empty when one does).
     pub thread_note: &'static str,
+    /// How many times the sources were opened (see `SOURCE_OPENS`).
+    pub source_opens: u64,
 }
 
 /// The stats name of a source kind.
@@ -98,5 +105,6 @@ pub fn pressure_state() -> PressureState {
         last_event,
         statuses: lock(&SHARED).statuses.clone(),
         thread_note,
+        source_opens: SOURCE_OPENS.load(Ordering::Relaxed),
     }
 }

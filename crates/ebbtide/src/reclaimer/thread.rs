@@ -106,7 +106,10 @@ pub(super) fn supervise(gen: u64) {
 /// Detects the sources and opens a watcher on them, publishing its injector and statuses.
 pub(super) fn open_watcher(gen: u64) -> Option<Watcher> {
     let watcher = match Watcher::new(pressure::detect(&detect_config())) {
-        Ok(w) => Some(w),
+        Ok(w) => {
+            super::events::SOURCE_OPENS.fetch_add(1, Ordering::Relaxed);
+            Some(w)
+        }
         Err(e) => {
             ebbtide_core::error::report(format_args!(
                 "ebbtide: pressure watcher unavailable ({e}); periodic work only"
@@ -158,12 +161,22 @@ pub(super) fn run(gen: u64) {
                 Ok(ev) => ev,
                 Err(e) => {
                     // A program may close descriptors it did not open (closefrom(3) in a
-                    // daemon): open the sources again in a second rather than give up.
-                    ebbtide_core::error::report(format_args!(
-                        "ebbtide: pressure watcher failed ({e}); opening the sources again in 1 s"
-                    ));
+                    // daemon): open the sources again in a second rather than give up. That is
+                    // ordinary program behaviour, not worth a line on the program's stderr: the
+                    // sources' statuses say it (`ebbtide stat`). Other failures are reported.
+                    let why = format!("{e}; opening the sources again in 1 s");
+                    if !matches!(e, pressure::SourceError::Lost(_)) {
+                        ebbtide_core::error::report(format_args!(
+                            "ebbtide: pressure watcher failed ({why})"
+                        ));
+                    }
                     watcher = None;
-                    lock(&SHARED).injector = None;
+                    let mut sh = lock(&SHARED);
+                    sh.injector = None;
+                    for s in sh.statuses.iter_mut().filter(|s| s.active) {
+                        *s = pressure::SourceStatus::inactive(s.kind, why.clone());
+                    }
+                    drop(sh);
                     open_at = Some(Instant::now() + Duration::from_secs(1));
                     Vec::new()
                 }

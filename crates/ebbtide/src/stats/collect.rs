@@ -65,6 +65,7 @@ fn fill_pressure(s: &mut Snapshot, p: &crate::reclaimer::PressureState) {
     let g = &mut s.global;
     g.pressure_level = p.level;
     g.pressure_events = p.total_events;
+    g.source_opens = p.source_opens;
     [
         g.events_systemd,
         g.events_psi,

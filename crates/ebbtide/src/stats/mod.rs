@@ -555,6 +555,7 @@ stats_group! {
         lazy_bytes: U64, Gauge, Bytes, "", "Bytes offered to the kernel with MADV_FREE and not yet reused or given back for good, over all zones; part of RSS until the kernel takes them (LazyFree in smaps_rollup).";
         lazy_pending_bytes: U64, Gauge, Bytes, "", "Bytes of free slabs given up without pressure that wait lazy_settle_ms before MADV_FREE, over all zones (in RSS; reused without a system call).";
         lazy_freed_bytes: U64, Counter, Bytes, "", "Bytes offered to the kernel with MADV_FREE since the process started, apart from released_bytes.";
+        source_opens: U64, Counter, Events, "", "Times the reclaim thread opened the pressure sources: at start, when a tunable changed them, and a second after the program closed their descriptors (closefrom, close_range), which the watcher finds within a second.";
     }
 }
 
@@ -673,6 +674,7 @@ impl Snapshot {
                 lazy_bytes: 3 << 20,
                 lazy_freed_bytes: 4 << 20,
                 lazy_pending_bytes: 1 << 20,
+                source_opens: 1,
             },
             sources: vec![
                 SourceStats {

@@ -735,6 +735,7 @@ mod tests {
                 "ebbtide_lazy_bytes",
                 "ebbtide_lazy_pending_bytes",
                 "ebbtide_lazy_freed_bytes_total",
+                "ebbtide_source_opens_total",
             ]
         );
         assert_eq!(
