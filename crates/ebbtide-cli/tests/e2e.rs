@@ -354,12 +354,21 @@ fn public_binary() -> PathBuf {
 }
 
 fn as_nobody(bin: &Path, args: &[&str]) -> Output {
-    Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(bin)
-        .args(args)
-        .output()
-        .expect("setpriv")
+    // The copy was just written: a child another test forks at that moment holds the write
+    // descriptor until it execs, and exec of the copy fails with ETXTBSY (setpriv exits 126).
+    for _ in 0..50 {
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(bin)
+            .args(args)
+            .output()
+            .expect("setpriv");
+        if o.status.code() != Some(126) || !String::from_utf8_lossy(&o.stderr).contains("busy") {
+            return o;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("{} stayed busy (ETXTBSY) for 5 s", bin.display());
 }
 
 #[test]

@@ -58,6 +58,8 @@ const DEFAULT: Variant = ("default", &[]);
 const CHECKED: Variant = ("checked", &[("EBBTIDE_CONF", "checked=1")]);
 /// glibc told not to register rseq: the per-CPU caches in their locked mode.
 const NO_RSEQ: Variant = ("no-rseq", &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")]);
+/// The control socket on, as under `ebbtide run` (its thread and descriptors in the process).
+const CONTROL: Variant = ("control", &[("EBBTIDE_CONF", "control_socket=1")]);
 /// Every variant, for the programs quick enough to run several times.
 const ALL: &[Variant] = &[DEFAULT, CHECKED, NO_RSEQ];
 
@@ -405,34 +407,48 @@ fn pthread_exit_from_main_ends_the_process() {
     let Some(exe) = compile(&program("pthread_exit.c"), &dir, &[]) else {
         return;
     };
-    let (_, e) = both("pthread_exit", Duration::from_secs(20), |_| command(&exe));
-    assert_eq!(e.stdout_str(), "main: pthread_exit\nworker done 1\n");
+    // Also with the control socket on (as under `ebbtide run`): its thread ends too.
+    let (_, runs) = compare(
+        "pthread_exit",
+        Duration::from_secs(20),
+        &[DEFAULT, CONTROL],
+        |_| command(&exe),
+    );
+    for e in runs {
+        assert_eq!(e.stdout_str(), "main: pthread_exit\nworker done 1\n");
+    }
 }
 
 /// The general case behind the `test_subprocess` failures: a program closing descriptors it did
 /// not open (as daemons do) must go on running.
 #[test]
-#[ignore = "reason: closing descriptors above 2 aborts the process (IO Safety violation in the reclaim thread), see report"]
 fn program_closing_all_descriptors_keeps_running() {
     let dir = scratch("close-all-build");
     let Some(exe) = compile(&program("close_all_fds.c"), &dir, &[]) else {
         return;
     };
-    let (_, e) = both("close_all_fds", Duration::from_secs(30), |_| command(&exe));
-    assert_eq!(
-        e.stdout_str(),
-        format!(
-            "still running {}\n",
-            (0..100_000u32).map(|i| i % 256).sum::<u32>()
-        )
+    // Also with the control socket on (as under `ebbtide run`): it is closed too.
+    let (_, runs) = compare(
+        "close_all_fds",
+        Duration::from_secs(30),
+        &[DEFAULT, CONTROL],
+        |_| command(&exe),
     );
+    for e in runs {
+        assert_eq!(
+            e.stdout_str(),
+            format!(
+                "still running {}\n",
+                (0..100_000u32).map(|i| i % 256).sum::<u32>()
+            )
+        );
+    }
 }
 
 /// Reduced from CPython's `test_posix` (posix_spawn with fd 0 closed) and `test_subprocess`
 /// (pass_fds) failures: a program started with stdin closed finds it closed, its first `open`
 /// gets 0, and it finds no descriptor above 2 it did not inherit.
 #[test]
-#[ignore = "reason: a second after start the malloc's pressure sources take the lowest free descriptors (fd 0 when stdin is closed), see report"]
 fn descriptors_at_start_are_the_programs() {
     let dir = scratch("fds-build");
     let Some(exe) = compile(&program("fds_at_start.c"), &dir, &[]) else {
@@ -469,7 +485,6 @@ fn blocked_signals_stay_pending() {
 
 /// Reduced from CPython's `test_subprocess` failures under the malloc.
 #[test]
-#[ignore = "reason: a forked child that closes its descriptors aborts (IO Safety violation in the restarted reclaim thread), see report"]
 fn forked_child_closing_all_descriptors_still_execs() {
     let dir = scratch("fork-close-build");
     let Some(exe) = compile(&program("fork_close_exec.c"), &dir, &[]) else {
