@@ -425,3 +425,8 @@ fn adjust(old: usize, new: usize) {
         BYTES.fetch_sub(old - new, Ordering::Relaxed);
     }
 }
+
+/// The page heap's invariants ([`PageHeap::validate`]), for tests.
+pub fn validate() -> Result<(), String> {
+    ebbtide_core::lock(&TABLE).heap.validate()
+}
