@@ -4,12 +4,13 @@
 //! count in `mallinfo2` and the core's cached bytes; `realloc` keeps contents in place and
 //! when it moves.
 //!
-//! The tests share the process's one page heap, so they run one at a time (`SERIAL`), and
-//! with the runtime's pressure sources off: a squeeze or drain the machine's state sets off
-//! (the cgroup's headroom on a busy machine) would empty the cache under a test's feet.
+//! The tests share the process's one page heap, so they run one at a time (`SERIAL`). Every
+//! block goes through `black_box`: the compiler knows `malloc` and `free` by name and removes
+//! a pair whose block is only written (it did, and a test saw no block freed).
 
 use ebbtide_core::outer::OuterCache;
 use ebbtide_malloc::{api, huge, pageheap};
+use std::hint::black_box;
 use std::sync::Mutex;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -21,17 +22,31 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
     g
 }
 
-/// The pressure events so far, by source (to tell a failure from the machine's pressure).
-fn events() -> String {
-    let s = ebbtide::stats::collect();
-    format!(
-        "{:?} squeezed_ms {}",
-        s.sources
-            .iter()
-            .map(|x| format!("{x:?}"))
-            .collect::<Vec<_>>(),
-        s.global.squeezed_ms
-    )
+/// `malloc(n)`, the block hidden from the optimiser.
+///
+/// # Safety
+/// As `malloc`.
+unsafe fn malloc(n: usize) -> *mut u8 {
+    // SAFETY: forwarded.
+    black_box(unsafe { api::malloc(n) }).cast()
+}
+
+/// `free(p)` of a block from [`malloc`].
+///
+/// # Safety
+/// As `free`.
+unsafe fn free<T>(p: *mut T) {
+    // SAFETY: forwarded.
+    unsafe { api::free(black_box(p).cast()) }
+}
+
+/// `realloc(p, n)`, the block hidden from the optimiser.
+///
+/// # Safety
+/// As `realloc`.
+unsafe fn realloc(p: *mut u8, n: usize) -> *mut u8 {
+    // SAFETY: forwarded.
+    black_box(unsafe { api::realloc(black_box(p).cast(), n) }).cast()
 }
 
 const K: usize = 1024;
@@ -79,12 +94,12 @@ fn memory_freed_as_one_size_serves_others_without_faults() {
     let _s = alone();
     // SAFETY: every block is used within its size and freed once.
     unsafe {
-        let a = api::malloc(M).cast::<u8>();
-        let guard = api::malloc(200 * K).cast::<u8>(); // keeps `a` from merging with top
+        let a = malloc(M);
+        let guard = malloc(200 * K); // keeps `a` from merging with top
         api::malloc_trim(0); // no other dirty run: the best fit is the one freed below
         touch(a, M, 1);
         let cached = huge::cached_bytes();
-        api::free(a.cast());
+        free(a);
         assert!(
             huge::cached_bytes() >= cached + M,
             "the freed megabyte stays cached"
@@ -92,8 +107,8 @@ fn memory_freed_as_one_size_serves_others_without_faults() {
         assert_eq!(resident(a, M), M / page(), "and resident");
         let f0 = faults();
         // Two other sizes, both from the freed megabyte (best fit): no page faults.
-        let b = api::malloc(700 * K).cast::<u8>();
-        let c = api::malloc(300 * K).cast::<u8>();
+        let b = malloc(700 * K);
+        let c = malloc(300 * K);
         touch(b, 700 * K, 2);
         touch(c, 300 * K, 3);
         let f1 = faults();
@@ -107,14 +122,14 @@ fn memory_freed_as_one_size_serves_others_without_faults() {
         );
         assert!(f1 - f0 < 10, "{} page faults for reused memory", f1 - f0);
         // calloc over reused (dirty) memory is still zeroed.
-        api::free(b.cast());
-        let z = api::calloc(600, K).cast::<u8>();
+        free(b);
+        let z = black_box(api::calloc(600, K)).cast::<u8>();
         // SAFETY: a block of 600 KiB.
         assert!(core::slice::from_raw_parts(z, 600 * K)
             .iter()
             .all(|&x| x == 0));
         for p in [z, c, guard] {
-            api::free(p.cast());
+            free(p);
         }
         huge::validate().unwrap();
     }
@@ -126,15 +141,15 @@ fn cached_runs_go_back_on_trim_squeeze_and_idle() {
     // SAFETY: every block is used within its size and freed once.
     unsafe {
         // malloc_trim (DRAIN_CPU): everything cached goes.
-        let blocks: Vec<*mut u8> = (0..8).map(|_| api::malloc(2 * M).cast::<u8>()).collect();
+        let blocks: Vec<*mut u8> = (0..8).map(|_| malloc(2 * M)).collect();
         for &p in &blocks {
             touch(p, 2 * M, 5);
         }
         for &p in &blocks {
-            api::free(p.cast());
+            free(p);
         }
         let cached = huge::cached_bytes();
-        assert!(cached >= 16 * M, "{}", events());
+        assert!(cached >= 16 * M);
         let info = api::mallinfo2();
         assert!(
             info.fordblks >= cached && info.keepcost >= cached,
@@ -151,36 +166,31 @@ fn cached_runs_go_back_on_trim_squeeze_and_idle() {
         }
 
         // A squeeze drains, and a block freed inside it is not kept.
-        let a = api::malloc(3 * M).cast::<u8>();
-        let b = api::malloc(3 * M).cast::<u8>();
+        let a = malloc(3 * M);
+        let b = malloc(3 * M);
         touch(a, 3 * M, 6);
         touch(b, 3 * M, 7);
-        api::free(a.cast());
-        assert!(
-            huge::cached_bytes() >= 3 * M,
-            "{} {:?}",
-            events(),
-            huge::heap_bytes()
-        );
+        free(a);
+        assert!(huge::cached_bytes() >= 3 * M);
         ebbtide_core::reclaim::squeeze(200_000_000);
         assert_eq!(huge::cached_bytes(), 0);
-        api::free(b.cast());
+        free(b);
         assert_eq!(huge::cached_bytes(), 0, "nothing kept while squeezing");
         assert_eq!(resident(b, 3 * M), 0);
         ebbtide_core::reclaim::end_squeeze();
 
         // The idle pass: runs freed more than IDLE_NS ago go, newer ones stay.
-        let c = api::malloc(M).cast::<u8>();
-        let guard = api::malloc(64 * K + 1);
+        let c = malloc(M);
+        let guard = malloc(64 * K + 1);
         touch(c, M, 8);
-        api::free(c.cast());
+        free(c);
         let now = ebbtide_core::os::now_ns();
         assert_eq!(huge::HugeCache.periodic(now), 0, "freed just now: kept");
         assert!(huge::cached_bytes() >= M);
         assert!(huge::HugeCache.periodic(now + pageheap::IDLE_NS + 1) >= M);
         assert_eq!(huge::cached_bytes(), 0);
         assert_eq!(resident(c, M), 0);
-        api::free(guard);
+        free(guard);
         huge::validate().unwrap();
     }
 }
@@ -190,33 +200,33 @@ fn realloc_keeps_contents_in_place_and_moved() {
     let _s = alone();
     // SAFETY: every block is used within its size and freed once.
     unsafe {
-        let a = api::malloc(200 * K).cast::<u8>();
+        let a = malloc(200 * K);
         touch(a, 200 * K, 11);
-        let guard = api::malloc(100 * K);
+        let guard = malloc(100 * K);
         // Shrinking is in place (the tail becomes a free run).
-        let b = api::realloc(a.cast(), 100 * K).cast::<u8>();
+        let b = realloc(a, 100 * K);
         assert_eq!(b, a);
         assert!(holds(b, 100 * K, 11));
         // Growing into the run just freed is in place too.
-        let c = api::realloc(b.cast(), 180 * K).cast::<u8>();
+        let c = realloc(b, 180 * K);
         assert_eq!(c, a, "grown into its own freed tail");
         assert!(holds(c, 100 * K, 11));
         touch(c, 180 * K, 12);
         // A live block right after it: growing moves, with the contents.
         let (x, y) = adjacent_pair();
         touch(x, 300 * K, 13);
-        let d = api::realloc(x.cast(), 2 * M).cast::<u8>();
+        let d = realloc(x, 2 * M);
         assert_ne!(d, x, "a live block follows: it had to move");
         assert!(holds(d, 300 * K, 13));
-        api::free(y.cast());
-        api::free(c.cast());
+        free(y);
+        free(c);
         // Out of the page heap and back into a size class, contents kept.
-        let e = api::realloc(d.cast(), 80 * M).cast::<u8>();
+        let e = realloc(d, 80 * M);
         assert!(holds(e, 300 * K, 13));
-        let f = api::realloc(e.cast(), 1000).cast::<u8>();
+        let f = realloc(e, 1000);
         assert_eq!(*f, 13);
-        api::free(f.cast());
-        api::free(guard);
+        free(f);
+        free(guard);
         huge::validate().unwrap();
     }
 }
@@ -226,15 +236,15 @@ fn realloc_keeps_contents_in_place_and_moved() {
 unsafe fn adjacent_pair() -> (*mut u8, *mut u8) {
     // SAFETY: blocks used within their sizes; the 600 KiB one freed once.
     unsafe {
-        let r = api::malloc(600 * K).cast::<u8>();
+        let r = malloc(600 * K);
         touch(r, 600 * K, 1);
-        let guard = api::malloc(100 * K); // r's run cannot merge with what follows it
+        let guard = malloc(100 * K); // r's run cannot merge with what follows it
         api::malloc_trim(0); // every other free run is clean: r's is the only dirty one
-        api::free(r.cast());
-        let x = api::malloc(300 * K).cast::<u8>();
-        let y = api::malloc(300 * K).cast::<u8>();
+        free(r);
+        let x = malloc(300 * K);
+        let y = malloc(300 * K);
         assert_eq!((x, y), (r, r.add(300 * K)), "both from the freed run");
-        api::free(guard);
+        free(guard);
         (x, y)
     }
 }
