@@ -514,17 +514,21 @@ pub unsafe fn realloc(p: *mut u8, n: usize) -> *mut u8 {
     };
     // Growing by a copy: an eighth of headroom, so that a buffer grown step by step (a string
     // builder, a vector) moves at most every other step instead of at every step (in the page
-    // heap the headroom's pages are not touched until used). Not for huge blocks: those grow
-    // with mremap, no copy.
-    let grown = if n > old && n <= huge::HEAP_MAX {
-        n + n / 8
+    // heap the headroom's pages are not touched until used). Beyond `REMAP_ABOVE` a mapping of
+    // its own instead, which grows from then on by `mremap`, without a copy.
+    let q = if n > old && n > huge::REMAP_ABOVE {
+        let q = huge::alloc_mapping(n);
+        if q.is_null() {
+            return enomem();
+        }
+        q
     } else {
-        n
+        let q = alloc(if n > old { n + n / 8 } else { n });
+        if q.is_null() {
+            return q;
+        }
+        q
     };
-    let q = alloc(grown);
-    if q.is_null() {
-        return q;
-    }
     // SAFETY: both blocks are live, distinct, and at least min(old, n) bytes long.
     unsafe {
         ptr::copy_nonoverlapping(p, q, old.min(n));

@@ -38,6 +38,11 @@ struct Slot {
 /// The largest block of the page heap; above it (or aligned beyond it) a block is a mapping
 /// of its own.
 pub const HEAP_MAX: usize = 64 << 20;
+/// A block that `realloc` grows beyond this is a mapping of its own (one copy when it leaves the
+/// page heap or its class, then `mremap`, no copy): a buffer doubled again and again (sqlite's,
+/// to 64 MiB) would otherwise leave each old copy behind in the page heap as a free run no
+/// later request fits, and copy ever more at each step.
+pub const REMAP_ABOVE: usize = 1 << 20;
 
 struct Table {
     slots: *mut Slot,
@@ -208,6 +213,11 @@ pub fn alloc(n: usize, align: usize) -> *mut u8 {
 /// [`alloc`], and whether the block is all zero pages (fresh from the kernel or given back
 /// since its last use) rather than reused dirty memory.
 pub fn alloc_fresh(n: usize, align: usize) -> (*mut u8, bool) {
+    alloc_in(n, align, true)
+}
+
+/// [`alloc_fresh`], from the page heap only if `heap` (and the block fits it).
+fn alloc_in(n: usize, align: usize, heap: bool) -> (*mut u8, bool) {
     let pg = page();
     let align = align.max(pg);
     let Some(len) = n
@@ -224,7 +234,7 @@ pub fn alloc_fresh(n: usize, align: usize) -> (*mut u8, bool) {
     if span > isize::MAX as usize {
         return (ptr::null_mut(), false);
     }
-    if len <= HEAP_MAX && align <= HEAP_MAX {
+    if heap && len <= HEAP_MAX && align <= HEAP_MAX {
         let mut t = ebbtide_core::lock(&TABLE);
         if !t.reserve() {
             return (ptr::null_mut(), false);
@@ -263,6 +273,12 @@ pub fn alloc_fresh(n: usize, align: usize) -> (*mut u8, bool) {
     BYTES.fetch_add(len, Ordering::Relaxed);
     COUNT.fetch_add(1, Ordering::Relaxed);
     (a as *mut u8, true)
+}
+
+/// A block of at least `n` bytes that is a mapping of its own (for `realloc` beyond
+/// [`REMAP_ABOVE`]), or null.
+pub fn alloc_mapping(n: usize) -> *mut u8 {
+    alloc_in(n, 1, false).0
 }
 
 /// Gives back the page heap's dirty runs freed before `before` (every one for `u64::MAX`);
@@ -350,8 +366,8 @@ pub enum Resized {
 }
 
 /// Resizes the block `p` to hold `n` bytes where it can without a copy: a large block shrinks
-/// in place (its tail a dirty run) or grows into the free runs after it; a huge block is
-/// resized by `mremap` (it may move, nothing is copied).
+/// in place (its tail a dirty run) or grows into the free runs after it up to
+/// [`REMAP_ABOVE`]; a huge block is resized by `mremap` (it may move, nothing is copied).
 pub fn realloc(p: usize, n: usize) -> Resized {
     let pg = page();
     let Some(len) = n.checked_add(pg - 1).map(|x| (x & !(pg - 1)).max(pg)) else {
@@ -377,7 +393,7 @@ pub fn realloc(p: usize, n: usize) -> Resized {
                 .shrink_in_place(s.map, s.len, len, ebbtide_core::os::now_ns(), keep);
             true
         } else {
-            len <= HEAP_MAX && t.heap.grow_in_place(s.map, s.len, len)
+            len <= REMAP_ABOVE && t.heap.grow_in_place(s.map, s.len, len)
         };
         if !done {
             return Resized::Move;
