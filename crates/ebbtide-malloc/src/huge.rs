@@ -3,9 +3,10 @@
 //! * **Large** blocks (above [`crate::heap::SMALL_MAX`], up to [`HEAP_MAX`]) are page runs of
 //!   the page heap (`pageheap.rs`): freed, they stay resident as dirty runs that serve any
 //!   later size without page faults, until the idle pass, a drain or the limit gives them back.
-//! * **Huge** blocks (above [`HEAP_MAX`], aligned beyond it, or any block while the page heap is
-//!   off: its reservation failed under `ulimit -v`, or it is full) are mappings of their own,
-//!   unmapped on `free`; `realloc` moves them with `mremap`, copying nothing.
+//! * **Huge** blocks (above [`HEAP_MAX`], aligned beyond it, grown by `realloc` beyond
+//!   [`REMAP_ABOVE`], or any block while the page heap is off: its reservation failed under
+//!   `ulimit -v`, or it is full) are mappings of their own, unmapped on `free`; `realloc`
+//!   resizes them with `mremap`, copying nothing.
 //!
 //! A table of every live block (open addressing over a mapping of its own) lets `free` tell
 //! such a block from a pointer ebbtide never made without touching the pointer's memory, and

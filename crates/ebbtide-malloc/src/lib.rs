@@ -19,7 +19,7 @@
 //!   pageheap.rs   page runs for blocks above 64 KiB in one reservation; freed runs stay resident,
 //!                 coalesced, and serve any size (best fit) until idle, drain or pressure
 //!   huge.rs       the table of blocks above the classes: large ones from the page heap, huge
-//!                 ones (above 64 MiB, over-aligned) own mappings resized by mremap
+//!                 ones (above 64 MiB, grown by realloc beyond 1 MiB) own mappings, mremap
 //!   heap.rs       one zone per class (created on first use, without the runtime hook), the
 //!                 chunk map → class lookup of `free`, malloc/free/realloc/aligned logic
 //!   stats.rs      mallinfo2, mallinfo, malloc_stats, malloc_trim (DRAIN_CPU)
