@@ -38,7 +38,7 @@ unsafe impl GlobalAlloc for EbbtideMalloc {
 
     #[inline(always)]
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        if plain(l) && l.size() <= classes::MAX_CLASS_SIZE {
+        if plain(l) && l.size() <= heap::SMALL_MAX {
             if let Some(z) = heap::zone_if_created(classes::class_of(l.size())) {
                 // SAFETY: p is a live block (GlobalAlloc contract), non-null; the zone is
                 // published and never destroyed; its item check rejects a block of another zone

@@ -18,13 +18,19 @@
 //! The zone pointer is published with Release after the zone and its tag entry are complete;
 //! the fast path loads it with Acquire.
 
-use crate::classes::{self, MAX_CLASS_SIZE, NCLASSES};
+use crate::classes::{self, NCLASSES};
 use crate::{bootstrap, huge, report};
 use core::ffi::c_void;
 use core::ptr::{self, NonNull};
 use ebbtide_core::zone::FastFree;
 use ebbtide_core::{Zone, ZoneOptions};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, Ordering};
+
+/// Requests up to this many bytes take a size class; above it a block of the page heap
+/// (`huge.rs`, `pageheap.rs`), where memory freed by one size serves any other without page
+/// faults. The classes above it (to 1 MiB) serve only aligned requests that fit no smaller
+/// class, never more than this many bytes.
+pub const SMALL_MAX: usize = 64 << 10;
 
 static ZONES: [AtomicPtr<c_void>; NCLASSES] = [const { AtomicPtr::new(ptr::null_mut()) }; NCLASSES];
 
@@ -220,6 +226,7 @@ fn class_of_tag_slow(tag: u64) -> Option<usize> {
 pub enum Owner {
     /// In the chunks of class `c`'s zone (an item start or not: the zone checks).
     Class(usize),
+    /// A live block above the classes (`huge.rs`: the page heap's or a mapping of its own).
     Huge,
     Bootstrap,
     /// Not ebbtide's: from before the preload, another allocator, or no allocation at all.
@@ -243,7 +250,7 @@ pub fn owner(p: usize) -> Owner {
 /// `malloc(n)`.
 #[inline(always)]
 pub fn alloc(n: usize) -> *mut u8 {
-    if n <= MAX_CLASS_SIZE {
+    if n <= SMALL_MAX {
         let c = classes::class_of(n);
         let z = ZONES[c].load(Ordering::Acquire);
         if !z.is_null() {
@@ -298,19 +305,20 @@ extern "C" fn alloc_huge(n: usize, align: usize) -> *mut u8 {
     }
 }
 
-/// `calloc(n, size)`: a huge block fresh from the kernel is not written again (its pages are
-/// zero and stay untouched until used); a reused one is cleared.
+/// `calloc(n, size)`: a block above the classes made of zero pages (fresh from the kernel, or
+/// given back since its last use) is not written (its pages stay untouched until used); one
+/// reusing dirty pages is cleared.
 pub fn calloc(n: usize, size: usize) -> *mut u8 {
     let Some(total) = n.checked_mul(size) else {
         return enomem();
     };
-    if total > MAX_CLASS_SIZE {
+    if total > SMALL_MAX {
         let (p, fresh) = huge::alloc_fresh(total, 1);
         if p.is_null() {
             return enomem();
         }
         if !fresh {
-            // SAFETY: a reused huge block of at least `total` bytes.
+            // SAFETY: a block of at least `total` bytes, just allocated.
             unsafe { ptr::write_bytes(p, 0, total) };
         }
         return p;
@@ -331,8 +339,9 @@ pub fn alloc_aligned(align: usize, n: usize) -> *mut u8 {
     if align <= 16 {
         return alloc(n.max(16));
     }
-    if align <= ebbtide_core::os::page_size() {
-        if let Some(c) = classes::class_aligned(n, align) {
+    if align <= ebbtide_core::os::page_size() && n <= SMALL_MAX {
+        if let Some(c) = classes::class_aligned(n, align).filter(|&c| classes::size(c) <= SMALL_MAX)
+        {
             let z = ZONES[c].load(Ordering::Acquire);
             if !z.is_null() {
                 // SAFETY: a published zone, never destroyed.
@@ -460,9 +469,10 @@ pub unsafe fn usable_size(p: *mut u8) -> usize {
 }
 
 /// `realloc(p, n)`: in place while the class still fits (`n` no more than its size and not
-/// below half of it), `mremap` for huge blocks, else allocate (an eighth more when growing),
-/// copy and free. `n == 0` frees and
-/// returns null (glibc's behaviour).
+/// below half of it); a block above the classes in place where the page heap allows (shrunk,
+/// or grown into the free runs after it) or by `mremap` for a huge block; else allocate (an
+/// eighth more when growing), copy and free. `n == 0` frees and returns null (glibc's
+/// behaviour).
 ///
 /// # Safety
 /// As [`free`] for `p`.
@@ -484,11 +494,12 @@ pub unsafe fn realloc(p: *mut u8, n: usize) -> *mut u8 {
             s
         }
         Owner::Huge => {
-            if n > MAX_CLASS_SIZE {
-                return match huge::realloc(p as usize, n) {
-                    Ok(q) if !q.is_null() => q,
-                    _ => enomem(),
-                };
+            if n > SMALL_MAX {
+                match huge::realloc(p as usize, n) {
+                    huge::Resized::Done(q) => return q,
+                    huge::Resized::Failed => return enomem(),
+                    huge::Resized::Move | huge::Resized::NotOurs => {}
+                }
             }
             huge::usable(p as usize).unwrap_or(0)
         }
@@ -501,18 +512,23 @@ pub unsafe fn realloc(p: *mut u8, n: usize) -> *mut u8 {
             return enomem();
         }
     };
-    // Growing out of its class: one class of headroom (an eighth more), so that a buffer grown
-    // step by step (a string builder, a vector) moves at most every other step instead of at
-    // every step; within the classes only (a huge block grows with mremap, no copy).
-    let grown = if n > old && n < MAX_CLASS_SIZE {
-        (n + n / 8).min(MAX_CLASS_SIZE)
+    // Growing by a copy: an eighth of headroom, so that a buffer grown step by step (a string
+    // builder, a vector) moves at most every other step instead of at every step (in the page
+    // heap the headroom's pages are not touched until used). Beyond `REMAP_ABOVE` a mapping of
+    // its own instead, which grows from then on by `mremap`, without a copy.
+    let q = if n > old && n > huge::REMAP_ABOVE {
+        let q = huge::alloc_mapping(n);
+        if q.is_null() {
+            return enomem();
+        }
+        q
     } else {
-        n
+        let q = alloc(if n > old { n + n / 8 } else { n });
+        if q.is_null() {
+            return q;
+        }
+        q
     };
-    let q = alloc(grown);
-    if q.is_null() {
-        return q;
-    }
     // SAFETY: both blocks are live, distinct, and at least min(old, n) bytes long.
     unsafe {
         ptr::copy_nonoverlapping(p, q, old.min(n));

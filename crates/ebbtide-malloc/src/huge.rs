@@ -1,22 +1,25 @@
-//! Huge blocks (above the largest size class, or aligned beyond a page): one mapping each,
-//! unmapped on `free`, so their memory goes back at once and never sits in a cache.
+//! Blocks above the size classes, and the table of every live one.
 //!
-//! A table of every live huge block (open addressing over a mapping of its own, under one
-//! mutex: huge blocks are rare and each costs system calls anyway) lets `free` tell a huge
-//! block from a pointer ebbtide never made without touching the pointer's memory, and gives
-//! `malloc_usable_size` and `realloc` the block's size. `realloc` of a huge block moves it with
-//! `mremap`, copying nothing.
+//! * **Large** blocks (above [`crate::heap::SMALL_MAX`], up to [`HEAP_MAX`]) are page runs of
+//!   the page heap (`pageheap.rs`): freed, they stay resident as dirty runs that serve any
+//!   later size without page faults, until the idle pass, a drain or the limit gives them back.
+//! * **Huge** blocks (above [`HEAP_MAX`], aligned beyond it, grown by `realloc` beyond
+//!   [`REMAP_ABOVE`], or any block while the page heap is off: its reservation failed under
+//!   `ulimit -v`, or it is full) are mappings of their own, unmapped on `free`; `realloc`
+//!   resizes them with `mremap`, copying nothing.
 //!
-//! ## The cache of freed huge blocks
-//! A program that allocates and frees blocks of a few MiB in a loop (a growing dict or list in
-//! Python, a buffer per request) would pay a mapping and a page fault per page every time. Up
-//! to [`CACHE_BLOCKS`] freed mappings of at most [`CACHE_BLOCK_MAX`] bytes each, and
-//! [`CACHE_BYTES`] in all, are kept and handed out again to a request that fits (the smallest
-//! that does; its pages beyond an eighth more than asked go back). The cache is an [`ebbtide_core::outer::OuterCache`]: it empties
-//! with the zones' caches on every drain, DRAIN_CPU, squeeze and critical pressure, keeps
-//! nothing while those are in force, counts in the cached bytes the budget reads, and the
-//! periodic pass unmaps what has sat unused for [`CACHE_IDLE_NS`] (the idle give-back).
+//! A table of every live block (open addressing over a mapping of its own) lets `free` tell
+//! such a block from a pointer ebbtide never made without touching the pointer's memory, and
+//! gives `malloc_usable_size` and `realloc` the block's size. One mutex covers the table and the
+//! page heap: a large block costs microseconds of page writes, the lock tens of nanoseconds.
+//!
+//! The page heap's dirty runs are the cache of this module, an
+//! [`ebbtide_core::outer::OuterCache`]: they go back on every drain, DRAIN_CPU, squeeze and
+//! critical pressure, nothing is kept while those are in force, they count in the cached bytes
+//! the `max_cached_bytes` budget reads, and the periodic pass gives back what has sat unused for
+//! [`crate::pageheap::IDLE_NS`] (the idle give-back).
 
+use crate::pageheap::{self, PageHeap};
 use core::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -33,15 +36,14 @@ struct Slot {
     len: usize,
 }
 
-/// Freed blocks kept in the cache (the whole mapping is free).
-pub const CACHE_BLOCKS: usize = 16;
-/// The largest block the cache keeps.
-pub const CACHE_BLOCK_MAX: usize = 64 << 20;
-/// The most the cache holds in all.
-pub const CACHE_BYTES: usize = 32 << 20;
-/// A cached block unused for this long goes back at the next periodic pass (1 s, the zones'
-/// idle give-back aims at 2 s).
-pub const CACHE_IDLE_NS: u64 = 1_000_000_000;
+/// The largest block of the page heap; above it (or aligned beyond it) a block is a mapping
+/// of its own.
+pub const HEAP_MAX: usize = 64 << 20;
+/// A block that `realloc` grows beyond this is a mapping of its own (one copy when it leaves the
+/// page heap or its class, then `mremap`, no copy): a buffer doubled again and again (sqlite's,
+/// to 64 MiB) would otherwise leave each old copy behind in the page heap as a free run no
+/// later request fits, and copy ever more at each step.
+pub const REMAP_ABOVE: usize = 1 << 20;
 
 struct Table {
     slots: *mut Slot,
@@ -49,12 +51,12 @@ struct Table {
     /// Live entries, and entries that are live or tombstones.
     live: usize,
     used: usize,
-    /// The cache: `(map, len, freed at)`; `len == 0` is an empty entry.
-    cached: [(usize, usize, u64); CACHE_BLOCKS],
-    cached_bytes: usize,
+    /// The large blocks' pages and the free runs between them.
+    heap: PageHeap,
 }
 
-// SAFETY: the slots mapping is owned by the table and only touched under the mutex.
+// SAFETY: the slots mapping is owned by the table and only touched under the mutex; the page
+// heap likewise (see its `Send`).
 unsafe impl Send for Table {}
 
 static TABLE: Mutex<Table> = Mutex::new(Table {
@@ -62,9 +64,10 @@ static TABLE: Mutex<Table> = Mutex::new(Table {
     cap: 0,
     live: 0,
     used: 0,
-    cached: [(0, 0, 0); CACHE_BLOCKS],
-    cached_bytes: 0,
+    heap: PageHeap::new(pageheap::RESERVE_MAX),
 });
+/// The page heap's dirty bytes, mirrored after every change under the mutex, for readers that
+/// must not take it (the budget, `mallinfo2`).
 static CACHED: AtomicUsize = AtomicUsize::new(0);
 
 static BYTES: AtomicUsize = AtomicUsize::new(0);
@@ -203,14 +206,19 @@ pub fn fork_release() {
     unsafe { (*HELD.0.get()).take() };
 }
 
-/// A huge block of at least `n` bytes aligned to `align` (a power of two), or null (ENOMEM).
+/// A block of at least `n` bytes aligned to `align` (a power of two), or null (ENOMEM).
 pub fn alloc(n: usize, align: usize) -> *mut u8 {
     alloc_fresh(n, align).0
 }
 
-/// [`alloc`], and whether the block is fresh from the kernel (all zeroes) rather than a
-/// reused mapping from the cache.
+/// [`alloc`], and whether the block is all zero pages (fresh from the kernel or given back
+/// since its last use) rather than reused dirty memory.
 pub fn alloc_fresh(n: usize, align: usize) -> (*mut u8, bool) {
+    alloc_in(n, align, true)
+}
+
+/// [`alloc_fresh`], from the page heap only if `heap` (and the block fits it).
+fn alloc_in(n: usize, align: usize, heap: bool) -> (*mut u8, bool) {
     let pg = page();
     let align = align.max(pg);
     let Some(len) = n
@@ -227,9 +235,21 @@ pub fn alloc_fresh(n: usize, align: usize) -> (*mut u8, bool) {
     if span > isize::MAX as usize {
         return (ptr::null_mut(), false);
     }
-    if align == pg {
-        if let Some(p) = from_cache(len) {
-            return (p, false);
+    if heap && len <= HEAP_MAX && align <= HEAP_MAX {
+        let mut t = ebbtide_core::lock(&TABLE);
+        if !t.reserve() {
+            return (ptr::null_mut(), false);
+        }
+        if let Some((a, zeroed)) = t.heap.alloc(len, align) {
+            t.put(Slot {
+                addr: a,
+                map: a,
+                len,
+            });
+            CACHED.store(t.heap.dirty_bytes(), Ordering::Relaxed);
+            BYTES.fetch_add(len, Ordering::Relaxed);
+            COUNT.fetch_add(1, Ordering::Relaxed);
+            return (a as *mut u8, zeroed);
         }
     }
     let m = map_anon(span) as usize;
@@ -256,103 +276,25 @@ pub fn alloc_fresh(n: usize, align: usize) -> (*mut u8, bool) {
     (a as *mut u8, true)
 }
 
-/// The smallest cached mapping of at least `len` bytes, made live again; its pages beyond
-/// `len + len / 8` go back to the kernel (the reused part keeps its pages: no faults).
-fn from_cache(len: usize) -> Option<*mut u8> {
-    let mut t = ebbtide_core::lock(&TABLE);
-    if t.cached_bytes == 0 {
-        return None;
-    }
-    let best = (0..CACHE_BLOCKS)
-        .filter(|&i| t.cached[i].1 >= len)
-        .min_by_key(|&i| t.cached[i].1)?;
-    if !t.reserve() {
-        return None;
-    }
-    let (map, mut l, _) = t.cached[best];
-    t.cached[best] = (0, 0, 0);
-    t.cached_bytes -= l;
-    CACHED.store(t.cached_bytes, Ordering::Relaxed);
-    let keep = (len + len / 8).next_multiple_of(page());
-    if l > keep {
-        unmap(map + keep, l - keep);
-        l = keep;
-    }
-    t.put(Slot {
-        addr: map,
-        map,
-        len: l,
-    });
-    BYTES.fetch_add(l, Ordering::Relaxed);
-    COUNT.fetch_add(1, Ordering::Relaxed);
-    Some(map as *mut u8)
+/// A block of at least `n` bytes that is a mapping of its own (for `realloc` beyond
+/// [`REMAP_ABOVE`]), or null.
+pub fn alloc_mapping(n: usize) -> *mut u8 {
+    alloc_in(n, 1, false).0
 }
 
-/// Keeps a freed mapping in the cache if there is room and caching is allowed; false if the
-/// caller must unmap it. Older entries make room for a new one.
-fn to_cache(t: &mut Table, map: usize, len: usize) -> bool {
-    if len > CACHE_BLOCK_MAX || !ebbtide_core::outer::caching_allowed() {
-        return false;
-    }
-    let now = ebbtide_core::os::now_ns();
-    let mut out: [(usize, usize); CACHE_BLOCKS] = [(0, 0); CACHE_BLOCKS];
-    let mut nout = 0;
-    // Oldest out until the new block fits in bytes and in entries.
-    loop {
-        let free_slot = (0..CACHE_BLOCKS).find(|&i| t.cached[i].1 == 0);
-        if t.cached_bytes + len <= CACHE_BYTES && free_slot.is_some() {
-            let i = free_slot.unwrap_or(0);
-            t.cached[i] = (map, len, now);
-            t.cached_bytes += len;
-            break;
-        }
-        let Some(old) = (0..CACHE_BLOCKS)
-            .filter(|&i| t.cached[i].1 != 0)
-            .min_by_key(|&i| t.cached[i].2)
-        else {
-            return false;
-        };
-        out[nout] = (t.cached[old].0, t.cached[old].1);
-        nout += 1;
-        t.cached_bytes -= t.cached[old].1;
-        t.cached[old] = (0, 0, 0);
-    }
-    CACHED.store(t.cached_bytes, Ordering::Relaxed);
-    for &(m, l) in &out[..nout] {
-        unmap(m, l);
-    }
-    true
-}
-
-/// Unmaps cached blocks freed before `older_than` (every one for `u64::MAX`); returns bytes.
-fn give_back(older_than: u64) -> usize {
+/// Gives back the page heap's dirty runs freed before `before` (every one for `u64::MAX`);
+/// returns the bytes.
+fn give_back(before: u64) -> usize {
     if CACHED.load(Ordering::Relaxed) == 0 {
         return 0;
     }
-    let mut out: [(usize, usize); CACHE_BLOCKS] = [(0, 0); CACHE_BLOCKS];
-    let mut n = 0;
-    {
-        let mut t = ebbtide_core::lock(&TABLE);
-        for i in 0..CACHE_BLOCKS {
-            let (m, l, at) = t.cached[i];
-            if l != 0 && at < older_than {
-                out[n] = (m, l);
-                n += 1;
-                t.cached[i] = (0, 0, 0);
-                t.cached_bytes -= l;
-            }
-        }
-        CACHED.store(t.cached_bytes, Ordering::Relaxed);
-    }
-    let mut b = 0;
-    for &(m, l) in &out[..n] {
-        unmap(m, l);
-        b += l;
-    }
+    let mut t = ebbtide_core::lock(&TABLE);
+    let b = t.heap.release_older_than(before);
+    CACHED.store(t.heap.dirty_bytes(), Ordering::Relaxed);
     b
 }
 
-/// The cache as the core sees it (see the module docs).
+/// The page heap's dirty runs as the core sees them (see the module docs).
 pub struct HugeCache;
 
 impl ebbtide_core::outer::OuterCache for HugeCache {
@@ -360,19 +302,25 @@ impl ebbtide_core::outer::OuterCache for HugeCache {
         CACHED.load(Ordering::Relaxed) as u64
     }
     fn periodic(&self, now_ns: u64) -> usize {
-        give_back(now_ns.saturating_sub(CACHE_IDLE_NS))
+        give_back(now_ns.saturating_sub(pageheap::IDLE_NS))
     }
     fn drain(&self) -> usize {
         give_back(u64::MAX)
     }
 }
 
-/// Bytes held in the cache of freed huge blocks.
+/// Bytes held free and resident for reuse (the page heap's dirty runs).
 pub fn cached_bytes() -> usize {
     CACHED.load(Ordering::Relaxed)
 }
 
-/// Bytes usable at `p` if it is a live huge block.
+/// Bytes in blocks of the page heap, and its free resident bytes (for tests and stats).
+pub fn heap_bytes() -> (usize, usize) {
+    let t = ebbtide_core::lock(&TABLE);
+    (t.heap.live_bytes(), t.heap.dirty_bytes())
+}
+
+/// Bytes usable at `p` if it is a live block of this module.
 pub fn usable(p: usize) -> Option<usize> {
     let t = ebbtide_core::lock(&TABLE);
     let i = t.find(p)?;
@@ -381,7 +329,7 @@ pub fn usable(p: usize) -> Option<usize> {
     Some(s.map + s.len - s.addr)
 }
 
-/// Unmaps `p` if it is a live huge block; false if it is not one.
+/// Frees `p` if it is a live block (into the page heap, or unmapped); false if it is not one.
 pub fn free(p: usize) -> bool {
     let mut t = ebbtide_core::lock(&TABLE);
     let Some(i) = t.find(p) else {
@@ -389,50 +337,83 @@ pub fn free(p: usize) -> bool {
     };
     // SAFETY: `find` returned an index below cap.
     let s = unsafe { &mut *t.slots.add(i) };
-    let (addr, map, len) = (s.addr, s.map, s.len);
+    let (map, len) = (s.map, s.len);
     s.addr = GONE;
     t.live -= 1;
     BYTES.fetch_sub(len, Ordering::Relaxed);
     COUNT.fetch_sub(1, Ordering::Relaxed);
-    // Only whole, page-aligned mappings are reusable (an over-aligned block is its own).
-    let cached = addr == map && to_cache(&mut t, map, len);
-    drop(t);
-    if !cached {
-        unmap(map, len);
+    if t.heap.contains(map) {
+        let keep = ebbtide_core::outer::caching_allowed();
+        t.heap.free(map, len, ebbtide_core::os::now_ns(), keep);
+        CACHED.store(t.heap.dirty_bytes(), Ordering::Relaxed);
+        return true;
     }
+    drop(t);
+    unmap(map, len);
     true
 }
 
-/// Resizes the huge block `p` to hold `n` bytes with `mremap` (it may move, nothing is
-/// copied). `Err(())` when `p` is no huge block; `Ok(null)` when the kernel refused (the block
-/// is unchanged).
-pub fn realloc(p: usize, n: usize) -> Result<*mut u8, ()> {
+/// What [`realloc`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resized {
+    /// The block holds `n` bytes now, at this address.
+    Done(*mut u8),
+    /// Not in place: the caller allocates, copies and frees.
+    Move,
+    /// The kernel refused (`mremap`): the block is unchanged.
+    Failed,
+    /// `p` is no block of this module.
+    NotOurs,
+}
+
+/// Resizes the block `p` to hold `n` bytes where it can without a copy: a large block shrinks
+/// in place (its tail a dirty run) or grows into the free runs after it up to
+/// [`REMAP_ABOVE`]; a huge block is resized by `mremap` (it may move, nothing is copied).
+pub fn realloc(p: usize, n: usize) -> Resized {
     let pg = page();
     let Some(len) = n.checked_add(pg - 1).map(|x| (x & !(pg - 1)).max(pg)) else {
         return if usable(p).is_some() {
-            Ok(ptr::null_mut())
+            Resized::Failed
         } else {
-            Err(())
+            Resized::NotOurs
         };
     };
     let mut t = ebbtide_core::lock(&TABLE);
     let Some(i) = t.find(p) else {
-        return Err(());
+        return Resized::NotOurs;
     };
     // SAFETY: `find` returned an index below cap.
     let s = unsafe { *t.slots.add(i) };
+    if len == s.len {
+        return Resized::Done(p as *mut u8);
+    }
+    if t.heap.contains(s.map) {
+        let done = if len < s.len {
+            let keep = ebbtide_core::outer::caching_allowed();
+            t.heap
+                .shrink_in_place(s.map, s.len, len, ebbtide_core::os::now_ns(), keep);
+            true
+        } else {
+            len <= REMAP_ABOVE && t.heap.grow_in_place(s.map, s.len, len)
+        };
+        if !done {
+            return Resized::Move;
+        }
+        CACHED.store(t.heap.dirty_bytes(), Ordering::Relaxed);
+        // SAFETY: `find` returned an index below cap.
+        unsafe { (*t.slots.add(i)).len = len };
+        adjust(s.len, len);
+        return Resized::Done(p as *mut u8);
+    }
     if s.map != s.addr {
         // An over-aligned block starts inside its mapping's first page run only if trimming
         // failed; never the case after `alloc`, but stay exact.
-        return Ok(ptr::null_mut());
-    }
-    if len == s.len {
-        return Ok(p as *mut u8);
+        return Resized::Move;
     }
     // SAFETY: [map, map+len) is a mapping this module made; MREMAP_MAYMOVE keeps its contents.
     let q = unsafe { libc::mremap(s.map as *mut libc::c_void, s.len, len, libc::MREMAP_MAYMOVE) };
     if q == libc::MAP_FAILED {
-        return Ok(ptr::null_mut());
+        return Resized::Failed;
     }
     let q = q as usize;
     // SAFETY: `find` returned an index below cap.
@@ -450,10 +431,19 @@ pub fn realloc(p: usize, n: usize) -> Result<*mut u8, ()> {
             len,
         });
     }
-    if len > s.len {
-        BYTES.fetch_add(len - s.len, Ordering::Relaxed);
+    adjust(s.len, len);
+    Resized::Done(q as *mut u8)
+}
+
+fn adjust(old: usize, new: usize) {
+    if new > old {
+        BYTES.fetch_add(new - old, Ordering::Relaxed);
     } else {
-        BYTES.fetch_sub(s.len - len, Ordering::Relaxed);
+        BYTES.fetch_sub(old - new, Ordering::Relaxed);
     }
-    Ok(q as *mut u8)
+}
+
+/// The page heap's invariants ([`PageHeap::validate`]), for tests.
+pub fn validate() -> Result<(), String> {
+    ebbtide_core::lock(&TABLE).heap.validate()
 }

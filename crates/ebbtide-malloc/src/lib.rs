@@ -16,7 +16,10 @@
 //!   report.rs     messages about bad pointers: one write(2) from a stack buffer, rate-limited
 //!   classes.rs    113 size classes, 8 B .. 1 MiB, ≤ 12.5 % waste above 128 B; one table load
 //!   bootstrap.rs  a static bump area for requests re-entering a zone's creation on its thread
-//!   huge.rs       blocks above 1 MiB (or over-aligned): own mappings, a table of them, mremap
+//!   pageheap.rs   page runs for blocks above 64 KiB in one reservation; freed runs stay resident,
+//!                 coalesced, and serve any size (best fit) until idle, drain or pressure
+//!   huge.rs       the table of blocks above the classes: large ones from the page heap, huge
+//!                 ones (above 64 MiB, grown by realloc beyond 1 MiB) own mappings, mremap
 //!   heap.rs       one zone per class (created on first use, without the runtime hook), the
 //!                 chunk map → class lookup of `free`, malloc/free/realloc/aligned logic
 //!   stats.rs      mallinfo2, mallinfo, malloc_stats, malloc_trim (DRAIN_CPU)
@@ -54,6 +57,7 @@ pub mod fork;
 pub mod global;
 pub mod heap;
 pub mod huge;
+pub mod pageheap;
 pub mod report;
 pub mod stats;
 

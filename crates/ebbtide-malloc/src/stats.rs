@@ -6,10 +6,10 @@
 //! | `arena` | bytes of slabs mapped and backed for the size classes (`mapped_bytes` of their zones) |
 //! | `ordblks` | free blocks held: per-CPU caches + depot + free in slabs |
 //! | `smblks`, `usmblks`, `fsmblks` | 0 (no fastbins, no `sbrk` maximum) |
-//! | `hblks`, `hblkhd` | huge blocks (own mappings) and their bytes |
-//! | `uordblks` | bytes in blocks handed out: class blocks × class size, plus huge bytes |
-//! | `fordblks` | bytes of free blocks held (`ordblks` × their class sizes) |
-//! | `keepcost` | bytes a `malloc_trim` would give back now: free blocks in backed slabs and caches |
+//! | `hblks`, `hblkhd` | blocks above the classes (page heap and own mappings) and their bytes |
+//! | `uordblks` | bytes in blocks handed out: class blocks × class size, plus `hblkhd` |
+//! | `fordblks` | bytes of free blocks held (`ordblks` × their class sizes), plus the page heap's free resident runs |
+//! | `keepcost` | bytes a `malloc_trim` would give back now: free blocks in backed slabs and caches, and the page heap's free resident runs |
 
 use crate::{classes, heap, huge};
 use core::ffi::c_int;
@@ -75,6 +75,9 @@ pub fn mallinfo2() -> Mallinfo2 {
     m.hblks = hn;
     m.hblkhd = hb;
     m.uordblks += hb;
+    let cached = huge::cached_bytes();
+    m.fordblks += cached;
+    m.keepcost += cached;
     m
 }
 

@@ -1,0 +1,808 @@
+//! The page heap: runs of pages for the blocks above the size classes, carved from one
+//! reservation of address space, and the free runs kept resident for reuse by any size.
+//!
+//! ```text
+//!  base                                        top                committed            end
+//!  | block | dirty | block | clean | dirty | block |  (zero pages)     |  (PROT_NONE)     |
+//!          └ free runs: sorted by address, coalesced with neighbours of the same kind ┘
+//! ```
+//!
+//! * A **block** is a page run handed out (its address and length are in the block table of
+//!   `huge.rs`, not here).
+//! * A **dirty** free run was a block: its pages are resident, so reusing it costs no page
+//!   fault and no zeroing. Dirty runs are what this heap caches; their bytes are the
+//!   [`PageHeap::dirty_bytes`] the core's budget and `mallinfo2` count.
+//! * A **clean** free run is address space only: given back with `MADV_DONTNEED` (its pages
+//!   read as zeros and fault in when touched again).
+//! * Above `top` nothing was ever handed out or everything went back: all zero pages. `top`
+//!   never rests on a clean run (a clean run ending at `top` lowers `top` instead), and the
+//!   range `[base, committed)` is readable and writable (`mprotect`ed in steps of
+//!   [`COMMIT_STEP`] as `top` grows), the rest of the reservation inaccessible.
+//!
+//! Invariants (checked by [`PageHeap::validate`], which the tests run after every step):
+//! the runs are sorted, disjoint, inside `[base, top)`, page-aligned, and two adjacent runs
+//! are of different kinds; `dirty_bytes` is the sum of the dirty runs' lengths.
+//!
+//! ## Allocation: best fit, without faults first
+//! 1. the smallest **dirty** run that holds the block (aligned): no fault at all;
+//! 2. else the smallest group of adjacent free runs (dirty and clean together) that holds it:
+//!    address space reused, only its clean pages fault;
+//! 3. else the free runs ending at `top` and the zero pages beyond it (`top` moves up).
+//!
+//! A freed block becomes a dirty run, merged with its dirty neighbours: memory freed as one
+//! size serves any other (what a class per size cannot do: a 1 MiB block freed in one class
+//! was no use to a 700 KiB request in the next). Growing a block in place takes the free runs
+//! after it; shrinking gives its tail back as a dirty run. The anchors: gperftools' page heap
+//! (address-ordered best fit over free spans, "normal" and "returned" spans), jemalloc's
+//! extents (`ecache_dirty` and `ecache_retained`, coalescing, the oldest dirty extents purged
+//! first), mimalloc's reuse of freed segment spans.
+//!
+//! ## Giving back
+//! Dirty runs go back (`MADV_DONTNEED`, they turn clean) oldest first, by every path the zones'
+//! caches go back by: the periodic pass (runs idle for [`IDLE_NS`]), every drain, DRAIN_CPU
+//! (`malloc_trim`), a squeeze, buckets off under critical pressure and the `max_cached_bytes`
+//! budget (the caller, `huge.rs`, is the core's [`ebbtide_core::outer::OuterCache`]); a block
+//! freed while caching is not allowed goes back at once; and the dirty bytes never exceed
+//! [`dirty_limit`] of the bytes in blocks (the policy: a pure function, tested alone).
+//!
+//! Nothing here locks: the one caller holds the block table's mutex around every call.
+
+use core::ptr::{self, NonNull};
+
+/// The most address space reserved (when no address-space limit is set).
+pub const RESERVE_MAX: usize = 64 << 30;
+/// The least worth reserving; under a tighter `ulimit -v` the heap stays off (blocks are
+/// mappings of their own, as above [`crate::huge::HEAP_MAX`]).
+pub const RESERVE_MIN: usize = 256 << 20;
+/// `top` is made accessible in steps of this many bytes.
+pub const COMMIT_STEP: usize = 4 << 20;
+/// Free runs tracked at most (32 bytes each, in a mapping touched as it fills).
+pub const MAX_RUNS: usize = 1 << 16;
+/// A dirty run unused for this long goes back at the next periodic pass (the zones' idle
+/// give-back aims at 2 s).
+pub const IDLE_NS: u64 = 1_000_000_000;
+/// Dirty bytes always allowed (see [`dirty_limit`]).
+pub const DIRTY_MIN: usize = 64 << 20;
+/// Dirty bytes never exceeded (see [`dirty_limit`]).
+pub const DIRTY_MAX: usize = 1 << 30;
+
+/// The most dirty bytes the heap keeps while `live` bytes are in blocks: as much as is in use
+/// (a program replacing its large blocks at random needs about that much to find a fit without
+/// faults: 32 blocks of 64 KiB–4 MiB, 41–74 MiB live, reached 86 MiB of pages in all in a
+/// simulation of best fit that never gave back), at least [`DIRTY_MIN`] and at most
+/// [`DIRTY_MAX`]. Time and pressure take the rest (module docs).
+pub fn dirty_limit(live: usize) -> usize {
+    live.clamp(DIRTY_MIN, DIRTY_MAX)
+}
+
+/// One free run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct Run {
+    pub addr: usize,
+    pub len: usize,
+    /// Resident (was a block) rather than given back.
+    pub dirty: bool,
+    /// When a dirty run was last freed into (the core's clock); 0 for clean runs.
+    pub at: u64,
+}
+
+impl Run {
+    fn end(&self) -> usize {
+        self.addr + self.len
+    }
+}
+
+/// See the module docs.
+pub struct PageHeap {
+    /// Bytes to try to reserve first.
+    reserve_len: usize,
+    base: usize,
+    end: usize,
+    top: usize,
+    committed: usize,
+    /// The reservation failed at every size: stay off.
+    off: bool,
+    /// The free runs, sorted by address (a mapping of `MAX_RUNS` entries).
+    runs: *mut Run,
+    n: usize,
+    /// Pages of `runs` counted as metadata so far.
+    runs_pages: usize,
+    dirty: usize,
+    live: usize,
+    /// Address space lost because the run table was full (never in practice; see `add`).
+    lost: usize,
+}
+
+// SAFETY: the reservation and the run table are owned by the heap; the caller serialises every
+// access (the block table's mutex).
+unsafe impl Send for PageHeap {}
+
+fn page() -> usize {
+    ebbtide_core::os::page_size()
+}
+
+/// The address-space limit (`ulimit -v`), if any.
+fn as_limit() -> Option<usize> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } != 0 || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    Some(r.rlim_cur as usize)
+}
+
+impl PageHeap {
+    /// A heap that reserves up to `reserve_len` bytes on first use.
+    pub const fn new(reserve_len: usize) -> PageHeap {
+        PageHeap {
+            reserve_len,
+            base: 0,
+            end: 0,
+            top: 0,
+            committed: 0,
+            off: false,
+            runs: ptr::null_mut(),
+            n: 0,
+            runs_pages: 0,
+            dirty: 0,
+            live: 0,
+            lost: 0,
+        }
+    }
+
+    /// Reserves the address space and the run table; false if the heap is off.
+    fn ready(&mut self) -> bool {
+        if self.base != 0 {
+            return true;
+        }
+        if self.off {
+            return false;
+        }
+        // Under an address-space limit the heap takes at most a sixteenth of it: the
+        // reservation counts against `ulimit -v` though it costs no memory.
+        let mut len = match as_limit() {
+            Some(l) => self.reserve_len.min(l / 16),
+            None => self.reserve_len,
+        };
+        let base = loop {
+            if len < RESERVE_MIN.min(self.reserve_len) {
+                self.off = true;
+                return false;
+            }
+            match ebbtide_core::os::reserve(len, COMMIT_STEP) {
+                Ok(p) => break p,
+                Err(_) => len /= 2,
+            }
+        };
+        let Ok(runs) = ebbtide_core::os::map(MAX_RUNS * core::mem::size_of::<Run>()) else {
+            // SAFETY: the reservation just made, unused. Tried again on the next request.
+            unsafe { ebbtide_core::os::unmap(base, len) };
+            return false;
+        };
+        self.runs = runs.as_ptr().cast();
+        self.base = base.as_ptr() as usize;
+        self.end = self.base + len;
+        self.top = self.base;
+        self.committed = self.base;
+        true
+    }
+
+    /// Whether `addr` is inside the reservation (a block of this heap, if it is a block).
+    pub fn contains(&self, addr: usize) -> bool {
+        addr.wrapping_sub(self.base) < self.end - self.base
+    }
+
+    /// Bytes of dirty runs: resident free memory, the cache.
+    pub fn dirty_bytes(&self) -> usize {
+        self.dirty
+    }
+
+    /// Bytes in blocks handed out.
+    pub fn live_bytes(&self) -> usize {
+        self.live
+    }
+
+    /// Free runs now (for tests and stats).
+    pub fn runs(&self) -> &[Run] {
+        if self.runs.is_null() {
+            return &[];
+        }
+        // SAFETY: the first `n` entries of the run table are initialised.
+        unsafe { core::slice::from_raw_parts(self.runs, self.n) }
+    }
+
+    fn at(&self, i: usize) -> Run {
+        debug_assert!(i < self.n);
+        // SAFETY: i < n <= MAX_RUNS, inside the run table.
+        unsafe { *self.runs.add(i) }
+    }
+
+    /// Index of the first run starting at or above `addr`.
+    fn lower(&self, addr: usize) -> usize {
+        self.runs().partition_point(|r| r.addr < addr)
+    }
+
+    fn remove(&mut self, i: usize) -> Run {
+        let r = self.at(i);
+        // SAFETY: entries i+1..n move down by one, inside the table.
+        unsafe { ptr::copy(self.runs.add(i + 1), self.runs.add(i), self.n - i - 1) };
+        self.n -= 1;
+        if r.dirty {
+            self.dirty -= r.len;
+        }
+        r
+    }
+
+    /// Inserts `r` at `i` as it is (no merging); false if the table is full.
+    fn insert(&mut self, i: usize, r: Run) -> bool {
+        if self.n == MAX_RUNS {
+            return false;
+        }
+        // SAFETY: entries i..n move up by one; n < MAX_RUNS, so the last lands inside.
+        unsafe {
+            ptr::copy(self.runs.add(i), self.runs.add(i + 1), self.n - i);
+            *self.runs.add(i) = r;
+        }
+        self.n += 1;
+        let pages = (self.n * core::mem::size_of::<Run>()).div_ceil(page());
+        if pages > self.runs_pages {
+            ebbtide_core::os::add_metadata((pages - self.runs_pages) * page());
+            self.runs_pages = pages;
+        }
+        if r.dirty {
+            self.dirty += r.len;
+        }
+        true
+    }
+
+    /// Adds the free range `[addr, addr+len)` as a run of its kind, merged with neighbours of
+    /// the same kind; a clean run ending at `top` lowers `top` instead.
+    fn add(&mut self, mut addr: usize, mut len: usize, dirty: bool, mut at: u64) {
+        let mut i = self.lower(addr);
+        if i > 0 {
+            let p = self.at(i - 1);
+            if p.end() == addr && p.dirty == dirty {
+                self.remove(i - 1);
+                i -= 1;
+                addr = p.addr;
+                len += p.len;
+                at = at.max(p.at);
+            }
+        }
+        if i < self.n {
+            let nx = self.at(i);
+            if nx.addr == addr + len && nx.dirty == dirty {
+                self.remove(i);
+                len += nx.len;
+                at = at.max(nx.at);
+            }
+        }
+        if !dirty && addr + len == self.top {
+            self.top = addr;
+            return;
+        }
+        let r = Run {
+            addr,
+            len,
+            dirty,
+            at: if dirty { at } else { 0 },
+        };
+        if !self.insert(i, r) {
+            // The table is full (65 536 runs between blocks): the pages go back, the address
+            // space stays unused.
+            if dirty {
+                release(addr, len);
+            }
+            self.lost += len;
+        }
+    }
+
+    /// Gives the dirty run `i` back to the kernel; it turns clean. Returns its bytes.
+    fn clean(&mut self, i: usize) -> usize {
+        let r = self.remove(i);
+        release(r.addr, r.len);
+        self.add(r.addr, r.len, false, 0);
+        r.len
+    }
+
+    /// Takes `[a, b)` out of the free runs and the space above `top`: pieces of runs outside
+    /// it stay free as they were. Returns whether every byte of it is a zero page (nothing of
+    /// it was dirty), or `None` when the range could not be made accessible.
+    fn take(&mut self, a: usize, b: usize) -> Option<bool> {
+        if b > self.end {
+            return None;
+        }
+        if b > self.committed {
+            let c = b.next_multiple_of(COMMIT_STEP).min(self.end);
+            // SAFETY: [committed, c) lies inside the reservation and is page aligned.
+            let ok = unsafe {
+                ebbtide_core::os::commit(
+                    NonNull::new_unchecked(self.committed as *mut u8),
+                    c - self.committed,
+                )
+            };
+            if ok.is_err() {
+                return None;
+            }
+            self.committed = c;
+        }
+        let old_top = self.top;
+        let mut zeroed = true;
+        let mut i = self.lower(a);
+        if i > 0 && self.at(i - 1).end() > a {
+            i -= 1;
+        }
+        let mut pieces: [Option<Run>; 2] = [None, None];
+        while i < self.n && self.at(i).addr < b {
+            let r = self.remove(i);
+            zeroed &= !r.dirty;
+            if r.addr < a {
+                pieces[0] = Some(Run {
+                    len: a - r.addr,
+                    ..r
+                });
+            }
+            if r.end() > b {
+                pieces[1] = Some(Run {
+                    addr: b,
+                    len: r.end() - b,
+                    ..r
+                });
+            }
+        }
+        // The pieces are what they were next to (maximal runs stay maximal).
+        for p in pieces.into_iter().flatten() {
+            let j = self.lower(p.addr);
+            if !self.insert(j, p) {
+                // One run cut in two with the table full: as in `add`.
+                if p.dirty {
+                    release(p.addr, p.len);
+                }
+                self.lost += p.len;
+            }
+        }
+        if b > old_top {
+            self.top = b;
+            if a > old_top {
+                // An alignment gap above the old top: a clean run now below `top`.
+                self.add(old_top, a - old_top, false, 0);
+            }
+        }
+        self.live += b - a;
+        Some(zeroed)
+    }
+
+    /// A block of `len` bytes (a multiple of the page) aligned to `align` (a power of two, at
+    /// least a page): its address and whether it is all zero pages. `None` when the heap is
+    /// off or its reservation is full.
+    pub fn alloc(&mut self, len: usize, align: usize) -> Option<(usize, bool)> {
+        debug_assert!(len > 0 && len.is_multiple_of(page()) && align.is_power_of_two());
+        if !self.ready() {
+            return None;
+        }
+        let fit = |rs: usize, re: usize| {
+            let a = rs.checked_next_multiple_of(align)?;
+            (a.checked_add(len)? <= re).then_some(a)
+        };
+        // 1. The smallest dirty run that holds it.
+        let mut best: Option<(usize, usize)> = None; // (run length, block address)
+        for r in self.runs() {
+            if r.dirty && r.len >= len && best.is_none_or(|(l, _)| r.len < l) {
+                if let Some(a) = fit(r.addr, r.end()) {
+                    best = Some((r.len, a));
+                    if r.len == len {
+                        break;
+                    }
+                }
+            }
+        }
+        // 2. The smallest group of adjacent free runs that holds it (not the one at `top`).
+        let mut top_start = self.top;
+        if best.is_none() {
+            let mut i = 0;
+            while i < self.n {
+                let rs = self.at(i).addr;
+                let mut j = i;
+                while j + 1 < self.n && self.at(j + 1).addr == self.at(j).end() {
+                    j += 1;
+                }
+                let re = self.at(j).end();
+                if re == self.top {
+                    top_start = rs;
+                } else if re - rs >= len && best.is_none_or(|(l, _)| re - rs < l) {
+                    if let Some(a) = fit(rs, re) {
+                        best = Some((re - rs, a));
+                    }
+                }
+                i = j + 1;
+            }
+        }
+        // 3. The runs at `top` and the zero pages above it.
+        let a = match best {
+            Some((_, a)) => a,
+            None => fit(top_start, self.end)?,
+        };
+        let zeroed = self.take(a, a + len)?;
+        Some((a, zeroed))
+    }
+
+    /// Frees the block `[addr, addr+len)`: a dirty run if `keep` (caching is allowed), else
+    /// given back at once. Then the dirty bytes are brought under [`dirty_limit`], oldest first.
+    pub fn free(&mut self, addr: usize, len: usize, now: u64, keep: bool) {
+        debug_assert!(self.contains(addr) && len.is_multiple_of(page()));
+        self.live -= len;
+        if keep {
+            self.add(addr, len, true, now);
+        } else {
+            release(addr, len);
+            self.add(addr, len, false, 0);
+        }
+        let limit = dirty_limit(self.live);
+        while self.dirty > limit {
+            let Some(i) = self.oldest_dirty(u64::MAX) else {
+                break;
+            };
+            self.clean(i);
+        }
+    }
+
+    /// Grows the block `[addr, addr+old)` to `new` bytes where the free runs after it (and the
+    /// zero pages above `top`) reach that far; false (nothing changed) otherwise.
+    pub fn grow_in_place(&mut self, addr: usize, old: usize, new: usize) -> bool {
+        debug_assert!(new > old && new.is_multiple_of(page()));
+        let (c, b) = (addr + old, addr + new);
+        let mut cur = c;
+        let mut i = self.lower(c);
+        while cur < b {
+            if i < self.n && self.at(i).addr == cur {
+                cur = self.at(i).end();
+                i += 1;
+            } else if cur == self.top {
+                cur = self.end;
+            } else {
+                return false;
+            }
+        }
+        if b > self.end {
+            return false;
+        }
+        self.take(c, b).is_some()
+    }
+
+    /// Shrinks the block `[addr, addr+old)` to `new` bytes: the tail is freed as by
+    /// [`PageHeap::free`].
+    pub fn shrink_in_place(&mut self, addr: usize, old: usize, new: usize, now: u64, keep: bool) {
+        debug_assert!(new < old && new > 0);
+        self.free(addr + new, old - new, now, keep);
+    }
+
+    fn oldest_dirty(&self, before: u64) -> Option<usize> {
+        self.runs()
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.dirty && r.at < before)
+            .min_by_key(|(_, r)| r.at)
+            .map(|(i, _)| i)
+    }
+
+    /// Gives back every dirty run last freed into before `before` (all of them for
+    /// `u64::MAX`); returns the bytes.
+    pub fn release_older_than(&mut self, before: u64) -> usize {
+        let mut b = 0;
+        while let Some(i) = self.oldest_dirty(before) {
+            b += self.clean(i);
+        }
+        b
+    }
+
+    /// Checks the invariants of the module docs; the first one broken, as text.
+    pub fn validate(&self) -> Result<(), String> {
+        let pg = page();
+        let mut dirty = 0;
+        let mut prev: Option<Run> = None;
+        for r in self.runs() {
+            if r.len == 0 || !r.addr.is_multiple_of(pg) || !r.len.is_multiple_of(pg) {
+                return Err(format!("run {r:?} empty or not page-aligned"));
+            }
+            if r.addr < self.base || r.end() > self.top {
+                return Err(format!(
+                    "run {r:?} outside [base, top) = [{:#x}, {:#x})",
+                    self.base, self.top
+                ));
+            }
+            if let Some(p) = prev {
+                if p.end() > r.addr {
+                    return Err(format!("runs {p:?} and {r:?} overlap or are unsorted"));
+                }
+                if p.end() == r.addr && p.dirty == r.dirty {
+                    return Err(format!("runs {p:?} and {r:?} should have merged"));
+                }
+            }
+            if r.dirty {
+                dirty += r.len;
+            } else if r.end() == self.top {
+                return Err(format!("clean run {r:?} rests on top"));
+            }
+            prev = Some(*r);
+        }
+        if dirty != self.dirty {
+            return Err(format!("dirty bytes {} but runs hold {dirty}", self.dirty));
+        }
+        if self.top > self.committed || self.committed > self.end {
+            return Err("top above committed or committed above end".into());
+        }
+        Ok(())
+    }
+}
+
+/// Gives the pages of a free run back; they read as zeros afterwards.
+fn release(addr: usize, len: usize) {
+    // SAFETY: callers pass whole pages of the committed part of the reservation that hold no
+    // block (a free run).
+    unsafe { ebbtide_core::os::release(NonNull::new_unchecked(addr as *mut u8), len) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: usize = 1024;
+    const M: usize = 1024 * 1024;
+
+    fn heap() -> PageHeap {
+        PageHeap::new(RESERVE_MIN)
+    }
+
+    /// Pages of `[addr, addr+len)` resident now.
+    fn resident(addr: usize, len: usize) -> usize {
+        let pg = page();
+        let mut v = vec![0u8; len / pg];
+        // SAFETY: the range is mapped (inside the heap's committed part); v has one byte per
+        // page.
+        let r = unsafe { libc::mincore(addr as *mut libc::c_void, len, v.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        v.iter().filter(|&&b| b & 1 == 1).count()
+    }
+
+    fn write(addr: usize, len: usize, v: u8) {
+        // SAFETY: a block of the heap under test, `len` bytes, handed out to the test.
+        unsafe { ptr::write_bytes(addr as *mut u8, v, len) };
+    }
+
+    #[test]
+    fn policy_limit() {
+        assert_eq!(dirty_limit(0), DIRTY_MIN);
+        assert_eq!(dirty_limit(100 * M), 100 * M);
+        assert_eq!(dirty_limit(usize::MAX), DIRTY_MAX);
+    }
+
+    #[test]
+    fn freed_memory_serves_other_sizes_without_faults() {
+        let mut h = heap();
+        let (a, z) = h.alloc(M, page()).unwrap();
+        assert!(z, "fresh pages are zero");
+        let (b, _) = h.alloc(256 * K, page()).unwrap();
+        write(a, M, 1);
+        write(b, 256 * K, 2);
+        h.free(a, M, 1, true);
+        h.validate().unwrap();
+        assert_eq!(h.dirty_bytes(), M);
+        // Two blocks of other sizes fit in the freed megabyte: both dirty, no fresh page.
+        let (c, zc) = h.alloc(700 * K, page()).unwrap();
+        let (d, zd) = h.alloc(300 * K, page()).unwrap();
+        assert!(!zc && !zd);
+        assert!(c >= a && c + 700 * K <= a + M, "reused the freed run");
+        assert!(d >= a && d + 300 * K <= a + M, "reused the rest of it");
+        assert_eq!(h.dirty_bytes(), M - 1000 * K);
+        h.validate().unwrap();
+        assert_eq!(
+            resident(c, 700 * K),
+            700 * K / page(),
+            "the reused pages stayed"
+        );
+        // Freed again, the pieces merge back into one run with what was left.
+        h.free(c, 700 * K, 2, true);
+        h.free(d, 300 * K, 3, true);
+        h.validate().unwrap();
+        assert!(h
+            .runs()
+            .iter()
+            .any(|r| r.addr == a && r.len == M && r.dirty));
+        h.free(b, 256 * K, 4, true);
+        h.validate().unwrap();
+        // Everything free and dirty: one run from the base to top.
+        assert_eq!(h.runs().len(), 1);
+        assert_eq!(h.live_bytes(), 0);
+    }
+
+    #[test]
+    fn give_back_turns_runs_clean_and_lowers_top() {
+        let mut h = heap();
+        let (a, _) = h.alloc(2 * M, page()).unwrap();
+        let (b, _) = h.alloc(M, page()).unwrap();
+        let (c, _) = h.alloc(M, page()).unwrap();
+        write(a, 4 * M, 7);
+        h.free(a, 2 * M, 10, true);
+        h.free(c, M, 20, true);
+        assert_eq!(h.dirty_bytes(), 3 * M);
+        assert_eq!(resident(a, 2 * M), 2 * M / page());
+        // The idle pass: only what was freed before 15 goes.
+        assert_eq!(h.release_older_than(15), 2 * M);
+        h.validate().unwrap();
+        assert_eq!(h.dirty_bytes(), M);
+        assert_eq!(resident(a, 2 * M), 0, "given back to the kernel");
+        assert_eq!(resident(b, M), M / page(), "the live block is untouched");
+        // A drain: all of it; the clean run at top lowers top.
+        assert_eq!(h.release_older_than(u64::MAX), M);
+        h.validate().unwrap();
+        assert_eq!(h.dirty_bytes(), 0);
+        assert_eq!(
+            h.runs().len(),
+            1,
+            "the clean run below b stays, the one at top is gone"
+        );
+        // Clean memory reads as zeros and is reused (address space) before growing top.
+        let (d, z) = h.alloc(2 * M, page()).unwrap();
+        assert_eq!(d, a);
+        assert!(z);
+        // SAFETY: d is a block of 2 MiB.
+        assert!(
+            unsafe { core::slice::from_raw_parts(d as *const u8, 2 * M) }
+                .iter()
+                .all(|&x| x == 0)
+        );
+    }
+
+    #[test]
+    fn not_keeping_gives_back_at_once() {
+        let mut h = heap();
+        let (a, _) = h.alloc(M, page()).unwrap();
+        let (_b, _) = h.alloc(M, page()).unwrap();
+        write(a, M, 3);
+        h.free(a, M, 1, false);
+        assert_eq!(h.dirty_bytes(), 0);
+        assert_eq!(resident(a, M), 0);
+        h.validate().unwrap();
+    }
+
+    #[test]
+    fn dirty_bytes_stay_under_the_limit_oldest_first() {
+        let mut h = heap();
+        let blocks: Vec<usize> = (0..100)
+            .map(|_| h.alloc(2 * M, page()).unwrap().0)
+            .collect();
+        // Free every other block (no merging): 50 runs of 2 MiB = 100 MiB dirty, live 100 MiB.
+        for (i, &b) in blocks.iter().enumerate().step_by(2) {
+            h.free(b, 2 * M, i as u64 + 1, true);
+        }
+        assert_eq!(h.live_bytes(), 100 * M);
+        assert_eq!(h.dirty_bytes(), 100 * M);
+        // Three more: live 94 MiB, so at most 94 MiB dirty; the oldest runs went first.
+        for i in [1, 3, 5] {
+            h.free(blocks[i], 2 * M, 100 + i as u64, true);
+        }
+        h.validate().unwrap();
+        assert!(h.dirty_bytes() <= dirty_limit(h.live_bytes()));
+        assert!(
+            h.dirty_bytes() >= dirty_limit(h.live_bytes()) - 2 * M,
+            "no more than needed"
+        );
+        // The newest frees stayed dirty; the oldest went (blocks 4, 6, ..., 12).
+        assert!(h
+            .runs()
+            .iter()
+            .filter(|r| r.addr >= blocks[16])
+            .all(|r| r.dirty));
+        assert!(h.runs().iter().any(|r| r.addr == blocks[4] && !r.dirty));
+    }
+
+    #[test]
+    fn mixed_runs_are_used_together_and_alignment_is_kept() {
+        let mut h = heap();
+        let (a, _) = h.alloc(M, page()).unwrap();
+        let (b, _) = h.alloc(M, page()).unwrap();
+        let (_c, _) = h.alloc(M, page()).unwrap();
+        h.free(a, M, 1, true);
+        h.release_older_than(u64::MAX); // a's run is clean
+        h.free(b, M, 2, true); // b's dirty, next to it
+        assert_eq!(h.runs().len(), 2);
+        // 2 MiB fit only in the two runs together: not above top.
+        let (d, z) = h.alloc(2 * M, page()).unwrap();
+        assert_eq!(d, a);
+        assert!(!z, "half of it was dirty");
+        h.validate().unwrap();
+        // An aligned block: the gap before it stays free.
+        let (e, _) = h.alloc(64 * K, 2 * M).unwrap();
+        assert_eq!(e % (2 * M), 0);
+        h.validate().unwrap();
+    }
+
+    #[test]
+    fn grow_and_shrink_in_place() {
+        let mut h = heap();
+        let (a, _) = h.alloc(256 * K, page()).unwrap();
+        write(a, 256 * K, 9);
+        // At top: grows into the zero pages.
+        assert!(h.grow_in_place(a, 256 * K, M));
+        let (b, _) = h.alloc(M, page()).unwrap();
+        assert_eq!(b, a + M);
+        // Blocked by b.
+        assert!(!h.grow_in_place(a, M, 2 * M));
+        // Shrunk: the tail is a dirty run, and growing takes it again.
+        h.shrink_in_place(a, M, 512 * K, 1, true);
+        assert_eq!(h.dirty_bytes(), 512 * K);
+        h.validate().unwrap();
+        assert!(h.grow_in_place(a, 512 * K, M));
+        assert_eq!(h.dirty_bytes(), 0);
+        // SAFETY: a is a block of 1 MiB whose first 256 KiB were written.
+        assert!(
+            unsafe { core::slice::from_raw_parts(a as *const u8, 256 * K) }
+                .iter()
+                .all(|&x| x == 9)
+        );
+        h.free(b, M, 2, true);
+        assert!(
+            h.grow_in_place(a, M, 3 * M),
+            "through the freed block and past top"
+        );
+        h.validate().unwrap();
+        assert_eq!(h.live_bytes(), 3 * M);
+    }
+
+    #[test]
+    fn random_sequences_keep_the_invariants() {
+        let mut h = heap();
+        let mut live: Vec<(usize, usize)> = Vec::new();
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for step in 0..3000u64 {
+            let r = rnd();
+            match r % 7 {
+                0..=2 => {
+                    let len = (1 + (r >> 8) as usize % 64) * 16 * K;
+                    let align = if r & 1 << 40 != 0 { 64 * K } else { page() };
+                    if let Some((a, _)) = h.alloc(len, align) {
+                        assert_eq!(a % align, 0);
+                        for &(b, l) in &live {
+                            assert!(a + len <= b || b + l <= a, "overlap");
+                        }
+                        live.push((a, len));
+                    }
+                }
+                3 | 4 if !live.is_empty() => {
+                    let (a, l) = live.swap_remove((r >> 8) as usize % live.len());
+                    h.free(a, l, step, r & 1 << 41 != 0);
+                }
+                5 if !live.is_empty() => {
+                    let i = (r >> 8) as usize % live.len();
+                    let (a, l) = live[i];
+                    let n = (1 + (r >> 20) as usize % 64) * 16 * K;
+                    if n > l && h.grow_in_place(a, l, n) {
+                        live[i].1 = n;
+                    } else if n < l {
+                        h.shrink_in_place(a, l, n, step, true);
+                        live[i].1 = n;
+                    }
+                    for (j, &(b, bl)) in live.iter().enumerate() {
+                        assert!(j == i || a + live[i].1 <= b || b + bl <= a, "overlap");
+                    }
+                }
+                _ => {
+                    h.release_older_than(step.saturating_sub(50));
+                }
+            }
+            h.validate().unwrap_or_else(|e| panic!("step {step}: {e}"));
+            assert_eq!(h.live_bytes(), live.iter().map(|l| l.1).sum::<usize>());
+        }
+    }
+}
