@@ -237,7 +237,7 @@ struct ebbtide_pool_stats {
 
 struct ebbtide_global_stats {
 	uint64_t mapped_bytes;	/* gauge, bytes: Bytes mapped from the OS by the library. */
-	uint64_t cached_bytes;	/* gauge, bytes: Bytes held in caches: per-CPU buckets, depots, free slab slots and free pool pages. */
+	uint64_t cached_bytes;	/* gauge, bytes: Bytes held in caches: per-CPU buckets, depots, free slab slots, free pool pages, and the caches of layers above the zones that reclaim drains with them (the malloc's page heap of free large runs). */
 	uint64_t released_bytes;	/* counter, bytes: Bytes given back to the OS. */
 	uint64_t pressure_level;	/* gauge, level (0 none, 1 low, 2 moderate, 3 critical): Current pressure level. */
 	uint64_t pressure_events;	/* counter, events: Pressure events received from all sources. */

@@ -71,7 +71,8 @@ pub(crate) fn drain_all() -> usize {
     b
 }
 
-pub(crate) fn held_bytes() -> u64 {
+/// Bytes held by every registered outer cache now (statistics; the budget counts them too).
+pub fn held_bytes() -> u64 {
     let mut b = 0;
     each(|c| b += c.held_bytes());
     b

@@ -16,7 +16,10 @@ pub fn collect() -> Snapshot {
     let cached: u64 = zones
         .iter()
         .map(|z| z.cached_bytes_pcpu + z.cached_bytes_depot + z.free_bytes_slabs)
-        .sum();
+        .sum::<u64>()
+        // Caches of the layers above the zones (the malloc's page heap), given back by the
+        // same paths.
+        + ebbtide_core::outer::held_bytes();
     let global = GlobalStats {
         mapped_bytes: ebbtide_core::mapped_bytes(),
         metadata_bytes: crate::os::metadata_bytes(),

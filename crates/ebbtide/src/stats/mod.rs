@@ -534,7 +534,7 @@ stats_group! {
     /// Process-wide statistics.
     struct GlobalStats, c GlobalStatsC = "ebbtide_global_stats", group "global" {
         mapped_bytes: U64, Gauge, Bytes, "", "Bytes mapped from the OS by the library.";
-        cached_bytes: U64, Gauge, Bytes, "", "Bytes held in caches: per-CPU buckets, depots, free slab slots and free pool pages.";
+        cached_bytes: U64, Gauge, Bytes, "", "Bytes held in caches: per-CPU buckets, depots, free slab slots, free pool pages, and the caches of layers above the zones that reclaim drains with them (the malloc's page heap of free large runs).";
         released_bytes: U64, Counter, Bytes, "", "Bytes given back to the OS.";
         pressure_level: U64, Gauge, Level, "", "Current pressure level.";
         pressure_events: U64, Counter, Events, "", "Pressure events received from all sources.";
