@@ -58,9 +58,12 @@ impl DepotInner {
         Ok(())
     }
 
-    /// Takes the most recently put bucket.
+    /// Takes the most recently put bucket (an allocation: demand, also when the depot is empty).
     pub(crate) fn take(&mut self) -> Option<NonNull<Bucket>> {
-        let b = NonNull::new(self.head)?;
+        let Some(b) = NonNull::new(self.head) else {
+            self.wss.miss();
+            return None;
+        };
         // SAFETY: `b` is the live head bucket.
         unsafe {
             self.head = (*b.as_ptr()).next;
@@ -75,7 +78,8 @@ impl DepotInner {
         Some(b)
     }
 
-    /// Takes the least recently put bucket if the depot holds more than `target` items.
+    /// Takes the least recently put bucket if the depot holds more than `target` items (a trim or
+    /// drain: not demand, see [`Wss::reclaim`]).
     pub(crate) fn take_cold_above(&mut self, target: u64) -> Option<NonNull<Bucket>> {
         if self.wss.nitems <= target {
             return None;
@@ -90,7 +94,7 @@ impl DepotInner {
                 (*self.tail).next = ptr::null_mut();
             }
             self.nbuckets -= 1;
-            self.wss.remove((*b.as_ptr()).count as u64);
+            self.wss.reclaim((*b.as_ptr()).count as u64);
         }
         Some(b)
     }

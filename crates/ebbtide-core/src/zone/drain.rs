@@ -30,7 +30,8 @@ impl ZoneInner {
     }
 
     pub(crate) fn periodic(&self, _now_ns: u64) -> usize {
-        // 1. Working-set update and trim of what sat untouched above it.
+        // 1. Working-set update and trim of what sat untouched above it (everything above it
+        //    after a period without demand; a depot idle for `wss::IDLE_PERIODS` has none).
         let keep = {
             let mut d = lock(&self.depot);
             d.wss.update();
