@@ -3,6 +3,10 @@
 //! trim, every drain, DRAIN_CPU, a squeeze, buckets off under critical pressure — and count in
 //! the cached bytes the budget reads.
 //!
+//! A pressure trim (`Request::Trim`: a Low event, `ebb_reclaim(TRIM)`) asks each cache for the
+//! same as the zones' trim: keep what recent demand used, give back the rest
+//! ([`OuterCache::trim`]); the periodic pass only gives back what has been idle.
+//!
 //! A runtime registers a `&'static dyn OuterCache` once; the reclaim entry points (`reclaim.rs`)
 //! call every registered cache after the zones, with no core lock held. A cache asks
 //! [`caching_allowed`] before keeping anything (no caching in a squeeze window or while buckets
@@ -17,6 +21,12 @@ pub trait OuterCache: Sync {
     /// The periodic pass without pressure at `now_ns` (the core's clock): give back what has
     /// been idle. Returns the bytes given back.
     fn periodic(&self, now_ns: u64) -> usize;
+    /// A pressure trim at `now_ns`: keep at most what the cache's recent demand used (its
+    /// working set, as the zones keep their depots' WSS), give back the rest and what has been
+    /// idle. Returns the bytes given back. The default is the periodic pass.
+    fn trim(&self, now_ns: u64) -> usize {
+        self.periodic(now_ns)
+    }
     /// Gives back everything held (drains, DRAIN_CPU, squeeze, buckets off). Returns the bytes.
     fn drain(&self) -> usize;
 }
@@ -62,6 +72,12 @@ pub fn caching_allowed() -> bool {
 pub(crate) fn periodic_all(now_ns: u64) -> usize {
     let mut b = 0;
     each(|c| b += c.periodic(now_ns));
+    b
+}
+
+pub(crate) fn trim_all(now_ns: u64) -> usize {
+    let mut b = 0;
+    each(|c| b += c.trim(now_ns));
     b
 }
 

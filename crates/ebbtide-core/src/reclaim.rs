@@ -2,7 +2,7 @@
 //!
 //! | request | what it does | bucket size |
 //! |---|---|---|
-//! | [`Request::Trim`] | working-set update, depot down to its WSS, free slabs beyond the reserve back to the OS | −1 |
+//! | [`Request::Trim`] | working-set update, depot down to its WSS, free slabs beyond the reserve back to the OS; outer caches down to their working set ([`crate::outer`]) | −1 |
 //! | [`Request::Drain`] | whole depot to the slabs, free slabs back to the OS | −1 |
 //! | [`Request::DrainCpu`] | depot, then every CPU's stack (one loop over CPUs draining every zone on each, one `membarrier` per CPU), then the depot again; free slabs back | halved toward the minimum first |
 //!
@@ -179,7 +179,7 @@ pub fn reclaim_all(req: Request) -> usize {
         return drain_cpu_all(true, true) + crate::outer::drain_all();
     }
     let outer = match req {
-        Request::Trim => crate::outer::periodic_all(os::now_ns()),
+        Request::Trim => crate::outer::trim_all(os::now_ns()),
         _ => crate::outer::drain_all(),
     };
     outer

@@ -16,8 +16,9 @@
 //! The page heap's dirty runs are the cache of this module, an
 //! [`ebbtide_core::outer::OuterCache`]: they go back on every drain, DRAIN_CPU, squeeze and
 //! critical pressure, nothing is kept while those are in force, they count in the cached bytes
-//! the `max_cached_bytes` budget reads, and the periodic pass gives back what has sat unused for
-//! [`crate::pageheap::IDLE_NS`] (the idle give-back).
+//! the `max_cached_bytes` budget reads, the periodic pass gives back what has sat unused for
+//! [`crate::pageheap::IDLE_NS`] (the idle give-back), and a pressure trim leaves no more than
+//! the heap's working set ([`crate::pageheap::PageHeap::trim`]).
 
 use crate::pageheap::{self, PageHeap};
 use core::ptr;
@@ -282,14 +283,34 @@ pub fn alloc_mapping(n: usize) -> *mut u8 {
     alloc_in(n, 1, false).0
 }
 
-/// Gives back the page heap's dirty runs freed before `before` (every one for `u64::MAX`);
-/// returns the bytes.
-fn give_back(before: u64) -> usize {
-    if CACHED.load(Ordering::Relaxed) == 0 {
+/// How [`give_back`] decides.
+#[derive(Clone, Copy)]
+enum GiveBack {
+    /// The periodic pass: runs freed before the time; a period of the working set ends.
+    Idle(u64),
+    /// A pressure trim: those, and the oldest beyond the working set.
+    Trim(u64),
+    /// Every run.
+    All,
+}
+
+/// Gives back the page heap's dirty runs as `how` says; returns the bytes.
+fn give_back(how: GiveBack) -> usize {
+    // The periodic pass always runs: it ends a period even when nothing is held.
+    let empty = CACHED.load(Ordering::Relaxed) == 0;
+    if empty && !matches!(how, GiveBack::Idle(_)) {
         return 0;
     }
     let mut t = ebbtide_core::lock(&TABLE);
-    let b = t.heap.release_older_than(before);
+    let b = match how {
+        GiveBack::Idle(before) => {
+            let b = t.heap.release_older_than(before);
+            t.heap.end_period();
+            b
+        }
+        GiveBack::Trim(before) => t.heap.trim(before),
+        GiveBack::All => t.heap.release_older_than(u64::MAX),
+    };
     CACHED.store(t.heap.dirty_bytes(), Ordering::Relaxed);
     b
 }
@@ -302,10 +323,13 @@ impl ebbtide_core::outer::OuterCache for HugeCache {
         CACHED.load(Ordering::Relaxed) as u64
     }
     fn periodic(&self, now_ns: u64) -> usize {
-        give_back(now_ns.saturating_sub(pageheap::IDLE_NS))
+        give_back(GiveBack::Idle(now_ns.saturating_sub(pageheap::IDLE_NS)))
+    }
+    fn trim(&self, now_ns: u64) -> usize {
+        give_back(GiveBack::Trim(now_ns.saturating_sub(pageheap::IDLE_NS)))
     }
     fn drain(&self) -> usize {
-        give_back(u64::MAX)
+        give_back(GiveBack::All)
     }
 }
 

@@ -39,7 +39,9 @@
 //!
 //! ## Giving back
 //! Dirty runs go back (`MADV_DONTNEED`, they turn clean) oldest first, by every path the zones'
-//! caches go back by: the periodic pass (runs idle for [`IDLE_NS`]), every drain, DRAIN_CPU
+//! caches go back by: the periodic pass (runs idle for [`IDLE_NS`]), a pressure trim (those,
+//! then the oldest until what is left is no more than the working set: the dirty bytes blocks
+//! took in this period or the one before, a period being one periodic pass), every drain, DRAIN_CPU
 //! (`malloc_trim`), a squeeze, buckets off under critical pressure and the `max_cached_bytes`
 //! budget (the caller, `huge.rs`, is the core's [`ebbtide_core::outer::OuterCache`]); a block
 //! freed while caching is not allowed goes back at once; and the dirty bytes never exceed
@@ -110,6 +112,10 @@ pub struct PageHeap {
     runs_pages: usize,
     dirty: usize,
     live: usize,
+    /// Dirty bytes that blocks took since the current period began, and in the period before
+    /// (the heap's working set: what its cache served; see [`PageHeap::trim`]).
+    demand: usize,
+    prev_demand: usize,
     /// Address space lost because the run table was full (never in practice; see `add`).
     lost: usize,
 }
@@ -151,6 +157,8 @@ impl PageHeap {
             runs_pages: 0,
             dirty: 0,
             live: 0,
+            demand: 0,
+            prev_demand: 0,
             lost: 0,
         }
     }
@@ -341,6 +349,9 @@ impl PageHeap {
         while i < self.n && self.at(i).addr < b {
             let r = self.remove(i);
             zeroed &= !r.dirty;
+            if r.dirty {
+                self.demand += r.end().min(b) - r.addr.max(a);
+            }
             if r.addr < a {
                 pieces[0] = Some(Run {
                     len: a - r.addr,
@@ -495,6 +506,35 @@ impl PageHeap {
     pub fn release_older_than(&mut self, before: u64) -> usize {
         let mut b = 0;
         while let Some(i) = self.oldest_dirty(before) {
+            b += self.clean(i);
+        }
+        b
+    }
+
+    /// Ends a period of the working set (the periodic pass): the current demand becomes the
+    /// previous one.
+    pub fn end_period(&mut self) {
+        self.prev_demand = self.demand;
+        self.demand = 0;
+    }
+
+    /// The working set: dirty bytes that blocks took in this period or the one before,
+    /// whichever is more.
+    pub fn working_set(&self) -> usize {
+        self.demand.max(self.prev_demand)
+    }
+
+    /// A pressure trim: gives back every dirty run last freed into before `before`, then the
+    /// oldest dirty runs until no more than [`PageHeap::working_set`] is left (UMA's trim of a
+    /// depot to its working-set estimate, here in bytes: a heap whose freed runs nobody took
+    /// again keeps nothing). Returns the bytes.
+    pub fn trim(&mut self, before: u64) -> usize {
+        let mut b = self.release_older_than(before);
+        let keep = self.working_set();
+        while self.dirty > keep {
+            let Some(i) = self.oldest_dirty(u64::MAX) else {
+                break;
+            };
             b += self.clean(i);
         }
         b
@@ -659,6 +699,49 @@ mod tests {
     }
 
     #[test]
+    fn pressure_trim_keeps_the_working_set_oldest_first() {
+        let mut h = heap();
+        let blocks: Vec<usize> = (0..4).map(|_| h.alloc(M, page()).unwrap().0).collect();
+        let _guard = h.alloc(M, page()).unwrap(); // keeps the runs below top
+                                                  // Freed at 10, 20, 30, 40 with no block taken from a dirty run since: no demand.
+        for (i, &b) in blocks.iter().enumerate().step_by(2) {
+            h.free(b, M, 10 * (i as u64 + 1), true);
+        }
+        assert_eq!(h.working_set(), 0);
+        assert_eq!(h.dirty_bytes(), 2 * M);
+        // Nothing is idle before 5, but nobody reused the cache: a trim takes it all.
+        assert_eq!(h.trim(5), 2 * M);
+        assert_eq!(h.dirty_bytes(), 0);
+        h.validate().unwrap();
+
+        // Demand: two blocks take 768 KiB of dirty pages between them.
+        for (i, &b) in blocks.iter().enumerate().skip(1).step_by(2) {
+            h.free(b, M, 100 + i as u64, true);
+        }
+        let (x, zx) = h.alloc(512 * K, page()).unwrap();
+        let (y, zy) = h.alloc(256 * K, page()).unwrap();
+        assert!(!zx && !zy, "both from dirty runs");
+        assert_eq!(h.working_set(), 768 * K);
+        h.free(x, 512 * K, 200, true);
+        h.free(y, 256 * K, 201, true);
+        assert_eq!(h.dirty_bytes(), 2 * M);
+        // The trim keeps no more than the working set; the oldest runs go first.
+        let given = h.trim(5);
+        assert!(h.dirty_bytes() <= 768 * K, "{}", h.dirty_bytes());
+        assert_eq!(given + h.dirty_bytes(), 2 * M);
+        assert!(h.runs().iter().filter(|r| r.dirty).all(|r| r.at >= 103));
+        h.validate().unwrap();
+        // One period later the demand is still remembered; two periods without reuse, none.
+        h.end_period();
+        assert_eq!(h.working_set(), 768 * K);
+        h.end_period();
+        assert_eq!(h.working_set(), 0);
+        h.trim(5);
+        assert_eq!(h.dirty_bytes(), 0);
+        h.validate().unwrap();
+    }
+
+    #[test]
     fn not_keeping_gives_back_at_once() {
         let mut h = heap();
         let (a, _) = h.alloc(M, page()).unwrap();
@@ -795,6 +878,13 @@ mod tests {
                     }
                     for (j, &(b, bl)) in live.iter().enumerate() {
                         assert!(j == i || a + live[i].1 <= b || b + bl <= a, "overlap");
+                    }
+                }
+                6 if r & 1 << 42 != 0 => {
+                    h.trim(step.saturating_sub(50));
+                    assert!(h.dirty_bytes() <= h.working_set());
+                    if r & 1 << 43 != 0 {
+                        h.end_period();
                     }
                 }
                 _ => {

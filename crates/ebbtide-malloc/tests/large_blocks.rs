@@ -1,6 +1,7 @@
 //! Blocks above the size classes (the page heap, `pageheap.rs`, and the block table,
 //! `huge.rs`) through the C names, in process: memory freed as one size serves another without
-//! page faults; the cached runs go back on `malloc_trim`, a squeeze and the idle pass, and
+//! page faults; the cached runs go back on `malloc_trim`, a squeeze and the idle pass, a
+//! pressure trim keeps only what was reused, and
 //! count in `mallinfo2` and the core's cached bytes; `realloc` keeps contents in place and
 //! when it moves.
 //!
@@ -191,6 +192,55 @@ fn cached_runs_go_back_on_trim_squeeze_and_idle() {
         assert_eq!(huge::cached_bytes(), 0);
         assert_eq!(resident(c, M), 0);
         free(guard);
+        huge::validate().unwrap();
+    }
+}
+
+#[test]
+fn a_pressure_trim_keeps_only_what_was_reused() {
+    let _s = alone();
+    // SAFETY: every block is used within its size and freed once.
+    unsafe {
+        api::malloc_trim(0);
+        // Two idle passes: no demand remembered from the tests before.
+        let now = ebbtide_core::os::now_ns();
+        huge::HugeCache.periodic(now);
+        huge::HugeCache.periodic(now);
+        // A burst freed just now, that nobody took again: a Low pressure's trim (the request
+        // the reclaim thread makes) gives it all back though none of it is idle yet.
+        let blocks: Vec<*mut u8> = (0..6).map(|_| malloc(M)).collect();
+        let guard = malloc(64 * K + 1);
+        for &p in &blocks {
+            touch(p, M, 3);
+        }
+        for &p in &blocks {
+            free(p);
+        }
+        assert!(huge::cached_bytes() >= 6 * M);
+        ebbtide_core::reclaim::reclaim_all(ebbtide_core::reclaim::Request::Trim);
+        assert_eq!(huge::cached_bytes(), 0, "nothing reused: nothing kept");
+        for &p in &blocks {
+            assert_eq!(resident(p, M), 0);
+        }
+        // A program that keeps reusing its freed blocks keeps (about) what it reuses.
+        let a = malloc(2 * M);
+        touch(a, 2 * M, 4);
+        free(a);
+        for _ in 0..3 {
+            let b = malloc(2 * M); // from the dirty run a left
+            touch(b, 2 * M, 5);
+            free(b);
+        }
+        let held = huge::cached_bytes();
+        assert!(held >= 2 * M);
+        ebbtide_core::reclaim::reclaim_all(ebbtide_core::reclaim::Request::Trim);
+        assert!(
+            huge::cached_bytes() >= 2 * M,
+            "the reused run stays: {} of {held}",
+            huge::cached_bytes()
+        );
+        free(guard);
+        api::malloc_trim(0);
         huge::validate().unwrap();
     }
 }
