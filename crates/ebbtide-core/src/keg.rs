@@ -175,6 +175,10 @@ pub(crate) struct Keg {
     pub(crate) arena: &'static Arena,
     /// Free slabs kept backed by [`Keg::reclaim`] (UMA's keg reserve, in slabs).
     reserve_slabs: usize,
+    /// Free slabs kept backed outside a reclaim: a slab that a free leaves entirely free while
+    /// the keg already holds this many goes back to the OS at once (`usize::MAX`: all kept, the
+    /// default; see [`Keg::keep_free_at_most`]).
+    free_cap: usize,
     inner: Mutex<KegInner>,
 }
 
@@ -412,8 +416,19 @@ impl Keg {
             tag: arena.new_tag(),
             arena,
             reserve_slabs,
+            free_cap: usize::MAX,
             inner: Mutex::new(KegInner::empty(0)),
         })
+    }
+
+    /// Keeps at most `slabs` entirely free slabs backed between reclaims: a free that empties a
+    /// slab beyond them gives the slab's pages back before it returns (with the keg lock
+    /// dropped, adjacent slabs in one call), as jemalloc and tcmalloc hand an empty slab back to
+    /// the pages every size class shares. Memory freed in one size class then stops counting in
+    /// the process's RSS instead of waiting for the next reclaim (a malloc: `heap.rs`).
+    pub(crate) fn keep_free_at_most(mut self, slabs: usize) -> Keg {
+        self.free_cap = slabs;
+        self
     }
 
     #[inline]
@@ -902,7 +917,8 @@ impl Keg {
                 cur.sync(g);
                 list_remove(&mut g.partial, s);
                 g.npartial -= 1;
-                if w.give_back {
+                let over_cap = w.session.is_none() && g.nfree_slabs >= self.free_cap;
+                if w.give_back || over_cap {
                     // On no list until its pages are gone: given back once the lock is
                     // dropped (`give_back_deferred`), never under it.
                     (*s).state = SlabState::Clean;
@@ -1756,6 +1772,32 @@ mod tests {
         assert_eq!(k.reclaim(false), (g.slabs_per_chunk + 1) * g.slab_size);
         k.validate().unwrap();
         k.destroy().unwrap();
+    }
+
+    #[test]
+    fn free_slabs_beyond_the_cap_go_back_when_emptied() {
+        let k = Keg::new(256, 0).unwrap().keep_free_at_most(2);
+        let g = k.geo;
+        let mut v = vec![ptr::null_mut(); 5 * g.items_per_slab];
+        assert_eq!(k.import(&mut v).unwrap(), v.len());
+        for p in &v {
+            // SAFETY: our item of 256 bytes: every page of the five slabs becomes resident.
+            unsafe { p.write_bytes(1, 256) };
+        }
+        let before = k.counts().released_bytes;
+        let r = k.take_back_in(&v, Emptied::Keep, None::<fn(*mut u8)>, |_, _| panic!());
+        assert_eq!(r.valid, v.len());
+        assert_eq!(r.bytes, 3 * g.slab_size, "all but two slabs given back");
+        let c = k.validate().unwrap();
+        assert_eq!((c.free_slabs, c.backed_slabs), (2, 2));
+        assert_eq!(c.released_bytes - before, 3 * g.slab_size as u64);
+        // Without a cap everything stays backed until a reclaim.
+        let k2 = Keg::new(256, 0).unwrap();
+        k2.import(&mut v).unwrap();
+        let r = k2.take_back_in(&v, Emptied::Keep, None::<fn(*mut u8)>, |_, _| panic!());
+        assert_eq!((r.bytes, k2.validate().unwrap().free_slabs), (0, 5));
+        k.destroy().unwrap();
+        k2.destroy().unwrap();
     }
 
     #[test]

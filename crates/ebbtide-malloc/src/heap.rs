@@ -128,6 +128,8 @@ fn zone(c: usize) -> Get {
     let r = Zone::new(
         ZoneOptions::new(name, classes::size(c))
             .align(classes::natural_align(c))
+            .depot_max_items(depot_max_items(classes::size(c)))
+            .free_slabs_max_bytes(FREE_SLAB_BYTES)
             .without_runtime_hook(),
     );
     // CREATING stays set until the result is handled: reporting a failure may allocate, and
@@ -165,6 +167,29 @@ fn zone(c: usize) -> Get {
     };
     CREATING.store(0, Ordering::Relaxed);
     got
+}
+
+/// Bytes of full buckets a class's depot holds at most (above it a flushed bucket goes back to
+/// its slabs); at least [`DEPOT_MIN_ITEMS`] items.
+///
+/// Without a cap, everything a program frees in a class and does not allocate again stays in
+/// that class's depot: `PYTHONMALLOC=malloc python3 workload.py` ended with 53 MB of free items
+/// in depots, 30 MB of them 64-byte objects of a tree built and dropped at the start, which no
+/// other class could use (docs/benchmarks.md, "Issue 12: where the memory goes"). tcmalloc's
+/// transfer cache, the same layer, holds at most 64 batches of a class (at most 32 objects
+/// each); jemalloc has no such layer (its thread caches flush to the slabs).
+pub const DEPOT_BYTES: usize = 256 * 1024;
+/// The depot of the largest classes still holds this many items.
+pub const DEPOT_MIN_ITEMS: u64 = 4;
+/// Bytes of entirely free slabs a class keeps between reclaims: a free that empties one more
+/// gives its pages back at once, so memory freed in one class stops counting in RSS while
+/// another class grows (jemalloc and tcmalloc hand empty slabs/spans to pages every class
+/// shares; here each class has its own chunks, so giving the pages back is the way across).
+pub const FREE_SLAB_BYTES: usize = 256 * 1024;
+
+/// The depot cap of a class of `size`-byte blocks, in items.
+pub fn depot_max_items(size: usize) -> u64 {
+    ((DEPOT_BYTES / size) as u64).max(DEPOT_MIN_ITEMS)
 }
 
 fn zone_name(buf: &mut [u8; 24], size: usize) -> &str {
@@ -542,4 +567,62 @@ pub unsafe fn realloc(p: *mut u8, n: usize) -> *mut u8 {
 pub fn zone_if_created(c: usize) -> Option<*mut c_void> {
     let z = ZONES[c].load(Ordering::Acquire);
     (!z.is_null()).then_some(z)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Memory freed in one class and not allocated again does not stay in that class: past the
+    /// per-CPU caches, the depot cap and the free-slab cap, its pages go back to the OS.
+    #[test]
+    fn a_class_keeps_a_bounded_amount_of_freed_memory() {
+        // 96-byte blocks: a class no other test of this crate uses.
+        let n = 100_000;
+        let c = classes::class_of(96);
+        let blocks: Vec<usize> = (0..n)
+            .map(|_| {
+                let p = alloc(96);
+                assert!(!p.is_null());
+                // SAFETY: a fresh 96-byte block.
+                unsafe { p.write_bytes(0xa5, 96) };
+                p as usize
+            })
+            .collect();
+        let snap = |c: usize| {
+            crate::stats::class_snapshots()
+                .into_iter()
+                .find(|s| s.0 == c)
+                .unwrap()
+                .1
+        };
+        let full = snap(c);
+        assert!(
+            full.mapped_bytes >= (n * 96) as u64,
+            "{}",
+            full.mapped_bytes
+        );
+        for &p in &blocks {
+            // SAFETY: our blocks, freed once.
+            unsafe { free(p as *mut u8) };
+        }
+        let s = snap(c);
+        let pcpu = s.cached_bytes_pcpu;
+        let bound = pcpu + DEPOT_BYTES as u64 + FREE_SLAB_BYTES as u64 + s.slab_bytes as u64;
+        assert!(
+            s.mapped_bytes <= bound,
+            "{} bytes still backed of {} (bound {bound}: per-CPU {pcpu}, depot {}, free slabs)",
+            s.mapped_bytes,
+            full.mapped_bytes,
+            s.cached_bytes_depot
+        );
+        assert!(s.cached_bytes_depot <= DEPOT_BYTES as u64);
+        assert!(s.released_bytes >= full.mapped_bytes - bound);
+    }
+
+    #[test]
+    fn depot_caps_are_bytes_with_a_floor() {
+        assert_eq!(depot_max_items(64), (DEPOT_BYTES / 64) as u64);
+        assert_eq!(depot_max_items(1 << 20), DEPOT_MIN_ITEMS);
+    }
 }
