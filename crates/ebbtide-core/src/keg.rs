@@ -28,10 +28,10 @@
 //!
 //! **Metadata is written as slabs are first used** ("carved"), not when the chunk arrives: a
 //! chunk of 4 KiB slabs has about a thousand slab descriptors, 12 pages of them for 16-byte
-//! items, and a process that uses forty size classes a little would otherwise touch about 2 MiB
-//! of descriptors it never needs (measured: `docs/benchmarks.md`, "Issue 12: where a small
-//! process's memory goes"). Only the newest chunk has never-used slabs, always its last
-//! `uncarved`; their descriptors are still the chunk's zero pages, which read as a `Clean`
+//! items; writing them all made a small preloaded program (26–28 size classes used a little)
+//! touch about 1 MiB of descriptors it never needed (measured: `docs/benchmarks.md`, Issue 12,
+//! "Peak RSS: where the memory goes"). Only the newest chunk has never-used slabs, always its
+//! last `uncarved`; their descriptors are still the chunk's zero pages, which read as a `Clean`
 //! slab with no free item, so a free into one is refused like a free into any clean slab.
 //! mimalloc commits its segments' page descriptors the same way, as pages are first used.
 //!

@@ -17,9 +17,9 @@
 //! `base` is `colour` bytes (a multiple of 64, never 0) into the mapping's first page, so every
 //! CPU's demand line is in the page of its header, which its first operation touches anyway: a
 //! zone's per-CPU memory is one page per CPU that uses it (two once its stack holds more than
-//! about 500 items), not a page more for the demand lines (measured: the 26 zones of a small
-//! program touched 104 KiB of demand pages, docs/benchmarks.md, "Issue 12: where a small
-//! process's memory goes").
+//! about 500 items), not a page more for the demand lines (a small preloaded program with 26
+//! zones: about 90 KiB less peak RSS, docs/benchmarks.md, Issue 12, "Peak RSS: where the memory
+//! goes").
 //! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: `cap = 2 * bucket_size`
 //! plus what the resize pass granted it for its misses (at most 1008, what fits in 8 KiB),
 //! a miss on allocation refills one bucket from the depot, a miss on free flushes one bucket to

@@ -154,7 +154,7 @@ mod tests {
             let a = 1usize << shift;
             for n in [0, 1, a - 1, a, a + 1, 3 * a, 5000, 70000] {
                 let c = class_aligned(n, a).unwrap();
-                assert!(size(c) >= n.max(a) && size(c) % a == 0, "{n} {a}");
+                assert!(size(c) >= n.max(a) && size(c).is_multiple_of(a), "{n} {a}");
                 assert!(natural_align(c) >= a);
             }
         }

@@ -175,7 +175,7 @@ fn zone(c: usize) -> Get {
 /// Without a cap, everything a program frees in a class and does not allocate again stays in
 /// that class's depot: `PYTHONMALLOC=malloc python3 workload.py` ended with 53 MB of free items
 /// in depots, 30 MB of them 64-byte objects of a tree built and dropped at the start, which no
-/// other class could use (docs/benchmarks.md, "Issue 12: where the memory goes"). tcmalloc's
+/// other class could use (docs/benchmarks.md, Issue 12, "Peak RSS: where the memory goes"). tcmalloc's
 /// transfer cache, the same layer, holds at most 64 batches of a class (at most 32 objects
 /// each); jemalloc has no such layer (its thread caches flush to the slabs).
 pub const DEPOT_BYTES: usize = 256 * 1024;
