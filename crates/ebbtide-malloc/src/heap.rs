@@ -179,24 +179,19 @@ fn zone(c: usize) -> Get {
 /// transfer cache, the same layer, holds at most 64 batches of a class (at most 32 objects
 /// each); jemalloc has no such layer (its thread caches flush to the slabs).
 pub const DEPOT_BYTES: usize = 256 * 1024;
-/// Bytes of entirely free slabs a class up to a page keeps between reclaims: a free that
-/// empties one more gives its pages back at once, so memory freed in one class stops counting
-/// in RSS while another class grows (jemalloc and tcmalloc hand empty slabs/spans to pages every
-/// class shares; here each class has its own chunks, so giving the pages back is the way
-/// across).
+/// Bytes of entirely free slabs a class keeps between reclaims: a free that empties one more
+/// gives its pages back at once, so memory freed in one class stops counting in RSS while
+/// another class grows (jemalloc and tcmalloc hand empty slabs/spans to pages every class
+/// shares; here each class has its own chunks, so giving the pages back is the way across).
 pub const FREE_SLAB_BYTES: usize = 256 * 1024;
-/// The same for the classes above a page up to [`CAPPED_MAX`].
-pub const FREE_SLAB_BYTES_LARGE: usize = 1024 * 1024;
 
-/// The largest class the caps apply to. Above it a block is a run of pages that a program
+/// The largest class the two caps apply to. Above it a block is a run of pages that a program
 /// frees and allocates again through several classes in turn (a buffer grown by `realloc`),
 /// and giving an emptied slab's pages back at once makes every reuse a fresh fault:
-/// `mallocbench --case realloc_grow --scale 0.3` went from 869 to 4 833 ns per call with the
-/// caps on every class. With them up to 16 KiB and 1 MiB of free slabs above a page,
-/// `live_mixed --scale 0.3` (16 B–16 KiB) takes 16 950 minor faults (16 488 before the caps,
-/// 20 890 with 256 KiB of free slabs) and `redis-server` under the suite's load peaks at 70.8 MiB
-/// (90.0 with the caps up to a page only: its 16 KiB buffers).
-pub const CAPPED_MAX: usize = 16 * 1024;
+/// `mallocbench --case realloc_grow --scale 0.3` went from 869 to 4 833 ns per call with the caps
+/// on every class, and `live_mixed` (16 B–16 KiB) from 49–55 to 81 ns with the caps up to 32 KiB;
+/// with them up to a page both are as before. Classes above keep their caches as before.
+pub const CAPPED_MAX: usize = 4096;
 
 /// The depot cap of a class of `size`-byte blocks, in items (no cap above [`CAPPED_MAX`]).
 pub fn depot_max_items(size: usize) -> u64 {
@@ -210,8 +205,6 @@ pub fn depot_max_items(size: usize) -> u64 {
 pub fn free_slabs_max_bytes(size: usize) -> usize {
     if size > CAPPED_MAX {
         usize::MAX
-    } else if size > 4096 {
-        FREE_SLAB_BYTES_LARGE
     } else {
         FREE_SLAB_BYTES
     }
@@ -654,8 +647,7 @@ mod tests {
             depot_max_items(CAPPED_MAX),
             (DEPOT_BYTES / CAPPED_MAX) as u64
         );
-        assert_eq!(free_slabs_max_bytes(4096), FREE_SLAB_BYTES);
-        assert_eq!(free_slabs_max_bytes(CAPPED_MAX), FREE_SLAB_BYTES_LARGE);
+        assert_eq!(free_slabs_max_bytes(CAPPED_MAX), FREE_SLAB_BYTES);
         assert_eq!(depot_max_items(CAPPED_MAX + 16), u64::MAX);
         assert_eq!(free_slabs_max_bytes(1 << 20), usize::MAX);
     }
