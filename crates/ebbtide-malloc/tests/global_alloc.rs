@@ -109,20 +109,20 @@ fn critical_pressure_gives_the_dropped_working_set_back() {
         grown.arena,
         dropped.arena
     );
-    let cached = dropped.fordblks;
-    assert!(cached >= 256 * 1024, "{dropped:?}");
+    // What the classes still map is mostly their capped caches (this test holds little else).
+    assert!(dropped.arena >= 512 * 1024, "{dropped:?}");
     // The reclaim thread applies the policy (at once, asynchronously): wait for it.
     ebbtide::pressure::notify(ebbtide::Level::Critical);
     let t0 = std::time::Instant::now();
     let mut after = ebbtide_malloc::stats::mallinfo2();
-    while after.arena + cached / 2 > dropped.arena && t0.elapsed().as_secs() < 5 {
+    while after.arena * 2 > dropped.arena && t0.elapsed().as_secs() < 5 {
         std::thread::sleep(std::time::Duration::from_millis(10));
         after = ebbtide_malloc::stats::mallinfo2();
     }
     ebbtide::pressure::notify(ebbtide::Level::Normal);
     assert!(
-        after.arena + cached / 2 <= dropped.arena,
-        "mapped {} -> {} under critical pressure ({cached} bytes cached)",
+        after.arena * 2 <= dropped.arena,
+        "mapped {} -> {} under critical pressure",
         dropped.arena,
         after.arena
     );
