@@ -5,7 +5,8 @@
 //! (all free, pages offered to the kernel with `MADV_FREE`, newest first) and `clean` (all free,
 //! pages given back). Full slabs are on no list. Allocation prefers partial slabs, then free
 //! ones, then lazy ones (no fault unless the kernel took their pages meanwhile), then clean ones
-//! (whose pages fault in on first touch), then a new chunk. [`Keg::reclaim`] moves free slabs
+//! (whose pages fault in on first touch), then a slab of the newest chunk that was never used,
+//! then a new chunk. [`Keg::reclaim`] moves free slabs
 //! beyond the reserve to `clean`, giving their pages back with one `madvise` per run of adjacent
 //! slabs; [`Keg::lazy_keep`] moves them to `lazy` instead, and [`Keg::purge_lazy`] moves lazy
 //! slabs (all, or those older than a delay, oldest first) on to `clean` (see [`crate::lazy`]).
@@ -24,6 +25,15 @@
 //! Locking: one mutex per keg protects the lists, the slab metadata and the counters. It is the
 //! innermost lock of the allocator: nothing is called with it held except the `fini` hook
 //! (documented: hooks must not call into the same zone).
+//!
+//! **Metadata is written as slabs are first used** ("carved"), not when the chunk arrives: a
+//! chunk of 4 KiB slabs has about a thousand slab descriptors, 12 pages of them for 16-byte
+//! items; writing them all made a small preloaded program (26–28 size classes used a little)
+//! touch about 1 MiB of descriptors it never needed (measured: `docs/benchmarks.md`, Issue 12,
+//! "Peak RSS: where the memory goes"). Only the newest chunk has never-used slabs, always its
+//! last `uncarved`; their descriptors are still the chunk's zero pages, which read as a `Clean`
+//! slab with no free item, so a free into one is refused like a free into any clean slab.
+//! mimalloc commits its segments' page descriptors the same way, as pages are first used.
 //!
 //! Counting invariant (checked by [`Keg::validate`]):
 //! `backed_slabs * items_per_slab == items_out + free_items`, where `items_out` are the items
@@ -75,6 +85,9 @@ struct KegInner {
     lazy_tail: *mut SlabMeta,
     chunks: *mut ChunkHeader,
     nchunks: usize,
+    /// Slabs of the newest chunk (`chunks`) never used: its last `uncarved`, whose metadata is
+    /// still zero (see the module docs). Clean slabs on no list.
+    uncarved: usize,
     npartial: usize,
     nfree_slabs: usize,
     nclean: usize,
@@ -115,6 +128,7 @@ impl KegInner {
             lazy_tail: ptr::null_mut(),
             chunks: ptr::null_mut(),
             nchunks: 0,
+            uncarved: 0,
             npartial: 0,
             nfree_slabs: 0,
             nclean: 0,
@@ -161,6 +175,10 @@ pub(crate) struct Keg {
     pub(crate) arena: &'static Arena,
     /// Free slabs kept backed by [`Keg::reclaim`] (UMA's keg reserve, in slabs).
     reserve_slabs: usize,
+    /// Free slabs kept backed outside a reclaim: a slab that a free leaves entirely free while
+    /// the keg already holds this many goes back to the OS at once (`usize::MAX`: all kept, the
+    /// default; see [`Keg::keep_free_at_most`]).
+    free_cap: usize,
     inner: Mutex<KegInner>,
 }
 
@@ -398,8 +416,19 @@ impl Keg {
             tag: arena.new_tag(),
             arena,
             reserve_slabs,
+            free_cap: usize::MAX,
             inner: Mutex::new(KegInner::empty(0)),
         })
+    }
+
+    /// Keeps at most `slabs` entirely free slabs backed between reclaims: a free that empties a
+    /// slab beyond them gives the slab's pages back before it returns (with the keg lock
+    /// dropped, adjacent slabs in one call), as jemalloc and tcmalloc hand an empty slab back to
+    /// the pages every size class shares. Memory freed in one size class then stops counting in
+    /// the process's RSS instead of waiting for the next reclaim (a malloc: `heap.rs`).
+    pub(crate) fn keep_free_at_most(mut self, slabs: usize) -> Keg {
+        self.free_cap = slabs;
+        self
     }
 
     #[inline]
@@ -457,43 +486,75 @@ impl Keg {
         })
     }
 
-    /// Adds a new chunk's slabs to the clean list.
+    /// Takes a new chunk; its slabs are carved from it as they are needed ([`Keg::carve`]).
+    /// Only when the newest chunk has no slab left to carve.
     fn grow(&self, g: &mut KegInner) -> Result<(), OsError> {
+        debug_assert_eq!(g.uncarved, 0);
         let chunk = self.arena.alloc_chunk(self.tag)?;
-        let base = chunk.as_ptr() as usize;
-        let hdr = base as *mut ChunkHeader;
-        // SAFETY: the chunk is committed, zeroed and ours; the header and metas lie in its first
+        let hdr = chunk.as_ptr() as *mut ChunkHeader;
+        // SAFETY: the chunk is committed, zeroed and ours; the header lies in its first
         // `first_slab` bytes, which no item overlaps.
         unsafe {
             hdr.write(ChunkHeader {
                 keg: self,
                 next: g.chunks,
             });
-            for i in (0..self.geo.slabs_per_chunk).rev() {
-                let s = self.meta(base, i);
-                s.write(SlabMeta {
-                    next: ptr::null_mut(),
-                    prev: ptr::null_mut(),
-                    nfree: self.geo.items_per_slab as u32,
-                    index: i as u32,
-                    state: SlabState::Clean,
-                    advised: false,
-                    lazy_at: 0,
-                });
-                let bits = SlabMeta::free_bits(s, self.geo.words);
-                for w in 0..self.geo.words {
-                    let lo = w * 64;
-                    let n = (self.geo.items_per_slab - lo).min(64);
-                    *bits.add(w) = if n == 64 { !0 } else { (1u64 << n) - 1 };
-                }
-                list_push(&mut g.clean, s);
-            }
         }
         g.chunks = hdr;
         g.nchunks += 1;
-        os::add_metadata(self.geo.first_slab);
-        g.nclean += self.geo.slabs_per_chunk;
+        g.uncarved = self.geo.slabs_per_chunk;
+        os::add_metadata(self.meta_touched(0));
         Ok(())
+    }
+
+    /// Bytes of a chunk's metadata area in memory once its first `carved` slabs are carved: the
+    /// pages holding the header and their descriptors.
+    fn meta_touched(&self, carved: usize) -> usize {
+        os::round_up(CHUNK_HEADER + carved * self.geo.meta_size, os::page_size())
+    }
+
+    /// How many slabs of `chunk` (one of this keg's) have been carved: all but the newest
+    /// chunk's `uncarved`. Walks over a chunk's slabs stop there.
+    fn carved(&self, g: &KegInner, chunk: *mut ChunkHeader) -> usize {
+        if chunk == g.chunks {
+            self.geo.slabs_per_chunk - g.uncarved
+        } else {
+            self.geo.slabs_per_chunk
+        }
+    }
+
+    /// Writes the descriptor of the newest chunk's next never-used slab (all items free, pages
+    /// untouched) and returns it: a `Clean` slab on no list. `g.uncarved` must be non-zero.
+    ///
+    /// # Safety
+    /// `g` is this keg's locked state.
+    unsafe fn carve(&self, g: &mut KegInner) -> *mut SlabMeta {
+        debug_assert!(g.uncarved > 0 && !g.chunks.is_null());
+        let i = self.geo.slabs_per_chunk - g.uncarved;
+        let s = self.meta(g.chunks as usize, i);
+        // SAFETY: slab `i` of the newest chunk was never carved: its descriptor lies in the
+        // chunk's metadata area (i < slabs_per_chunk), is zero and referenced by nothing; the
+        // lock is held.
+        unsafe {
+            s.write(SlabMeta {
+                next: ptr::null_mut(),
+                prev: ptr::null_mut(),
+                nfree: self.geo.items_per_slab as u32,
+                index: i as u32,
+                state: SlabState::Clean,
+                advised: false,
+                lazy_at: 0,
+            });
+            let bits = SlabMeta::free_bits(s, self.geo.words);
+            for w in 0..self.geo.words {
+                let lo = w * 64;
+                let n = (self.geo.items_per_slab - lo).min(64);
+                *bits.add(w) = if n == 64 { !0 } else { (1u64 << n) - 1 };
+            }
+        }
+        g.uncarved -= 1;
+        os::add_metadata(self.meta_touched(i + 1) - self.meta_touched(i));
+        s
     }
 
     /// Takes up to `out.len()` items out of the slabs. Returns how many were taken (at least 1
@@ -534,22 +595,29 @@ impl Keg {
                     .fetch_sub(self.geo.slab_size, Ordering::Relaxed);
                 s
             } else {
-                if g.clean.is_null() {
-                    if let Err(e) = self.grow(&mut g) {
-                        if n > 0 {
-                            break;
+                let s = if !g.clean.is_null() {
+                    let s = g.clean;
+                    // SAFETY: `s` is on the clean list; lock held.
+                    unsafe { list_remove(&mut g.clean, s) };
+                    g.nclean -= 1;
+                    s
+                } else {
+                    if g.uncarved == 0 {
+                        if let Err(e) = self.grow(&mut g) {
+                            if n > 0 {
+                                break;
+                            }
+                            return Err(e);
                         }
-                        return Err(e);
                     }
-                }
-                let s = g.clean;
-                // SAFETY: `s` is on the clean list; lock held.
+                    // SAFETY: lock held; the newest chunk has a slab to carve.
+                    unsafe { self.carve(&mut g) }
+                };
+                // SAFETY: `s` is a clean slab on no list; lock held.
                 unsafe {
-                    list_remove(&mut g.clean, s);
                     (*s).state = SlabState::Partial;
                     list_push(&mut g.partial, s);
                 }
-                g.nclean -= 1;
                 g.npartial += 1;
                 g.backed_slabs += 1;
                 g.free_items += self.geo.items_per_slab;
@@ -809,8 +877,18 @@ impl Keg {
                 cur.state,
                 SlabState::Clean | SlabState::Free | SlabState::Lazy
             ) {
+                // A clean slab with no free item is one never carved (zero metadata): nothing
+                // was ever handed out of it.
+                let never = cur.state == SlabState::Clean && cur.nfree == 0;
                 cur.sync(g);
-                invalid(p, InvalidKind::DoubleFree);
+                invalid(
+                    p,
+                    if never {
+                        InvalidKind::NotAnItem
+                    } else {
+                        InvalidKind::DoubleFree
+                    },
+                );
                 return;
             }
             cur.load_word(cur.bits.add(index / 64));
@@ -839,7 +917,8 @@ impl Keg {
                 cur.sync(g);
                 list_remove(&mut g.partial, s);
                 g.npartial -= 1;
-                if w.give_back {
+                let over_cap = w.session.is_none() && g.nfree_slabs >= self.free_cap;
+                if w.give_back || over_cap {
                     // On no list until its pages are gone: given back once the lock is
                     // dropped (`give_back_deferred`), never under it.
                     (*s).state = SlabState::Clean;
@@ -963,7 +1042,7 @@ impl Keg {
         let mut c = g.chunks;
         while !c.is_null() && to_release > 0 {
             let chunk = c as usize;
-            for i in 0..self.geo.slabs_per_chunk {
+            for i in 0..self.carved(&g, c) {
                 if to_release == 0 {
                     break;
                 }
@@ -1072,13 +1151,13 @@ impl Keg {
         let mut c = g.chunks;
         while !c.is_null() && to_move > 0 {
             let chunk = c as usize;
+            let carved = self.carved(&g, c);
             let mut run: Option<(usize, usize)> = None; // (first slab, count)
-            for i in 0..=self.geo.slabs_per_chunk {
-                let s = self.meta(chunk, i.min(self.geo.slabs_per_chunk - 1));
-                // SAFETY: `s` is a valid meta of this chunk; lock held.
-                let take = i < self.geo.slabs_per_chunk
-                    && to_move > 0
-                    && unsafe { (*s).state == SlabState::Free };
+            for i in 0..=carved {
+                let s = self.meta(chunk, i.min(carved.max(1) - 1));
+                // SAFETY: `s` is a valid meta of this chunk (slab 0's is, carved or zero); lock
+                // held.
+                let take = i < carved && to_move > 0 && unsafe { (*s).state == SlabState::Free };
                 if take {
                     g.nfree_slabs -= 1;
                     to_move -= 1;
@@ -1235,7 +1314,7 @@ impl Keg {
             chunks: g.nchunks,
             partial_slabs: g.npartial,
             free_slabs: g.nfree_slabs,
-            clean_slabs: g.nclean,
+            clean_slabs: g.nclean + g.uncarved,
             releasing_slabs: g.nreleasing,
             lazy_slabs: g.nlazy,
             full_slabs: g.nfull,
@@ -1263,7 +1342,23 @@ impl Keg {
             if self.arena.tag_of(chunk) != self.tag {
                 return Err(format!("chunk {chunk:#x} is not tagged with this keg"));
             }
-            for i in 0..self.geo.slabs_per_chunk {
+            let carved = self.carved(&g, c);
+            for i in carved..self.geo.slabs_per_chunk {
+                let s = self.meta(chunk, i) as *const u8;
+                // SAFETY: inside the chunk's metadata area (i < slabs_per_chunk); lock held.
+                let zero = unsafe {
+                    core::slice::from_raw_parts(s, self.geo.meta_size)
+                        .iter()
+                        .all(|&b| b == 0)
+                };
+                if !zero {
+                    return Err(format!(
+                        "slab {i} of chunk {chunk:#x}: never carved but its metadata is written"
+                    ));
+                }
+                nc += 1;
+            }
+            for i in 0..carved {
                 let s = self.meta(chunk, i);
                 // SAFETY: valid meta; lock held.
                 let (state, nfree, pop) = unsafe {
@@ -1345,7 +1440,7 @@ impl Keg {
             || (
                 g.npartial,
                 g.nfree_slabs,
-                g.nclean + g.nreleasing + g.ninflight,
+                g.nclean + g.uncarved + g.nreleasing + g.ninflight,
                 g.nfull,
             ) != (np, nf, nc, nfull)
         {
@@ -1427,12 +1522,13 @@ impl Keg {
         RELEASED_BYTES.fetch_add(backed as u64, Ordering::Relaxed);
         let mut c = g.chunks;
         while !c.is_null() {
+            let touched = self.meta_touched(self.carved(&g, c));
             // SAFETY: `c` is a valid chunk header; we read `next` before the chunk is freed, and
             // nothing uses the chunk any more (no items out).
             unsafe {
                 let next = (*c).next;
                 self.arena.free_chunk(NonNull::new_unchecked(c as *mut u8));
-                os::sub_metadata(self.geo.first_slab);
+                os::sub_metadata(touched);
                 c = next;
             }
         }
@@ -1618,6 +1714,90 @@ mod tests {
         other.take_back(&w, false, |_| {}, |_, _| panic!("valid"));
         k.destroy().unwrap();
         other.destroy().unwrap();
+    }
+
+    #[test]
+    fn slab_metadata_is_written_as_slabs_are_first_used() {
+        let ps = os::page_size();
+        let resident = |addr: usize, len: usize| {
+            let mut vec = vec![0u8; len.div_ceil(ps)];
+            // SAFETY: a committed chunk of ours (page aligned); one byte per page.
+            let r = unsafe { libc::mincore(addr as *mut _, len, vec.as_mut_ptr()) };
+            assert_eq!(r, 0);
+            vec.iter().filter(|&&b| b & 1 != 0).count()
+        };
+        // 16-byte items: 4 KiB slabs, about a thousand descriptors of 48 bytes (12 pages).
+        let k = Keg::new(16, 0).unwrap();
+        let g = k.geo;
+        assert!(g.first_slab >= 8 * ps, "{g:?}");
+        let mut v = vec![ptr::null_mut(); 3 * g.items_per_slab];
+        assert_eq!(k.import(&mut v).unwrap(), v.len());
+        let chunk = v[0] as usize & !(CHUNK_SIZE - 1);
+        assert_eq!(
+            resident(chunk, g.first_slab),
+            1,
+            "three slabs: one page of metadata"
+        );
+        let c = k.validate().unwrap();
+        assert_eq!(c.backed_slabs, 3);
+        assert_eq!(
+            c.clean_slabs,
+            g.slabs_per_chunk - 3,
+            "never-used slabs count as clean"
+        );
+        // A pointer into a slab never carved was never handed out.
+        let never = (chunk + g.first_slab + 10 * g.slab_size) as *mut u8;
+        let mut bad = vec![];
+        k.take_back(&[never], false, |_| {}, |p, kind| bad.push((p, kind)));
+        assert_eq!(bad, vec![(never, InvalidKind::NotAnItem)]);
+        k.validate().unwrap();
+        // Given back and reused: clean slabs are taken before new ones are carved.
+        k.take_back(&v, false, |_| {}, |_, _| panic!("valid"));
+        assert_eq!(k.reclaim(false), 3 * g.slab_size);
+        assert_eq!(k.import(&mut v).unwrap(), v.len());
+        let mut bases: Vec<usize> = v.iter().map(|&p| p as usize & !(g.slab_size - 1)).collect();
+        bases.sort_unstable();
+        bases.dedup();
+        assert!(bases
+            .iter()
+            .all(|&b| b < chunk + g.first_slab + 3 * g.slab_size));
+        k.take_back(&v, false, |_| {}, |_, _| panic!("valid"));
+        // Every slab of the chunk, then the next chunk.
+        let mut all = vec![ptr::null_mut(); (g.slabs_per_chunk + 1) * g.items_per_slab];
+        assert_eq!(k.import(&mut all).unwrap(), all.len());
+        let c = k.validate().unwrap();
+        assert_eq!((c.chunks, c.backed_slabs), (2, g.slabs_per_chunk + 1));
+        assert_eq!(resident(chunk, g.first_slab), g.first_slab / ps);
+        k.take_back(&all, false, |_| {}, |_, _| panic!("valid"));
+        assert_eq!(k.reclaim(false), (g.slabs_per_chunk + 1) * g.slab_size);
+        k.validate().unwrap();
+        k.destroy().unwrap();
+    }
+
+    #[test]
+    fn free_slabs_beyond_the_cap_go_back_when_emptied() {
+        let k = Keg::new(256, 0).unwrap().keep_free_at_most(2);
+        let g = k.geo;
+        let mut v = vec![ptr::null_mut(); 5 * g.items_per_slab];
+        assert_eq!(k.import(&mut v).unwrap(), v.len());
+        for p in &v {
+            // SAFETY: our item of 256 bytes: every page of the five slabs becomes resident.
+            unsafe { p.write_bytes(1, 256) };
+        }
+        let before = k.counts().released_bytes;
+        let r = k.take_back_in(&v, Emptied::Keep, None::<fn(*mut u8)>, |_, _| panic!());
+        assert_eq!(r.valid, v.len());
+        assert_eq!(r.bytes, 3 * g.slab_size, "all but two slabs given back");
+        let c = k.validate().unwrap();
+        assert_eq!((c.free_slabs, c.backed_slabs), (2, 2));
+        assert_eq!(c.released_bytes - before, 3 * g.slab_size as u64);
+        // Without a cap everything stays backed until a reclaim.
+        let k2 = Keg::new(256, 0).unwrap();
+        k2.import(&mut v).unwrap();
+        let r = k2.take_back_in(&v, Emptied::Keep, None::<fn(*mut u8)>, |_, _| panic!());
+        assert_eq!((r.bytes, k2.validate().unwrap().free_slabs), (0, 5));
+        k.destroy().unwrap();
+        k2.destroy().unwrap();
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //!    │
 //!    ├─ per-CPU stacks  ── LIFO of free items per (zone, CPU); rseq critical   pcpu.rs
 //!    │                     sections, no lock; cap = 2 × bucket size + a grant  sizing.rs,
-//!    │                     that follows misses, in a per-CPU budget (≤ 1016)   zone/resize.rs
+//!    │                     that follows misses, in a per-CPU budget (≤ 1008)   zone/resize.rs
 //!    ├─ depot           ── full buckets, MRU first, capped; WSS estimator      depot.rs, wss.rs
 //!    │    └ buckets     ── arrays of item pointers from internal kegs          bucket.rs
 //!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg.rs, lazy.rs

@@ -3,19 +3,25 @@
 //!
 //! # Layout
 //! ```text
+//!  zone.pcpu.base + (cpu << STRIDE_SHIFT) - 64:   Demand: misses counted by the slow path, the
+//!                                                 grant set by the resize pass (`sizing.rs`)
 //!  zone.pcpu.base + (cpu << STRIDE_SHIFT):        (8 KiB per CPU: two pages)
 //!  +0   word   u64  = count (low 16 bits) | fast allocations (high 48 bits)   <- the commit store
 //!  +8   cap    u32    pushes allowed while count < cap        (0 = stopped / caching off)
 //!  +12  floor  u32    pops allowed while count > floor        (0xffff = stopped)
 //!  +16  lock   u32    serialises drainers and cap writers (and every op in locked mode)
 //!  +24  idle_mark u64 `word` at the last periodic pass: unchanged means no operation since
-//!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest; storage <= 1016
-//!
-//!  zone.pcpu.base + (ncpu << STRIDE_SHIFT) + 64 * cpu:   (after every CPU's page)
-//!  Demand: misses counted by the slow path, the grant set by the resize pass (`sizing.rs`)
+//!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest; storage <= 1008
+//!                                    (the last line of the stride is the next CPU's Demand)
 //! ```
+//! `base` is `colour` bytes (a multiple of 64, never 0) into the mapping's first page, so every
+//! CPU's demand line is in the page of its header, which its first operation touches anyway: a
+//! zone's per-CPU memory is one page per CPU that uses it (two once its stack holds more than
+//! about 500 items), not a page more for the demand lines (a small preloaded program with 26
+//! zones: about 90 KiB less peak RSS, docs/benchmarks.md, Issue 12, "Peak RSS: where the memory
+//! goes").
 //! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: `cap = 2 * bucket_size`
-//! plus what the resize pass granted it for its misses (at most 1016, what fits in 8 KiB),
+//! plus what the resize pass granted it for its misses (at most 1008, what fits in 8 KiB),
 //! a miss on allocation refills one bucket from the depot, a miss on free flushes one bucket to
 //! it. (UMA's third, cross-domain bucket has no use on a single NUMA domain.)
 //!
@@ -74,8 +80,11 @@ pub(crate) const HDR: usize = 64;
 /// touched only when the stack holds more than 504 items, which the per-CPU budget bounds; a
 /// header stays at offset 0 of its page (see `zone/create.rs`, `ZONE_OFFSET`).
 pub(crate) const STRIDE_SHIFT: u32 = 13;
-/// Item slots per CPU stack: what fits in the stride after the header (1016).
-pub(crate) const STORAGE_MAX: u32 = (((1usize << STRIDE_SHIFT) - HDR) / 8) as u32;
+/// Item slots per CPU stack: what fits in the stride after the header and before the next
+/// CPU's demand line (1008).
+pub(crate) const STORAGE_MAX: u32 = (((1usize << STRIDE_SHIFT) - HDR - DEMAND) / 8) as u32;
+/// Bytes of a [`Demand`] line, just before its CPU's header.
+const DEMAND: usize = 64;
 const FLOOR_STOPPED: u32 = 0xffff;
 const COUNT_MASK: u64 = 0xffff;
 const ALLOC_ONE: u64 = 1 << 16;
@@ -101,8 +110,8 @@ const _: () = assert!(core::mem::size_of::<Header>() == HDR);
 const _: () = assert!(core::mem::offset_of!(Header, below_items) == HDR - 8);
 
 /// What one CPU's stack of a zone asked of the slow path, and what the resize pass granted it
-/// (see `sizing.rs`). One cache line per (zone, CPU), after all the stacks of the zone's mapping,
-/// away from the header line the fast path writes. The slow path only adds to the miss
+/// (see `sizing.rs`). One cache line per (zone, CPU), the line before the CPU's header: in the
+/// header's page, not the line the fast path writes. The slow path only adds to the miss
 /// counters (Relaxed: statistics, read by the resize pass and snapshots); everything else is
 /// written by the resize pass and the reclaim paths, which run one at a time (the reclaim
 /// lock), so plain Relaxed loads and stores suffice there.
@@ -122,7 +131,7 @@ pub(crate) struct Demand {
     pub(crate) grant: core::sync::atomic::AtomicU32,
 }
 #[cfg(not(loom))]
-const _: () = assert!(core::mem::size_of::<Demand>() == 64);
+const _: () = assert!(core::mem::size_of::<Demand>() == DEMAND);
 
 /// What a push did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -656,20 +665,19 @@ impl Pcpu {
             "per-CPU storage {storage} above {STORAGE_MAX}"
         );
         let stride = 1usize << STRIDE_SHIFT;
-        // One page more than the stacks and demand lines need, and the stacks start at a
-        // "colour" offset in it (a multiple of 64 bytes, different for successive zones): with
-        // every zone's headers at offset 0 of a page, all the headers of the zones a program
-        // uses map to the same L1 cache set, and beyond its ways they evict each other on
-        // every operation (a malloc uses dozens of size classes at once).
-        let demand_off = stride * ncpu;
-        let map_len = os::round_up(
-            demand_off + ncpu * core::mem::size_of::<Demand>(),
-            os::page_size(),
-        ) + os::page_size();
+        // One page more than the stacks need, and the stacks start at a "colour" offset in it
+        // (a multiple of 64 bytes, never 0, different for successive zones): with every zone's
+        // headers at offset 0 of a page, all the headers of the zones a program uses map to the
+        // same L1 cache set, and beyond its ways they evict each other on every operation (a
+        // malloc uses dozens of size classes at once). CPU 0's demand line is in the 64 bytes
+        // before its header, every other CPU's in the last line of the previous stride.
+        let map_len = stride * ncpu + os::page_size();
         let base = os::map(map_len)?.as_ptr();
         os::add_metadata(map_len);
+        let c = colour();
+        debug_assert!(c >= DEMAND && c < os::page_size());
         // SAFETY: colour() < page size, inside the extra page of the mapping.
-        let base = unsafe { base.add(colour()) };
+        let base = unsafe { base.add(c) };
         let p = Pcpu {
             base,
             stride,
@@ -677,9 +685,9 @@ impl Pcpu {
             storage,
             rseq_off: rseq_offset(),
             map_len,
-            // SAFETY: demand_off < map_len: the lines lie inside the fresh zeroed mapping, 64-aligned
-            // (the stacks are whole pages); zero is a valid `Demand` (atomics).
-            demand: unsafe { base.add(demand_off) }.cast::<Demand>(),
+            // SAFETY: colour() >= 64, so the line before the first header is inside the fresh
+            // zeroed mapping, 64-aligned; zero is a valid `Demand` (atomics).
+            demand: unsafe { base.sub(DEMAND) }.cast::<Demand>(),
         };
         for cpu in 0..ncpu {
             // SAFETY: the header lies inside the fresh zeroed mapping; AtomicU32/AtomicU64 are
@@ -743,9 +751,17 @@ impl Pcpu {
     /// The demand line of a CPU's stack (not in the loom model).
     pub(crate) fn demand(&self, cpu: usize) -> &Demand {
         assert!(cpu < self.ncpu as usize && !self.demand.is_null());
-        // SAFETY: cpu < ncpu and the lines exist (checked): inside our mapping, 64-aligned, valid
-        // for the mapping's lifetime.
-        unsafe { &*self.demand.add(cpu) }
+        // SAFETY: cpu < ncpu and the lines exist (checked): the line before CPU `cpu`'s header,
+        // inside our mapping (the first one in front of the stacks, the others at the end of the
+        // previous stride, beyond its `STORAGE_MAX` slots), 64-aligned, valid for the mapping's
+        // lifetime.
+        unsafe {
+            &*self
+                .demand
+                .cast::<u8>()
+                .add(cpu * self.stride)
+                .cast::<Demand>()
+        }
     }
 
     #[inline]
@@ -1281,6 +1297,32 @@ mod tests {
         assert_eq!(got, want, "every pushed item comes back exactly once");
         // SAFETY: empty and unused.
         unsafe { p.unmap() };
+    }
+
+    #[test]
+    fn demand_lines_share_their_header_page_and_no_stack_reaches_them() {
+        let ncpu = os::cpu_count().max(2);
+        let ps = os::page_size();
+        for _ in 0..70 {
+            // Every colour comes round in 64 zones.
+            let p = Pcpu::new(STORAGE_MAX, ncpu).unwrap();
+            for cpu in 0..ncpu {
+                let h = p.header(cpu) as *const Header as usize;
+                let d = p.demand(cpu) as *const Demand as usize;
+                assert_eq!(d + DEMAND, h, "cpu {cpu}: the line before the header");
+                assert_eq!(d / ps, h / ps, "cpu {cpu}: in the header's page");
+                // The last slot of the previous stack ends at this demand line.
+                if cpu > 0 {
+                    let last = p.slot(cpu - 1, STORAGE_MAX as usize - 1) as usize;
+                    assert_eq!(last + 8, d, "cpu {cpu}");
+                }
+            }
+            let start = p.demand(0) as *const Demand as usize & !(ps - 1);
+            let end = p.slot(ncpu - 1, STORAGE_MAX as usize - 1) as usize + 8;
+            assert!(end <= start + p.map_len, "stacks inside the mapping");
+            // SAFETY: empty and unused.
+            unsafe { p.unmap() };
+        }
     }
 
     #[test]

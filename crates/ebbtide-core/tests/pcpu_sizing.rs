@@ -172,7 +172,7 @@ fn capacity_follows_misses_within_the_budget() {
     reclaim::set_buckets_enabled(true);
 
     // Small items: the floor is UMA's pair of 254-item buckets (508), and the stack can grow
-    // past it (storage 1016) — a burst of 600 stops missing.
+    // past it (storage 1008) — a burst of 600 stops missing.
     let c = Zone::new(ZoneOptions::new("sizing-c", 64)).unwrap();
     assert_eq!(c.snapshot().per_cpu[cpu].capacity, 508);
     for k in 0..4 {

@@ -128,6 +128,8 @@ fn zone(c: usize) -> Get {
     let r = Zone::new(
         ZoneOptions::new(name, classes::size(c))
             .align(classes::natural_align(c))
+            .depot_max_items(depot_max_items(classes::size(c)))
+            .free_slabs_max_bytes(free_slabs_max_bytes(classes::size(c)))
             .without_runtime_hook(),
     );
     // CREATING stays set until the result is handled: reporting a failure may allocate, and
@@ -165,6 +167,49 @@ fn zone(c: usize) -> Get {
     };
     CREATING.store(0, Ordering::Relaxed);
     got
+}
+
+/// Bytes of full buckets a class's depot holds at most (above it a flushed bucket goes back to
+/// its slabs), for the classes up to [`CAPPED_MAX`].
+///
+/// Without a cap, everything a program frees in a class and does not allocate again stays in
+/// that class's depot: `PYTHONMALLOC=malloc python3 workload.py` ended with 53 MB of free items
+/// in depots, 30 MB of them 64-byte objects of a tree built and dropped at the start, which no
+/// other class could use (docs/benchmarks.md, Issue 12, "Peak RSS: where the memory goes"). tcmalloc's
+/// transfer cache, the same layer, holds at most 64 batches of a class (at most 32 objects
+/// each); jemalloc has no such layer (its thread caches flush to the slabs).
+pub const DEPOT_BYTES: usize = 256 * 1024;
+/// Bytes of entirely free slabs a class keeps between reclaims: a free that empties one more
+/// gives its pages back at once, so memory freed in one class stops counting in RSS while
+/// another class grows (jemalloc and tcmalloc hand empty slabs/spans to pages every class
+/// shares; here each class has its own chunks, so giving the pages back is the way across).
+pub const FREE_SLAB_BYTES: usize = 256 * 1024;
+
+/// The largest class the two caps apply to. Above it a block is a run of pages that a program
+/// frees and allocates again through several classes in turn (a buffer grown by `realloc`),
+/// and giving an emptied slab's pages back at once makes every reuse a fresh fault:
+/// `mallocbench --case realloc_grow --scale 0.3` went from 869 to 4 833 ns per call with the caps
+/// on every class, and `live_mixed` (16 B–16 KiB) from 49–55 to 81 ns with the caps up to 32 KiB;
+/// with them up to a page both are as before. Classes above keep their caches as before. Up to
+/// 16 KiB (with 1 MiB of free slabs above a page) `redis-server` peaked at 71 MiB instead of 90
+/// (its 16 KiB buffers) but `live_mixed --scale 0.5` took 53–57 ns instead of 45–50; not taken.
+pub const CAPPED_MAX: usize = 4096;
+
+/// The depot cap of a class of `size`-byte blocks, in items (no cap above [`CAPPED_MAX`]).
+pub fn depot_max_items(size: usize) -> u64 {
+    if size > CAPPED_MAX {
+        return u64::MAX;
+    }
+    (DEPOT_BYTES / size) as u64
+}
+
+/// The free-slab cap of a class of `size`-byte blocks, in bytes (none above [`CAPPED_MAX`]).
+pub fn free_slabs_max_bytes(size: usize) -> usize {
+    if size > CAPPED_MAX {
+        usize::MAX
+    } else {
+        FREE_SLAB_BYTES
+    }
 }
 
 fn zone_name(buf: &mut [u8; 24], size: usize) -> &str {
@@ -542,4 +587,70 @@ pub unsafe fn realloc(p: *mut u8, n: usize) -> *mut u8 {
 pub fn zone_if_created(c: usize) -> Option<*mut c_void> {
     let z = ZONES[c].load(Ordering::Acquire);
     (!z.is_null()).then_some(z)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Memory freed in one class and not allocated again does not stay in that class: past the
+    /// per-CPU caches, the depot cap and the free-slab cap, its pages go back to the OS.
+    #[test]
+    fn a_class_keeps_a_bounded_amount_of_freed_memory() {
+        // 96-byte blocks: a class no other test of this crate uses.
+        let n = 100_000;
+        let c = classes::class_of(96);
+        let blocks: Vec<usize> = (0..n)
+            .map(|_| {
+                let p = alloc(96);
+                assert!(!p.is_null());
+                // SAFETY: a fresh 96-byte block.
+                unsafe { p.write_bytes(0xa5, 96) };
+                p as usize
+            })
+            .collect();
+        let snap = |c: usize| {
+            crate::stats::class_snapshots()
+                .into_iter()
+                .find(|s| s.0 == c)
+                .unwrap()
+                .1
+        };
+        let full = snap(c);
+        assert!(
+            full.mapped_bytes >= (n * 96) as u64,
+            "{}",
+            full.mapped_bytes
+        );
+        for &p in &blocks {
+            // SAFETY: our blocks, freed once.
+            unsafe { free(p as *mut u8) };
+        }
+        let s = snap(c);
+        // What stays: the per-CPU stacks, the depot (capped), at most FREE_SLAB_BYTES of empty
+        // slabs, and the slabs the cached blocks keep partly used. Without the caps all of it
+        // stayed (the depot took every bucket).
+        assert!(s.cached_bytes_depot <= DEPOT_BYTES as u64);
+        assert!(
+            s.mapped_bytes * 5 <= full.mapped_bytes,
+            "{} bytes still backed of {} (per-CPU {}, depot {})",
+            s.mapped_bytes,
+            full.mapped_bytes,
+            s.cached_bytes_pcpu,
+            s.cached_bytes_depot
+        );
+        assert!(s.released_bytes + s.mapped_bytes >= full.mapped_bytes);
+    }
+
+    #[test]
+    fn caps_are_bytes_up_to_a_page() {
+        assert_eq!(depot_max_items(64), (DEPOT_BYTES / 64) as u64);
+        assert_eq!(
+            depot_max_items(CAPPED_MAX),
+            (DEPOT_BYTES / CAPPED_MAX) as u64
+        );
+        assert_eq!(free_slabs_max_bytes(CAPPED_MAX), FREE_SLAB_BYTES);
+        assert_eq!(depot_max_items(CAPPED_MAX + 16), u64::MAX);
+        assert_eq!(free_slabs_max_bytes(1 << 20), usize::MAX);
+    }
 }

@@ -101,18 +101,27 @@ fn critical_pressure_gives_the_dropped_working_set_back() {
     );
     drop(data);
     let dropped = ebbtide_malloc::stats::mallinfo2();
-    assert!(dropped.fordblks >= 200_000 * 64 / 2, "{dropped:?}");
+    // Most of the dropped set goes back at once (the depot and free-slab caps of each class,
+    // `heap.rs`); what the caches keep of it is bounded, and pressure takes that too.
+    assert!(
+        dropped.arena + 200_000 * 64 / 2 <= grown.arena,
+        "mapped {} -> {} after the drop",
+        grown.arena,
+        dropped.arena
+    );
+    // What the classes still map is mostly their capped caches (this test holds little else).
+    assert!(dropped.arena >= 512 * 1024, "{dropped:?}");
     // The reclaim thread applies the policy (at once, asynchronously): wait for it.
     ebbtide::pressure::notify(ebbtide::Level::Critical);
     let t0 = std::time::Instant::now();
     let mut after = ebbtide_malloc::stats::mallinfo2();
-    while after.arena + 200_000 * 64 / 2 > dropped.arena && t0.elapsed().as_secs() < 5 {
+    while after.arena * 2 > dropped.arena && t0.elapsed().as_secs() < 5 {
         std::thread::sleep(std::time::Duration::from_millis(10));
         after = ebbtide_malloc::stats::mallinfo2();
     }
     ebbtide::pressure::notify(ebbtide::Level::Normal);
     assert!(
-        after.arena + 200_000 * 64 / 2 <= dropped.arena,
+        after.arena * 2 <= dropped.arena,
         "mapped {} -> {} under critical pressure",
         dropped.arena,
         after.arena

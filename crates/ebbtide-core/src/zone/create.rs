@@ -38,8 +38,11 @@ impl Zone {
             }
             .into());
         }
-        let ips = crate::slab::Geometry::for_item(item_size).items_per_slab;
-        let keg = Keg::new(item_size, o.reserve_items.div_ceil(ips))?;
+        let g = crate::slab::Geometry::for_item(item_size);
+        let mut keg = Keg::new(item_size, o.reserve_items.div_ceil(g.items_per_slab))?;
+        if o.free_slabs_max_bytes != usize::MAX {
+            keg = keg.keep_free_at_most((o.free_slabs_max_bytes / g.slab_size).max(1));
+        }
         let geo = keg.geo;
         let bmin = bucket::bucket_size_for(item_size);
         let bmax = BUCKET_MAX;

@@ -109,6 +109,10 @@ pub struct ZoneOptions<'a> {
     pub reserve_items: usize,
     /// Most items the depot may hold (UMA's `bucket_max`); `u64::MAX` = no cap.
     pub depot_max_items: u64,
+    /// Bytes of entirely free slabs kept backed between reclaims (rounded down to slabs, at
+    /// least one); a free that empties a slab beyond them gives its pages back at once.
+    /// `usize::MAX` (default): all kept until a reclaim.
+    pub free_slabs_max_bytes: usize,
     /// Call the runtime's [`crate::runtime::Hooks::before_create`] (default). A malloc creating
     /// its size-class zones inside an allocation turns it off: the hook may allocate and start
     /// threads, which must not happen there; such a runtime starts itself at load time.
@@ -132,6 +136,7 @@ impl<'a> ZoneOptions<'a> {
             flags: ZoneFlags::default(),
             reserve_items: 0,
             depot_max_items: u64::MAX,
+            free_slabs_max_bytes: usize::MAX,
             runtime_hook: true,
         }
     }
@@ -165,6 +170,10 @@ impl<'a> ZoneOptions<'a> {
     }
     pub fn depot_max_items(mut self, n: u64) -> Self {
         self.depot_max_items = n;
+        self
+    }
+    pub fn free_slabs_max_bytes(mut self, n: usize) -> Self {
+        self.free_slabs_max_bytes = n;
         self
     }
     /// Creates the zone without calling the runtime's `before_create` hook (see
