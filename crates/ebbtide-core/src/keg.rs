@@ -562,6 +562,10 @@ impl Keg {
     pub(crate) fn import(&self, out: &mut [*mut u8]) -> Result<usize, OsError> {
         let mut g = lock(&self.inner);
         let mut n = 0;
+        // Global gauges change once per call, not once per slab: a page pool imports a batch of
+        // one-page slabs, and a locked add per slab on these shared lines was most of this
+        // function's time (perf, docs/experiments.md §1). [mapped, reused offered, reused settling]
+        let mut gauges = [0usize; 3];
         while n < out.len() {
             let s = if !g.partial.is_null() {
                 g.partial
@@ -589,10 +593,9 @@ impl Keg {
                 g.backed_slabs += 1;
                 g.free_items += self.geo.items_per_slab;
                 g.lazy_reused_bytes += self.geo.slab_size as u64;
-                MAPPED_BYTES.fetch_add(self.geo.slab_size, Ordering::Relaxed);
+                gauges[0] += self.geo.slab_size;
                 // SAFETY: as above.
-                crate::lazy::gauge(unsafe { (*s).advised })
-                    .fetch_sub(self.geo.slab_size, Ordering::Relaxed);
+                gauges[if unsafe { (*s).advised } { 1 } else { 2 }] += self.geo.slab_size;
                 s
             } else {
                 let s = if !g.clean.is_null() {
@@ -621,7 +624,7 @@ impl Keg {
                 g.npartial += 1;
                 g.backed_slabs += 1;
                 g.free_items += self.geo.items_per_slab;
-                MAPPED_BYTES.fetch_add(self.geo.slab_size, Ordering::Relaxed);
+                gauges[0] += self.geo.slab_size;
                 s
             };
             let base = self.slab_base(s);
@@ -650,6 +653,15 @@ impl Keg {
         }
         g.free_items -= n;
         g.items_out += n;
+        // Under the lock, as before: `validate` and the lazy passes see keg and gauges agree.
+        if gauges[0] > 0 {
+            MAPPED_BYTES.fetch_add(gauges[0], Ordering::Relaxed);
+        }
+        for (advised, bytes) in [(true, gauges[1]), (false, gauges[2])] {
+            if bytes > 0 {
+                crate::lazy::gauge(advised).fetch_sub(bytes, Ordering::Relaxed);
+            }
+        }
         Ok(n)
     }
 

@@ -165,6 +165,36 @@ mod tests {
     }
 
     #[test]
+    fn a_miss_refills_a_batch_and_a_shrink_to_zero_still_empties_the_pool() {
+        let pool = PagePool::new("test-pool-refill", 0).unwrap();
+        // A plain zone of the same size imports a bucket (2 pages) per miss: 32 misses for 64.
+        let pages: Vec<_> = (0..64).map(|_| pool.get().unwrap()).collect();
+        let s = pool.snapshot();
+        if s.zone.buckets_enabled && s.zone.pcpu_capacity > 0 {
+            // Each miss brings the stack's room + 1 (5 here: the floor is 2 buckets of 2), so 13
+            // misses on one CPU; a bucket per miss would take 32. Margin for a CPU migration.
+            assert!(
+                s.zone.pcpu_underflows < 64 / 3,
+                "{} misses for 64 pages",
+                s.zone.pcpu_underflows
+            );
+            assert!(
+                s.free_pages < crate::sizing::POOL_REFILL_BATCH as u64,
+                "{s:?}"
+            );
+        }
+        for p in pages {
+            // SAFETY: valid puts.
+            unsafe { pool.put(p).unwrap() };
+        }
+        pool.shrink();
+        let s = pool.snapshot();
+        assert_eq!((s.free_pages, s.pages_in_use), (0, 0), "{s:?}");
+        assert_eq!(s.zone.mapped_bytes, 0);
+        pool.destroy().map_err(|e| e.1).unwrap();
+    }
+
+    #[test]
     fn shrink_never_touches_pages_in_use() {
         let ps = os::page_size();
         let pool = PagePool::new("test-pool-inuse", 0).unwrap();

@@ -37,6 +37,17 @@ pub const DEFAULT_BUDGET_BYTES: u64 = 1536 * 1024;
 /// Default time without a miss after which a stack counts as having stopped missing.
 pub const DEFAULT_QUIET_NS: u64 = 1_000_000_000;
 
+/// Pages one allocation miss of a page pool imports at most (onto the CPU's stack, within its
+/// room): the kernel's per-CPU page lists refill `pcp->batch` pages at once (63 on large zones).
+pub const POOL_REFILL_BATCH: usize = 63;
+
+/// Items an allocation miss of a page pool imports from its slabs: one for the caller plus what
+/// the CPU's stack has `room` for, at most [`POOL_REFILL_BATCH`], at least the zone's bucket size
+/// `bucket` (what any other zone imports).
+pub fn pool_refill(bucket: usize, room: usize) -> usize {
+    room.saturating_add(1).min(POOL_REFILL_BATCH).max(bucket)
+}
+
 static BUDGET: AtomicU64 = AtomicU64::new(DEFAULT_BUDGET_BYTES);
 
 /// The per-CPU budget in bytes (the runtime's `pcpu_budget_bytes`).
@@ -191,6 +202,16 @@ pub fn after_drain_cpu(grant: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pool_refill_is_the_room_plus_one_within_the_batch_and_never_below_a_bucket() {
+        assert_eq!(pool_refill(2, 0), 2);
+        assert_eq!(pool_refill(2, 4), 5);
+        assert_eq!(pool_refill(2, 62), POOL_REFILL_BATCH);
+        assert_eq!(pool_refill(2, 500), POOL_REFILL_BATCH);
+        assert_eq!(pool_refill(2, usize::MAX), POOL_REFILL_BATCH);
+        assert_eq!(pool_refill(100, 500), 100, "a grown bucket is not cut");
+    }
 
     const MS: u64 = 1_000_000;
 

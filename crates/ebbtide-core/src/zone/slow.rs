@@ -84,12 +84,9 @@ impl ZoneInner {
                     return Ok(NonNull::new_unchecked(item));
                 }
             }
-            // Import a bucket's worth from the slabs.
+            // Import a bucket's worth from the slabs (a page pool: a batch, see `refill_want`).
             let mut tmp = [ptr::null_mut::<u8>(); BUCKET_MAX as usize];
-            let want = self
-                .bucket_size
-                .load(Ordering::Relaxed)
-                .clamp(1, BUCKET_MAX) as usize;
+            let want = self.refill_want();
             let n = self.import(&mut tmp[..want])?;
             let item = tmp[n - 1];
             let k = self.pcpu.push_batch(&tmp[..n - 1]);
@@ -128,6 +125,28 @@ impl ZoneInner {
         self.import(&mut one)?;
         // SAFETY: import returns non-null items.
         Ok(unsafe { NonNull::new_unchecked(one[0]) })
+    }
+
+    /// Items one import from the slabs brings on an allocation miss: a bucket's worth (UMA).
+    /// A page pool's zone refills this CPU's stack with up to
+    /// [`crate::sizing::POOL_REFILL_BATCH`] pages at once, within the room its stack has: the
+    /// kernel's per-CPU page lists refill `pcp->batch` pages in one `rmqueue_bulk`, and page-sized
+    /// items have buckets of 2, so a pool emptied by every shrink (`max_buffer_pages` 0) would
+    /// otherwise take the slow path and the keg lock for every second page.
+    fn refill_want(&self) -> usize {
+        let bs = self
+            .bucket_size
+            .load(Ordering::Relaxed)
+            .clamp(1, BUCKET_MAX) as usize;
+        if self.pool_max.load(Ordering::Relaxed) == usize::MAX {
+            return bs;
+        }
+        // Racy reads (the thread may move to another CPU): `push_batch` takes what fits and the
+        // caller returns the rest to the slabs.
+        let cpu = self.pcpu.this_cpu();
+        let room = (self.pcpu.header(cpu).cap.load(Ordering::Relaxed) as usize)
+            .saturating_sub(self.pcpu.count(cpu));
+        crate::sizing::pool_refill(bs, room)
     }
 
     /// Takes items from the keg, honouring `max_items` and running `init`. On a failed mapping,
