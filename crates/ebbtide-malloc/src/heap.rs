@@ -185,28 +185,48 @@ pub const DEPOT_BYTES: usize = 256 * 1024;
 /// shares; here each class has its own chunks, so giving the pages back is the way across).
 pub const FREE_SLAB_BYTES: usize = 256 * 1024;
 
-/// The largest class the two caps apply to. Above it a block is a run of pages that a program
-/// frees and allocates again through several classes in turn (a buffer grown by `realloc`),
-/// and giving an emptied slab's pages back at once makes every reuse a fresh fault:
-/// `mallocbench --case realloc_grow --scale 0.3` went from 869 to 4 833 ns per call with the caps
-/// on every class, and `live_mixed` (16 B–16 KiB) from 49–55 to 81 ns with the caps up to 32 KiB;
-/// with them up to a page both are as before. Classes above keep their caches as before. Up to
-/// 16 KiB (with 1 MiB of free slabs above a page) `redis-server` peaked at 71 MiB instead of 90
-/// (its 16 KiB buffers) but `live_mixed --scale 0.5` took 53–57 ns instead of 45–50; not taken.
+/// The largest class the page-sized caps ([`DEPOT_BYTES`], [`FREE_SLAB_BYTES`]) apply to. Above
+/// it a block is a run of pages that a program frees and allocates again through several
+/// classes in turn (a buffer grown by `realloc`), and giving an emptied slab's pages back at once
+/// makes every reuse a fresh fault: `mallocbench --case realloc_grow --scale 0.3` went from 869
+/// to 4 833 ns per call with these caps on every class, and `live_mixed` (16 B–16 KiB) from
+/// 49–55 to 81 ns with them up to 32 KiB. The classes above a page up to [`MID_MAX`] get the
+/// larger caps below.
 pub const CAPPED_MAX: usize = 4096;
 
-/// The depot cap of a class of `size`-byte blocks, in items (no cap above [`CAPPED_MAX`]).
+/// The largest class with a cap at all; above it (up to 64 KiB, then the page heap) a class
+/// keeps what it caches until the idle pass, a trim or pressure.
+pub const MID_MAX: usize = 16 * 1024;
+/// The depot cap of the classes above [`CAPPED_MAX`] up to [`MID_MAX`], bytes (64 to 256 blocks).
+pub const MID_DEPOT_BYTES: usize = 1 << 20;
+/// The free-slab cap of the classes above [`CAPPED_MAX`] up to [`MID_MAX`], bytes.
+///
+/// `redis-server` under the suite's `redis-benchmark` frees 20 MB of 8 KiB blocks (its lists'
+/// 8 KiB listpack nodes, `LPUSH` then `LPOP`) and allocates other classes afterwards: with no cap
+/// above a page those 20 MB stayed in the 8 KiB class's depot and the server peaked at 86.7 MiB
+/// (the peers 61.9–69.4); with these caps at 69.8 MiB, `live_mixed` (which replaces blocks of
+/// 16 B–16 KiB at random) as fast as without them, where caps of a page's size (256 KiB) up to
+/// 16 KiB gave 68.2 MiB but `live_mixed` 51–52 ns instead of 41–47 (alternated runs,
+/// docs/benchmarks.md, Issue 12, "Caps for the classes up to 16 KiB").
+pub const MID_FREE_SLAB_BYTES: usize = 2 << 20;
+
+/// The depot cap of a class of `size`-byte blocks, in items (no cap above [`MID_MAX`]).
 pub fn depot_max_items(size: usize) -> u64 {
-    if size > CAPPED_MAX {
-        return u64::MAX;
+    if size > MID_MAX {
+        u64::MAX
+    } else if size > CAPPED_MAX {
+        (MID_DEPOT_BYTES / size) as u64
+    } else {
+        (DEPOT_BYTES / size) as u64
     }
-    (DEPOT_BYTES / size) as u64
 }
 
-/// The free-slab cap of a class of `size`-byte blocks, in bytes (none above [`CAPPED_MAX`]).
+/// The free-slab cap of a class of `size`-byte blocks, in bytes (none above [`MID_MAX`]).
 pub fn free_slabs_max_bytes(size: usize) -> usize {
-    if size > CAPPED_MAX {
+    if size > MID_MAX {
         usize::MAX
+    } else if size > CAPPED_MAX {
+        MID_FREE_SLAB_BYTES
     } else {
         FREE_SLAB_BYTES
     }
@@ -643,14 +663,26 @@ mod tests {
     }
 
     #[test]
-    fn caps_are_bytes_up_to_a_page() {
+    fn caps_are_bytes_in_two_tiers() {
         assert_eq!(depot_max_items(64), (DEPOT_BYTES / 64) as u64);
         assert_eq!(
             depot_max_items(CAPPED_MAX),
             (DEPOT_BYTES / CAPPED_MAX) as u64
         );
         assert_eq!(free_slabs_max_bytes(CAPPED_MAX), FREE_SLAB_BYTES);
-        assert_eq!(depot_max_items(CAPPED_MAX + 16), u64::MAX);
+        assert_eq!(depot_max_items(8192), (MID_DEPOT_BYTES / 8192) as u64);
+        assert_eq!(depot_max_items(MID_MAX), (MID_DEPOT_BYTES / MID_MAX) as u64);
+        assert_eq!(free_slabs_max_bytes(CAPPED_MAX + 512), MID_FREE_SLAB_BYTES);
+        assert_eq!(free_slabs_max_bytes(MID_MAX), MID_FREE_SLAB_BYTES);
+        assert_eq!(depot_max_items(MID_MAX + 2048), u64::MAX);
+        assert_eq!(free_slabs_max_bytes(MID_MAX + 2048), usize::MAX);
         assert_eq!(free_slabs_max_bytes(1 << 20), usize::MAX);
+        // Every capped class's depot holds at least a few blocks.
+        for c in 0..classes::NCLASSES {
+            let size = classes::size(c);
+            if size <= MID_MAX {
+                assert!(depot_max_items(size) >= 64, "{size}");
+            }
+        }
     }
 }
