@@ -27,18 +27,12 @@ fn minflt() -> u64 {
     }
 }
 
-/// The statistics of the test's pool's zone.
-fn pool_stats() -> ebbtide::stats::ZoneStats {
-    ebbtide::stats::collect()
-        .pools
-        .into_iter()
-        .find(|p| p.zone.name == "lazy-smaps")
-        .expect("the pool in the stats")
-        .zone
-}
+#[path = "support/pool_stats.rs"]
+mod pool_stats;
 
-fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// The statistics of the test's pool's zone.
+fn zone_stats() -> ebbtide::stats::ZoneStats {
+    pool_stats::of("lazy-smaps")
 }
 
 fn take(pool: &PagePool, n: usize) -> Vec<NonNull<u8>> {
@@ -86,8 +80,8 @@ fn lazyfree_in_smaps_agrees_with_the_stats_and_reuse_is_free() {
     give(&pool, pages);
     // Every page the pool holds now: the N handed out, and what a miss imported beyond the one
     // it served (at most a refill batch per CPU, never handed out, never touched).
-    let held = pool_stats().pages_mapped * 4096;
-    let slack = (ebbtide_core::sizing::POOL_REFILL_BATCH * 4096 * cpus()) as u64;
+    let held = zone_stats().pages_mapped * 4096;
+    let slack = pool_stats::refill_slack();
     assert!(
         held >= (N * 4096) as u64 && held <= (N * 4096) as u64 + slack,
         "{held}"
@@ -95,7 +89,7 @@ fn lazyfree_in_smaps_agrees_with_the_stats_and_reuse_is_free() {
     // The shrink to max_buffer_pages (0) without pressure: lazily.
     assert_eq!(pool.shrink(), 0, "nothing given back at once");
     let s = ebbtide::stats::collect();
-    let ps = pool_stats();
+    let ps = zone_stats();
     assert_eq!(ps.lazy_bytes, held);
     assert_eq!(ps.lazy_freed_bytes, held);
     assert_eq!(s.global.lazy_bytes, held);
@@ -118,7 +112,7 @@ fn lazyfree_in_smaps_agrees_with_the_stats_and_reuse_is_free() {
     );
     // What the takes imported back from the lazily freed slabs: the N/2 pages and a batch's
     // worth at most per CPU.
-    let reused = pool_stats().lazy_reused_bytes;
+    let reused = zone_stats().lazy_reused_bytes;
     assert!(
         reused >= (N / 2 * 4096) as u64 && reused <= (N / 2 * 4096) as u64 + slack,
         "{reused}"
