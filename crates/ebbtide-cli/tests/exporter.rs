@@ -82,6 +82,36 @@ impl Guard {
         let r = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
         assert_eq!(r, 0, "kill({}, {sig})", self.child.id());
     }
+
+    /// SIGSTOP, then waits until every thread of the process is stopped: `kill` returns once
+    /// the signal is queued, and until the thread chosen to take it runs, the others (the
+    /// control thread among them) go on — on a loaded machine long enough to answer a scrape.
+    fn stop(&self) {
+        self.signal(libc::SIGSTOP);
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let t = Instant::now();
+        loop {
+            let all_stopped = std::fs::read_dir(&tasks)
+                .expect("the process's tasks")
+                .flatten()
+                .all(|e| {
+                    std::fs::read_to_string(e.path().join("stat")).is_ok_and(|st| {
+                        // The state follows the command's closing parenthesis.
+                        st.rsplit_once(") ")
+                            .is_some_and(|(_, rest)| rest.starts_with('T'))
+                    })
+                });
+            if all_stopped {
+                return;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "pid {} not stopped after 10 s",
+                self.child.id()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }
 
 impl Guard {
@@ -514,7 +544,7 @@ fn a_stopped_process_costs_only_its_own_series() {
     )
     .is_some());
 
-    b.signal(libc::SIGSTOP);
+    b.stop();
     let t = Instant::now();
     let r = get(port, "/metrics");
     let took = t.elapsed();
