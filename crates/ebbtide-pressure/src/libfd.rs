@@ -16,9 +16,14 @@
 //!    (the watcher at least once a second, the control server every round, an injector before
 //!    it writes), and treat a lost descriptor as a source that vanished: open again later.
 //!    Dropping a lost descriptor does not close the number, which may be the program's now.
-//!    Anonymous inodes (eventfd, epoll) all share one inode, so a program's own eventfd at
-//!    the same high number would pass the check; that is the one case the rules above only make
-//!    unlikely.
+//!    Anonymous inodes (eventfd, epoll) all share one inode, so `fstat` cannot tell a
+//!    program's own eventfd at the same number from ours: every library descriptor therefore
+//!    carries a mark in its open file description, `F_SETSIG` to a number 1–64 taken in turn
+//!    (the signal that `O_ASYNC` would send; the library never sets `O_ASYNC`, so nothing is
+//!    ever sent), and the check compares it too. A program's descriptor has 0 there unless the
+//!    program set it itself; two library descriptors of one process can pass for each other
+//!    only when their marks are equal (64 apart in adoption order), which takes more than one
+//!    runtime's descriptors in a process — the test suite, not a program.
 //! 3. **Forks**: a child inherits the library's descriptors but none of its threads. The
 //!    runtime's child handler calls [`close_all_in_child`] (atomics and `close` only); a
 //!    `LibFd` dropped in another process than the one that adopted it never closes anything.
@@ -30,6 +35,24 @@
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
+
+/// `fcntl` commands of `<fcntl.h>` (`asm-generic/fcntl.h`, the same on every Linux
+/// architecture) that the `libc` crate does not export for glibc.
+const F_SETSIG: libc::c_int = 10;
+const F_GETSIG: libc::c_int = 11;
+
+/// The next mark (1–64, in turn; see the module docs).
+fn next_mark() -> libc::c_int {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    // Relaxed: a counter; any order of adopters is fine.
+    (NEXT.fetch_add(1, Ordering::Relaxed) % 64 + 1) as libc::c_int
+}
+
+/// The mark of the open file description at `fd` (`F_GETSIG`; 0 when none was set).
+fn mark_of(fd: RawFd) -> libc::c_int {
+    // SAFETY: F_GETSIG takes no argument; a closed number fails with EBADF.
+    unsafe { libc::fcntl(fd, F_GETSIG) }
+}
 
 /// What a descriptor referred to when it was adopted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,6 +196,8 @@ pub fn registered() -> Vec<RawFd> {
 pub struct LibFd {
     fd: RawFd,
     id: Identity,
+    /// Its open file description's `F_GETSIG` mark (0: setting it failed, not compared).
+    mark: libc::c_int,
     /// The process that adopted it: only that process closes it.
     pid: u32,
 }
@@ -210,10 +235,17 @@ impl LibFd {
                 return Err(e);
             }
         };
+        let mut mark = next_mark();
+        // SAFETY: F_SETSIG takes an integer argument; it only sets the signal `O_ASYNC` would
+        // send, and no library descriptor has `O_ASYNC`.
+        if unsafe { libc::fcntl(fd, F_SETSIG, mark) } != 0 || mark_of(fd) != mark {
+            mark = 0;
+        }
         remember(fd);
         Ok(LibFd {
             fd,
             id,
+            mark,
             pid: std::process::id(),
         })
     }
@@ -247,7 +279,11 @@ impl LibFd {
         }
         match identity(self.fd) {
             Err(_) => Err(Lost::Closed(self.fd)),
-            Ok(id) if id != self.id || flags & libc::FD_CLOEXEC == 0 => {
+            Ok(id)
+                if id != self.id
+                    || flags & libc::FD_CLOEXEC == 0
+                    || (self.mark != 0 && mark_of(self.fd) != self.mark) =>
+            {
                 Err(Lost::Replaced(self.fd))
             }
             Ok(_) => Ok(()),
@@ -372,6 +408,36 @@ mod tests {
             libc::close(n);
             libc::close(w);
             libc::close(w2);
+        }
+    }
+
+    #[test]
+    fn a_program_eventfd_at_our_number_is_not_taken_for_ours() {
+        // SAFETY: eventfd returns a new descriptor (or -1).
+        let e = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        assert!(e >= 0);
+        // SAFETY: just created, owned by nobody else.
+        let f = unsafe { LibFd::adopt(e) }.unwrap();
+        let n = f.raw();
+        assert_eq!(f.check(), Ok(()));
+        assert!(mark_of(n) > 0, "marked");
+        // The program's own eventfd, close-on-exec too, put at our number (dup3 closes ours
+        // and reuses the number at once, so no parallel test takes it in between). Every
+        // eventfd is the same anonymous inode: fstat alone would take it for ours.
+        // SAFETY: eventfd returns a new descriptor (or -1).
+        let theirs = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        assert!(theirs >= 0);
+        assert_eq!(identity(theirs).unwrap(), f.id, "the same fstat identity");
+        // SAFETY: dup3 onto a number; the LibFd must cope.
+        assert_eq!(unsafe { libc::dup3(theirs, n, libc::O_CLOEXEC) }, n);
+        assert_eq!(f.check(), Err(Lost::Replaced(n)));
+        drop(f); // must not close the program's eventfd at `n`
+                 // SAFETY: F_GETFD on a number the test owns now.
+        assert!(unsafe { libc::fcntl(n, libc::F_GETFD) } >= 0, "still open");
+        // SAFETY: numbers the test owns.
+        unsafe {
+            libc::close(n);
+            libc::close(theirs);
         }
     }
 
