@@ -453,13 +453,7 @@ impl PageHeap {
             release(addr, len);
             self.add(addr, len, false, 0);
         }
-        let limit = dirty_limit(self.live);
-        while self.dirty > limit {
-            let Some(i) = self.oldest_dirty(u64::MAX) else {
-                break;
-            };
-            self.clean(i);
-        }
+        self.release_oldest_above(dirty_limit(self.live));
     }
 
     /// Grows the block `[addr, addr+old)` to `new` bytes where the free runs after it (and the
@@ -529,8 +523,13 @@ impl PageHeap {
     /// depot to its working-set estimate, here in bytes: a heap whose freed runs nobody took
     /// again keeps nothing). Returns the bytes.
     pub fn trim(&mut self, before: u64) -> usize {
-        let mut b = self.release_older_than(before);
-        let keep = self.working_set();
+        self.release_older_than(before) + self.release_oldest_above(self.working_set())
+    }
+
+    /// Gives back the oldest dirty runs until at most `keep` dirty bytes are left; returns the
+    /// bytes.
+    fn release_oldest_above(&mut self, keep: usize) -> usize {
+        let mut b = 0;
         while self.dirty > keep {
             let Some(i) = self.oldest_dirty(u64::MAX) else {
                 break;

@@ -393,22 +393,29 @@ mod tests {
     #[test]
     fn a_replaced_number_is_lost_and_never_closed() {
         let (f, w) = pipe();
-        let n = f.raw();
-        // The program closes it behind our back and opens something else at that number
-        // (dup2 does both at once, so no parallel test can take the number in between).
         let (other, w2) = pipe();
-        // SAFETY: dup2 onto a number; the LibFd must cope.
-        assert_eq!(unsafe { libc::dup2(other.raw(), n) }, n);
+        replace_behind_our_back(f, other.raw());
+        // SAFETY: numbers the test owns.
+        unsafe {
+            libc::close(w);
+            libc::close(w2);
+        }
+    }
+
+    /// The program closes `f`'s number behind our back and opens its own file `theirs` there,
+    /// close-on-exec like ours (dup3 does both at once, so no parallel test can take the number
+    /// in between): `f` must find it replaced, and dropping `f` must not close the program's
+    /// file. The test's duplicate at the number is closed afterwards.
+    fn replace_behind_our_back(f: LibFd, theirs: RawFd) {
+        let n = f.raw();
+        // SAFETY: dup3 onto a number; the LibFd must cope.
+        assert_eq!(unsafe { libc::dup3(theirs, n, libc::O_CLOEXEC) }, n);
         assert_eq!(f.check(), Err(Lost::Replaced(n)));
         drop(f); // must not close the program's file at `n`
                  // SAFETY: F_GETFD on a number the test owns now.
         assert!(unsafe { libc::fcntl(n, libc::F_GETFD) } >= 0, "still open");
-        // SAFETY: numbers the test owns.
-        unsafe {
-            libc::close(n);
-            libc::close(w);
-            libc::close(w2);
-        }
+        // SAFETY: the number the test's dup3 made.
+        unsafe { libc::close(n) };
     }
 
     #[test]
@@ -418,27 +425,17 @@ mod tests {
         assert!(e >= 0);
         // SAFETY: just created, owned by nobody else.
         let f = unsafe { LibFd::adopt(e) }.unwrap();
-        let n = f.raw();
         assert_eq!(f.check(), Ok(()));
-        assert!(mark_of(n) > 0, "marked");
-        // The program's own eventfd, close-on-exec too, put at our number (dup3 closes ours
-        // and reuses the number at once, so no parallel test takes it in between). Every
-        // eventfd is the same anonymous inode: fstat alone would take it for ours.
+        assert!(mark_of(f.raw()) > 0, "marked");
+        // The program's own eventfd. Every eventfd is the same anonymous inode: fstat alone
+        // would take it for ours.
         // SAFETY: eventfd returns a new descriptor (or -1).
         let theirs = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         assert!(theirs >= 0);
         assert_eq!(identity(theirs).unwrap(), f.id, "the same fstat identity");
-        // SAFETY: dup3 onto a number; the LibFd must cope.
-        assert_eq!(unsafe { libc::dup3(theirs, n, libc::O_CLOEXEC) }, n);
-        assert_eq!(f.check(), Err(Lost::Replaced(n)));
-        drop(f); // must not close the program's eventfd at `n`
-                 // SAFETY: F_GETFD on a number the test owns now.
-        assert!(unsafe { libc::fcntl(n, libc::F_GETFD) } >= 0, "still open");
-        // SAFETY: numbers the test owns.
-        unsafe {
-            libc::close(n);
-            libc::close(theirs);
-        }
+        replace_behind_our_back(f, theirs);
+        // SAFETY: the test's eventfd.
+        unsafe { libc::close(theirs) };
     }
 
     #[test]
