@@ -182,13 +182,16 @@ pub fn run(mut cmd: Command, malloc: Malloc, dir: &Path, tag: &str, limit: Durat
             break s;
         }
         if t0.elapsed() > limit {
+            // Where every process of the group stands, before it goes: a hang that does not
+            // come back on demand is only understood from this.
+            let stacks = hang_report(child.id() as i32);
             // SAFETY: kill(2) of the process group this test created; no memory involved.
             unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let _ = child.wait();
             let err = std::fs::read_to_string(&err_path).unwrap_or_default();
             let out = std::fs::read_to_string(&out_path).unwrap_or_default();
             panic!(
-                "{tag} under {}: still running after {limit:?}, killed (a hang)\n--- stdout (tail)\n{}\n--- stderr (tail)\n{}",
+                "{tag} under {}: still running after {limit:?}, killed (a hang)\n--- stdout (tail)\n{}\n--- stderr (tail)\n{}\n--- processes of the group\n{stacks}",
                 malloc.name(),
                 tail(&out, 30),
                 tail(&err, 30)
@@ -206,6 +209,61 @@ pub fn run(mut cmd: Command, malloc: Malloc, dir: &Path, tag: &str, limit: Durat
         stderr: String::from_utf8_lossy(&std::fs::read(&err_path).unwrap()).into_owned(),
         secs,
     }
+}
+
+/// Every process of process group `pgid`: its command line, each thread's state and kernel
+/// wait channel, and (where `gdb` is installed) every thread's backtrace.
+fn hang_report(pgid: i32) -> String {
+    let mut r = String::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return "(no /proc)".into();
+    };
+    for e in procs.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        // Fields after the command's closing parenthesis: state, ppid, pgrp.
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        if rest.split(' ').nth(2).and_then(|g| g.parse::<i32>().ok()) != Some(pgid) {
+            continue;
+        }
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        r.push_str(&format!("pid {pid}: {}\n", cmd.trim_end()));
+        if let Ok(tasks) = std::fs::read_dir(e.path().join("task")) {
+            for t in tasks.flatten() {
+                let st = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                let state = st.rsplit_once(") ").map_or("?", |(_, x)| &x[..1]);
+                let wchan = std::fs::read_to_string(t.path().join("wchan")).unwrap_or_default();
+                r.push_str(&format!(
+                    "  thread {} {state} {wchan}\n",
+                    t.file_name().to_string_lossy()
+                ));
+            }
+        }
+        if let Ok(o) = Command::new("gdb")
+            .args([
+                "-q",
+                "-batch",
+                "-p",
+                &pid.to_string(),
+                "-ex",
+                "thread apply all bt",
+            ])
+            .output()
+        {
+            for l in String::from_utf8_lossy(&o.stdout).lines() {
+                if l.starts_with('#') || l.starts_with("Thread") {
+                    // Frames of generic Rust code run long; the function and place fit in 200.
+                    r.push_str(&format!("  {}\n", l.chars().take(200).collect::<String>()));
+                }
+            }
+        }
+    }
+    r
 }
 
 /// How a process ended, for messages.
