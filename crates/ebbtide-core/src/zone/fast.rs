@@ -131,6 +131,83 @@ pub(super) unsafe fn free_with(f: &Fast, z: &ZoneInner, p: NonNull<u8>) -> Resul
     z.free_careful(p.as_ptr())
 }
 
+/// The body of [`Zone::alloc_fast_raw`] and [`FastConsts::alloc_fast`].
+///
+/// # Safety
+/// `f` is the constants of a live zone.
+#[inline(always)]
+unsafe fn alloc_fast_in(f: &Fast) -> *mut u8 {
+    if f.careful != 0 {
+        return ptr::null_mut();
+    }
+    // SAFETY: careful == 0: rseq mode. The in-place form reads the CPU count and base inside
+    // the section: a C call keeps nothing in registers, and fewer live registers spare the
+    // entry point a save and restore.
+    unsafe { RseqRef::pop_in_place(&f.pcpu) }
+}
+
+/// The body of [`Zone::free_fast_raw_owned`] and [`FastConsts::free_fast_owned`].
+///
+/// # Safety
+/// `f` is the constants of a live zone; as [`Zone::free_raw`] for `p`, whose chunk's tag the
+/// caller found to be the zone's.
+#[inline(always)]
+unsafe fn free_fast_owned_in(f: &Fast, p: NonNull<u8>) -> FastFree {
+    if unlikely(!f.is_item_in_chunk(p.as_ptr() as usize)) {
+        return FastFree::Invalid;
+    }
+    if unlikely(f.careful != 0) {
+        return FastFree::Careful;
+    }
+    // SAFETY: careful == 0: rseq mode; the item passed the check (its chunk is this zone's, by
+    // the caller's guarantee). In-place form: as in `alloc_fast_in`.
+    match unsafe { RseqRef::push_in_place(&f.pcpu, p.as_ptr()) } {
+        Push::Done => FastFree::Done,
+        Push::Full => FastFree::Full,
+        Push::Duplicate => FastFree::Duplicate,
+    }
+}
+
+/// A copy of one zone's fast-path constants, for a caller that keeps its zones in tables of its
+/// own and looks one up on every call (the malloc: by size class, and by the tag of the chunk
+/// a freed block lies in). Kept in such a table, the fast paths read the constants from the
+/// entry, whose address is computed from the index, instead of first loading the zone's address
+/// from a table and then the constants from the zone: one dependent load less per call.
+///
+/// Plain data (no interior mutability); valid as long as the zone it was copied from
+/// ([`Zone::fast_consts_raw`]) is not destroyed. The slow paths still need the zone itself.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct FastConsts(Fast);
+
+impl FastConsts {
+    /// [`Zone::alloc_fast_raw`] of the zone these constants were copied from: an item from
+    /// this CPU's stack, or null (stack empty, or a careful zone).
+    ///
+    /// # Safety
+    /// The zone must not be destroyed.
+    #[inline(always)]
+    pub unsafe fn alloc_fast(&self) -> *mut u8 {
+        // SAFETY: forwarded.
+        unsafe { alloc_fast_in(&self.0) }
+    }
+
+    /// [`Zone::free_fast_raw_owned`] of the zone these constants were copied from.
+    ///
+    /// # Safety
+    /// As [`Zone::free_fast_raw_owned`] for that zone.
+    #[inline(always)]
+    pub unsafe fn free_fast_owned(&self, p: NonNull<u8>) -> FastFree {
+        // SAFETY: forwarded.
+        unsafe { free_fast_owned_in(&self.0, p) }
+    }
+
+    /// The tag of the zone's chunks (as [`Zone::tag_raw`]).
+    pub fn tag(&self) -> u64 {
+        self.0.tag
+    }
+}
+
 /// What [`Zone::free_fast_raw`] did; anything but `Done` changed nothing, and
 /// [`Zone::free_raw_resume`] finishes the free from there without repeating the check or the
 /// push.
@@ -193,14 +270,7 @@ impl Zone {
     #[inline(always)]
     pub unsafe fn alloc_fast_raw(z: *mut c_void) -> *mut u8 {
         // SAFETY: a live zone (caller's guarantee).
-        let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
-        if f.careful != 0 {
-            return ptr::null_mut();
-        }
-        // SAFETY: careful == 0: rseq mode. The in-place form reads the CPU count and base inside
-        // the section: a C call keeps nothing in registers, and fewer live registers spare the
-        // entry point a save and restore.
-        unsafe { RseqRef::pop_in_place(&f.pcpu) }
+        unsafe { alloc_fast_in(&(*z.cast::<ZoneInner>()).fast) }
     }
 
     /// Only the fast path of [`Zone::free_raw`]: [`FastFree::Done`] when `p` passed the item
@@ -238,21 +308,18 @@ impl Zone {
     /// As [`Zone::free_raw`], and `owner_tag(p) == tag_raw(z)` must have been true.
     #[inline(always)]
     pub unsafe fn free_fast_raw_owned(z: *mut c_void, p: NonNull<u8>) -> FastFree {
+        // SAFETY: a live zone (caller's guarantee); the tag condition is forwarded.
+        unsafe { free_fast_owned_in(&(*z.cast::<ZoneInner>()).fast, p) }
+    }
+
+    /// A copy of the fast-path constants of a raw zone, for a caller that keeps them in its own
+    /// table ([`FastConsts`]).
+    ///
+    /// # Safety
+    /// As [`Zone::alloc_raw`].
+    pub unsafe fn fast_consts_raw(z: *mut c_void) -> FastConsts {
         // SAFETY: a live zone (caller's guarantee).
-        let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
-        if unlikely(!f.is_item_in_chunk(p.as_ptr() as usize)) {
-            return FastFree::Invalid;
-        }
-        if unlikely(f.careful != 0) {
-            return FastFree::Careful;
-        }
-        // SAFETY: careful == 0: rseq mode; the item passed the check (its chunk is this
-        // zone's, by the caller's guarantee). In-place form: as in `alloc_fast_raw`.
-        match unsafe { RseqRef::push_in_place(&f.pcpu, p.as_ptr()) } {
-            Push::Done => FastFree::Done,
-            Push::Full => FastFree::Full,
-            Push::Duplicate => FastFree::Duplicate,
-        }
+        FastConsts(unsafe { (*z.cast::<ZoneInner>()).fast })
     }
 
     /// Finishes a free that [`Zone::free_fast_raw`] did not complete, from where it stopped

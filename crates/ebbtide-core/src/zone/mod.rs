@@ -20,7 +20,7 @@ mod slow;
 mod snapshot;
 
 pub(crate) use drain::{decay_lazy_locked, drain_cpu_all, purge_lazy_locked};
-pub use fast::FastFree;
+pub use fast::{FastConsts, FastFree};
 pub(crate) use resize::resize_locked;
 pub use resize::ResizeReport;
 pub use snapshot::{CpuStack, ZoneCheck, ZoneSnapshot};
