@@ -159,9 +159,28 @@ const NO_RSEQ: isize = isize::MIN;
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
 mod rseq {
+    use core::sync::atomic::{AtomicIsize, Ordering};
     use std::sync::OnceLock;
 
     static OFFSET: OnceLock<Option<isize>> = OnceLock::new();
+
+    /// [`offset`]'s value once it is `Some` (0 before), for [`fast_offset`].
+    static OFF_FAST: AtomicIsize = AtomicIsize::new(0);
+
+    /// The rseq offset, for the in-place critical sections (`RseqRef::pop_in_place`,
+    /// `RseqRef::push_in_place`), read from a static rather than from the zone's constants: the
+    /// caller of a malloc's `free` finds the zone through the pointer (chunk map, tag, the zone's
+    /// constants), and with the offset among those constants the CPU id's load waited for that
+    /// chain too, which the next allocation's header load then waited for (`pair_small` 8.3
+    /// against 10.0 ns with the offset here, docs/benchmarks.md). Valid once a zone in rseq
+    /// mode exists: [`offset`] stores it before it first returns `Some`, and a zone is in rseq
+    /// mode only if `offset` returned `Some` when the zone was created, which happens before
+    /// any call of the zone's fast paths.
+    #[inline(always)]
+    pub(super) fn fast_offset() -> isize {
+        // Relaxed: stored once, before any zone that could call this was created (see above).
+        OFF_FAST.load(Ordering::Relaxed)
+    }
 
     /// The thread-pointer offset of glibc's rseq area, if rseq can be used for per-CPU caches.
     pub(super) fn offset() -> Option<isize> {
@@ -179,6 +198,8 @@ mod rseq {
             // The calling thread must see a valid CPU id through the area.
             let cpu = cpu_id(off);
             if (cpu as usize) < crate::os::cpu_count() {
+                // Relaxed: see `fast_offset`.
+                OFF_FAST.store(off, Ordering::Relaxed);
                 Some(off)
             } else {
                 None
@@ -1092,8 +1113,10 @@ impl RseqRef {
         debug_assert!(this.rseq_off != NO_RSEQ);
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
         {
-            // SAFETY: as in `pop`; `this` is immutable for the call (a shared reference).
-            unsafe { rseq::pop_in(this, this.rseq_off) }
+            debug_assert_eq!(rseq::fast_offset(), this.rseq_off);
+            // SAFETY: as in `pop`; `this` is immutable for the call (a shared reference); the
+            // offset is glibc's (`fast_offset`: this zone is in rseq mode).
+            unsafe { rseq::pop_in(this, rseq::fast_offset()) }
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
         unreachable!("rseq mode without rseq support compiled in")
@@ -1109,8 +1132,9 @@ impl RseqRef {
         debug_assert!(this.rseq_off != NO_RSEQ);
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
         {
+            debug_assert_eq!(rseq::fast_offset(), this.rseq_off);
             // SAFETY: as in `push_in_place`'s sibling `pop_in_place`.
-            unsafe { rseq::push_in(this, this.rseq_off, item) }
+            unsafe { rseq::push_in(this, rseq::fast_offset(), item) }
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
         {
