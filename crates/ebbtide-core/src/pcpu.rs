@@ -167,9 +167,9 @@ mod rseq {
     /// [`offset`]'s value once it is `Some` (0 before), for [`fast_offset`].
     static OFF_FAST: AtomicIsize = AtomicIsize::new(0);
 
-    /// The rseq offset, for the in-place critical sections (`RseqRef::pop_in_place`,
-    /// `RseqRef::push_in_place`), read from a static rather than from the zone's constants: the
-    /// caller of a malloc's `free` finds the zone through the pointer (chunk map, tag, the zone's
+    /// The rseq offset, for the in-place critical sections of a malloc's `free`
+    /// (`RseqRef::pop_in_place::<true>`), read from a static rather than from the zone's
+    /// constants: that `free` finds the zone through the pointer (chunk map, tag, the zone's
     /// constants), and with the offset among those constants the CPU id's load waited for that
     /// chain too, which the next allocation's header load then waited for (`pair_small` 8.3
     /// against 10.0 ns with the offset here, docs/benchmarks.md). Valid once a zone in rseq
@@ -1106,35 +1106,55 @@ impl RseqRef {
     /// [`RseqRef::pop`] reading the CPU count and the base from `*this` inside the critical
     /// section (fewer registers: for the C entry points, which hold nothing across calls).
     ///
+    /// The rseq offset comes from `this` (`STATIC_OFF` false) or from a static
+    /// (`rseq::fast_offset`, `STATIC_OFF` true). The same value either way; what differs is
+    /// what the CPU id's load waits for: a caller that has `this` early (the C API, the zone in
+    /// a register) does best with `this`'s (one load), a caller that finds `this` through the
+    /// pointer it frees (a malloc's `free`) with the static's, which does not wait for that
+    /// chain (docs/benchmarks.md, "shorter chains").
+    ///
     /// # Safety
     /// As [`RseqRef::pop`].
     #[inline(always)]
-    pub(crate) unsafe fn pop_in_place(this: &RseqRef) -> *mut u8 {
+    pub(crate) unsafe fn pop_in_place<const STATIC_OFF: bool>(this: &RseqRef) -> *mut u8 {
         debug_assert!(this.rseq_off != NO_RSEQ);
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
         {
             debug_assert_eq!(rseq::fast_offset(), this.rseq_off);
+            let off = if STATIC_OFF {
+                rseq::fast_offset()
+            } else {
+                this.rseq_off
+            };
             // SAFETY: as in `pop`; `this` is immutable for the call (a shared reference); the
-            // offset is glibc's (`fast_offset`: this zone is in rseq mode).
-            unsafe { rseq::pop_in(this, rseq::fast_offset()) }
+            // offset is glibc's either way (`fast_offset`: this zone is in rseq mode).
+            unsafe { rseq::pop_in(this, off) }
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
         unreachable!("rseq mode without rseq support compiled in")
     }
 
     /// [`RseqRef::push`] reading the CPU count and the base from `*this` inside the critical
-    /// section.
+    /// section; the offset as in [`RseqRef::pop_in_place`].
     ///
     /// # Safety
     /// As [`RseqRef::pop`].
     #[inline(always)]
-    pub(crate) unsafe fn push_in_place(this: &RseqRef, item: *mut u8) -> Push {
+    pub(crate) unsafe fn push_in_place<const STATIC_OFF: bool>(
+        this: &RseqRef,
+        item: *mut u8,
+    ) -> Push {
         debug_assert!(this.rseq_off != NO_RSEQ);
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
         {
             debug_assert_eq!(rseq::fast_offset(), this.rseq_off);
+            let off = if STATIC_OFF {
+                rseq::fast_offset()
+            } else {
+                this.rseq_off
+            };
             // SAFETY: as in `push_in_place`'s sibling `pop_in_place`.
-            unsafe { rseq::push_in(this, rseq::fast_offset(), item) }
+            unsafe { rseq::push_in(this, off, item) }
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
         {

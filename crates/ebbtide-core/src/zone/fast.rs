@@ -136,14 +136,14 @@ pub(super) unsafe fn free_with(f: &Fast, z: &ZoneInner, p: NonNull<u8>) -> Resul
 /// # Safety
 /// `f` is the constants of a live zone.
 #[inline(always)]
-unsafe fn alloc_fast_in(f: &Fast) -> *mut u8 {
+unsafe fn alloc_fast_in<const STATIC_OFF: bool>(f: &Fast) -> *mut u8 {
     if f.careful != 0 {
         return ptr::null_mut();
     }
     // SAFETY: careful == 0: rseq mode. The in-place form reads the CPU count and base inside
     // the section: a C call keeps nothing in registers, and fewer live registers spare the
     // entry point a save and restore.
-    unsafe { RseqRef::pop_in_place(&f.pcpu) }
+    unsafe { RseqRef::pop_in_place::<STATIC_OFF>(&f.pcpu) }
 }
 
 /// The body of [`Zone::free_fast_raw_owned`] and [`FastConsts::free_fast_owned`].
@@ -152,7 +152,7 @@ unsafe fn alloc_fast_in(f: &Fast) -> *mut u8 {
 /// `f` is the constants of a live zone; as [`Zone::free_raw`] for `p`, whose chunk's tag the
 /// caller found to be the zone's.
 #[inline(always)]
-unsafe fn free_fast_owned_in(f: &Fast, p: NonNull<u8>) -> FastFree {
+unsafe fn free_fast_owned_in<const STATIC_OFF: bool>(f: &Fast, p: NonNull<u8>) -> FastFree {
     if unlikely(!f.is_item_in_chunk(p.as_ptr() as usize)) {
         return FastFree::Invalid;
     }
@@ -161,7 +161,7 @@ unsafe fn free_fast_owned_in(f: &Fast, p: NonNull<u8>) -> FastFree {
     }
     // SAFETY: careful == 0: rseq mode; the item passed the check (its chunk is this zone's, by
     // the caller's guarantee). In-place form: as in `alloc_fast_in`.
-    match unsafe { RseqRef::push_in_place(&f.pcpu, p.as_ptr()) } {
+    match unsafe { RseqRef::push_in_place::<STATIC_OFF>(&f.pcpu, p.as_ptr()) } {
         Push::Done => FastFree::Done,
         Push::Full => FastFree::Full,
         Push::Duplicate => FastFree::Duplicate,
@@ -189,7 +189,7 @@ impl FastConsts {
     #[inline(always)]
     pub unsafe fn alloc_fast(&self) -> *mut u8 {
         // SAFETY: forwarded.
-        unsafe { alloc_fast_in(&self.0) }
+        unsafe { alloc_fast_in::<true>(&self.0) }
     }
 
     /// [`Zone::free_fast_raw_owned`] of the zone these constants were copied from.
@@ -199,7 +199,7 @@ impl FastConsts {
     #[inline(always)]
     pub unsafe fn free_fast_owned(&self, p: NonNull<u8>) -> FastFree {
         // SAFETY: forwarded.
-        unsafe { free_fast_owned_in(&self.0, p) }
+        unsafe { free_fast_owned_in::<true>(&self.0, p) }
     }
 
     /// The tag of the zone's chunks (as [`Zone::tag_raw`]).
@@ -270,7 +270,7 @@ impl Zone {
     #[inline(always)]
     pub unsafe fn alloc_fast_raw(z: *mut c_void) -> *mut u8 {
         // SAFETY: a live zone (caller's guarantee).
-        unsafe { alloc_fast_in(&(*z.cast::<ZoneInner>()).fast) }
+        unsafe { alloc_fast_in::<false>(&(*z.cast::<ZoneInner>()).fast) }
     }
 
     /// Only the fast path of [`Zone::free_raw`]: [`FastFree::Done`] when `p` passed the item
@@ -291,7 +291,7 @@ impl Zone {
         }
         // SAFETY: careful == 0: rseq mode; the item passed the check. In-place form: as in
         // `alloc_fast_raw`.
-        match unsafe { RseqRef::push_in_place(&f.pcpu, p.as_ptr()) } {
+        match unsafe { RseqRef::push_in_place::<false>(&f.pcpu, p.as_ptr()) } {
             Push::Done => FastFree::Done,
             Push::Full => FastFree::Full,
             Push::Duplicate => FastFree::Duplicate,
@@ -309,7 +309,7 @@ impl Zone {
     #[inline(always)]
     pub unsafe fn free_fast_raw_owned(z: *mut c_void, p: NonNull<u8>) -> FastFree {
         // SAFETY: a live zone (caller's guarantee); the tag condition is forwarded.
-        unsafe { free_fast_owned_in(&(*z.cast::<ZoneInner>()).fast, p) }
+        unsafe { free_fast_owned_in::<true>(&(*z.cast::<ZoneInner>()).fast, p) }
     }
 
     /// A copy of the fast-path constants of a raw zone, for a caller that keeps them in its own
