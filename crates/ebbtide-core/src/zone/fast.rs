@@ -153,14 +153,32 @@ unsafe fn alloc_fast_in<const STATIC_OFF: bool>(f: &Fast) -> *mut u8 {
 /// caller found to be the zone's.
 #[inline(always)]
 unsafe fn free_fast_owned_in<const STATIC_OFF: bool>(f: &Fast, p: NonNull<u8>) -> FastFree {
-    if unlikely(!f.is_item_in_chunk(p.as_ptr() as usize)) {
+    let is_item = f.is_item_in_chunk(p.as_ptr() as usize);
+    // SAFETY: forwarded; `is_item` is the item test within the chunk, which the caller's tag
+    // test completes.
+    unsafe { push_if_item::<STATIC_OFF>(f, p, is_item) }
+}
+
+/// The rest of every fast free, once the item test is done (`is_item`): the careful test, then
+/// the push onto this CPU's stack (the offset as in `RseqRef::pop_in_place`).
+///
+/// # Safety
+/// `f` is the constants of a live zone; as [`Zone::free_raw`] for `p`; `is_item` is true only
+/// if `p` is the start of an item of the zone.
+#[inline(always)]
+unsafe fn push_if_item<const STATIC_OFF: bool>(
+    f: &Fast,
+    p: NonNull<u8>,
+    is_item: bool,
+) -> FastFree {
+    if unlikely(!is_item) {
         return FastFree::Invalid;
     }
     if unlikely(f.careful != 0) {
         return FastFree::Careful;
     }
-    // SAFETY: careful == 0: rseq mode; the item passed the check (its chunk is this zone's, by
-    // the caller's guarantee). In-place form: as in `alloc_fast_in`.
+    // SAFETY: careful == 0: rseq mode; the item passed the check. In-place form: as in
+    // `alloc_fast_in`.
     match unsafe { RseqRef::push_in_place::<STATIC_OFF>(&f.pcpu, p.as_ptr()) } {
         Push::Done => FastFree::Done,
         Push::Full => FastFree::Full,
@@ -283,19 +301,10 @@ impl Zone {
     pub unsafe fn free_fast_raw(z: *mut c_void, p: NonNull<u8>) -> FastFree {
         // SAFETY: a live zone (caller's guarantee).
         let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
-        if unlikely(!f.is_item(p.as_ptr() as usize)) {
-            return FastFree::Invalid;
-        }
-        if unlikely(f.careful != 0) {
-            return FastFree::Careful;
-        }
-        // SAFETY: careful == 0: rseq mode; the item passed the check. In-place form: as in
-        // `alloc_fast_raw`.
-        match unsafe { RseqRef::push_in_place::<false>(&f.pcpu, p.as_ptr()) } {
-            Push::Done => FastFree::Done,
-            Push::Full => FastFree::Full,
-            Push::Duplicate => FastFree::Duplicate,
-        }
+        let is_item = f.is_item(p.as_ptr() as usize);
+        // SAFETY: forwarded; `is_item` is the full item test. The zone's own offset: the C API
+        // has the zone in a register (see `RseqRef::pop_in_place`).
+        unsafe { push_if_item::<false>(f, p, is_item) }
     }
 
     /// [`Zone::free_fast_raw`] for a caller that has already read the tag of the chunk holding
