@@ -20,8 +20,10 @@
 //!                 coalesced, and serve any size (best fit) until idle, drain or pressure
 //!   huge.rs       the table of blocks above the classes: large ones from the page heap, huge
 //!                 ones (above 64 MiB, grown by realloc beyond 1 MiB) own mappings, mremap
-//!   heap.rs       one zone per class (created on first use, without the runtime hook), the
-//!                 chunk map → class lookup of `free`, malloc/free/realloc/aligned logic
+//!   heap.rs       one zone per class (created on first use, without the runtime hook); the
+//!                 fast paths read each zone's constants from tables by class (`malloc`) and
+//!                 by chunk tag (`free`, after the arena's chunk map); malloc/free/realloc/
+//!                 aligned logic
 //!   stats.rs      mallinfo2, mallinfo, malloc_stats, malloc_trim (DRAIN_CPU)
 //!   api.rs        the C names and glibc's __libc_* aliases
 //!   cpp.rs        the C++ operators (Itanium names), new handler and a real std::bad_alloc
