@@ -146,7 +146,7 @@ unsafe fn alloc_fast_in<const STATIC_OFF: bool>(f: &Fast) -> *mut u8 {
     unsafe { RseqRef::pop_in_place::<STATIC_OFF>(&f.pcpu) }
 }
 
-/// The body of [`Zone::free_fast_raw_owned`] and [`FastConsts::free_fast_owned`].
+/// The body of [`FastConsts::free_fast_owned`].
 ///
 /// # Safety
 /// `f` is the constants of a live zone; as [`Zone::free_raw`] for `p`, whose chunk's tag the
@@ -210,10 +210,14 @@ impl FastConsts {
         unsafe { alloc_fast_in::<true>(&self.0) }
     }
 
-    /// [`Zone::free_fast_raw_owned`] of the zone these constants were copied from.
+    /// [`Zone::free_fast_raw`] of the zone these constants were copied from, for a caller that
+    /// has already read the tag of the chunk holding `p` ([`crate::owner_tag`]) and found it to
+    /// be this zone's ([`FastConsts::tag`]), as a malloc's `free` does to find the zone: the
+    /// arena and tag tests are not repeated, only the item test within the chunk. Returns as
+    /// `free_fast_raw`, and [`Zone::free_raw_resume`] finishes from there.
     ///
     /// # Safety
-    /// As [`Zone::free_fast_raw_owned`] for that zone.
+    /// As [`Zone::free_raw`] for that zone, and `owner_tag(p)` must be its tag.
     #[inline(always)]
     pub unsafe fn free_fast_owned(&self, p: NonNull<u8>) -> FastFree {
         // SAFETY: forwarded.
@@ -307,20 +311,6 @@ impl Zone {
         unsafe { push_if_item::<false>(f, p, is_item) }
     }
 
-    /// [`Zone::free_fast_raw`] for a caller that has already read the tag of the chunk holding
-    /// `p` ([`crate::owner_tag`]) and found it to be this zone's ([`Zone::tag_raw`]), as a
-    /// malloc's `free` does to find the zone: the arena and tag tests are not repeated, only the
-    /// item test within the chunk. Returns as `free_fast_raw`, and
-    /// [`Zone::free_raw_resume`] finishes from there.
-    ///
-    /// # Safety
-    /// As [`Zone::free_raw`], and `owner_tag(p) == tag_raw(z)` must have been true.
-    #[inline(always)]
-    pub unsafe fn free_fast_raw_owned(z: *mut c_void, p: NonNull<u8>) -> FastFree {
-        // SAFETY: a live zone (caller's guarantee); the tag condition is forwarded.
-        unsafe { free_fast_owned_in::<true>(&(*z.cast::<ZoneInner>()).fast, p) }
-    }
-
     /// A copy of the fast-path constants of a raw zone, for a caller that keeps them in its own
     /// table ([`FastConsts`]).
     ///
@@ -336,7 +326,8 @@ impl Zone {
     /// again.
     ///
     /// # Safety
-    /// As [`Zone::free_raw`]; `how` must be what `free_fast_raw(z, p)` returned just now.
+    /// As [`Zone::free_raw`]; `how` must be what `free_fast_raw(z, p)`, or
+    /// [`FastConsts::free_fast_owned`] of `z`'s constants, returned just now.
     #[inline(never)]
     pub unsafe fn free_raw_resume(
         z: *mut c_void,
