@@ -150,6 +150,14 @@ impl Drop for Creating {
 pub fn fork_child() {
     CREATING.store(0, Ordering::Relaxed);
     CREATE.store(false, Ordering::Release);
+    publish_missing_constants();
+}
+
+/// Publishes the constants of every zone that is in `ZONES` or `TAG_ZONE` but not in
+/// `CLASS_FAST` / `TAG_FAST` (only a fork between the creator's stores leaves one so). The caller
+/// must be the only writer of the tables (a forked child's one thread, or a zone no other
+/// thread creates).
+fn publish_missing_constants() {
     for c in 0..NCLASSES {
         let z = ZONES[c].load(Ordering::Acquire);
         if !z.is_null() && CLASS_FAST[c].get_any().is_none() {
@@ -756,6 +764,31 @@ mod tests {
         assert!(TAG_FAST[i].get(FastSlot::key_of(tag ^ 2)).is_none());
         // SAFETY: ours, from `alloc`.
         unsafe { free(p) };
+    }
+
+    /// A zone in `ZONES` whose constants are not in `CLASS_FAST` (its creator forked away between
+    /// the two stores) gets them from the child's fixup, so its class keeps the fast paths.
+    #[test]
+    fn the_fork_fixup_publishes_the_constants_a_creator_left_unpublished() {
+        // 1664-byte blocks: a class no other test of this crate uses.
+        let n = 1664;
+        let c = classes::class_of(n);
+        let p = alloc(n);
+        assert!(!p.is_null());
+        // SAFETY: ours, from `alloc`.
+        unsafe { free(p) };
+        // What a forked child finds when the parent's creator was between the two stores.
+        CLASS_FAST[c].key.store(0, Ordering::Relaxed);
+        assert!(CLASS_FAST[c].get_any().is_none());
+        let q = alloc(n);
+        assert!(!q.is_null(), "the slow path still serves the class");
+        publish_missing_constants();
+        let z = ZONES[c].load(Ordering::Acquire);
+        let f = CLASS_FAST[c].get_any().expect("published by the fixup");
+        // SAFETY: a published zone, never destroyed.
+        assert_eq!(f.tag(), unsafe { Zone::tag_raw(z) });
+        // SAFETY: ours, from `alloc`.
+        unsafe { free(q) };
     }
 
     /// Memory freed in one class and not allocated again does not stay in that class: past the
