@@ -39,13 +39,11 @@ static ZONES: [AtomicPtr<c_void>; NCLASSES] = [const { AtomicPtr::new(ptr::null_
 const TAGS: usize = 4096;
 /// `class + 1` for the keg tag `2 * i`; 0 = no class of ours.
 static TAG_CLASS: [AtomicU8; TAGS] = [const { AtomicU8::new(0) }; TAGS];
-/// The zone for the keg tag `2 * i` (null = no class of ours): `free` goes from the tag to the
-/// zone in one load.
-static TAG_ZONE: [AtomicPtr<c_void>; TAGS] = [const { AtomicPtr::new(ptr::null_mut()) }; TAGS];
 /// The fast-path constants of every class's zone, and of the zone of each keg tag: `malloc` and
 /// `free` read them from the entry of their class or tag (an address computed from the index),
-/// not through the zone's address loaded from `ZONES` / `TAG_ZONE` first: one dependent load
-/// less on each path (see [`FastConsts`]).
+/// not through the zone's address loaded from `ZONES` first: one dependent load less on each
+/// path (see [`FastConsts`]). A tag's entry is published after `TAG_CLASS` and `ZONES`, so whoever
+/// sees it finds the zone as `ZONES[TAG_CLASS[i] - 1]` (the slow paths past `free`'s).
 static CLASS_FAST: [FastSlot; NCLASSES] = [const { FastSlot::empty() }; NCLASSES];
 static TAG_FAST: [FastSlot; TAGS] = [const { FastSlot::empty() }; TAGS];
 
@@ -144,8 +142,8 @@ impl Drop for Creating {
 /// threads' business no more. A zone made but not yet published by such a thread is made
 /// again when needed (the first stays unused).
 ///
-/// A zone another thread of the parent had published in `ZONES` or `TAG_ZONE` but not yet in the
-/// constants tables is published there now (the child has one thread: no reader races the
+/// A zone another thread of the parent had published in `ZONES` but not yet in the constants
+/// tables is published there now (the child has one thread: no reader races the
 /// write), so that its class keeps the fast paths.
 pub fn fork_child() {
     CREATING.store(0, Ordering::Relaxed);
@@ -153,8 +151,8 @@ pub fn fork_child() {
     publish_missing_constants();
 }
 
-/// Publishes the constants of every zone that is in `ZONES` or `TAG_ZONE` but not in
-/// `CLASS_FAST` / `TAG_FAST` (only a fork between the creator's stores leaves one so). The caller
+/// Publishes the constants of every zone that is in `ZONES` (with its tag in `TAG_CLASS`) but
+/// not in `CLASS_FAST` / `TAG_FAST` (only a fork between the creator's stores leaves one so). The caller
 /// must be the only writer of the tables (a forked child's one thread, or a zone no other
 /// thread creates).
 fn publish_missing_constants() {
@@ -166,8 +164,16 @@ fn publish_missing_constants() {
         }
     }
     for (i, slot) in TAG_FAST.iter().enumerate() {
-        let z = TAG_ZONE[i].load(Ordering::Acquire);
-        if !z.is_null() && slot.get_any().is_none() {
+        let c = TAG_CLASS[i].load(Ordering::Relaxed);
+        if c == 0 {
+            continue;
+        }
+        let z = ZONES[c as usize - 1].load(Ordering::Acquire);
+        // The zone of the class may be a later one than the tag's (its first creator forked
+        // away before publishing it): only the tag's own zone goes into the tag's entry.
+        // SAFETY: a published zone, never destroyed.
+        if !z.is_null() && unsafe { Zone::tag_raw(z) } >> 1 == i as u64 && slot.get_any().is_none()
+        {
             // SAFETY: as above.
             slot.publish(unsafe { Zone::fast_consts_raw(z) });
         }
@@ -243,18 +249,18 @@ fn zone(c: usize) -> Get {
             let i = (tag >> 1) as usize;
             if i < TAGS {
                 TAG_CLASS[i].store(c as u8 + 1, Ordering::Relaxed);
-                // Release: pairs with the Acquire loads in `free_resume`'s callers and
-                // `class_of_tag` (the zone is initialised).
-                TAG_ZONE[i].store(raw, Ordering::Release);
-                TAG_FAST[i].publish(consts);
             } else {
                 TAG_OVERFLOW.store(true, Ordering::Relaxed);
             }
             // Release: pairs with the Acquire loads of `ZONES` (`zone`, the paths past `malloc`'s
             // and `free`'s) and `class_of_tag`: a thread that sees the zone sees it initialised
             // and its tag entry stored. The fast paths read the constants' entries, published
-            // the same way (`FastSlot::publish`).
+            // the same way after it (`FastSlot::publish`), so a thread that sees a tag's entry
+            // also sees `ZONES[c]` (`free_resume_tag`).
             ZONES[c].store(raw, Ordering::Release);
+            if i < TAGS {
+                TAG_FAST[i].publish(consts);
+            }
             CLASS_FAST[c].publish(consts);
             Get::Zone(raw)
         }
@@ -581,8 +587,10 @@ unsafe extern "C" fn free_tagged(p: *mut u8, tag: u64) {
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn free_resume_tag(i: usize, p: *mut u8, how: FastFree) {
-    // Acquire: pairs with the Release store in `zone` (stored before the entry was published).
-    let z = TAG_ZONE[i].load(Ordering::Acquire);
+    // Relaxed: `TAG_CLASS[i]` and `ZONES[c]` were stored before the tag's entry was published
+    // (Release), which the caller saw (Acquire).
+    let c = TAG_CLASS[i].load(Ordering::Relaxed) as usize - 1;
+    let z = ZONES[c].load(Ordering::Relaxed);
     // SAFETY: forwarded.
     unsafe { free_resume(z, p, how) }
 }
@@ -766,8 +774,9 @@ mod tests {
         unsafe { free(p) };
     }
 
-    /// A zone in `ZONES` whose constants are not in `CLASS_FAST` (its creator forked away between
-    /// the two stores) gets them from the child's fixup, so its class keeps the fast paths.
+    /// A zone in `ZONES` whose constants are not in `CLASS_FAST` / `TAG_FAST` (its creator forked
+    /// away between its stores) gets them from the child's fixup, so its class keeps the fast
+    /// paths.
     #[test]
     fn the_fork_fixup_publishes_the_constants_a_creator_left_unpublished() {
         // 1664-byte blocks: a class no other test of this crate uses.
@@ -777,16 +786,24 @@ mod tests {
         assert!(!p.is_null());
         // SAFETY: ours, from `alloc`.
         unsafe { free(p) };
-        // What a forked child finds when the parent's creator was between the two stores.
+        let z = ZONES[c].load(Ordering::Acquire);
+        // SAFETY: a published zone, never destroyed.
+        let tag = unsafe { Zone::tag_raw(z) };
+        let i = (tag >> 1) as usize;
+        // What a forked child finds when the parent's creator was between its stores.
         CLASS_FAST[c].key.store(0, Ordering::Relaxed);
+        TAG_FAST[i].key.store(0, Ordering::Relaxed);
         assert!(CLASS_FAST[c].get_any().is_none());
+        assert!(TAG_FAST[i].get_any().is_none());
         let q = alloc(n);
         assert!(!q.is_null(), "the slow path still serves the class");
         publish_missing_constants();
-        let z = ZONES[c].load(Ordering::Acquire);
         let f = CLASS_FAST[c].get_any().expect("published by the fixup");
-        // SAFETY: a published zone, never destroyed.
-        assert_eq!(f.tag(), unsafe { Zone::tag_raw(z) });
+        assert_eq!(f.tag(), tag);
+        let f = TAG_FAST[i]
+            .get(FastSlot::key_of(tag))
+            .expect("the tag's entry published by the fixup");
+        assert_eq!(f.tag(), tag);
         // SAFETY: ours, from `alloc`.
         unsafe { free(q) };
     }
