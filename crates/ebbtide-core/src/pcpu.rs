@@ -1103,6 +1103,20 @@ impl RseqRef {
         unreachable!("rseq mode without rseq support compiled in")
     }
 
+    /// The rseq offset of the in-place sections: `this`'s or the static's (see
+    /// [`RseqRef::pop_in_place`]); the same value, since a zone in rseq mode exists only once
+    /// `rseq::offset` returned it.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+    #[inline(always)]
+    fn in_place_offset<const STATIC_OFF: bool>(&self) -> isize {
+        debug_assert_eq!(rseq::fast_offset(), self.rseq_off);
+        if STATIC_OFF {
+            rseq::fast_offset()
+        } else {
+            self.rseq_off
+        }
+    }
+
     /// [`RseqRef::pop`] reading the CPU count and the base from `*this` inside the critical
     /// section (fewer registers: for the C entry points, which hold nothing across calls).
     ///
@@ -1120,15 +1134,9 @@ impl RseqRef {
         debug_assert!(this.rseq_off != NO_RSEQ);
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
         {
-            debug_assert_eq!(rseq::fast_offset(), this.rseq_off);
-            let off = if STATIC_OFF {
-                rseq::fast_offset()
-            } else {
-                this.rseq_off
-            };
             // SAFETY: as in `pop`; `this` is immutable for the call (a shared reference); the
-            // offset is glibc's either way (`fast_offset`: this zone is in rseq mode).
-            unsafe { rseq::pop_in(this, off) }
+            // offset is glibc's either way (`in_place_offset`).
+            unsafe { rseq::pop_in(this, this.in_place_offset::<STATIC_OFF>()) }
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
         unreachable!("rseq mode without rseq support compiled in")
@@ -1147,14 +1155,8 @@ impl RseqRef {
         debug_assert!(this.rseq_off != NO_RSEQ);
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
         {
-            debug_assert_eq!(rseq::fast_offset(), this.rseq_off);
-            let off = if STATIC_OFF {
-                rseq::fast_offset()
-            } else {
-                this.rseq_off
-            };
             // SAFETY: as in `push_in_place`'s sibling `pop_in_place`.
-            unsafe { rseq::push_in(this, off, item) }
+            unsafe { rseq::push_in(this, this.in_place_offset::<STATIC_OFF>(), item) }
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
         {
