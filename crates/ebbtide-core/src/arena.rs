@@ -4,11 +4,23 @@
 //!  arena base (CHUNK_SIZE aligned)                                    base + len
 //!  | chunk 0 | chunk 1 | chunk 2 | ...                       | chunk n-1 |
 //!      ^ owned by a keg: its slab metadata at the start, slabs after it
-//!  chunk map: one u64 per chunk, readable for every chunk (lazily zero-filled pages):
+//!  chunk map: one 16-byte entry per chunk, readable for every chunk (lazily zero-filled pages):
+//!    tag word:
 //!      0            never handed out (above the bump pointer)
 //!      even tag     owned by the keg with that tag (tags are never reused)
 //!      odd          free, value = (next free chunk index << 1) | 1
+//!    hint word: the owning keg's hint (its zone's per-CPU stacks), written before the tag
 //! ```
+//!
+//! **The hint** is the one word a `free` needs after the pointer to reach the stack it pushes
+//! onto: the owning zone's per-CPU stacks ([`crate::zone::FastConsts::stacks_hint`]). It sits beside
+//! the tag in the entry, so [`owner_entry`] reads both with the one load that starts at the
+//! pointer; without it the stacks' address came from a second table indexed by the tag, one
+//! more load between the pointer and the store (docs/benchmarks.md, "The chunk's hint"). A
+//! keg's hint is fixed before its first chunk and written before the tag (which is stored with
+//! Release), so a reader that saw the tag with Acquire reads that keg's hint: a later owner's
+//! only if the chunk was freed meanwhile, which only the destruction of the owning zone does,
+//! after which a free into it is the caller's error anyway.
 //!
 //! The chunk map is what makes a `free` of any pointer safe to check in O(1) without touching the
 //! pointer's memory: an address outside the arena, or in a chunk another keg owns, is rejected
@@ -30,17 +42,26 @@ pub(crate) const CHUNK_SIZE: usize = 1 << CHUNK_SHIFT;
 
 const ARENA_MAX: usize = 1 << 40; // try 1 TiB of address space first
 const ARENA_MIN: usize = 1 << 25; // and accept down to 32 MiB (e.g. under a tight `ulimit -v`)
+/// Bytes of a chunk map entry.
+const ENTRY: usize = core::mem::size_of::<MapEntry>();
 
 pub(crate) struct Arena {
     pub(crate) base: usize,
     pub(crate) len: usize,
-    /// One tag per chunk (see the module docs).
-    pub(crate) map: *const AtomicU64,
+    /// One entry per chunk (see the module docs).
+    pub(crate) map: *const MapEntry,
     /// Chunks below this index have been handed out at least once (and are committed).
     bump: AtomicUsize,
     /// Head of the free chunk list (index + 1, 0 = empty), protected by the mutex.
     free: Mutex<usize>,
     next_tag: AtomicU64,
+}
+
+/// One chunk's entry in the chunk map (see the module docs).
+#[repr(C, align(16))]
+pub(crate) struct MapEntry {
+    pub(crate) tag: AtomicU64,
+    pub(crate) hint: AtomicU64,
 }
 
 // SAFETY: `map` points to a mapping owned by the arena for the life of the process; it is only
@@ -56,7 +77,7 @@ static ARENA: OnceLock<Result<Arena, OsError>> = OnceLock::new();
 /// the arena exists (then every address is "outside").
 static VIEW_BASE: AtomicUsize = AtomicUsize::new(0);
 static VIEW_LEN: AtomicUsize = AtomicUsize::new(0);
-static VIEW_MAP: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
+static VIEW_MAP: AtomicPtr<MapEntry> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The process's arena, reserved on first use.
 pub(crate) fn get() -> Result<&'static Arena, OsError> {
@@ -64,7 +85,7 @@ pub(crate) fn get() -> Result<&'static Arena, OsError> {
         let r = Arena::reserve();
         if let Ok(a) = &r {
             VIEW_BASE.store(a.base, Ordering::Relaxed);
-            VIEW_MAP.store(a.map as *mut AtomicU64, Ordering::Relaxed);
+            VIEW_MAP.store(a.map as *mut MapEntry, Ordering::Relaxed);
             // Release: pairs with the Acquire in `owner_tag`; base and map are visible to a
             // reader that sees the length.
             VIEW_LEN.store(a.len, Ordering::Release);
@@ -87,7 +108,7 @@ impl Arena {
             }
         };
         let nchunks = len >> CHUNK_SHIFT;
-        let map_len = os::round_up(nchunks * 8, os::page_size());
+        let map_len = os::round_up(nchunks * ENTRY, os::page_size());
         let map = match os::map(map_len) {
             Ok(m) => m,
             Err(e) => {
@@ -113,8 +134,13 @@ impl Arena {
 
     #[inline]
     fn entry(&self, idx: usize) -> &AtomicU64 {
+        &self.map_entry(idx).tag
+    }
+
+    #[inline]
+    fn map_entry(&self, idx: usize) -> &MapEntry {
         debug_assert!(idx < self.len >> CHUNK_SHIFT);
-        // SAFETY: idx < nchunks, and the map holds one AtomicU64 per chunk for the life of the
+        // SAFETY: idx < nchunks, and the map holds one entry per chunk for the life of the
         // process.
         unsafe { &*self.map.add(idx) }
     }
@@ -137,8 +163,9 @@ impl Arena {
         }
     }
 
-    /// Hands a committed chunk to the keg with `tag`. The chunk's memory reads as zeros.
-    pub(crate) fn alloc_chunk(&self, tag: u64) -> Result<NonNull<u8>, OsError> {
+    /// Hands a committed chunk to the keg with `tag` and `hint` (see the module docs). The
+    /// chunk's memory reads as zeros.
+    pub(crate) fn alloc_chunk(&self, tag: u64, hint: u64) -> Result<NonNull<u8>, OsError> {
         debug_assert!(tag != 0 && tag & 1 == 0);
         // Injected failures hit every chunk acquisition, also a reused chunk that needs no commit.
         if os::fault::should_fail() {
@@ -168,13 +195,15 @@ impl Arena {
             unsafe { os::commit(NonNull::new_unchecked(p as *mut u8), CHUNK_SIZE)? };
             self.bump.store(idx + 1, Ordering::Relaxed);
             // The chunk map is touched a page at a time as chunks are first used.
-            if (idx * 8).is_multiple_of(os::page_size()) {
+            if (idx * ENTRY).is_multiple_of(os::page_size()) {
                 os::add_metadata(os::page_size());
             }
             idx
         };
+        // Relaxed: published by the Release store of the tag just below.
+        self.map_entry(idx).hint.store(hint, Ordering::Relaxed);
         // Release: a thread that reads this tag (tag_of, Acquire) sees the chunk's header, which
-        // the keg initialises before publishing any item of the chunk.
+        // the keg initialises before publishing any item of the chunk, and the hint.
         self.entry(idx).store(tag, Ordering::Release);
         // SAFETY: inside the reservation, non-null.
         Ok(unsafe { NonNull::new_unchecked((self.base + (idx << CHUNK_SHIFT)) as *mut u8) })
@@ -205,22 +234,29 @@ impl Arena {
 /// [`crate::Zone::tag_raw`] giving each zone's tag. 0 too when the arena could not be reserved.
 #[inline(always)]
 pub fn owner_tag(addr: usize) -> u64 {
+    owner_entry(addr).0
+}
+
+/// [`owner_tag`] and the owning keg's hint (see the module docs): `(0, 0)` where `owner_tag`
+/// gives 0. The hint is that of the keg the tag names (or, if the chunk changed hands since,
+/// of a later owner: only after the owning zone was destroyed).
+#[inline(always)]
+pub fn owner_entry(addr: usize) -> (u64, u64) {
     // Acquire: pairs with the Release store in `get`.
     let len = VIEW_LEN.load(Ordering::Acquire);
     let off = addr.wrapping_sub(VIEW_BASE.load(Ordering::Relaxed));
     if off >= len {
-        return 0;
+        return (0, 0);
     }
     // SAFETY: off < len, so the index is inside the chunk map, which lives as long as the
     // process.
-    let t = unsafe {
-        // Acquire: as in `Arena::tag_of`.
-        (*VIEW_MAP.load(Ordering::Relaxed).add(off >> CHUNK_SHIFT)).load(Ordering::Acquire)
-    };
+    let e = unsafe { &*VIEW_MAP.load(Ordering::Relaxed).add(off >> CHUNK_SHIFT) };
+    // Acquire: as in `Arena::tag_of` (and the hint, stored before the tag, is visible).
+    let t = e.tag.load(Ordering::Acquire);
     if t & 1 == 1 {
-        0
+        (0, 0)
     } else {
-        t
+        (t, e.hint.load(Ordering::Relaxed))
     }
 }
 
@@ -234,10 +270,17 @@ mod tests {
         let t1 = a.new_tag();
         let t2 = a.new_tag();
         assert!(t1 != t2 && t1 & 1 == 0 && t2 & 1 == 0);
-        let c1 = a.alloc_chunk(t1).unwrap();
+        let c1 = a.alloc_chunk(t1, 0x1000).unwrap();
         assert_eq!(c1.as_ptr() as usize % CHUNK_SIZE, 0);
         assert_eq!(a.tag_of(c1.as_ptr() as usize + 12345), t1);
         assert_eq!(a.tag_of(0x1000), 0, "outside the arena");
+        let inside = c1.as_ptr() as usize + 777;
+        assert_eq!(
+            owner_entry(inside),
+            (t1, 0x1000),
+            "the tag and the keg's hint"
+        );
+        assert_eq!(owner_entry(0x1000), (0, 0));
         // SAFETY: c1 came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c1) };
         assert_eq!(
@@ -245,7 +288,8 @@ mod tests {
             0,
             "free chunks belong to nobody"
         );
-        let c2 = a.alloc_chunk(t2).unwrap();
+        assert_eq!(owner_entry(inside), (0, 0), "nor their hints");
+        let c2 = a.alloc_chunk(t2, 0).unwrap();
         assert_eq!(a.tag_of(c2.as_ptr() as usize), t2);
         // SAFETY: c2 came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c2) };

@@ -179,6 +179,9 @@ pub(crate) struct Keg {
     /// the keg already holds this many goes back to the OS at once (`usize::MAX`: all kept, the
     /// default; see [`Keg::keep_free_at_most`]).
     free_cap: usize,
+    /// Written beside the tag in the chunk map entry of every chunk of this keg (see
+    /// `arena.rs`, "The hint"): a zone's keg carries its per-CPU stacks' base; 0 for none.
+    chunk_hint: u64,
     inner: Mutex<KegInner>,
 }
 
@@ -417,8 +420,15 @@ impl Keg {
             arena,
             reserve_slabs,
             free_cap: usize::MAX,
+            chunk_hint: 0,
             inner: Mutex::new(KegInner::empty(0)),
         })
+    }
+
+    /// Sets the hint written beside the tag of each chunk the keg will own (before its first).
+    pub(crate) fn with_chunk_hint(mut self, hint: u64) -> Keg {
+        self.chunk_hint = hint;
+        self
     }
 
     /// Keeps at most `slabs` entirely free slabs backed between reclaims: a free that empties a
@@ -490,7 +500,7 @@ impl Keg {
     /// Only when the newest chunk has no slab left to carve.
     fn grow(&self, g: &mut KegInner) -> Result<(), OsError> {
         debug_assert_eq!(g.uncarved, 0);
-        let chunk = self.arena.alloc_chunk(self.tag)?;
+        let chunk = self.arena.alloc_chunk(self.tag, self.chunk_hint)?;
         let hdr = chunk.as_ptr() as *mut ChunkHeader;
         // SAFETY: the chunk is committed, zeroed and ours; the header lies in its first
         // `first_slab` bytes, which no item overlaps.

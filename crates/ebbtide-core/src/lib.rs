@@ -173,7 +173,7 @@ pub mod wss;
 pub mod zone;
 
 #[cfg(not(loom))]
-pub use arena::owner_tag;
+pub use arena::{owner_entry, owner_tag};
 #[cfg(not(loom))]
 pub use error::{AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
 #[cfg(not(loom))]

@@ -1075,6 +1075,12 @@ pub(crate) struct RseqRef {
 }
 
 impl Pcpu {
+    /// The stacks' base as the word a chunk map entry carries for a `free` (see `arena.rs`,
+    /// "The hint", and [`RseqRef::push_at`]).
+    pub(crate) fn stacks_hint(&self) -> u64 {
+        self.base as u64
+    }
+
     /// The fast-path view; only meaningful in rseq mode ([`Pcpu::is_rseq`]).
     pub(crate) fn rseq_ref(&self) -> RseqRef {
         RseqRef {
@@ -1086,6 +1092,11 @@ impl Pcpu {
 }
 
 impl RseqRef {
+    /// [`Pcpu::stacks_hint`] of the stacks this view is of.
+    pub(crate) fn hint(&self) -> u64 {
+        self.base as u64
+    }
+
     /// The fast pop: one rseq critical section.
     ///
     /// # Safety
@@ -1140,6 +1151,43 @@ impl RseqRef {
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
         unreachable!("rseq mode without rseq support compiled in")
+    }
+
+    /// [`RseqRef::push`] onto the stacks at `hint`, the [`Pcpu::stacks_hint`] of `this`'s
+    /// stacks as the chunk map entry of the item's chunk carries it; the CPU count from `this`,
+    /// the offset as in [`RseqRef::pop_in_place`]. For a `free` that reaches `this` through the
+    /// pointer (chunk map, then a table indexed by the tag): the stack's address then waits for
+    /// the entry's load only, not for the table's (docs/benchmarks.md, "The chunk's hint"); the
+    /// count and the offset feed only the section's range check.
+    ///
+    /// # Safety
+    /// As [`RseqRef::pop`], and `hint` is `this`'s stacks' hint.
+    #[inline(always)]
+    pub(crate) unsafe fn push_at<const STATIC_OFF: bool>(
+        this: &RseqRef,
+        hint: u64,
+        item: *mut u8,
+    ) -> Push {
+        debug_assert!(this.rseq_off != NO_RSEQ);
+        debug_assert_eq!(hint, this.base as u64);
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+        {
+            // SAFETY: as in `push`: `hint` is this Pcpu's base (caller), `ncpu` its CPU count,
+            // the offset glibc's (`in_place_offset`).
+            unsafe {
+                rseq::push(
+                    hint as *mut u8,
+                    this.ncpu,
+                    this.in_place_offset::<STATIC_OFF>(),
+                    item,
+                )
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
+        {
+            let _ = (hint, item);
+            unreachable!("rseq mode without rseq support compiled in")
+        }
     }
 
     /// [`RseqRef::push`] reading the CPU count and the base from `*this` inside the critical

@@ -4,11 +4,14 @@
 //!
 //! ## Finding a block's class
 //! `free(p)` has no size and no zone: the core's chunk map gives the tag of the keg owning the
-//! 4 MiB chunk around `p` ([`ebbtide_core::owner_tag`], one load, never touching `p`), and a
-//! table of 4096 bytes maps tags to classes. Tags are handed out in order of keg creation and
-//! never reused; the first zones of a process have small tags. A tag past the table (more than
-//! 4095 kegs made before a class's zone: possible only in a program that also makes thousands
-//! of zones itself) is found by comparing the classes' tags one by one.
+//! 4 MiB chunk around `p` and, beside it, the zone's per-CPU stacks' hint
+//! ([`ebbtide_core::owner_entry`], one load, never touching `p`); a table of 4096 bytes maps
+//! tags to classes, and [`TAG_FAST`] tags to the zones' constants. The push onto this CPU's
+//! stack takes the stacks' address from the entry's hint, so it waits for one load after the
+//! pointer, not two (the constants feed only tests that branch). Tags are handed out in order
+//! of keg creation and never reused; the first zones of a process have small tags. A tag past
+//! the table (more than 4095 kegs made before a class's zone: possible only in a program that
+//! also makes thousands of zones itself) is found by comparing the classes' tags one by one.
 //!
 //! ## Creating a class's zone inside an allocation
 //! The zone is created on the first request for its class, under one mutex, without the
@@ -539,14 +542,14 @@ pub fn alloc_aligned(align: usize, n: usize) -> *mut u8 {
 /// block of ours is indistinguishable from a block start only if it is one).
 #[inline(always)]
 pub unsafe fn free(p: *mut u8) {
-    let tag = ebbtide_core::owner_tag(p as usize);
+    let (tag, hint) = ebbtide_core::owner_entry(p as usize);
     let i = (tag >> 1) as usize;
     if i < TAGS {
         if let Some(f) = TAG_FAST[i].get(FastSlot::key_of(tag)) {
             // SAFETY: p is non-null and in a chunk whose tag is this zone's (the entry's key is
-            // the tag's: tag 0, for addresses nobody owns, has no entry); the zone is published
-            // and never destroyed.
-            let how = unsafe { f.free_fast_owned(NonNull::new_unchecked(p)) };
+            // the tag's: tag 0, for addresses nobody owns, has no entry), and `hint` came with
+            // that tag; the zone is published and never destroyed.
+            let how = unsafe { f.free_fast_owned(NonNull::new_unchecked(p), hint) };
             if how != FastFree::Done {
                 // SAFETY: forwarded; `how` is what the fast path just returned.
                 unsafe { free_resume_tag(i, p, how) };
@@ -770,6 +773,11 @@ mod tests {
             .expect("the tag's entry is published");
         assert_eq!(by_tag.tag(), tag);
         assert!(TAG_FAST[i].get(FastSlot::key_of(tag ^ 2)).is_none());
+        // The hint: the chunk map entry carries the zone's stacks.
+        let hint = by_class.stacks_hint();
+        assert_ne!(hint, 0);
+        assert_eq!(by_tag.stacks_hint(), hint);
+        assert_eq!(ebbtide_core::owner_entry(p as usize), (tag, hint));
         // SAFETY: ours, from `alloc`.
         unsafe { free(p) };
     }

@@ -47,6 +47,9 @@ impl Zone {
         let bmin = bucket::bucket_size_for(item_size);
         let bmax = BUCKET_MAX;
         let pcpu = Pcpu::new(crate::pcpu::STORAGE_MAX, os::cpu_count())?;
+        // Beside the tag of every chunk the keg will own: a `free` finds the stacks from the
+        // chunk map entry (`arena.rs`, "The hint").
+        keg = keg.with_chunk_hint(pcpu.stacks_hint());
         let arena = keg.arena;
         let mut careful = 0;
         if o.ctor.is_some() {
@@ -69,7 +72,7 @@ impl Zone {
             careful,
             arena_base: arena.base,
             arena_len: arena.len,
-            chunk_map: arena.map.cast(),
+            chunk_map: arena.map,
             tag: keg.tag,
             first_slab: geo.first_slab,
             slab_mask: geo.slab_size - 1,

@@ -4,13 +4,12 @@
 //! and goes to the slow paths (`slow.rs`) with one test.
 
 use super::{unlikely, Zone, ZoneInner};
-use crate::arena::CHUNK_SIZE;
+use crate::arena::{MapEntry, CHUNK_SIZE};
 use crate::error::{AllocError, InvalidFree};
 use crate::pcpu::{Push, RseqRef};
 use crate::sync::Ordering;
 use core::ffi::c_void;
 use core::ptr::{self, NonNull};
-use std::sync::atomic::AtomicU64 as StdAtomicU64;
 
 /// Everything `Zone::alloc` and `Zone::free` read on their fast paths, fixed at creation. Kept by
 /// value in the zone and in each [`Zone`] handle: a handle is immutable plain data (no interior
@@ -25,7 +24,7 @@ pub(crate) struct Fast {
     pub(super) careful: u32,
     pub(super) arena_base: usize,
     pub(super) arena_len: usize,
-    pub(super) chunk_map: *const StdAtomicU64,
+    pub(super) chunk_map: *const MapEntry,
     pub(super) tag: u64,
     pub(super) first_slab: usize,
     pub(super) slab_mask: usize,
@@ -70,7 +69,9 @@ impl Fast {
         let tag = unsafe {
             // Acquire: pairs with the Release store of the tag in `Arena::alloc_chunk` (the chunk's
             // header is initialised before its tag is published).
-            (*self.chunk_map.add(off >> crate::arena::CHUNK_SHIFT)).load(Ordering::Acquire)
+            (*self.chunk_map.add(off >> crate::arena::CHUNK_SHIFT))
+                .tag
+                .load(Ordering::Acquire)
         };
         if unlikely(tag != self.tag) {
             return false;
@@ -146,30 +147,33 @@ unsafe fn alloc_fast_in<const STATIC_OFF: bool>(f: &Fast) -> *mut u8 {
     unsafe { RseqRef::pop_in_place::<STATIC_OFF>(&f.pcpu) }
 }
 
-/// The body of [`FastConsts::free_fast_owned`].
+/// The body of [`FastConsts::free_fast_owned`]: `hint` is the zone's stacks' hint, read from
+/// the chunk map entry of `p`'s chunk with its tag.
 ///
 /// # Safety
 /// `f` is the constants of a live zone; as [`Zone::free_raw`] for `p`, whose chunk's tag the
-/// caller found to be the zone's.
+/// caller found to be the zone's, and `hint` the hint of that chunk's entry.
 #[inline(always)]
-unsafe fn free_fast_owned_in<const STATIC_OFF: bool>(f: &Fast, p: NonNull<u8>) -> FastFree {
+unsafe fn free_fast_owned_in(f: &Fast, p: NonNull<u8>, hint: u64) -> FastFree {
     let is_item = f.is_item_in_chunk(p.as_ptr() as usize);
     // SAFETY: forwarded; `is_item` is the item test within the chunk, which the caller's tag
-    // test completes.
-    unsafe { push_if_item::<STATIC_OFF>(f, p, is_item) }
+    // test completes; the hint is the zone's (its chunk's entry, whose tag is the zone's).
+    unsafe { push_if_item::<true>(f, p, is_item, Some(hint)) }
 }
 
 /// The rest of every fast free, once the item test is done (`is_item`): the careful test, then
-/// the push onto this CPU's stack (the offset as in `RseqRef::pop_in_place`).
+/// the push onto this CPU's stack (the offset as in `RseqRef::pop_in_place`; the stacks' base
+/// from `f`, or `hint` when the caller read it from the chunk map: `RseqRef::push_at`).
 ///
 /// # Safety
 /// `f` is the constants of a live zone; as [`Zone::free_raw`] for `p`; `is_item` is true only
-/// if `p` is the start of an item of the zone.
+/// if `p` is the start of an item of the zone; `hint`, if given, is the zone's stacks' hint.
 #[inline(always)]
 unsafe fn push_if_item<const STATIC_OFF: bool>(
     f: &Fast,
     p: NonNull<u8>,
     is_item: bool,
+    hint: Option<u64>,
 ) -> FastFree {
     if unlikely(!is_item) {
         return FastFree::Invalid;
@@ -178,8 +182,14 @@ unsafe fn push_if_item<const STATIC_OFF: bool>(
         return FastFree::Careful;
     }
     // SAFETY: careful == 0: rseq mode; the item passed the check. In-place form: as in
-    // `alloc_fast_in`.
-    match unsafe { RseqRef::push_in_place::<STATIC_OFF>(&f.pcpu, p.as_ptr()) } {
+    // `alloc_fast_in`; `push_at` with the zone's hint (caller).
+    let pushed = unsafe {
+        match hint {
+            Some(h) => RseqRef::push_at::<STATIC_OFF>(&f.pcpu, h, p.as_ptr()),
+            None => RseqRef::push_in_place::<STATIC_OFF>(&f.pcpu, p.as_ptr()),
+        }
+    };
+    match pushed {
         Push::Done => FastFree::Done,
         Push::Full => FastFree::Full,
         Push::Duplicate => FastFree::Duplicate,
@@ -211,17 +221,24 @@ impl FastConsts {
     }
 
     /// [`Zone::free_fast_raw`] of the zone these constants were copied from, for a caller that
-    /// has already read the tag of the chunk holding `p` ([`crate::owner_tag`]) and found it to
-    /// be this zone's ([`FastConsts::tag`]), as a malloc's `free` does to find the zone: the
-    /// arena and tag tests are not repeated, only the item test within the chunk. Returns as
+    /// has already read the entry of the chunk holding `p` ([`crate::owner_entry`]) and found
+    /// its tag to be this zone's ([`FastConsts::tag`]), as a malloc's `free` does to find the
+    /// zone: the arena and tag tests are not repeated, only the item test within the chunk, and
+    /// the push finds the stacks from the entry's `hint` (`arena.rs`, "The hint"). Returns as
     /// `free_fast_raw`, and [`Zone::free_raw_resume`] finishes from there.
     ///
     /// # Safety
-    /// As [`Zone::free_raw`] for that zone, and `owner_tag(p)` must be its tag.
+    /// As [`Zone::free_raw`] for that zone; `owner_entry(p)` must be `(its tag, hint)`.
     #[inline(always)]
-    pub unsafe fn free_fast_owned(&self, p: NonNull<u8>) -> FastFree {
+    pub unsafe fn free_fast_owned(&self, p: NonNull<u8>, hint: u64) -> FastFree {
         // SAFETY: forwarded.
-        unsafe { free_fast_owned_in::<true>(&self.0, p) }
+        unsafe { free_fast_owned_in(&self.0, p, hint) }
+    }
+
+    /// The word the chunk map entries of this zone's chunks carry beside the tag (its per-CPU
+    /// stacks; `arena.rs`, "The hint"); never 0.
+    pub fn stacks_hint(&self) -> u64 {
+        self.0.pcpu.hint()
     }
 
     /// The tag of the zone's chunks (as [`Zone::tag_raw`]).
@@ -308,7 +325,7 @@ impl Zone {
         let is_item = f.is_item(p.as_ptr() as usize);
         // SAFETY: forwarded; `is_item` is the full item test. The zone's own offset: the C API
         // has the zone in a register (see `RseqRef::pop_in_place`).
-        unsafe { push_if_item::<false>(f, p, is_item) }
+        unsafe { push_if_item::<false>(f, p, is_item, None) }
     }
 
     /// A copy of the fast-path constants of a raw zone, for a caller that keeps them in its own
