@@ -1,9 +1,12 @@
 //! Slabs: runs of pages cut into items, described by metadata kept at the start of their chunk.
 //!
 //! ```text
-//!  chunk (4 MiB) = | ChunkHeader | SlabMeta[0] .. SlabMeta[n-1] | pad to page | slab 0 | slab 1 | ...
+//!  chunk (4 MiB) = | ChunkHeader | SlabMeta[0] .. SlabMeta[n-1] | pad to page | colour | slab 0 | slab 1 | ...
 //!  SlabMeta      = links (partial/free/clean list) | nfree | state | free bitmap | live bitmap
 //! ```
+//!
+//! The colour is a keg's number of untouched pages before slab 0 (`keg::colour_of`): it keeps
+//! the first slabs of different kegs, 4 MiB apart, out of one TLB set.
 //!
 //! Metadata lives outside the items ("off-page" in UMA's words), so an item is never written by
 //! the allocator while it is free: items keep their constructed state between uses (type-stable
@@ -138,6 +141,17 @@ impl Geometry {
         }
     }
 
+    /// This geometry with slab 0 moved `colour` pages further into the chunk (`keg::colour_of`;
+    /// fewer slabs if the last no longer fits). The skipped pages are never touched.
+    pub(crate) fn coloured(mut self, colour: usize) -> Geometry {
+        let ps = os::page_size();
+        self.first_slab += colour * ps;
+        self.slabs_per_chunk = self
+            .slabs_per_chunk
+            .min((CHUNK_SIZE - self.first_slab) / self.slab_size);
+        self
+    }
+
     /// `(x / item_size, x % item_size == 0)` for an offset `x` inside a slab, by multiplication.
     #[inline(always)]
     pub(crate) fn div_item(&self, x: usize) -> (usize, bool) {
@@ -211,6 +225,34 @@ mod tests {
                 "{size}"
             );
             assert!(g.efficiency_pct() > 85.0, "{size}: {}", g.efficiency_pct());
+        }
+    }
+
+    #[test]
+    fn a_coloured_geometry_still_fits_its_chunk() {
+        let ps = os::page_size();
+        for size in
+            (8..5000)
+                .step_by(8)
+                .chain([8192, 12288, 16384, 65536, 512 * 1024, MAX_ITEM_SIZE])
+        {
+            let g = Geometry::for_item(size);
+            for colour in [0, 1, 37, crate::keg::COLOURS - 1] {
+                let c = g.coloured(colour);
+                assert_eq!(c.first_slab, g.first_slab + colour * ps, "{size} {colour}");
+                assert!(c.slabs_per_chunk >= 1 && c.slabs_per_chunk <= g.slabs_per_chunk);
+                assert!(
+                    c.first_slab + c.slabs_per_chunk * c.slab_size <= CHUNK_SIZE,
+                    "{size} {colour}: {c:?}"
+                );
+                // As many slabs as still fit: one more would not.
+                assert!(
+                    c.first_slab + (c.slabs_per_chunk + 1) * c.slab_size > CHUNK_SIZE
+                        || c.slabs_per_chunk == g.slabs_per_chunk
+                );
+                let c0 = g.coloured(0);
+                assert_eq!(c0, g);
+            }
         }
     }
 
