@@ -53,6 +53,22 @@ pub(crate) static MAPPED_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// Bytes given back to the OS since the process started, over all kegs.
 pub(crate) static RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
 
+/// How long a keg may hold more entirely free slabs than its cap ([`Keg::keep_free_at_most`])
+/// before the excess goes back, when no one is short of memory: a free that empties one slab
+/// more than the cap keeps it (on the free list, allocatable without a fault) and the excess
+/// goes back once it has lasted this long, at the keg's next free or on the runtime's next
+/// periodic step ([`Keg::release_expired_excess`]), whichever comes first; under pressure, or
+/// without the runtime (lazy freeing off), at once as before. mimalloc's purge delay (10 ms)
+/// is the anchor: a program that frees a class's blocks and allocates them again within it
+/// pays neither the `madvise` nor the page faults, and one that frees everything at its end
+/// (the malloc benchmark's `fragmentation` case: ~20 % of its time was those `madvise` calls,
+/// docs/benchmarks.md, "A/B of the caps") does not wait for the kernel's zapping.
+pub(crate) const EXCESS_DELAY_MS: u64 = 10;
+
+/// Kegs holding an excess over their cap now (`excess_since != 0`): the periodic step walks
+/// the zones only when some do.
+pub(crate) static EXCESS_KEGS: AtomicUsize = AtomicUsize::new(0);
+
 /// Bytes of item slabs backed by memory now, over every keg.
 pub fn mapped_bytes() -> u64 {
     MAPPED_BYTES.load(Ordering::Relaxed) as u64
@@ -109,6 +125,10 @@ struct KegInner {
     /// Bytes offered with `MADV_FREE` / taken back from the lazy list by allocation, ever.
     lazy_freed_bytes: u64,
     lazy_reused_bytes: u64,
+    /// When the keg first held more free slabs than its cap since it last did not
+    /// ([`crate::lazy::now_ms`], never 0); 0 while it holds at most its cap. See
+    /// [`EXCESS_DELAY_MS`].
+    excess_since: u32,
 }
 
 // SAFETY: the raw pointers point into chunks owned by the keg; they are only dereferenced with
@@ -142,6 +162,7 @@ impl KegInner {
             released_bytes,
             lazy_freed_bytes: 0,
             lazy_reused_bytes: 0,
+            excess_since: 0,
         }
     }
 }
@@ -355,6 +376,8 @@ struct Work<'a> {
     our_chunk: usize,
     out: TakenBack,
     give_back: bool,
+    /// A slab emptied beyond the free cap stays on the free list for now ([`EXCESS_DELAY_MS`]).
+    delay_excess: bool,
     keep: usize,
     session: Option<&'a mut Session>,
 }
@@ -749,6 +772,11 @@ impl Keg {
             _ => 0,
         };
         let fast = fini.is_none();
+        let delay_excess = session.is_none()
+            && !give_back
+            && self.free_cap != usize::MAX
+            && crate::lazy::release_kind(crate::lazy::enabled(), crate::lazy::under_pressure())
+                == crate::lazy::ReleaseKind::Lazy;
         let mut g = lock(&self.inner);
         let mut w = Work {
             deferred: Deferred::new(),
@@ -756,6 +784,7 @@ impl Keg {
             our_chunk: usize::MAX,
             out: TakenBack { bytes: 0, valid: 0 },
             give_back,
+            delay_excess,
             keep,
             session,
         };
@@ -817,7 +846,56 @@ impl Keg {
         if w.out.bytes > 0 {
             self.account_release(&mut g, w.out.bytes);
         }
+        if w.session.is_none() && self.excess_due(&mut g, w.delay_excess, crate::lazy::now_ms) {
+            drop(g);
+            w.out.bytes += self.reclaim_keep(self.free_cap);
+        }
         w.out
+    }
+
+    /// Whether the free slabs beyond the cap go back now. With `delay` (no pressure, lazy
+    /// freeing on) only once the keg has held more than its cap for [`EXCESS_DELAY_MS`]
+    /// (`now` is read only when it holds more); without it, whenever it holds more. Starts or
+    /// ends the keg's excess clock; a new excess after a give-back starts its own delay.
+    fn excess_due(&self, g: &mut KegInner, delay: bool, now: impl FnOnce() -> u32) -> bool {
+        let over = g.nfree_slabs > self.free_cap;
+        if !over || !delay {
+            if g.excess_since != 0 {
+                g.excess_since = 0;
+                EXCESS_KEGS.fetch_sub(1, Ordering::Relaxed);
+            }
+            return over;
+        }
+        let now = now();
+        if g.excess_since == 0 {
+            g.excess_since = now.max(1);
+            EXCESS_KEGS.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        if crate::lazy::expired(g.excess_since, now, EXCESS_DELAY_MS) {
+            g.excess_since = 0;
+            EXCESS_KEGS.fetch_sub(1, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// The periodic step (the runtime's, every `pool_shrink_interval_ms`): gives back the free
+    /// slabs beyond the cap if the keg has held them for [`EXCESS_DELAY_MS`] at `now` (or at
+    /// once under pressure or with lazy freeing off). Returns the bytes given back.
+    pub(crate) fn release_expired_excess(&self, now: u32) -> usize {
+        if self.free_cap == usize::MAX {
+            return 0;
+        }
+        let delay =
+            crate::lazy::release_kind(crate::lazy::enabled(), crate::lazy::under_pressure())
+                == crate::lazy::ReleaseKind::Lazy;
+        let due = self.excess_due(&mut lock(&self.inner), delay, || now);
+        if due {
+            self.reclaim_keep(self.free_cap)
+        } else {
+            0
+        }
     }
 
     /// Gives the pages of the deferred slabs back with the keg lock dropped, then puts the slabs
@@ -962,7 +1040,10 @@ impl Keg {
                 cur.sync(g);
                 list_remove(&mut g.partial, s);
                 g.npartial -= 1;
-                let over_cap = w.session.is_none() && g.nfree_slabs >= self.free_cap;
+                // Beyond the cap: back at once, unless the excess may wait (`EXCESS_DELAY_MS`:
+                // then onto the free list, and `take_back_in`'s end decides).
+                let over_cap =
+                    w.session.is_none() && !w.delay_excess && g.nfree_slabs >= self.free_cap;
                 if w.give_back || over_cap {
                     // On no list until its pages are gone: given back once the lock is
                     // dropped (`give_back_deferred`), never under it.
@@ -1552,6 +1633,10 @@ impl Keg {
         debug_assert_eq!(g.nreleasing, 0, "keg destroyed during a release session");
         let backed = g.backed_slabs * self.geo.slab_size;
         MAPPED_BYTES.fetch_sub(backed, Ordering::Relaxed);
+        if g.excess_since != 0 {
+            g.excess_since = 0;
+            EXCESS_KEGS.fetch_sub(1, Ordering::Relaxed);
+        }
         // Lazily freed slabs go back with their chunks, for good.
         let mut lazy = 0;
         let mut s = g.lazy;

@@ -228,6 +228,19 @@ pub fn decay_lazy(now: u32) -> usize {
     decay_lazy_locked(&reg, now, crate::lazy::decay_ms(), crate::lazy::settle_ms())
 }
 
+/// The delayed give-back of free slabs beyond a zone's cap (run by the runtime every
+/// `pool_shrink_interval_ms`, beside [`decay_lazy`]): a keg that has held more free slabs than
+/// its cap for `EXCESS_DELAY_MS` (10 ms) at `now` gives the excess back (`keg.rs`). Walks the
+/// zones only when some keg holds an excess. Returns the bytes given back.
+pub fn release_excess(now: u32) -> usize {
+    let _inside = crate::forkgate::enter();
+    if crate::keg::EXCESS_KEGS.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    let reg = crate::registry::lock();
+    crate::zone::release_excess_locked(&reg, now)
+}
+
 /// The periodic pass over every zone without pressure (working-set update, idle trim, idle
 /// per-CPU stacks drained); returns the bytes given back.
 pub fn periodic_all(now_ns: u64) -> usize {

@@ -280,6 +280,14 @@ pub(crate) fn purge_lazy_locked(reg: &crate::registry::Locked) -> usize {
     b
 }
 
+/// The delayed give-back over every zone: free slabs beyond a keg's cap held for
+/// `EXCESS_DELAY_MS` at `now` go back (`Keg::release_expired_excess`). Returns the bytes.
+pub(crate) fn release_excess_locked(reg: &crate::registry::Locked, now: u32) -> usize {
+    let mut b = 0;
+    reg.for_each(|z: &ZoneInner| b += z.keg.release_expired_excess(now));
+    b
+}
+
 /// The decay step over every zone: lazy slabs older than `decay_ms` at `now` go back for good
 /// (`MADV_DONTNEED`), those that settled for `settle_ms` are offered (`MADV_FREE`). Returns the
 /// bytes given back for good.

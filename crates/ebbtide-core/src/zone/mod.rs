@@ -19,7 +19,9 @@ mod resize;
 mod slow;
 mod snapshot;
 
-pub(crate) use drain::{decay_lazy_locked, drain_cpu_all, purge_lazy_locked};
+pub(crate) use drain::{
+    decay_lazy_locked, drain_cpu_all, purge_lazy_locked, release_excess_locked,
+};
 pub use fast::{FastConsts, FastFree};
 pub(crate) use resize::resize_locked;
 pub use resize::ResizeReport;
