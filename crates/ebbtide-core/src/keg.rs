@@ -65,8 +65,9 @@ pub(crate) static RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
 /// docs/benchmarks.md, "A/B of the caps") does not wait for the kernel's zapping.
 pub(crate) const EXCESS_DELAY_MS: u64 = 10;
 
-/// Kegs holding an excess over their cap now (`excess_since != 0`): the periodic step walks
-/// the zones only when some do.
+/// Kegs holding an excess over their cap now (`excess_since != 0`, changed under each keg's
+/// lock): the periodic step walks the zones only when some do. Relaxed throughout: the count
+/// orders nothing; a stale read costs one walk for nothing, or delays a give-back by one step.
 pub(crate) static EXCESS_KEGS: AtomicUsize = AtomicUsize::new(0);
 
 /// Bytes of item slabs backed by memory now, over every keg.
@@ -222,7 +223,7 @@ pub(crate) const COLOURS: usize = 128;
 /// same offset in their chunks, and the pages a program uses most — the first slabs of each
 /// size class — have virtual page numbers equal modulo 1024. A set-associative TLB indexes
 /// its sets by the low bits of the page number: forty classes' first pages then compete for
-/// one set of 16 ways, and a program touching objects of many classes misses in the TLB on
+/// the ways of one set, and a program touching objects of many classes misses in the TLB on
 /// most accesses (the malloc's `larson` case on one CPU: 12.8 → 9.7 ns per replacement with
 /// the colours; docs/benchmarks.md, "Slab colours"). Bonwick's slab allocator colours slabs
 /// by cache lines for the same reason within a cache; here the unit is the page and the

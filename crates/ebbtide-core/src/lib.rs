@@ -23,9 +23,11 @@
 //!    ├─ depot           ── full buckets, MRU first, capped; WSS estimator      depot.rs, wss.rs
 //!    │    └ buckets     ── arrays of item pointers from internal kegs          bucket.rs
 //!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg.rs, lazy.rs
-//!         └ slabs       ── runs of pages cut into items; metadata off-page     slab.rs
+//!         └ slabs       ── runs of pages cut into items; metadata off-page;    slab.rs
+//!                          slab 0 coloured per keg (out of one TLB set)
 //!              └ chunks ── 4 MiB pieces of one arena reservation, tagged in    arena.rs
 //!                          a chunk map so any pointer maps to its keg in O(1)
+//!                          (and to its zone's per-CPU stacks: the keg's hint)
 //!                 └ OS  ── mmap/mprotect/madvise/membarrier/dlsym/atfork,      os.rs
 //!                          write(2), the clock (one time base; fake in tests)
 //! ```
@@ -88,7 +90,8 @@
 //! still returns only when every page it counts is gone. Without pressure (the periodic
 //! page-pool shrink, the idle trim) free slabs go to the lazy list instead: `MADV_FREE` after
 //! `lazy_settle_ms`, `MADV_DONTNEED` after `lazy_decay_ms`, all of them at once when pressure
-//! comes ([`lazy`]). Per-CPU capacity shrinks with them: a TRIM takes one bucket's worth of
+//! comes ([`lazy`]); and a keg with a free-slab cap keeps what a free empties beyond it for
+//! 10 ms before giving it back (`keg.rs`, `EXCESS_DELAY_MS`; at once under pressure). Per-CPU capacity shrinks with them: a TRIM takes one bucket's worth of
 //! every stack's grant back, a DRAIN_CPU halves it, an idle stack loses all of it ([`sizing`]).
 //! A policy step that opens a squeeze
 //! window, turns buckets off and asks for DRAIN_CPU is one pass over the CPUs
