@@ -13,9 +13,9 @@
 //! ```
 //!
 //! **The hint** is the one word a `free` needs after the pointer to reach the stack it pushes
-//! onto: the owning zone's per-CPU stacks ([`crate::zone::FastConsts::stacks_hint`]). It sits beside
-//! the tag in the entry, so [`owner_entry`] reads both with the one load that starts at the
-//! pointer; without it the stacks' address came from a second table indexed by the tag, one
+//! onto: the owning zone's per-CPU stacks ([`crate::zone::FastConsts::stacks_hint`]). It sits
+//! beside the tag in the entry, so [`owner_entry`] reads both with the one load that starts at
+//! the pointer; without it the stacks' address came from a second table indexed by the tag, one
 //! more load between the pointer and the store (docs/benchmarks.md, "The chunk's hint"). A
 //! keg's hint is fixed before its first chunk and written before the tag (which is stored with
 //! Release), so a reader that saw the tag with Acquire reads that keg's hint: a later owner's

@@ -1,7 +1,7 @@
 //! Slabs: runs of pages cut into items, described by metadata kept at the start of their chunk.
 //!
 //! ```text
-//!  chunk (4 MiB) = | ChunkHeader | SlabMeta[0] .. SlabMeta[n-1] | pad to page | colour | slab 0 | slab 1 | ...
+//!  chunk (4 MiB) = | ChunkHeader | SlabMeta[0] .. SlabMeta[n-1] | pad | colour | slab 0 | ...
 //!  SlabMeta      = links (partial/free/clean list) | nfree | state | free bitmap | live bitmap
 //! ```
 //!

@@ -51,7 +51,11 @@ fn the_excess_over_the_cap_waits_10_ms_without_pressure_and_not_with_it() {
         // The periodic step before the delay is over gives nothing back.
         assert_eq!(reclaim::release_excess(after), 0);
     } else {
-        eprintln!("the frees took {} ms: the 10 ms clock may have run out during them; the 'kept' check is skipped", after.wrapping_sub(before));
+        eprintln!(
+            "the frees took {} ms: the 10 ms clock may have run out during them; \
+             the 'kept' check is skipped",
+            after.wrapping_sub(before)
+        );
     }
     // Reused without a fault: the next burst takes the kept slabs, nothing new is mapped.
     let mapped = z.snapshot().mapped_bytes;
