@@ -57,8 +57,9 @@ pub(crate) static RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
 /// before the excess goes back, when no one is short of memory: a free that empties one slab
 /// more than the cap keeps it (on the free list, allocatable without a fault) and the excess
 /// goes back once it has lasted this long, at the keg's next free or on the runtime's next
-/// periodic step ([`Keg::release_expired_excess`]), whichever comes first; under pressure, or
-/// without the runtime (lazy freeing off), at once as before. mimalloc's purge delay (10 ms)
+/// periodic step ([`Keg::release_expired_excess`]), whichever comes first; under pressure (or
+/// in a squeeze window: [`crate::lazy::release_kind_now`]), or without the runtime (lazy
+/// freeing off), at once as before. mimalloc's purge delay (10 ms)
 /// is the anchor: a program that frees a class's blocks and allocates them again within it
 /// pays neither the `madvise` nor the page faults, and one that frees everything at its end
 /// (the malloc benchmark's `fragmentation` case: ~20 % of its time was those `madvise` calls,
@@ -197,9 +198,9 @@ pub(crate) struct Keg {
     pub(crate) arena: &'static Arena,
     /// Free slabs kept backed by [`Keg::reclaim`] (UMA's keg reserve, in slabs).
     reserve_slabs: usize,
-    /// Free slabs kept backed outside a reclaim: a slab that a free leaves entirely free while
-    /// the keg already holds this many goes back to the OS at once (`usize::MAX`: all kept, the
-    /// default; see [`Keg::keep_free_at_most`]).
+    /// Free slabs kept backed outside a reclaim: the slabs a free leaves entirely free beyond
+    /// this many go back to the OS, at once or after [`EXCESS_DELAY_MS`] (`usize::MAX`: all
+    /// kept, the default; see [`Keg::keep_free_at_most`]).
     free_cap: usize,
     /// Written beside the tag in the chunk map entry of every chunk of this keg (see
     /// `arena.rs`, "The hint"): a zone's keg carries its per-CPU stacks' base; 0 for none.
@@ -232,6 +233,14 @@ pub(crate) const COLOURS: usize = 128;
 /// and a chunk holds fewer slabs when the last no longer fits.
 pub(crate) fn colour_of(tag: u64) -> usize {
     ((tag >> 1) as usize).wrapping_mul(37) % COLOURS
+}
+
+/// Stops a keg's excess clock, if it runs (keg lock held: `g` is its state).
+fn end_excess(g: &mut KegInner) {
+    if g.excess_since != 0 {
+        g.excess_since = 0;
+        EXCESS_KEGS.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// What [`Keg::take_back_in`] does with a slab it leaves entirely free.
@@ -478,10 +487,11 @@ impl Keg {
         self
     }
 
-    /// Keeps at most `slabs` entirely free slabs backed between reclaims: a free that empties a
-    /// slab beyond them gives the slab's pages back before it returns (with the keg lock
-    /// dropped, adjacent slabs in one call), as jemalloc and tcmalloc hand an empty slab back to
-    /// the pages every size class shares. Memory freed in one size class then stops counting in
+    /// Keeps at most `slabs` entirely free slabs backed between reclaims: the slabs a free
+    /// empties beyond them go back (with the keg lock dropped, adjacent slabs in one call)
+    /// before the free returns under pressure or without lazy freeing, else once the excess has
+    /// lasted [`EXCESS_DELAY_MS`], as jemalloc and tcmalloc hand an empty slab back to the pages
+    /// every size class shares. Memory freed in one size class then stops counting in
     /// the process's RSS instead of waiting for the next reclaim (a malloc: `heap.rs`).
     pub(crate) fn keep_free_at_most(mut self, slabs: usize) -> Keg {
         self.free_cap = slabs;
@@ -776,8 +786,7 @@ impl Keg {
         let delay_excess = session.is_none()
             && !give_back
             && self.free_cap != usize::MAX
-            && crate::lazy::release_kind(crate::lazy::enabled(), crate::lazy::under_pressure())
-                == crate::lazy::ReleaseKind::Lazy;
+            && crate::lazy::release_kind_now() == crate::lazy::ReleaseKind::Lazy;
         let mut g = lock(&self.inner);
         let mut w = Work {
             deferred: Deferred::new(),
@@ -861,10 +870,7 @@ impl Keg {
     fn excess_due(&self, g: &mut KegInner, delay: bool, now: impl FnOnce() -> u32) -> bool {
         let over = g.nfree_slabs > self.free_cap;
         if !over || !delay {
-            if g.excess_since != 0 {
-                g.excess_since = 0;
-                EXCESS_KEGS.fetch_sub(1, Ordering::Relaxed);
-            }
+            end_excess(g);
             return over;
         }
         let now = now();
@@ -874,8 +880,7 @@ impl Keg {
             return false;
         }
         if crate::lazy::expired(g.excess_since, now, EXCESS_DELAY_MS) {
-            g.excess_since = 0;
-            EXCESS_KEGS.fetch_sub(1, Ordering::Relaxed);
+            end_excess(g);
             return true;
         }
         false
@@ -888,9 +893,7 @@ impl Keg {
         if self.free_cap == usize::MAX {
             return 0;
         }
-        let delay =
-            crate::lazy::release_kind(crate::lazy::enabled(), crate::lazy::under_pressure())
-                == crate::lazy::ReleaseKind::Lazy;
+        let delay = crate::lazy::release_kind_now() == crate::lazy::ReleaseKind::Lazy;
         let due = self.excess_due(&mut lock(&self.inner), delay, || now);
         if due {
             self.reclaim_keep(self.free_cap)
@@ -1634,10 +1637,7 @@ impl Keg {
         debug_assert_eq!(g.nreleasing, 0, "keg destroyed during a release session");
         let backed = g.backed_slabs * self.geo.slab_size;
         MAPPED_BYTES.fetch_sub(backed, Ordering::Relaxed);
-        if g.excess_since != 0 {
-            g.excess_since = 0;
-            EXCESS_KEGS.fetch_sub(1, Ordering::Relaxed);
-        }
+        end_excess(&mut g);
         // Lazily freed slabs go back with their chunks, for good.
         let mut lazy = 0;
         let mut s = g.lazy;

@@ -1075,12 +1075,6 @@ pub(crate) struct RseqRef {
 }
 
 impl Pcpu {
-    /// The stacks' base as the word a chunk map entry carries for a `free` (see `arena.rs`,
-    /// "The hint", and [`RseqRef::push_at`]).
-    pub(crate) fn stacks_hint(&self) -> u64 {
-        self.base as u64
-    }
-
     /// The fast-path view; only meaningful in rseq mode ([`Pcpu::is_rseq`]).
     pub(crate) fn rseq_ref(&self) -> RseqRef {
         RseqRef {
@@ -1092,7 +1086,8 @@ impl Pcpu {
 }
 
 impl RseqRef {
-    /// [`Pcpu::stacks_hint`] of the stacks this view is of.
+    /// The stacks' base as the word a chunk map entry carries for a `free` (see `arena.rs`,
+    /// "The hint", and [`RseqRef::push_at`]).
     pub(crate) fn hint(&self) -> u64 {
         self.base as u64
     }
@@ -1153,7 +1148,7 @@ impl RseqRef {
         unreachable!("rseq mode without rseq support compiled in")
     }
 
-    /// [`RseqRef::push`] onto the stacks at `hint`, the [`Pcpu::stacks_hint`] of `this`'s
+    /// [`RseqRef::push`] onto the stacks at `hint`, the [`RseqRef::hint`] of `this`'s
     /// stacks as the chunk map entry of the item's chunk carries it; the CPU count from `this`,
     /// the offset as in [`RseqRef::pop_in_place`]. For a `free` that reaches `this` through the
     /// pointer (chunk map, then a table indexed by the tag): the stack's address then waits for

@@ -45,8 +45,8 @@ static TAG_CLASS: [AtomicU8; TAGS] = [const { AtomicU8::new(0) }; TAGS];
 /// The fast-path constants of every class's zone, and of the zone of each keg tag: `malloc` and
 /// `free` read them from the entry of their class or tag (an address computed from the index),
 /// not through the zone's address loaded from `ZONES` first: one dependent load less on each
-/// path (see [`FastConsts`]). A tag's entry is published after `TAG_CLASS` and `ZONES`, so whoever
-/// sees it finds the zone as `ZONES[TAG_CLASS[i] - 1]` (the slow paths past `free`'s).
+/// path (see [`FastConsts`]). A tag's entry is published after `TAG_CLASS` and `ZONES`, so
+/// whoever sees it finds the zone as `ZONES[TAG_CLASS[i] - 1]` (the slow paths past `free`'s).
 static CLASS_FAST: [FastSlot; NCLASSES] = [const { FastSlot::empty() }; NCLASSES];
 static TAG_FAST: [FastSlot; TAGS] = [const { FastSlot::empty() }; TAGS];
 
@@ -155,9 +155,9 @@ pub fn fork_child() {
 }
 
 /// Publishes the constants of every zone that is in `ZONES` (with its tag in `TAG_CLASS`) but
-/// not in `CLASS_FAST` / `TAG_FAST` (only a fork between the creator's stores leaves one so). The caller
-/// must be the only writer of the tables (a forked child's one thread, or a zone no other
-/// thread creates).
+/// not in `CLASS_FAST` / `TAG_FAST` (only a fork between the creator's stores leaves one so).
+/// The caller must be the only writer of the tables (a forked child's one thread, or a zone no
+/// other thread creates).
 fn publish_missing_constants() {
     for c in 0..NCLASSES {
         let z = ZONES[c].load(Ordering::Acquire);

@@ -49,7 +49,7 @@ impl Zone {
         let pcpu = Pcpu::new(crate::pcpu::STORAGE_MAX, os::cpu_count())?;
         // Beside the tag of every chunk the keg will own: a `free` finds the stacks from the
         // chunk map entry (`arena.rs`, "The hint").
-        keg = keg.with_chunk_hint(pcpu.stacks_hint());
+        keg = keg.with_chunk_hint(pcpu.rseq_ref().hint());
         let arena = keg.arena;
         let mut careful = 0;
         if o.ctor.is_some() {

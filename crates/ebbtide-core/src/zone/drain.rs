@@ -255,10 +255,7 @@ impl ZoneInner {
     /// now). Returns the bytes given back at once (lazily freed bytes are counted apart).
     pub(crate) fn release_free_slabs(&self, keep: usize) -> usize {
         use crate::lazy::{self, ReleaseKind};
-        match lazy::release_kind(
-            lazy::enabled(),
-            lazy::under_pressure() || crate::gate::squeezing_now(),
-        ) {
+        match lazy::release_kind_now() {
             ReleaseKind::Lazy => {
                 self.keg
                     .lazy_keep(keep, lazy::now_ms(), lazy::settle_ms() == 0);

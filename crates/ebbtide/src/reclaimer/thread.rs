@@ -212,9 +212,10 @@ pub(super) fn run(gen: u64) {
                 THREAD_DISABLED.store(true, Ordering::Release);
                 return;
             }
-            reclaim::decay_lazy(ebbtide_core::lazy::now_ms());
+            let now_ms = ebbtide_core::lazy::now_ms();
+            reclaim::decay_lazy(now_ms);
             // Free slabs a class keeps beyond its cap for longer than 10 ms (`keg.rs`).
-            reclaim::release_excess(ebbtide_core::lazy::now_ms());
+            reclaim::release_excess(now_ms);
             reclaim::shrink_pools();
             // Per-CPU capacity follows the misses of the last interval (`sizing.rs`).
             reclaim::resize_pcpu(crate::os::now_ns());
