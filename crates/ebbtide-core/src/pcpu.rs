@@ -16,7 +16,8 @@
 //! ```
 //! `base` is `colour` bytes (a multiple of 64, never 0) into the mapping's first page, so every
 //! CPU's demand line is in the page of its header, which its first operation touches anyway: a
-//! zone's per-CPU memory is one page per CPU that uses it (two once its stack holds more than
+//! zone's per-CPU memory is one page per CPU that uses it (stacks open on their CPU's first slow
+//! path, and no pass over all CPUs writes a stack not in use: `Pcpu::in_use`) (two once its stack holds more than
 //! about 500 items), not a page more for the demand lines (a small preloaded program with 26
 //! zones: about 90 KiB less peak RSS, docs/benchmarks.md, Issue 12, "Peak RSS: where the memory
 //! goes").
@@ -637,28 +638,46 @@ pub(crate) struct HeaderGuard<'a>(&'a AtomicU32);
 
 impl Drop for HeaderGuard<'_> {
     fn drop(&mut self) {
-        // Release: pairs with the Acquire in `lock_header`; publishes the header and slot writes
-        // made while the lock was held.
-        self.0.store(0, Ordering::Release);
+        // Release: pairs with the Acquire in `lock_header_as`; publishes the header and slot
+        // writes made while the lock was held.
+        self.0.store(UNLOCKED, Ordering::Release);
     }
 }
 
+/// The `lock` word of a header no one holds.
+const UNLOCKED: u32 = 0;
+/// The `lock` word of a header held through a [`HeaderGuard`].
+const LOCKED: u32 = 1;
+/// The `lock` word of a header held by the DRAIN_CPU pass over every zone (`drain_cpu_locked`:
+/// one at a time, registry locked, gate exclusive), which stops a CPU's stacks of every zone
+/// before its one fence and releases them after: the value tells that pass, on its second
+/// walk, which locks are its own.
+pub(crate) const LOCKED_BY_DRAIN_ALL: u32 = 2;
+
 pub(crate) fn lock_header(h: &Header) -> HeaderGuard<'_> {
+    lock_header_as(h, LOCKED);
+    HeaderGuard(&h.lock)
+}
+
+/// Takes a header's lock, writing `holder` (not [`UNLOCKED`]) into it. The holder releases it by
+/// storing [`UNLOCKED`] with Release ordering (as [`HeaderGuard`]'s drop does).
+pub(crate) fn lock_header_as(h: &Header, holder: u32) {
+    debug_assert!(holder != UNLOCKED);
     let mut spins = 0u32;
     loop {
-        // Acquire: pairs with the Release in HeaderGuard::drop. (Strong under loom, which
-        // models the weak form's spurious failures as endless branches.)
+        // Acquire: pairs with the Release of the previous holder's unlock. (Strong under loom,
+        // which models the weak form's spurious failures as endless branches.)
         #[cfg(not(loom))]
-        let r = h
-            .lock
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed);
+        let r =
+            h.lock
+                .compare_exchange_weak(UNLOCKED, holder, Ordering::Acquire, Ordering::Relaxed);
         #[cfg(loom)]
         let r = h
             .lock
             // Acquire: as above.
-            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed);
+            .compare_exchange(UNLOCKED, holder, Ordering::Acquire, Ordering::Relaxed);
         if r.is_ok() {
-            return HeaderGuard(&h.lock);
+            return;
         }
         spins += 1;
         #[cfg(loom)]
@@ -760,6 +779,26 @@ impl Pcpu {
 
     pub(crate) fn ncpu(&self) -> usize {
         self.ncpu as usize
+    }
+
+    /// Did anything ever reach this CPU's stack: opened, stopped, locked, or an operation? A
+    /// stack nothing reached is all zeros in a mapping nothing wrote there, so its page may
+    /// still be the kernel's shared zero page: reading it costs no memory, writing it costs a
+    /// page — per zone and per CPU, 4 KiB × CPUs × size classes in a malloc on a large machine.
+    /// So stacks are opened lazily, by the first slow path on their CPU
+    /// (`ZoneInner::sync_cap`), and every pass over all CPUs (drains, the resize pass, idle
+    /// detection, cap and grant changes) skips a stack not in use: it holds no item and no
+    /// grant, and it is closed. (A stack used once and then emptied and closed looks unused
+    /// again: skipping it loses nothing either.) Racing with the first opening is harmless: the
+    /// pass sees an empty stack either way, as if the opening came just after it.
+    pub(crate) fn in_use(&self, cpu: usize) -> bool {
+        let h = self.header(cpu);
+        // Relaxed: a hint whose staleness is harmless (see above).
+        h.word.load(Ordering::Relaxed) != 0
+            || h.cap.load(Ordering::Relaxed) != 0
+            || h.floor.load(Ordering::Relaxed) != 0
+            || h.lock.load(Ordering::Relaxed) != UNLOCKED
+            || (!self.demand.is_null() && self.demand(cpu).grant.load(Ordering::Relaxed) != 0)
     }
 
     #[inline]

@@ -68,6 +68,10 @@ fn capacity_follows_misses_within_the_budget() {
     sizing::set_budget(budget);
     let a = Zone::new(ZoneOptions::new("sizing-a", 256)).unwrap();
     let b = Zone::new(ZoneOptions::new("sizing-b", 256)).unwrap();
+    // A stack opens on its CPU's first slow path (`Pcpu::in_use`): one operation on each.
+    assert_eq!(a.snapshot().per_cpu[cpu].capacity, 0);
+    bursts(&a, 1, 1);
+    bursts(&b, 1, 1);
     let floor = a.snapshot().per_cpu[cpu].capacity;
     assert_eq!(floor, 124, "256-byte items: UMA's bucket pair of 62");
 
@@ -174,6 +178,7 @@ fn capacity_follows_misses_within_the_budget() {
     // Small items: the floor is UMA's pair of 254-item buckets (508), and the stack can grow
     // past it (storage 1008) — a burst of 600 stops missing.
     let c = Zone::new(ZoneOptions::new("sizing-c", 64)).unwrap();
+    bursts(&c, 1, 1);
     assert_eq!(c.snapshot().per_cpu[cpu].capacity, 508);
     for k in 0..4 {
         bursts(&c, 600, 4);

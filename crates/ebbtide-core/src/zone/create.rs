@@ -135,7 +135,8 @@ impl Zone {
         }
         os::add_metadata(map_len);
         let zone = Zone { inner: mem, fast };
-        zone.inner().open_all_caps();
+        // No stack is opened here: each opens on its CPU's first slow path, so a CPU that never
+        // uses the zone never writes its page (`Pcpu::in_use`).
         crate::registry::insert(mem.as_ptr());
         Ok(zone)
     }

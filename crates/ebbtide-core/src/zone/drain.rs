@@ -45,6 +45,9 @@ impl ZoneInner {
         // 2. Idle CPUs: a stack whose word did not change for a whole period saw no operation.
         let mut idle = 0;
         for cpu in 0..self.pcpu.ncpu() {
+            if !self.pcpu.in_use(cpu) {
+                continue;
+            }
             let h = self.pcpu.header(cpu);
             let w = h.word.load(Ordering::Relaxed);
             let mark = h.idle_mark.swap(w, Ordering::Relaxed);
@@ -128,7 +131,7 @@ impl ZoneInner {
         let mut buf = [ptr::null_mut::<u8>(); STACK_BUF];
         let mut moved = 0;
         for cpu in 0..self.pcpu.ncpu() {
-            if !pick(cpu) {
+            if !self.pcpu.in_use(cpu) || !pick(cpu) {
                 continue;
             }
             let h = self.pcpu.header(cpu);
@@ -210,9 +213,9 @@ pub(crate) fn drain_cpu_locked(
     for cpu in 0..ncpu {
         let mut any = false;
         reg.for_each(|z: &ZoneInner| {
-            if cpu < z.pcpu.ncpu() {
+            if cpu < z.pcpu.ncpu() && z.pcpu.in_use(cpu) {
                 let h = z.pcpu.header(cpu);
-                core::mem::forget(lock_header(h));
+                pcpu::lock_header_as(h, pcpu::LOCKED_BY_DRAIN_ALL);
                 z.pcpu.stop(h);
                 any = true;
             }
@@ -222,12 +225,17 @@ pub(crate) fn drain_cpu_locked(
         }
         pcpu::fence_cpu(cpu);
         reg.for_each(|z: &ZoneInner| {
-            if cpu < z.pcpu.ncpu() {
+            // The stacks the first walk stopped, and only those: one that came into use since
+            // (opened by its CPU's first slow path) is not ours to empty or unlock. Relaxed: we
+            // wrote this value ourselves, and no one else writes a lock word they do not hold.
+            if cpu < z.pcpu.ncpu()
+                && z.pcpu.header(cpu).lock.load(Ordering::Relaxed) == pcpu::LOCKED_BY_DRAIN_ALL
+            {
                 let h = z.pcpu.header(cpu);
                 let cap = z.cap_for(cpu);
                 z.empty_stopped(cpu, cap, &mut buf, Some(sess));
                 // Release: pairs with the Acquire of the next taker of the header lock taken
-                // (and forgotten) above, which sees the emptied stack.
+                // above (`lock_header_as`), which sees the emptied stack.
                 h.lock.store(0, Ordering::Release);
             }
         });

@@ -348,6 +348,14 @@ impl Zone {
         self.inner().periodic(now_ns)
     }
 
+    /// The address of `cpu`'s stack header (`cpu` below the CPU count): for tests that look at
+    /// which of the zone's pages were written.
+    #[doc(hidden)]
+    pub fn stack_header_addr(&self, cpu: usize) -> usize {
+        assert!(cpu < self.inner().pcpu.ncpu(), "cpu {cpu} out of range");
+        self.inner().pcpu.header(cpu) as *const pcpu::Header as usize
+    }
+
     /// Counters merged from every layer.
     pub fn snapshot(&self) -> ZoneSnapshot {
         let _inside = crate::forkgate::enter();
@@ -470,9 +478,13 @@ impl ZoneInner {
         self.bucket_target_cap() > 0 && self.pcpu.usable()
     }
 
-    /// Opens every CPU's stack to its current target cap.
+    /// Opens every CPU's stack in use to its current target cap (the others open on their CPU's
+    /// first slow path: see `Pcpu::in_use`).
     pub(crate) fn open_all_caps(&self) {
         for cpu in 0..self.pcpu.ncpu() {
+            if !self.pcpu.in_use(cpu) {
+                continue;
+            }
             let h = self.pcpu.header(cpu);
             let g = lock_header(h);
             self.pcpu.set_cap(&g, h, self.cap_for(cpu));
@@ -482,6 +494,9 @@ impl ZoneInner {
     /// Closes every CPU's stack to pushes (no fence needed: see `Pcpu::set_cap`).
     pub(crate) fn close_all_caps(&self) {
         for cpu in 0..self.pcpu.ncpu() {
+            if !self.pcpu.in_use(cpu) {
+                continue;
+            }
             let h = self.pcpu.header(cpu);
             let g = lock_header(h);
             self.pcpu.set_cap(&g, h, 0);
@@ -525,8 +540,13 @@ impl ZoneInner {
     pub(crate) fn map_grants(&self, f: impl Fn(u32) -> u32) {
         for cpu in 0..self.pcpu.ncpu() {
             let d = self.pcpu.demand(cpu);
-            d.grant
-                .store(f(d.grant.load(Ordering::Relaxed)), Ordering::Relaxed);
+            let old = d.grant.load(Ordering::Relaxed);
+            let new = f(old);
+            // Only a change is written: the demand line of a CPU that never used the zone is in
+            // a page nothing wrote yet (`Pcpu::in_use`).
+            if new != old {
+                d.grant.store(new, Ordering::Relaxed);
+            }
         }
     }
 

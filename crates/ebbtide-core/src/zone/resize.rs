@@ -61,7 +61,7 @@ pub(crate) fn resize_locked(
         //    statistics), and sum what this CPU grants, wants and could take back.
         let (mut used, mut need, mut quiet_half) = (0u64, 0u64, 0u64);
         reg.for_each(|z: &ZoneInner| {
-            if cpu >= z.pcpu.ncpu() || !z.sized() {
+            if cpu >= z.pcpu.ncpu() || !z.sized() || !z.pcpu.in_use(cpu) {
                 return;
             }
             let d = z.pcpu.demand(cpu);
@@ -81,7 +81,7 @@ pub(crate) fn resize_locked(
             (plan.from_quiet, plan.from_all, plan.for_growth);
         let mut excess = false;
         reg.for_each(|z: &ZoneInner| {
-            if cpu >= z.pcpu.ncpu() || !z.sized() {
+            if cpu >= z.pcpu.ncpu() || !z.sized() || !z.pcpu.in_use(cpu) {
                 return;
             }
             let d = z.pcpu.demand(cpu);

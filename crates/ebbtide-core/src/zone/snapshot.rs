@@ -72,6 +72,9 @@ pub struct CpuStack {
     pub overflows: u64,
     /// Misses the last resize pass counted (in its interval).
     pub interval_misses: u64,
+    /// Whether this CPU ever opened the stack (`Pcpu::in_use`): a stack not in use has not
+    /// written its page.
+    pub in_use: bool,
 }
 
 /// The result of [`Zone::validate`]: the terms of the counting equation.
@@ -120,6 +123,7 @@ impl ZoneInner {
                     underflows: d.underflows.load(Ordering::Relaxed),
                     overflows: d.overflows.load(Ordering::Relaxed),
                     interval_misses: d.interval_misses.load(Ordering::Relaxed),
+                    in_use: self.pcpu.in_use(cpu),
                 }
             })
             .collect();
@@ -178,6 +182,9 @@ impl ZoneInner {
         // Count every CPU's stack exactly: stop, fence, count, reopen (items stay where they are).
         let mut pcpu_items = 0;
         for cpu in 0..self.pcpu.ncpu() {
+            if !self.pcpu.in_use(cpu) {
+                continue; // empty, and its page unwritten (`Pcpu::in_use`)
+            }
             let h = self.pcpu.header(cpu);
             let _g = lock_header(h);
             let cap = h.cap.load(Ordering::Relaxed);
