@@ -38,11 +38,25 @@ pub(crate) fn start_runtime() {
 /// switched off); cleared in a forked child.
 static HELPER_TRIED: AtomicBool = AtomicBool::new(false);
 
+/// CPUs this thread may run on (`sched_getaffinity`). Not `available_parallelism`, which also
+/// reads the cgroup's CPU quota through allocated paths: in the malloc, a size class touched at
+/// start-up for one answer.
+fn usable_cpus() -> usize {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills at most its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) != 0 {
+            return 1;
+        }
+        libc::CPU_COUNT(&set).max(1) as usize
+    }
+}
+
 fn ensure_release_helper() {
     if cfg!(miri) || HELPER_TRIED.swap(true, Ordering::AcqRel) {
         return;
     }
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+    if usable_cpus() < 2 {
         return; // nothing to overlap with
     }
     if options::get_u64(Tunable::ReleaseThread) == 0 {

@@ -407,6 +407,41 @@ pub fn check_rules(v: &[u64; COUNT]) -> Vec<String> {
     out
 }
 
+/// The environment's `EBBTIDE_*` variables, and only those. `std::env::vars_os` would copy the
+/// whole environment first (two allocations per variable, and a vector grown through five size
+/// classes): in the malloc that is a dozen size classes touched at start-up, each a few pages
+/// of every process's RSS, for variables that are then dropped. This walks `environ` as
+/// `getenv(3)` does (the same caveat: not against a concurrent `setenv` from C).
+fn ebbtide_vars() -> Vec<(OsString, OsString)> {
+    use std::os::unix::ffi::OsStrExt;
+    extern "C" {
+        static environ: *const *const libc::c_char;
+    }
+    let mut out = Vec::new();
+    // SAFETY: `environ` is libc's NULL-terminated array of NUL-terminated strings, read (not
+    // changed) as getenv(3) reads it; each entry stays valid while no one calls setenv/putenv,
+    // which the caller (start-up, or the first zone) does not do meanwhile.
+    unsafe {
+        let mut e = environ;
+        while !e.is_null() && !(*e).is_null() {
+            let entry = std::ffi::CStr::from_ptr(*e).to_bytes();
+            e = e.add(1);
+            if !entry.starts_with(b"EBBTIDE_") {
+                continue;
+            }
+            // As std's: the name ends at the first '=' after its first byte.
+            let Some(eq) = entry[1..].iter().position(|&b| b == b'=').map(|i| i + 1) else {
+                continue;
+            };
+            out.push((
+                std::ffi::OsStr::from_bytes(&entry[..eq]).to_os_string(),
+                std::ffi::OsStr::from_bytes(&entry[eq + 1..]).to_os_string(),
+            ));
+        }
+    }
+    out
+}
+
 /// Parse environment variables into one batch (see [`Registry::apply_env`]).
 pub fn parse_env<I>(vars: I) -> Result<Vec<Assignment>, Vec<OptionError>>
 where
@@ -587,7 +622,7 @@ pub fn subscribe(f: ChangeCallback) {
 /// Read the environment once and apply it (all or nothing); return the errors. Later calls
 /// return the same errors without reading the environment again.
 pub fn init_from_env() -> &'static [OptionError] {
-    ENV_ERRORS.get_or_init(|| match GLOBAL.apply_env(std::env::vars_os()) {
+    ENV_ERRORS.get_or_init(|| match GLOBAL.apply_env(ebbtide_vars()) {
         Ok(()) => Vec::new(),
         Err(e) => e,
     })
@@ -632,6 +667,31 @@ mod tests {
             .iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v)))
             .collect()
+    }
+
+    /// The walk of `environ` finds exactly what `std::env::vars_os` finds under the prefix,
+    /// values with '=' and empty values included.
+    #[test]
+    fn the_environment_walk_matches_std() {
+        std::env::set_var("EBBTIDE_TEST_WALK_A", "x=y,z");
+        std::env::set_var("EBBTIDE_TEST_WALK_B", "");
+        let mut ours = ebbtide_vars();
+        let mut std_: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(k, _)| k.as_encoded_bytes().starts_with(b"EBBTIDE_"))
+            .collect();
+        ours.sort();
+        std_.sort();
+        assert_eq!(ours, std_);
+        assert!(ours.contains(&(
+            OsString::from("EBBTIDE_TEST_WALK_A"),
+            OsString::from("x=y,z")
+        )));
+        assert!(ours.contains(&(OsString::from("EBBTIDE_TEST_WALK_B"), OsString::new())));
+        assert!(ours
+            .iter()
+            .all(|(k, _)| k.as_encoded_bytes().starts_with(b"EBBTIDE_")));
+        std::env::remove_var("EBBTIDE_TEST_WALK_A");
+        std::env::remove_var("EBBTIDE_TEST_WALK_B");
     }
 
     #[test]
