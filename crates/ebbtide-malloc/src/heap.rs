@@ -432,7 +432,13 @@ pub fn owner(p: usize) -> Owner {
 pub fn alloc(n: usize) -> *mut u8 {
     if n <= SMALL_MAX {
         let c = classes::class_of(n);
-        if let Some(f) = CLASS_FAST[c].get_any() {
+        debug_assert!(c < classes::NCLASSES);
+        // SAFETY: `class_of` maps every size up to `MAX_CLASS_SIZE` (above SMALL_MAX) to a class
+        // below NCLASSES (`classes.rs`, `table_and_formula_agree_and_fit`, checks every size).
+        // Unchecked because the bounds check's panic call gave `malloc` a stack frame (a push
+        // and a pop on every call) and a compare on its chain.
+        let slot = unsafe { CLASS_FAST.get_unchecked(c) };
+        if let Some(f) = slot.get_any() {
             // SAFETY: the constants of a published zone, never destroyed.
             let p = unsafe { f.alloc_fast() };
             if !p.is_null() {
