@@ -112,10 +112,13 @@ const _: () = assert!(core::mem::offset_of!(Header, below_items) == HDR - 8);
 
 /// What one CPU's stack of a zone asked of the slow path, and what the resize pass granted it
 /// (see `sizing.rs`). One cache line per (zone, CPU), the line before the CPU's header: in the
-/// header's page, not the line the fast path writes. The slow path only adds to the miss
-/// counters (Relaxed: statistics, read by the resize pass and snapshots); everything else is
-/// written by the resize pass and the reclaim paths, which run one at a time (the reclaim
-/// lock), so plain Relaxed loads and stores suffice there.
+/// header's page, not the line the fast path writes. The slow path adds to the miss counters
+/// (Relaxed: statistics, read by the resize pass and snapshots) and, growing at a miss, to
+/// `grant` and `grown` (Relaxed RMWs: a pass storing `grant` meanwhile may overwrite the
+/// increment, which only leaves the stack at the pass's figure; the pass recomputes its CPU's
+/// room from the grants it stores). Everything else is written by the resize pass and the
+/// reclaim paths, which run one at a time (the reclaim lock), so plain Relaxed loads and stores
+/// suffice there.
 #[repr(C, align(64))]
 pub(crate) struct Demand {
     /// Allocations that found this stack empty while caching was on (slow path).
@@ -128,8 +131,13 @@ pub(crate) struct Demand {
     pub(crate) interval_misses: core::sync::atomic::AtomicU64,
     /// When a resize pass last saw misses (ns, `os::now_ns`; 0 = never).
     pub(crate) last_miss_ns: core::sync::atomic::AtomicU64,
-    /// Slots granted above the floor (`2 × bucket_size`).
+    /// Slots granted above the floor (`2 × bucket_size`). The resize pass stores it; a miss
+    /// adds to it (`sizing::grow_at_miss`).
     pub(crate) grant: core::sync::atomic::AtomicU32,
+    /// Slots misses added to `grant` since the last pass (swapped to 0 by the pass).
+    pub(crate) grown: core::sync::atomic::AtomicU32,
+    /// `grown` as the last pass took it (what its interval's misses already got).
+    pub(crate) interval_grown: core::sync::atomic::AtomicU32,
 }
 #[cfg(not(loom))]
 const _: () = assert!(core::mem::size_of::<Demand>() == DEMAND);

@@ -6,7 +6,7 @@
 //! where the misses are, inside a per-CPU byte budget shared by all size classes, and is taken
 //! back from classes that stopped missing). A *miss* is a trip of the slow path past this CPU's
 //! stack while caching is on: an allocation that found the stack empty (underflow) or a free
-//! that found it full (overflow). The slow path only counts them (plain counters in the
+//! that found it full (overflow). The slow path counts them (plain counters in the
 //! zone's per-CPU [`crate::pcpu::Demand`] line); the reclaim thread's resize pass
 //! (`reclaim::resize_pcpu`, every `pool_shrink_interval_ms`) reads the counters and applies the
 //! functions below, one CPU at a time over every zone:
@@ -21,6 +21,24 @@
 //! 3. [`give_back`] then [`grow`]: each quiet stack gives back at most half its grant per pass
 //!    (capacity leaves gradually, so a stack that pauses briefly keeps most of it), then each
 //!    missing stack takes what it wants from what is free, in registry order.
+//!
+//! **Growth at the miss.** Between passes a stack whose free finds it full (an overflow) also
+//! grows at once, by one bucket ([`grow_at_miss`]), out of its CPU's *room*: the part of the
+//! budget the last pass left unallocated, taken with one atomic subtraction on the slow path
+//! (tcmalloc grows a class's per-CPU capacity the same way, on the miss, from the CPU's
+//! unallocated capacity). Without it a stack waited for the next pass (up to
+//! `pool_shrink_interval_ms`, 100 ms) however often it missed: the malloc's `live_mixed` case,
+//! whose classes above 1 KiB have floors of 4–16 items, ran most of its timed loop on the
+//! floors. Only overflows grow at once: an allocation that finds the stack empty fetches a
+//! bucket whatever the capacity, so growing there (measured: every allocation of a program
+//! building its live set) only spent the room. The pass counts the slots misses took as
+//! already given ([`Stack::grown`]), so a miss grows a stack once, not twice, and recomputes the
+//! room (`budget − Σ bytes`). Between passes a stack that opens on a CPU charges its floor to
+//! the room ([`charge_room`]), so growth takes only what the floors leave; before a CPU's first
+//! pass the room starts at the whole budget less those floors. (Without that, growth in a
+//! process's first 100 ms took the budget the floors needed, and the first pass took it back
+//! and trimmed the stacks — caught by a page pool's test: pages cached under its cap went to
+//! the slabs.)
 //!
 //! At rest, every CPU's `Σ (floor + grant) × item size` is within the budget unless the floors
 //! alone exceed it (they are never cut by the budget: a zone always keeps UMA's bucket pair);
@@ -77,6 +95,8 @@ pub struct Stack {
     pub misses: u64,
     /// When the last pass saw a miss (0: never).
     pub last_miss_ns: u64,
+    /// Slots already granted at misses since the last pass ([`grow_at_miss`]).
+    pub grown: u32,
 }
 
 impl Stack {
@@ -91,11 +111,77 @@ impl Stack {
     }
 }
 
-/// Slots the stack wants to grow by in this pass: one bucket per miss, up to its storage.
+/// Slots the stack wants to grow by in this pass: one bucket per miss, less what its misses
+/// already took at once ([`Stack::grown`]), up to its storage.
 pub fn wanted(s: &Stack) -> u32 {
     let room = s.storage.saturating_sub(s.capacity());
-    let want = s.misses.saturating_mul(s.step.max(1) as u64);
+    let want = s
+        .misses
+        .saturating_mul(s.step.max(1) as u64)
+        .saturating_sub(s.grown as u64);
     want.min(room as u64) as u32
+}
+
+/// What a stack that just missed takes at once from its CPU's `room` (bytes of the budget not
+/// allocated): one bucket's worth of slots (its step), within its storage, if the room holds
+/// all of it (a partial bucket would only move the next miss closer). Returns the slots and
+/// their bytes; `(0, 0)` when it cannot grow now (the next pass sees the miss).
+pub fn grow_at_miss(s: &Stack, room: u64) -> (u32, u64) {
+    let slots = s.step.max(1).min(s.storage.saturating_sub(s.capacity()));
+    let bytes = slots as u64 * s.item_size;
+    if slots == 0 || bytes > room {
+        return (0, 0);
+    }
+    (slots, bytes)
+}
+
+/// CPUs whose room is kept (`ROOM`); a CPU above them grows only in the passes.
+pub const ROOM_CPUS: usize = 1024;
+
+/// Per CPU, the room plus one (0: no pass has run on that CPU yet, the room is the whole
+/// budget). Written by the passes (`set_room`), taken from by the slow paths (`take_room`).
+/// Zero-initialised in `.bss`: a CPU that never runs a zone never touches its line's page.
+static ROOM: [AtomicU64; ROOM_CPUS] = [const { AtomicU64::new(0) }; ROOM_CPUS];
+
+/// Takes `bytes` from `cpu`'s room if it holds them all. Relaxed: a budget counter with no data
+/// behind it; racing takers are serialised by the RMW, and the next pass recomputes the room
+/// from the grants whatever happened meanwhile.
+pub fn take_room(cpu: usize, bytes: u64) -> bool {
+    let Some(r) = ROOM.get(cpu) else {
+        return false;
+    };
+    r.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        let room = if v == 0 { budget() } else { v - 1 };
+        room.checked_sub(bytes).map(|left| left + 1)
+    })
+    .is_ok()
+}
+
+/// Counts `bytes` against `cpu`'s room, as far as it goes (a stack opening there: its floor,
+/// which the budget never refuses). Relaxed: as [`take_room`].
+pub fn charge_room(cpu: usize, bytes: u64) {
+    if let Some(r) = ROOM.get(cpu) {
+        let _ = r.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            let room = if v == 0 { budget() } else { v - 1 };
+            Some(room.saturating_sub(bytes) + 1)
+        });
+    }
+}
+
+/// The room `cpu` has now (what [`take_room`] takes from).
+pub fn room(cpu: usize) -> u64 {
+    match ROOM.get(cpu).map(|r| r.load(Ordering::Relaxed)) {
+        Some(0) => budget(),
+        Some(v) => v - 1,
+        None => 0,
+    }
+}
+
+/// Sets `cpu`'s room after a pass: the budget less what that CPU's stacks count against it.
+pub fn set_room(cpu: usize, budget: u64, used: u64) {
+    if let Some(r) = ROOM.get(cpu) {
+        r.store(budget.saturating_sub(used) + 1, Ordering::Relaxed);
+    }
 }
 
 /// Has the stack stopped missing: no miss seen for `quiet_ns` at `now_ns`? A stack that missed
@@ -224,7 +310,63 @@ mod tests {
             item_size: item,
             misses,
             last_miss_ns: 0,
+            grown: 0,
         }
+    }
+
+    #[test]
+    fn a_miss_grows_by_one_bucket_within_storage_and_room() {
+        let s = stack(124, 0, 0, 256);
+        assert_eq!(grow_at_miss(&s, 1 << 20), (62, 62 * 256));
+        // Not a partial bucket: the room must hold all of it.
+        assert_eq!(grow_at_miss(&s, 62 * 256 - 1), (0, 0));
+        // Near the storage: what is left of it.
+        let s = stack(124, 504 - 124 - 10, 0, 256);
+        assert_eq!(grow_at_miss(&s, 1 << 20), (10, 10 * 256));
+        let s = stack(124, 504 - 124, 0, 256);
+        assert_eq!(grow_at_miss(&s, 1 << 20), (0, 0));
+    }
+
+    #[test]
+    fn the_pass_wants_only_what_misses_did_not_already_take() {
+        let mut s = stack(124, 62, 3, 256);
+        assert_eq!(wanted(&s), 3 * 62);
+        s.grown = 62;
+        assert_eq!(wanted(&s), 2 * 62);
+        s.grown = 10 * 62;
+        assert_eq!(wanted(&s), 0);
+    }
+
+    #[test]
+    fn opening_a_stack_charges_its_floor_to_the_room() {
+        let cpu = ROOM_CPUS - 2;
+        set_room(cpu, 10_000, 2_000);
+        charge_room(cpu, 3_000);
+        assert_eq!(room(cpu), 5_000);
+        charge_room(cpu, 6_000);
+        assert_eq!(room(cpu), 0, "never below zero");
+        charge_room(ROOM_CPUS, 1); // beyond the table: nothing to do
+    }
+
+    #[test]
+    fn room_is_the_budget_until_a_pass_then_what_it_left() {
+        // The last CPU slot: no zone of this test binary runs there.
+        let cpu = ROOM_CPUS - 1;
+        assert_eq!(room(cpu), budget());
+        assert!(take_room(cpu, 1000));
+        assert_eq!(room(cpu), budget() - 1000);
+        set_room(cpu, 10_000, 7_000);
+        assert_eq!(room(cpu), 3_000);
+        assert!(!take_room(cpu, 3_001));
+        assert!(take_room(cpu, 3_000));
+        assert_eq!(room(cpu), 0);
+        assert!(!take_room(cpu, 1));
+        // Over budget: no room, not a wrapped one.
+        set_room(cpu, 10_000, 12_000);
+        assert_eq!(room(cpu), 0);
+        // CPUs beyond the table never grow between passes.
+        assert_eq!(room(ROOM_CPUS), 0);
+        assert!(!take_room(ROOM_CPUS, 1));
     }
 
     /// One CPU's pass over `zs` at `now`, as the resize pass applies the functions.

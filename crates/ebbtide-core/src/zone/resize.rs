@@ -35,7 +35,28 @@ impl ZoneInner {
             item_size: self.item_size as u64,
             misses,
             last_miss_ns: d.last_miss_ns.load(Ordering::Relaxed),
+            grown: d.interval_grown.load(Ordering::Relaxed),
         }
+    }
+
+    /// A miss on this CPU's stack (slow path, caching on): grow the stack at once by one bucket
+    /// if its CPU's room holds it (`sizing::grow_at_miss`). The caller's `sync_cap` then opens
+    /// the stack to the new capacity. Returns whether it grew.
+    pub(super) fn grow_at_miss(&self) -> bool {
+        let cpu = self.pcpu.this_cpu();
+        let d = self.pcpu.demand(cpu);
+        let s = Stack {
+            grown: 0,
+            ..self.sizing_stack(cpu, 0)
+        };
+        let (slots, bytes) = sizing::grow_at_miss(&s, sizing::room(cpu));
+        if slots > 0 && sizing::take_room(cpu, bytes) {
+            // Relaxed: see `pcpu::Demand` (a pass storing the grant meanwhile wins).
+            d.grant.fetch_add(slots, Ordering::Relaxed);
+            d.grown.fetch_add(slots, Ordering::Relaxed);
+            return true;
+        }
+        false
     }
 
     /// Does the policy size this zone's stacks? Not while caching is off for it (NOBUCKET,
@@ -68,6 +89,8 @@ pub(crate) fn resize_locked(
             let total = d.underflows.load(Ordering::Relaxed) + d.overflows.load(Ordering::Relaxed);
             let misses = total.wrapping_sub(d.seen.swap(total, Ordering::Relaxed));
             d.interval_misses.store(misses, Ordering::Relaxed);
+            d.interval_grown
+                .store(d.grown.swap(0, Ordering::Relaxed), Ordering::Relaxed);
             let s = z.sizing_stack(cpu, misses);
             used += s.bytes();
             need += sizing::wanted(&s) as u64 * s.item_size;
@@ -80,6 +103,7 @@ pub(crate) fn resize_locked(
         let (mut from_quiet, mut from_all, mut for_growth) =
             (plan.from_quiet, plan.from_all, plan.for_growth);
         let mut excess = false;
+        let mut used_after = 0u64;
         reg.for_each(|z: &ZoneInner| {
             if cpu >= z.pcpu.ncpu() || !z.sized() || !z.pcpu.in_use(cpu) {
                 return;
@@ -104,6 +128,7 @@ pub(crate) fn resize_locked(
                 rep.taken_slots += (before - s.grant) as u64;
             }
             d.grant.store(s.grant, Ordering::Relaxed);
+            used_after += s.bytes();
             d.last_miss_ns
                 .store(sizing::last_miss_after(&s, now_ns), Ordering::Relaxed);
             let cap = z.cap_for(cpu);
@@ -119,6 +144,8 @@ pub(crate) fn resize_locked(
                 excess = true;
             }
         });
+        // What misses may take at once until the next pass (`sizing::grow_at_miss`).
+        sizing::set_room(cpu, budget, used_after);
         if !excess {
             continue;
         }

@@ -241,7 +241,19 @@ impl ZoneInner {
         let _inside = crate::forkgate::enter();
         if self.caching() {
             self.count_miss(false);
+            // The free found the stack full: grow it at once if the CPU's room allows (an
+            // allocation that finds it empty fetches a bucket whatever the capacity, so only
+            // this side grows between passes; see `sizing.rs`), and then the item fits.
+            let grew = self.grow_at_miss();
             self.sync_cap();
+            if grew {
+                match self.pcpu.push(p) {
+                    Push::Done => return Ok(()),
+                    Push::Duplicate => return Err(self.duplicate_now(p as usize)),
+                    // Stopped by a drainer meanwhile, or moved to another CPU: as before.
+                    Push::Full => {}
+                }
+            }
             // Flush a bucket's worth from this CPU to the depot, then retry.
             let bs = self
                 .bucket_size

@@ -1,0 +1,103 @@
+//! A stack whose frees find it full grows at once, one bucket per miss, out of its CPU's room
+//! (the part of the per-CPU budget the last resize pass left unallocated), without waiting for a
+//! pass; allocations that find it empty do not grow it; the pass recomputes the room and grows
+//! only for the misses that did not already take their bucket; with no room nothing grows.
+//! (Its own test binary, one test: the budget and the rooms are process-wide.)
+
+use ebbtide_core::reclaim;
+use ebbtide_core::{sizing, Zone, ZoneOptions};
+use std::ptr::NonNull;
+
+fn pin_last_cpu() -> usize {
+    let cpu = ebbtide_core::os::cpu_count() - 1;
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET on an index below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+            0
+        );
+    }
+    cpu
+}
+
+fn alloc_n(z: &Zone, n: usize) -> Vec<NonNull<u8>> {
+    (0..n).map(|_| z.alloc().unwrap()).collect()
+}
+
+fn free_all(z: &Zone, v: Vec<NonNull<u8>>) {
+    for p in v {
+        // SAFETY: items of ours, freed once.
+        unsafe { z.free(p).unwrap() };
+    }
+}
+
+#[test]
+fn frees_that_find_the_stack_full_grow_it_at_once_within_the_room() {
+    let cpu = pin_last_cpu();
+    let size = 4096u64; // bucket 2: floor 4 slots
+    let budget = 64 * size;
+    sizing::set_budget(budget);
+    let z = Zone::new(ZoneOptions::new("grow-at-miss", size as usize)).unwrap();
+    // Before any pass on this CPU its room is the whole budget.
+    assert_eq!(sizing::room(cpu), budget);
+
+    // Allocations that find the stack empty: no growth. Opening the stack charged its floor
+    // (4 slots) to the room.
+    let v = alloc_n(&z, 40);
+    let s = z.snapshot().per_cpu[cpu];
+    assert_eq!((s.capacity, s.grant), (4, 0), "{s:?}");
+    assert!(s.underflows > 0, "{s:?}");
+    assert_eq!(sizing::room(cpu), budget - 4 * size);
+
+    // Frees that find it full: one bucket (2 slots) per overflow, at once.
+    free_all(&z, v);
+    let s = z.snapshot().per_cpu[cpu];
+    assert!(s.overflows > 0, "{s:?}");
+    assert!(s.grant >= 2 && s.grant.is_multiple_of(2), "{s:?}");
+    assert_eq!(s.capacity, 4 + s.grant);
+    assert!(s.items > 4, "the stack holds more than its floor: {s:?}");
+    assert_eq!(sizing::room(cpu), budget - s.capacity as u64 * size);
+
+    // The pass, with a budget it need not cut: it grows for the misses that did not already
+    // take their bucket (the underflows: 2 slots each) and not again for the overflows that
+    // did; then the room is the budget less what the stack counts (floor + grant).
+    let grant_before = s.grant;
+    let misses = s.underflows + s.overflows; // this CPU's first pass: all of them
+    sizing::set_budget(1024 * size);
+    let t0 = ebbtide_core::os::now_ns();
+    reclaim::resize_pcpu(t0);
+    let s = z.snapshot().per_cpu[cpu];
+    let storage_left = 1008 - 4 - grant_before;
+    let want = (2 * misses as u32 - grant_before).min(storage_left);
+    assert_eq!(
+        s.grant,
+        grant_before + want,
+        "grant {grant_before} before the pass, {misses} misses: {s:?}"
+    );
+    assert_eq!(sizing::room(cpu), 1024 * size - s.capacity as u64 * size);
+
+    // No room: the stack stays at what it has, however often it overflows.
+    sizing::set_budget(s.capacity as u64 * size);
+    reclaim::resize_pcpu(t0 + 1);
+    let cap = z.snapshot().per_cpu[cpu].capacity;
+    assert_eq!(sizing::room(cpu), 0);
+    let v = alloc_n(&z, 3 * cap as usize);
+    free_all(&z, v);
+    let s = z.snapshot().per_cpu[cpu];
+    assert!(s.overflows > 0);
+    assert_eq!(s.capacity, cap, "{s:?}");
+
+    // Growth never passes the storage.
+    sizing::set_budget(u64::MAX / 2);
+    reclaim::resize_pcpu(t0 + 2);
+    let v = alloc_n(&z, 3000);
+    free_all(&z, v);
+    let s = z.snapshot().per_cpu[cpu];
+    assert!(s.capacity <= 1008 && s.items <= s.capacity, "{s:?}");
+    sizing::set_budget(sizing::DEFAULT_BUDGET_BYTES);
+    reclaim::resize_pcpu(t0 + 3);
+    z.reclaim(ebbtide_core::reclaim::Request::DrainCpu);
+    z.destroy().map_err(|e| e.1).unwrap();
+}
