@@ -138,6 +138,10 @@ pub(crate) struct Demand {
     pub(crate) grown: core::sync::atomic::AtomicU32,
     /// `grown` as the last pass took it (what its interval's misses already got).
     pub(crate) interval_grown: core::sync::atomic::AtomicU32,
+    /// The low 32 bits of `underflows` at the last pass (underflows since = the difference).
+    pub(crate) under_seen: core::sync::atomic::AtomicU32,
+    /// Underflows counted by the last pass (of its `interval_misses`).
+    pub(crate) interval_under: core::sync::atomic::AtomicU32,
 }
 #[cfg(not(loom))]
 const _: () = assert!(core::mem::size_of::<Demand>() == DEMAND);

@@ -60,21 +60,26 @@ fn frees_that_find_the_stack_full_grow_it_at_once_within_the_room() {
     assert!(s.items > 4, "the stack holds more than its floor: {s:?}");
     assert_eq!(sizing::room(cpu), budget - s.capacity as u64 * size);
 
-    // The pass, with a budget it need not cut: it grows for the misses that did not already
-    // take their bucket (the underflows: 2 slots each) and not again for the overflows that
-    // did; then the room is the budget less what the stack counts (floor + grant).
+    // The pass, with a budget it need not cut: of its misses it counts those of alternations
+    // (2 × min(underflows, overflows)), one bucket (2 slots) each, less what the overflows
+    // already took at once; then the room is the budget less what the stack counts (floor +
+    // grant).
     let grant_before = s.grant;
-    let misses = s.underflows + s.overflows; // this CPU's first pass: all of them
+    // This CPU's first pass: all of them.
+    let alternating = 2 * s.underflows.min(s.overflows) as u32;
     sizing::set_budget(1024 * size);
     let t0 = ebbtide_core::os::now_ns();
     reclaim::resize_pcpu(t0);
     let s = z.snapshot().per_cpu[cpu];
     let storage_left = 1008 - 4 - grant_before;
-    let want = (2 * misses as u32 - grant_before).min(storage_left);
+    let want = (2 * alternating)
+        .saturating_sub(grant_before)
+        .min(storage_left);
+    assert!(want > 0, "the case should leave the pass something to grow");
     assert_eq!(
         s.grant,
         grant_before + want,
-        "grant {grant_before} before the pass, {misses} misses: {s:?}"
+        "grant {grant_before} before the pass, {alternating} alternating misses: {s:?}"
     );
     assert_eq!(sizing::room(cpu), 1024 * size - s.capacity as u64 * size);
 
@@ -96,8 +101,45 @@ fn frees_that_find_the_stack_full_grow_it_at_once_within_the_room() {
     free_all(&z, v);
     let s = z.snapshot().per_cpu[cpu];
     assert!(s.capacity <= 1008 && s.items <= s.capacity, "{s:?}");
-    sizing::set_budget(sizing::DEFAULT_BUDGET_BYTES);
-    reclaim::resize_pcpu(t0 + 3);
     z.reclaim(ebbtide_core::reclaim::Request::DrainCpu);
     z.destroy().map_err(|e| e.1).unwrap();
+
+    // A stack that only receives frees (a consumer's CPU: another CPU allocates) grows neither
+    // at its overflows nor in the pass: every miss moves a bucket to the depot whatever its
+    // capacity.
+    let c = Zone::new(ZoneOptions::new("grow-at-miss-consumer", size as usize)).unwrap();
+    let other = (cpu + ebbtide_core::os::cpu_count() - 1) % ebbtide_core::os::cpu_count();
+    let items = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            // SAFETY: a zeroed cpu_set_t is valid; CPU_SET below CPU_SETSIZE.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(other, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+            }
+            // As addresses: NonNull is not Send.
+            alloc_n(&c, 200)
+                .into_iter()
+                .map(|p| p.as_ptr() as usize)
+                .collect::<Vec<usize>>()
+        })
+        .join()
+        .unwrap()
+    });
+    let items: Vec<NonNull<u8>> = items
+        .into_iter()
+        .map(|a| NonNull::new(a as *mut u8).unwrap())
+        .collect();
+    reclaim::resize_pcpu(t0 + 4);
+    free_all(&c, items);
+    let s = c.snapshot().per_cpu[cpu];
+    assert!(s.overflows > 0 && s.underflows == 0, "{s:?}");
+    assert_eq!(s.grant, 0, "overflows only: no growth at the miss: {s:?}");
+    reclaim::resize_pcpu(t0 + 5);
+    let s = c.snapshot().per_cpu[cpu];
+    assert_eq!(s.grant, 0, "overflows only: no growth in the pass: {s:?}");
+    sizing::set_budget(sizing::DEFAULT_BUDGET_BYTES);
+    reclaim::resize_pcpu(t0 + 6);
+    c.reclaim(ebbtide_core::reclaim::Request::DrainCpu);
+    c.destroy().map_err(|e| e.1).unwrap();
 }

@@ -36,6 +36,7 @@ impl ZoneInner {
             misses,
             last_miss_ns: d.last_miss_ns.load(Ordering::Relaxed),
             grown: d.interval_grown.load(Ordering::Relaxed),
+            one_way: sizing::one_way(misses, d.interval_under.load(Ordering::Relaxed) as u64),
         }
     }
 
@@ -49,7 +50,10 @@ impl ZoneInner {
             grown: 0,
             ..self.sizing_stack(cpu, 0)
         };
-        let (slots, bytes) = sizing::grow_at_miss(&s, sizing::room(cpu));
+        // Underflows since the last pass (the low 32 bits suffice for "any").
+        let under = (d.underflows.load(Ordering::Relaxed) as u32)
+            .wrapping_sub(d.under_seen.load(Ordering::Relaxed));
+        let (slots, bytes) = sizing::grow_at_miss(&s, sizing::room(cpu), under > 0);
         if slots > 0 && sizing::take_room(cpu, bytes) {
             // Relaxed: see `pcpu::Demand` (a pass storing the grant meanwhile wins).
             d.grant.fetch_add(slots, Ordering::Relaxed);
@@ -91,6 +95,11 @@ pub(crate) fn resize_locked(
             d.interval_misses.store(misses, Ordering::Relaxed);
             d.interval_grown
                 .store(d.grown.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+            let under = d.underflows.load(Ordering::Relaxed) as u32;
+            d.interval_under.store(
+                under.wrapping_sub(d.under_seen.swap(under, Ordering::Relaxed)),
+                Ordering::Relaxed,
+            );
             let s = z.sizing_stack(cpu, misses);
             used += s.bytes();
             need += sizing::wanted(&s) as u64 * s.item_size;

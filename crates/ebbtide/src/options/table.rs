@@ -291,11 +291,15 @@ tunables! {
         summary: "bytes of items each CPU's caches may hold, shared by every zone",
         doc: "Every zone's stack on a CPU holds at least UMA's bucket pair (2 x bucket_size \
               items); above that, capacity follows misses (an allocation that finds the stack \
-              empty, a free that finds it full). A free that finds the stack full grows it at \
-              once by one bucket, out of what this budget has left on that CPU (as the last \
-              pass left it, less what such growth took since; the whole budget before the first \
-              pass). Every pool_shrink_interval_ms the reclaim thread grows a stack by one \
-              bucket per miss not already grown for, up to 1008 items, as long as the sum over \
+              empty, a free that finds it full), counting only the misses of alternations \
+              (2 x min(underflows, overflows): a stack that only frees what another CPU \
+              allocates, or only allocates what another frees, misses once per bucket whatever \
+              its capacity). A free that finds the stack full grows it at once by one bucket if \
+              the stack also underflowed since the last pass, out of what this budget has left \
+              on that CPU (as the last pass left it, less the floors of stacks opened and what \
+              such growth took since; the whole budget before the first pass). Every \
+              pool_shrink_interval_ms the reclaim thread grows a stack by one bucket per such \
+              miss not already grown for, up to 1008 items, as long as the sum over \
               every zone of (capacity x item size) on that CPU stays within this budget, takes \
               capacity back (half per pass) from stacks that have not missed for 1 s when \
               another needs it, and recomputes what is left (tcmalloc's per-CPU cache resizing; \
