@@ -43,13 +43,13 @@ fn frees_that_find_the_stack_full_grow_it_at_once_within_the_room() {
     // Before any pass on this CPU its room is the whole budget.
     assert_eq!(sizing::room(cpu), budget);
 
-    // Allocations that find the stack empty: no growth. Opening the stack charged its floor
-    // (4 slots) to the room.
+    // Allocations that find the stack empty: no growth (and the floor, 4 slots, does not count
+    // against the budget).
     let v = alloc_n(&z, 40);
     let s = z.snapshot().per_cpu[cpu];
     assert_eq!((s.capacity, s.grant), (4, 0), "{s:?}");
     assert!(s.underflows > 0, "{s:?}");
-    assert_eq!(sizing::room(cpu), budget - 4 * size);
+    assert_eq!(sizing::room(cpu), budget);
 
     // Frees that find it full: one bucket (2 slots) per overflow, at once.
     free_all(&z, v);
@@ -58,11 +58,11 @@ fn frees_that_find_the_stack_full_grow_it_at_once_within_the_room() {
     assert!(s.grant >= 2 && s.grant.is_multiple_of(2), "{s:?}");
     assert_eq!(s.capacity, 4 + s.grant);
     assert!(s.items > 4, "the stack holds more than its floor: {s:?}");
-    assert_eq!(sizing::room(cpu), budget - s.capacity as u64 * size);
+    assert_eq!(sizing::room(cpu), budget - s.grant as u64 * size);
 
     // The pass, with a budget it need not cut: of its misses it counts those of alternations
     // (2 × min(underflows, overflows)), one bucket (2 slots) each, less what the overflows
-    // already took at once; then the room is the budget less what the stack counts (floor +
+    // already took at once; then the room is the budget less what the stack counts (its
     // grant).
     let grant_before = s.grant;
     // This CPU's first pass: all of them.
@@ -81,10 +81,10 @@ fn frees_that_find_the_stack_full_grow_it_at_once_within_the_room() {
         grant_before + want,
         "grant {grant_before} before the pass, {alternating} alternating misses: {s:?}"
     );
-    assert_eq!(sizing::room(cpu), 1024 * size - s.capacity as u64 * size);
+    assert_eq!(sizing::room(cpu), 1024 * size - s.grant as u64 * size);
 
     // No room: the stack stays at what it has, however often it overflows.
-    sizing::set_budget(s.capacity as u64 * size);
+    sizing::set_budget(s.grant as u64 * size);
     reclaim::resize_pcpu(t0 + 1);
     let cap = z.snapshot().per_cpu[cpu].capacity;
     assert_eq!(sizing::room(cpu), 0);

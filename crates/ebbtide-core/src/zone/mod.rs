@@ -37,7 +37,6 @@ use crate::os;
 use crate::pcpu::{self, lock_header, Pcpu};
 use crate::registry::{Link, Linked};
 use crate::release::Session;
-use crate::sizing;
 use crate::slab::MAX_ITEM_SIZE;
 use crate::sync::{
     lock, try_lock, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering,
@@ -512,13 +511,6 @@ impl ZoneInner {
         if h.cap.load(Ordering::Relaxed) != want && h.floor.load(Ordering::Relaxed) == 0 {
             let g = lock_header(h);
             if h.floor.load(Ordering::Relaxed) == 0 {
-                if h.cap.load(Ordering::Relaxed) == 0 && want > 0 {
-                    // Opening: the floor counts against the CPU's budget from now on, so what
-                    // misses may take before the next pass is what the floors leave
-                    // (`sizing::charge_room`).
-                    let floor = self.bucket_target_cap().min(self.pcpu.storage);
-                    sizing::charge_room(cpu, floor as u64 * self.item_size as u64);
-                }
                 self.pcpu.set_cap(&g, h, want);
             }
         }

@@ -288,26 +288,26 @@ tunables! {
         range: 0 => 1 << 40,
         runtime: true,
         level: Testing,
-        summary: "bytes of items each CPU's caches may hold, shared by every zone",
+        summary: "bytes of capacity each CPU's caches may add above the bucket pairs",
         doc: "Every zone's stack on a CPU holds at least UMA's bucket pair (2 x bucket_size \
-              items); above that, capacity follows misses (an allocation that finds the stack \
-              empty, a free that finds it full), counting only the misses of alternations \
-              (2 x min(underflows, overflows): a stack that only frees what another CPU \
-              allocates, or only allocates what another frees, misses once per bucket whatever \
-              its capacity). A free that finds the stack full grows it at once by one bucket if \
-              the stack also underflowed since the last pass, out of what this budget has left \
-              on that CPU (as the last pass left it, less the floors of stacks opened and what \
-              such growth took since; the whole budget before the first pass). Every \
-              pool_shrink_interval_ms the reclaim thread grows a stack by one bucket per such \
-              miss not already grown for, up to 1008 items, as long as the sum over \
-              every zone of (capacity x item size) on that CPU stays within this budget, takes \
-              capacity back (half per pass) from stacks that have not missed for 1 s when \
-              another needs it, and recomputes what is left (tcmalloc's per-CPU cache resizing; \
-              its default is 1.5 MiB). A lower value is applied at the next pass: grants \
-              shrink, stacks holding more than their new capacity give the excess to their \
-              slabs. 0 means no capacity above the bucket pairs (UMA's sizing alone). The floors \
-              are never cut by the budget. Without the reclaim thread only the growth at frees \
-              happens. Accepts K/M/G/T or KiB/MiB/GiB/TiB suffixes.",
+              items: the floor, not counted here and never cut by this budget); above that, \
+              capacity follows misses (an allocation that finds the stack empty, a free that \
+              finds it full), counting only the misses of alternations (2 x min(underflows, \
+              overflows): a stack that only frees what another CPU allocates, or only \
+              allocates what another frees, misses once per bucket whatever its capacity). A \
+              free that finds the stack full grows it at once by one bucket if the stack also \
+              underflowed since the last pass, out of what this budget has left on that CPU (as \
+              the last pass left it, less what such growth took since; the whole budget before \
+              the first pass). Every pool_shrink_interval_ms the reclaim thread grows a stack by \
+              one bucket per such miss not already grown for, up to 1008 items, as long as the \
+              sum over every zone of (capacity above the floor x item size) on that CPU stays \
+              within this budget, takes capacity back (half per pass) from stacks that have not \
+              missed for 1 s when another needs it, and recomputes what is left (tcmalloc's \
+              per-CPU cache resizing; its default is 1.5 MiB). A lower value is applied at the \
+              next pass: grants shrink, stacks holding more than their new capacity give the \
+              excess to their slabs. 0 means no capacity above the bucket pairs (UMA's sizing \
+              alone). Without the reclaim thread only the growth at frees happens. Accepts \
+              K/M/G/T or KiB/MiB/GiB/TiB suffixes.",
     },
     /// Rate limit of per-CPU drains.
     DrainCpuMinIntervalMs {
