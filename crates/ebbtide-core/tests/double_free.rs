@@ -5,26 +5,14 @@
 
 use ebbtide_core::{InvalidKind, Zone, ZoneOptions};
 
-/// Pins this thread to the CPU it runs on: "the top of this CPU's stack" must stay one stack
-/// between the two frees (a migration in between is the case the cheap check does not cover).
-fn pin() {
-    // SAFETY: sched_getcpu has no preconditions.
-    let cpu = unsafe { libc::sched_getcpu() };
-    assert!(cpu >= 0);
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET with an id below its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu as usize, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
-            0
-        );
-    }
-}
+#[path = "support/pin.rs"]
+mod pin;
 
 #[test]
 fn free_p_free_p_is_refused_and_p_is_handed_out_once() {
-    pin();
+    // "The top of this CPU's stack" must stay one stack between the two frees (a migration in
+    // between is the case the cheap check does not cover).
+    pin::pin_here();
     let z = Zone::new(ZoneOptions::new("df-default", 64)).unwrap();
     // Warm this CPU's stack so the frees below go to it (caches open after the first slow path).
     let warm: Vec<_> = (0..64).map(|_| z.alloc().unwrap()).collect();
@@ -63,7 +51,9 @@ fn free_p_free_p_is_refused_and_p_is_handed_out_once() {
 
 #[test]
 fn the_raw_entry_points_refuse_it_too() {
-    pin();
+    // "The top of this CPU's stack" must stay one stack between the two frees (a migration in
+    // between is the case the cheap check does not cover).
+    pin::pin_here();
     let z = Zone::new(ZoneOptions::new("df-raw", 256)).unwrap();
     let raw = z.into_raw();
     // SAFETY: `raw` is a live zone; items are ours and freed once except the refused second

@@ -8,19 +8,9 @@ use ebbtide_core::reclaim;
 use ebbtide_core::{sizing, Zone, ZoneOptions};
 use std::ptr::NonNull;
 
-fn pin_last_cpu() -> usize {
-    let cpu = ebbtide_core::os::cpu_count() - 1;
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET on an index below CPU_SETSIZE.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
-            0
-        );
-    }
-    cpu
-}
+#[path = "support/pin.rs"]
+mod pin;
+use pin::pin_last_cpu;
 
 fn alloc_n(z: &Zone, n: usize) -> Vec<NonNull<u8>> {
     (0..n).map(|_| z.alloc().unwrap()).collect()
@@ -111,12 +101,7 @@ fn frees_that_find_the_stack_full_grow_it_at_once_within_the_room() {
     let other = (cpu + ebbtide_core::os::cpu_count() - 1) % ebbtide_core::os::cpu_count();
     let items = std::thread::scope(|sc| {
         sc.spawn(|| {
-            // SAFETY: a zeroed cpu_set_t is valid; CPU_SET below CPU_SETSIZE.
-            unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(other, &mut set);
-                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
-            }
+            pin::pin(other);
             // As addresses: NonNull is not Send.
             alloc_n(&c, 200)
                 .into_iter()

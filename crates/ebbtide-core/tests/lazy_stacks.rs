@@ -11,18 +11,9 @@ use ebbtide_core::{Zone, ZoneOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::ptr::NonNull;
 
-fn pin(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET on an index below CPU_SETSIZE.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
-            0,
-            "sched_setaffinity to CPU {cpu}"
-        );
-    }
-}
+#[path = "support/pin.rs"]
+mod pin;
+use pin::pin;
 
 /// Whether the page holding `addr` is a page of this process's own (present and exclusively
 /// mapped: `pagemap` bits 63 and 56). A page never touched is not present; one only read is the

@@ -10,22 +10,11 @@ use ebbtide_core::reclaim::{self, Request};
 use ebbtide_core::{sizing, Zone, ZoneOptions};
 use std::ptr::NonNull;
 
-const MS: u64 = 1_000_000;
+#[path = "support/pin.rs"]
+mod pin;
+use pin::pin_last_cpu;
 
-fn pin_last_cpu() -> usize {
-    let n = ebbtide_core::os::cpu_count();
-    let cpu = n - 1;
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET on an index below CPU_SETSIZE.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
-            0
-        );
-    }
-    cpu
-}
+const MS: u64 = 1_000_000;
 
 /// `rounds` of "allocate `n`, then free those `n`" (the burst pattern that overflows a stack
 /// smaller than `n`).
