@@ -61,11 +61,16 @@
 //!    back) slabs, then a new chunk; a failed mapping triggers DRAIN_CPU and one retry.
 //!
 //! Steps 2 and 3 are *misses* of this CPU's stack (underflows); a free that finds the stack full
-//! is one too (an overflow). The slow path only counts them, per (zone, CPU); the resize pass
-//! ([`reclaim::resize_pcpu`], on the runtime's thread every `pool_shrink_interval_ms`) grows the
-//! capacity of the stacks that missed above UMA's bucket pair, one bucket per miss, within a
-//! per-CPU byte budget shared by every zone, and takes it back from stacks that stopped missing
-//! when another needs it ([`sizing`], a pure policy; tcmalloc's per-CPU cache resizing).
+//! is one too (an overflow). The slow path counts them, per (zone, CPU), and a free that finds
+//! the stack full grows it at once by one bucket if the stack also underflowed since the last
+//! pass and the CPU's budget has room; the resize pass ([`reclaim::resize_pcpu`], on the
+//! runtime's thread every `pool_shrink_interval_ms`) grows the stacks by the misses of
+//! alternations (a stack that only overflows or only underflows misses once per bucket whatever
+//! its capacity), one bucket per miss not already grown for, within a per-CPU byte budget of
+//! capacity above UMA's bucket pairs shared by every zone, and takes capacity back from stacks
+//! that stopped missing when another needs it ([`sizing`], a pure policy; tcmalloc's per-CPU
+//! cache resizing). A stack opens on its CPU's first slow path, and no pass writes a stack its
+//! CPU never used (`Pcpu::in_use`): a zone costs memory only on the CPUs that run it.
 //!
 //! Free goes the other way: this CPU's stack; when full, a bucket's worth is flushed to the
 //! depot; when the depot is at its cap, caching is off (NOBUCKET, buckets disabled by critical
