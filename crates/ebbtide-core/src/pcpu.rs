@@ -16,11 +16,11 @@
 //! ```
 //! `base` is `colour` bytes (a multiple of 64, never 0) into the mapping's first page, so every
 //! CPU's demand line is in the page of its header, which its first operation touches anyway: a
-//! zone's per-CPU memory is one page per CPU that uses it (stacks open on their CPU's first slow
-//! path, and no pass over all CPUs writes a stack not in use: `Pcpu::in_use`) (two once its stack holds more than
+//! zone's per-CPU memory is one page per CPU that uses it (two once its stack holds more than
 //! about 500 items), not a page more for the demand lines (a small preloaded program with 26
 //! zones: about 90 KiB less peak RSS, docs/benchmarks.md, Issue 12, "Peak RSS: where the memory
-//! goes").
+//! goes"); and none on a CPU that never uses it: stacks open on their CPU's first slow path,
+//! and no pass over all CPUs writes a stack not in use (`Pcpu::in_use`).
 //! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: `cap = 2 * bucket_size`
 //! plus what the resize pass granted it for its misses (at most 1008, what fits in 8 KiB),
 //! a miss on allocation refills one bucket from the depot, a miss on free flushes one bucket to
@@ -657,7 +657,7 @@ impl Drop for HeaderGuard<'_> {
 }
 
 /// The `lock` word of a header no one holds.
-const UNLOCKED: u32 = 0;
+pub(crate) const UNLOCKED: u32 = 0;
 /// The `lock` word of a header held through a [`HeaderGuard`].
 const LOCKED: u32 = 1;
 /// The `lock` word of a header held by the DRAIN_CPU pass over every zone (`drain_cpu_locked`:
@@ -811,6 +811,11 @@ impl Pcpu {
             || h.floor.load(Ordering::Relaxed) != 0
             || h.lock.load(Ordering::Relaxed) != UNLOCKED
             || (!self.demand.is_null() && self.demand(cpu).grant.load(Ordering::Relaxed) != 0)
+    }
+
+    /// The CPUs whose stack is [`Pcpu::in_use`], in order: what every pass over all CPUs visits.
+    pub(crate) fn cpus_in_use(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.ncpu()).filter(|&cpu| self.in_use(cpu))
     }
 
     #[inline]

@@ -21,7 +21,7 @@
 //!    rest), and a free grows its stack at once only if the stack also underflowed since the
 //!    last pass. (The malloc's `prodcons`: every miss one way; its stacks grew by misses to the
 //!    whole budget on the consumer's CPU, all of it idle, about 1.3 MiB of its 6 MiB peak.)
-//! 2. [`plan`]: with `used` bytes granted on this CPU (floors + grants, every zone), `need`
+//! 2. [`plan`]: with `used` bytes granted on this CPU (grants above the floors, every zone), `need`
 //!    bytes wanted and `budget` the per-CPU budget (`pcpu_budget_bytes`): how many bytes the
 //!    stacks that stopped missing ([`is_quiet`]: no miss for `quiet_ns`) give back, and how many
 //!    every stack gives back when the CPU is over budget (the budget lowered, floors grown).
@@ -136,18 +136,17 @@ pub fn wanted(s: &Stack) -> u32 {
     want.min(room as u64) as u32
 }
 
-/// What a stack whose free just found it full takes at once from its CPU's `room` (bytes of
-/// the budget not allocated): one bucket's worth of slots (its step), within its storage, if
-/// the room holds all of it (a partial bucket would only move the next miss closer) and the
-/// stack also `underflowed` since the last pass (else the miss is one way: see the module
-/// docs). Returns the slots and their bytes; `(0, 0)` when it does not grow now.
-pub fn grow_at_miss(s: &Stack, room: u64, underflowed: bool) -> (u32, u64) {
+/// What a stack whose free just found it full asks at once of its CPU's room ([`take_room`],
+/// which grants all of it or nothing: a partial bucket would only move the next miss closer):
+/// one bucket's worth of slots (its step), within its storage, if the stack also
+/// `underflowed` since the last pass (else the miss is one way: see the module docs). Returns
+/// the slots and their bytes; `(0, 0)` when it does not grow now.
+pub fn grow_at_miss(s: &Stack, underflowed: bool) -> (u32, u64) {
     let slots = s.step.max(1).min(s.storage.saturating_sub(s.capacity()));
-    let bytes = slots as u64 * s.item_size;
-    if !underflowed || slots == 0 || bytes > room {
+    if !underflowed || slots == 0 {
         return (0, 0);
     }
-    (slots, bytes)
+    (slots, slots as u64 * s.item_size)
 }
 
 /// Of `misses` of which `underflows` were underflows, those no capacity avoids.
@@ -164,6 +163,15 @@ pub const ROOM_CPUS: usize = 1024;
 /// Zero-initialised in `.bss`: a CPU that never runs a zone never touches its line's page.
 static ROOM: [AtomicU64; ROOM_CPUS] = [const { AtomicU64::new(0) }; ROOM_CPUS];
 
+/// The room a `ROOM` entry stands for (see there).
+fn room_of(v: u64) -> u64 {
+    if v == 0 {
+        budget()
+    } else {
+        v - 1
+    }
+}
+
 /// Takes `bytes` from `cpu`'s room if it holds them all. Relaxed: a budget counter with no data
 /// behind it; racing takers are serialised by the RMW, and the next pass recomputes the room
 /// from the grants whatever happened meanwhile.
@@ -172,19 +180,15 @@ pub fn take_room(cpu: usize, bytes: u64) -> bool {
         return false;
     };
     r.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-        let room = if v == 0 { budget() } else { v - 1 };
-        room.checked_sub(bytes).map(|left| left + 1)
+        room_of(v).checked_sub(bytes).map(|left| left + 1)
     })
     .is_ok()
 }
 
 /// The room `cpu` has now (what [`take_room`] takes from).
 pub fn room(cpu: usize) -> u64 {
-    match ROOM.get(cpu).map(|r| r.load(Ordering::Relaxed)) {
-        Some(0) => budget(),
-        Some(v) => v - 1,
-        None => 0,
-    }
+    ROOM.get(cpu)
+        .map_or(0, |r| room_of(r.load(Ordering::Relaxed)))
 }
 
 /// Sets `cpu`'s room after a pass: the budget less what that CPU's stacks count against it.
@@ -328,16 +332,20 @@ mod tests {
     #[test]
     fn a_miss_grows_by_one_bucket_within_storage_and_room() {
         let s = stack(124, 0, 0, 256);
-        assert_eq!(grow_at_miss(&s, 1 << 20, true), (62, 62 * 256));
-        // Not a partial bucket: the room must hold all of it.
-        assert_eq!(grow_at_miss(&s, 62 * 256 - 1, true), (0, 0));
+        assert_eq!(grow_at_miss(&s, true), (62, 62 * 256));
+        // Not a partial bucket: the room must hold all of it. (A CPU slot of its own: no zone
+        // of this test binary runs there, nor does another test use it.)
+        let cpu = ROOM_CPUS - 2;
+        set_room(cpu, 62 * 256 - 1, 0);
+        assert!(!take_room(cpu, grow_at_miss(&s, true).1));
+        assert_eq!(room(cpu), 62 * 256 - 1, "nothing taken");
         // Near the storage: what is left of it.
         let s = stack(124, 504 - 124 - 10, 0, 256);
-        assert_eq!(grow_at_miss(&s, 1 << 20, true), (10, 10 * 256));
+        assert_eq!(grow_at_miss(&s, true), (10, 10 * 256));
         let s = stack(124, 504 - 124, 0, 256);
-        assert_eq!(grow_at_miss(&s, 1 << 20, true), (0, 0));
+        assert_eq!(grow_at_miss(&s, true), (0, 0));
         // A stack that only overflows (frees what another CPU allocates) does not grow.
-        assert_eq!(grow_at_miss(&stack(124, 0, 0, 256), 1 << 20, false), (0, 0));
+        assert_eq!(grow_at_miss(&stack(124, 0, 0, 256), false), (0, 0));
     }
 
     #[test]

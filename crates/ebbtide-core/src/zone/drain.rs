@@ -44,10 +44,7 @@ impl ZoneInner {
         let mut moved = self.trim_depot(keep);
         // 2. Idle CPUs: a stack whose word did not change for a whole period saw no operation.
         let mut idle = 0;
-        for cpu in 0..self.pcpu.ncpu() {
-            if !self.pcpu.in_use(cpu) {
-                continue;
-            }
+        for cpu in self.pcpu.cpus_in_use() {
             let h = self.pcpu.header(cpu);
             let w = h.word.load(Ordering::Relaxed);
             let mark = h.idle_mark.swap(w, Ordering::Relaxed);
@@ -130,8 +127,8 @@ impl ZoneInner {
     ) -> usize {
         let mut buf = [ptr::null_mut::<u8>(); STACK_BUF];
         let mut moved = 0;
-        for cpu in 0..self.pcpu.ncpu() {
-            if !self.pcpu.in_use(cpu) || !pick(cpu) {
+        for cpu in self.pcpu.cpus_in_use() {
+            if !pick(cpu) {
                 continue;
             }
             let h = self.pcpu.header(cpu);
@@ -236,7 +233,7 @@ pub(crate) fn drain_cpu_locked(
                 z.empty_stopped(cpu, cap, &mut buf, Some(sess));
                 // Release: pairs with the Acquire of the next taker of the header lock taken
                 // above (`lock_header_as`), which sees the emptied stack.
-                h.lock.store(0, Ordering::Release);
+                h.lock.store(pcpu::UNLOCKED, Ordering::Release);
             }
         });
     }

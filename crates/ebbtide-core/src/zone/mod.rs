@@ -481,10 +481,7 @@ impl ZoneInner {
     /// Opens every CPU's stack in use to its current target cap (the others open on their CPU's
     /// first slow path: see `Pcpu::in_use`).
     pub(crate) fn open_all_caps(&self) {
-        for cpu in 0..self.pcpu.ncpu() {
-            if !self.pcpu.in_use(cpu) {
-                continue;
-            }
+        for cpu in self.pcpu.cpus_in_use() {
             let h = self.pcpu.header(cpu);
             let g = lock_header(h);
             self.pcpu.set_cap(&g, h, self.cap_for(cpu));
@@ -493,10 +490,7 @@ impl ZoneInner {
 
     /// Closes every CPU's stack to pushes (no fence needed: see `Pcpu::set_cap`).
     pub(crate) fn close_all_caps(&self) {
-        for cpu in 0..self.pcpu.ncpu() {
-            if !self.pcpu.in_use(cpu) {
-                continue;
-            }
+        for cpu in self.pcpu.cpus_in_use() {
             let h = self.pcpu.header(cpu);
             let g = lock_header(h);
             self.pcpu.set_cap(&g, h, 0);

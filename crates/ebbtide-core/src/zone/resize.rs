@@ -46,14 +46,11 @@ impl ZoneInner {
     pub(super) fn grow_at_miss(&self) -> bool {
         let cpu = self.pcpu.this_cpu();
         let d = self.pcpu.demand(cpu);
-        let s = Stack {
-            grown: 0,
-            ..self.sizing_stack(cpu, 0)
-        };
+        let s = self.sizing_stack(cpu, 0);
         // Underflows since the last pass (the low 32 bits suffice for "any").
         let under = (d.underflows.load(Ordering::Relaxed) as u32)
             .wrapping_sub(d.under_seen.load(Ordering::Relaxed));
-        let (slots, bytes) = sizing::grow_at_miss(&s, sizing::room(cpu), under > 0);
+        let (slots, bytes) = sizing::grow_at_miss(&s, under > 0);
         if slots > 0 && sizing::take_room(cpu, bytes) {
             // Relaxed: see `pcpu::Demand` (a pass storing the grant meanwhile wins).
             d.grant.fetch_add(slots, Ordering::Relaxed);
@@ -90,14 +87,14 @@ pub(crate) fn resize_locked(
                 return;
             }
             let d = z.pcpu.demand(cpu);
-            let total = d.underflows.load(Ordering::Relaxed) + d.overflows.load(Ordering::Relaxed);
+            let under = d.underflows.load(Ordering::Relaxed);
+            let total = under + d.overflows.load(Ordering::Relaxed);
             let misses = total.wrapping_sub(d.seen.swap(total, Ordering::Relaxed));
             d.interval_misses.store(misses, Ordering::Relaxed);
             d.interval_grown
                 .store(d.grown.swap(0, Ordering::Relaxed), Ordering::Relaxed);
-            let under = d.underflows.load(Ordering::Relaxed) as u32;
             d.interval_under.store(
-                under.wrapping_sub(d.under_seen.swap(under, Ordering::Relaxed)),
+                (under as u32).wrapping_sub(d.under_seen.swap(under as u32, Ordering::Relaxed)),
                 Ordering::Relaxed,
             );
             let s = z.sizing_stack(cpu, misses);

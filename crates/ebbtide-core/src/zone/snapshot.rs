@@ -181,10 +181,8 @@ impl ZoneInner {
     pub(super) fn validate(&self) -> Result<ZoneCheck, String> {
         // Count every CPU's stack exactly: stop, fence, count, reopen (items stay where they are).
         let mut pcpu_items = 0;
-        for cpu in 0..self.pcpu.ncpu() {
-            if !self.pcpu.in_use(cpu) {
-                continue; // empty, and its page unwritten (`Pcpu::in_use`)
-            }
+        // A stack not in use is empty, and its page unwritten (`Pcpu::in_use`).
+        for cpu in self.pcpu.cpus_in_use() {
             let h = self.pcpu.header(cpu);
             let _g = lock_header(h);
             let cap = h.cap.load(Ordering::Relaxed);
