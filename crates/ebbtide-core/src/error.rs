@@ -20,6 +20,8 @@ pub enum ConfigError {
     BadFlags { flags: u32, known: u32 },
     /// `max_items` is set together with a flag that contradicts it, or out of range.
     BadLimit { why: &'static str },
+    /// `bucket_items` is above the largest bucket, [`crate::BUCKET_MAX`] items.
+    BadBucket { items: u32, max: u32 },
 }
 
 impl fmt::Display for ConfigError {
@@ -40,6 +42,10 @@ impl fmt::Display for ConfigError {
                 flags & !known
             ),
             ConfigError::BadLimit { why } => write!(f, "invalid zone option 'max_items': {why}"),
+            ConfigError::BadBucket { items, max } => write!(
+                f,
+                "invalid zone option 'bucket_items': {items} (at most {max}; 0 = the size table's)"
+            ),
         }
     }
 }

@@ -184,6 +184,8 @@ pub mod zone;
 #[cfg(not(loom))]
 pub use arena::{owner_entry, owner_tag};
 #[cfg(not(loom))]
+pub use bucket::{bucket_size_for, BUCKET_MAX};
+#[cfg(not(loom))]
 pub use error::{AllocError, ConfigError, CreateError, InvalidFree, ZoneBusy};
 #[cfg(not(loom))]
 pub use keg::{mapped_bytes, released_bytes, InvalidKind};

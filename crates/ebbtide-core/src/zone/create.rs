@@ -44,7 +44,17 @@ impl Zone {
             keg = keg.keep_free_at_most((o.free_slabs_max_bytes / g.slab_size).max(1));
         }
         let geo = keg.geo;
-        let bmin = bucket::bucket_size_for(item_size);
+        if o.bucket_items > BUCKET_MAX {
+            return Err(ConfigError::BadBucket {
+                items: o.bucket_items,
+                max: BUCKET_MAX,
+            }
+            .into());
+        }
+        let bmin = match o.bucket_items {
+            0 => bucket::bucket_size_for(item_size),
+            n => n,
+        };
         let bmax = BUCKET_MAX;
         let pcpu = Pcpu::new(crate::pcpu::STORAGE_MAX, os::cpu_count())?;
         // Beside the tag of every chunk the keg will own: a `free` finds the stacks from the

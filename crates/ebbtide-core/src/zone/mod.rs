@@ -115,6 +115,12 @@ pub struct ZoneOptions<'a> {
     /// least one); a free that empties a slab beyond them gives its pages back at once.
     /// `usize::MAX` (default): all kept until a reclaim.
     pub free_slabs_max_bytes: usize,
+    /// A bucket's starting (and smallest) size in items, which also sets the floor of every
+    /// CPU's stack (two buckets); contention and the pressure rules move it as for any zone.
+    /// 0 (default): UMA's table, [`crate::bucket_size_for`] (8–16 KiB of items up to a
+    /// page). A malloc with a hundred size classes passes smaller buckets: the floors of its
+    /// classes are memory every CPU keeps.
+    pub bucket_items: u32,
     /// Call the runtime's [`crate::runtime::Hooks::before_create`] (default). A malloc creating
     /// its size-class zones inside an allocation turns it off: the hook may allocate and start
     /// threads, which must not happen there; such a runtime starts itself at load time.
@@ -139,6 +145,7 @@ impl<'a> ZoneOptions<'a> {
             reserve_items: 0,
             depot_max_items: u64::MAX,
             free_slabs_max_bytes: usize::MAX,
+            bucket_items: 0,
             runtime_hook: true,
         }
     }
@@ -176,6 +183,11 @@ impl<'a> ZoneOptions<'a> {
     }
     pub fn free_slabs_max_bytes(mut self, n: usize) -> Self {
         self.free_slabs_max_bytes = n;
+        self
+    }
+    /// See [`ZoneOptions::bucket_items`] (the field).
+    pub fn bucket_items(mut self, n: u32) -> Self {
+        self.bucket_items = n;
         self
     }
     /// Creates the zone without calling the runtime's `before_create` hook (see
