@@ -58,7 +58,13 @@
 //! 2. a full bucket from the depot (one item returned, the rest pushed onto this CPU's stack);
 //! 3. a bucket's worth imported from the keg: partial slabs, then free slabs, then lazy slabs
 //!    (given up without pressure, no fault unless the kernel took the page), then clean (given
-//!    back) slabs, then a new chunk; a failed mapping triggers DRAIN_CPU and one retry.
+//!    back) slabs, then a new chunk; a failed mapping triggers DRAIN_CPU and one retry. The
+//!    slabs give a bucket out in ascending address order and the stack is LIFO, so the bucket
+//!    is pushed reversed: a CPU hands a fresh slab out ascending, the order prefetchers follow.
+//!
+//! A bucket starts at UMA's size for the item size (8–16 KiB of items up to a page;
+//! `bucket_size_for`) or at `ZoneOptions::bucket_items` (the malloc's hundred classes take half:
+//! two buckets per stack are a floor every CPU keeps).
 //!
 //! Steps 2 and 3 are *misses* of this CPU's stack (underflows); a free that finds the stack full
 //! is one too (an overflow). The slow path counts them, per (zone, CPU), and a free that finds
