@@ -103,10 +103,10 @@
 //! `lazy_settle_ms`, `MADV_DONTNEED` after `lazy_decay_ms`, all of them at once when pressure
 //! comes ([`lazy`]); and a keg with a free-slab cap keeps what a free empties beyond it for
 //! 10 ms before giving it back (`keg.rs`, `EXCESS_DELAY_MS`; at once under pressure). Per-CPU
-//! capacity shrinks with them: a TRIM takes one bucket's worth of every stack's grant back, a
-//! DRAIN_CPU halves it, an idle stack loses all of it ([`sizing`]).
-//! A policy step that opens a squeeze
-//! window, turns buckets off and asks for DRAIN_CPU is one pass over the CPUs
+//! capacity shrinks with them: a TRIM takes a quarter of every stack's grant back (at least a
+//! bucket's worth), a DRAIN_CPU halves it, an idle stack loses all of it ([`sizing`]). A policy
+//! step that opens a squeeze window, turns buckets off and asks for DRAIN_CPU is one pass over
+//! the CPUs
 //! ([`reclaim::respond`]).
 //!
 //! ## Locks (outermost first) and who owns them

@@ -523,8 +523,8 @@ impl ZoneInner {
     }
 
     /// Low pressure (TRIM, and the DRAIN of Moderate): the bucket size steps down by one (UMA)
-    /// and every CPU's grant by one bucket's worth (`sizing::after_trim`). Caps follow on the next
-    /// slow path or resize pass.
+    /// and every CPU's grant by a quarter, at least a bucket's worth (`sizing::after_trim`). Caps
+    /// follow on the next slow path or resize pass.
     pub(crate) fn shrink_bucket_size(&self) {
         let bs = self.bucket_size.load(Ordering::Relaxed);
         if bs > self.bucket_min {
