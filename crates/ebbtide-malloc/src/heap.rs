@@ -162,8 +162,10 @@ fn publish_missing_constants() {
     for c in 0..NCLASSES {
         let z = ZONES[c].load(Ordering::Acquire);
         if !z.is_null() && CLASS_FAST[c].get_any().is_none() {
-            // SAFETY: a published zone, never destroyed.
-            CLASS_FAST[c].publish(unsafe { Zone::fast_consts_raw(z) });
+            // SAFETY: a published zone, never destroyed. A careful zone has no constants.
+            if let Some(f) = unsafe { Zone::fast_consts_raw(z) } {
+                CLASS_FAST[c].publish(f);
+            }
         }
     }
     for (i, slot) in TAG_FAST.iter().enumerate() {
@@ -178,7 +180,9 @@ fn publish_missing_constants() {
         if !z.is_null() && unsafe { Zone::tag_raw(z) } >> 1 == i as u64 && slot.get_any().is_none()
         {
             // SAFETY: as above.
-            slot.publish(unsafe { Zone::fast_consts_raw(z) });
+            if let Some(f) = unsafe { Zone::fast_consts_raw(z) } {
+                slot.publish(f);
+            }
         }
     }
 }
@@ -248,7 +252,8 @@ fn zone(c: usize) -> Get {
             let raw = zone.into_raw();
             // SAFETY: a zone just created, never destroyed.
             let tag = unsafe { Zone::tag_raw(raw) };
-            // SAFETY: as above.
+            // SAFETY: as above. None for a careful zone (checked mode): its entries stay empty
+            // and every call goes the zone's way.
             let consts = unsafe { Zone::fast_consts_raw(raw) };
             let i = (tag >> 1) as usize;
             if i < TAGS {
@@ -262,10 +267,12 @@ fn zone(c: usize) -> Get {
             // the same way after it (`FastSlot::publish`), so a thread that sees a tag's entry
             // also sees `ZONES[c]` (`free_resume_tag`).
             ZONES[c].store(raw, Ordering::Release);
-            if i < TAGS {
-                TAG_FAST[i].publish(consts);
+            if let Some(consts) = consts {
+                if i < TAGS {
+                    TAG_FAST[i].publish(consts);
+                }
+                CLASS_FAST[c].publish(consts);
             }
-            CLASS_FAST[c].publish(consts);
             Get::Zone(raw)
         }
         Err(e) => {
@@ -580,10 +587,9 @@ pub unsafe fn free(p: *mut u8) {
             // SAFETY: p is non-null and in a chunk whose tag is this zone's (the entry's key is
             // the tag's: tag 0, for addresses nobody owns, has no entry), and `hint` came with
             // that tag; the zone is published and never destroyed.
-            let how = unsafe { f.free_fast_owned(NonNull::new_unchecked(p), hint) };
-            if how != FastFree::Done {
-                // SAFETY: forwarded; `how` is what the fast path just returned.
-                unsafe { free_resume_tag(i, p, how) };
+            if !unsafe { f.free_fast_owned(NonNull::new_unchecked(p), hint) } {
+                // SAFETY: forwarded (the fast path changed nothing).
+                unsafe { free_again_tag(i, p) };
             }
             return;
         }
@@ -614,19 +620,30 @@ unsafe extern "C" fn free_tagged(p: *mut u8, tag: u64) {
     unsafe { free_other(p) }
 }
 
-/// [`free_resume`] for the zone of tag entry `i` (published: its [`TAG_FAST`] entry was).
+/// The whole free of `p` by the zone of tag entry `i` (published: its [`TAG_FAST`] entry was),
+/// after its fast path changed nothing: not an item, this CPU's stack full or closed, or an
+/// immediate double free. The zone's `free` checks and tries again and reports what was wrong
+/// (its fast path returns no reason: passing one cost `free` an instruction per outcome).
 ///
 /// # Safety
-/// As [`free_resume`].
+/// As [`free`]; `p` is in a chunk with the tag of entry `i`.
 #[cold]
 #[inline(never)]
-unsafe extern "C" fn free_resume_tag(i: usize, p: *mut u8, how: FastFree) {
+unsafe extern "C" fn free_again_tag(i: usize, p: *mut u8) {
     // Relaxed: `TAG_CLASS[i]` and `ZONES[c]` were stored before the tag's entry was published
     // (Release), which the caller saw (Acquire).
     let c = TAG_CLASS[i].load(Ordering::Relaxed) as usize - 1;
     let z = ZONES[c].load(Ordering::Relaxed);
-    // SAFETY: forwarded.
-    unsafe { free_resume(z, p, how) }
+    let e = errno();
+    // SAFETY: a published zone, never destroyed; p is non-null (its chunk has a tag).
+    if let Err(err) = unsafe { Zone::free_raw(z, NonNull::new_unchecked(p)) } {
+        report::bad_pointer(format_args!(
+            "free({p:p}) in '{}': {}; not applied",
+            err.zone.as_str(),
+            err.kind.describe()
+        ));
+    }
+    set_errno(e);
 }
 
 /// A free the zone's fast path did not finish.

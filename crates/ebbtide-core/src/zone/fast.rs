@@ -147,34 +147,14 @@ unsafe fn alloc_fast_in<const STATIC_OFF: bool>(f: &Fast) -> *mut u8 {
     unsafe { RseqRef::pop_in_place::<STATIC_OFF>(&f.pcpu) }
 }
 
-/// The body of [`FastConsts::free_fast_owned`]: `hint` is the zone's stacks' hint, read from
-/// the chunk map entry of `p`'s chunk with its tag.
-///
-/// # Safety
-/// `f` is the constants of a live zone; as [`Zone::free_raw`] for `p`, whose chunk's tag the
-/// caller found to be the zone's, and `hint` the hint of that chunk's entry.
-#[inline(always)]
-unsafe fn free_fast_owned_in(f: &Fast, p: NonNull<u8>, hint: u64) -> FastFree {
-    let is_item = f.is_item_in_chunk(p.as_ptr() as usize);
-    // SAFETY: forwarded; `is_item` is the item test within the chunk, which the caller's tag
-    // test completes; the hint is the zone's (its chunk's entry, whose tag is the zone's).
-    unsafe { push_if_item::<true>(f, p, is_item, Some(hint)) }
-}
-
-/// The rest of every fast free, once the item test is done (`is_item`): the careful test, then
-/// the push onto this CPU's stack (the offset as in `RseqRef::pop_in_place`; the stacks' base
-/// from `f`, or `hint` when the caller read it from the chunk map: `RseqRef::push_at`).
+/// The rest of [`Zone::free_fast_raw`], once the item test is done (`is_item`): the careful
+/// test, then the push onto this CPU's stack (the offset as in `RseqRef::pop_in_place`).
 ///
 /// # Safety
 /// `f` is the constants of a live zone; as [`Zone::free_raw`] for `p`; `is_item` is true only
-/// if `p` is the start of an item of the zone; `hint`, if given, is the zone's stacks' hint.
+/// if `p` is the start of an item of the zone.
 #[inline(always)]
-unsafe fn push_if_item<const STATIC_OFF: bool>(
-    f: &Fast,
-    p: NonNull<u8>,
-    is_item: bool,
-    hint: Option<u64>,
-) -> FastFree {
+unsafe fn push_if_item(f: &Fast, p: NonNull<u8>, is_item: bool) -> FastFree {
     if unlikely(!is_item) {
         return FastFree::Invalid;
     }
@@ -182,14 +162,8 @@ unsafe fn push_if_item<const STATIC_OFF: bool>(
         return FastFree::Careful;
     }
     // SAFETY: careful == 0: rseq mode; the item passed the check. In-place form: as in
-    // `alloc_fast_in`; `push_at` with the zone's hint (caller).
-    let pushed = unsafe {
-        match hint {
-            Some(h) => RseqRef::push_at::<STATIC_OFF>(&f.pcpu, h, p.as_ptr()),
-            None => RseqRef::push_in_place::<STATIC_OFF>(&f.pcpu, p.as_ptr()),
-        }
-    };
-    match pushed {
+    // `alloc_fast_in`.
+    match unsafe { RseqRef::push_in_place::<false>(&f.pcpu, p.as_ptr()) } {
         Push::Done => FastFree::Done,
         Push::Full => FastFree::Full,
         Push::Duplicate => FastFree::Duplicate,
@@ -204,35 +178,52 @@ unsafe fn push_if_item<const STATIC_OFF: bool>(
 ///
 /// Plain data (no interior mutability); valid as long as the zone it was copied from
 /// ([`Zone::fast_consts_raw`]) is not destroyed. The slow paths still need the zone itself.
+///
+/// Only a zone whose fast paths apply has them: a careful zone (hooks, checked, zeroing,
+/// locked mode: fixed at creation) has none, so these paths skip the careful test — two
+/// instructions on each, and on `free` the reason codes of `FastFree` too: `live_small` and
+/// `pair_mixed` of the malloc suite ran 5–6 % faster for the ten instructions
+/// (docs/benchmarks.md, "Fewer instructions on the malloc's fast paths").
 #[derive(Clone, Copy)]
 #[repr(transparent)]
 pub struct FastConsts(Fast);
 
 impl FastConsts {
     /// [`Zone::alloc_fast_raw`] of the zone these constants were copied from: an item from
-    /// this CPU's stack, or null (stack empty, or a careful zone).
+    /// this CPU's stack, or null (stack empty).
     ///
     /// # Safety
     /// The zone must not be destroyed.
     #[inline(always)]
     pub unsafe fn alloc_fast(&self) -> *mut u8 {
-        // SAFETY: forwarded.
-        unsafe { alloc_fast_in::<true>(&self.0) }
+        debug_assert_eq!(self.0.careful, 0);
+        // SAFETY: constants exist only for a zone that is not careful (`fast_consts_raw`):
+        // rseq mode. In-place form: as in `alloc_fast_in`.
+        unsafe { RseqRef::pop_in_place::<true>(&self.0.pcpu) }
     }
 
-    /// [`Zone::free_fast_raw`] of the zone these constants were copied from, for a caller that
-    /// has already read the entry of the chunk holding `p` ([`crate::owner_entry`]) and found
-    /// its tag to be this zone's ([`FastConsts::tag`]), as a malloc's `free` does to find the
-    /// zone: the arena and tag tests are not repeated, only the item test within the chunk, and
-    /// the push finds the stacks from the entry's `hint` (`arena.rs`, "The hint"). Returns as
-    /// `free_fast_raw`, and [`Zone::free_raw_resume`] finishes from there.
+    /// The fast path of [`Zone::free_raw`] for the zone these constants were copied from, for a
+    /// caller that has already read the entry of the chunk holding `p` ([`crate::owner_entry`])
+    /// and found its tag to be this zone's ([`FastConsts::tag`]), as a malloc's `free` does to
+    /// find the zone: the arena and tag tests are not repeated, only the item test within the
+    /// chunk, and the push finds the stacks from the entry's `hint` (`arena.rs`, "The hint").
+    /// True when `p` is on this CPU's stack; false changed nothing (not an item, the stack full
+    /// or closed, or `p` its top: an immediate double free), and [`Zone::free_raw`] then does
+    /// the whole free, reporting what was wrong.
     ///
     /// # Safety
     /// As [`Zone::free_raw`] for that zone; `owner_entry(p)` must be `(its tag, hint)`.
     #[inline(always)]
-    pub unsafe fn free_fast_owned(&self, p: NonNull<u8>, hint: u64) -> FastFree {
-        // SAFETY: forwarded.
-        unsafe { free_fast_owned_in(&self.0, p, hint) }
+    pub unsafe fn free_fast_owned(&self, p: NonNull<u8>, hint: u64) -> bool {
+        debug_assert_eq!(self.0.careful, 0);
+        if unlikely(!self.0.is_item_in_chunk(p.as_ptr() as usize)) {
+            return false;
+        }
+        // SAFETY: constants exist only for a zone that is not careful (`fast_consts_raw`): rseq
+        // mode; `p` passed the item test within the chunk, which the caller's tag test
+        // completes; the hint is the zone's (its chunk's entry, whose tag is the zone's).
+        let pushed = unsafe { RseqRef::push_at::<true>(&self.0.pcpu, hint, p.as_ptr()) };
+        matches!(pushed, Push::Done)
     }
 
     /// The word the chunk map entries of this zone's chunks carry beside the tag (its per-CPU
@@ -325,17 +316,20 @@ impl Zone {
         let is_item = f.is_item(p.as_ptr() as usize);
         // SAFETY: forwarded; `is_item` is the full item test. The zone's own offset: the C API
         // has the zone in a register (see `RseqRef::pop_in_place`).
-        unsafe { push_if_item::<false>(f, p, is_item, None) }
+        unsafe { push_if_item(f, p, is_item) }
     }
 
     /// A copy of the fast-path constants of a raw zone, for a caller that keeps them in its own
-    /// table ([`FastConsts`]).
+    /// table ([`FastConsts`]); `None` for a careful zone (hooks, checked, zeroing, locked mode),
+    /// whose every operation takes the careful path: such a caller leaves its entry empty and
+    /// goes the zone's way ([`Zone::alloc_raw`], [`Zone::free_raw`]).
     ///
     /// # Safety
     /// As [`Zone::alloc_raw`].
-    pub unsafe fn fast_consts_raw(z: *mut c_void) -> FastConsts {
+    pub unsafe fn fast_consts_raw(z: *mut c_void) -> Option<FastConsts> {
         // SAFETY: a live zone (caller's guarantee).
-        FastConsts(unsafe { (*z.cast::<ZoneInner>()).fast })
+        let f = unsafe { (*z.cast::<ZoneInner>()).fast };
+        (f.careful == 0).then_some(FastConsts(f))
     }
 
     /// Finishes a free that [`Zone::free_fast_raw`] did not complete, from where it stopped
