@@ -355,9 +355,10 @@ pub fn free_slabs_max_bytes(size: usize) -> usize {
     }
 }
 
-/// The bucket of a class of `size`-byte blocks, in items (0: the core's table, UMA's): 4–8 KiB of
-/// blocks from 16 B up to 2 KiB, half of UMA's 8–16 KiB, in the core's bucket capacities (254,
-/// 126, … 4; the 8-byte class has the largest, 254 blocks).
+/// The bucket of a class of `size`-byte blocks, in items (0: the core's table, UMA's): up to
+/// 2 KiB, the bucket UMA's table gives a block twice as large — half the bytes, 4–8 KiB of
+/// blocks from 16 B on, in the core's bucket capacities (254, 126, … 4; at least 4, and the
+/// 8-byte class has the largest, 254 blocks).
 ///
 /// Every CPU a class runs on keeps a floor of two buckets in its stack, and a program touches
 /// tens of the hundred classes: with UMA's buckets `prodcons` (a producer's and a consumer's
@@ -366,15 +367,10 @@ pub fn free_slabs_max_bytes(size: usize) -> usize {
 /// (docs/benchmarks.md, "Half-size buckets for the malloc"). tcmalloc moves at most 32 blocks
 /// per transfer, jemalloc's thread caches hold at most 200 a class.
 pub fn bucket_items(size: usize) -> u32 {
-    match size {
-        0..=32 => 254,
-        33..=64 => 126,
-        65..=128 => 62,
-        129..=256 => 30,
-        257..=512 => 16,
-        513..=1024 => 8,
-        1025..=2048 => 4,
-        _ => 0,
+    if size <= 2048 {
+        ebbtide_core::bucket_size_for(2 * size).max(4)
+    } else {
+        0
     }
 }
 
