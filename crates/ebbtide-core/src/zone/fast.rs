@@ -387,6 +387,42 @@ impl Zone {
 mod tests {
     use super::item_check;
     use crate::slab::Geometry;
+    use crate::zone::{Zone, ZoneFlags, ZoneOptions};
+    use core::ptr::NonNull;
+
+    /// A careful zone has no fast-path constants (their paths skip the careful test); a plain
+    /// zone's constants allocate and free through them.
+    #[test]
+    fn only_a_zone_that_is_not_careful_has_fast_constants() {
+        let careful = Zone::new(ZoneOptions::new("consts-checked", 64).flags(ZoneFlags::CHECKED))
+            .unwrap()
+            .into_raw();
+        // SAFETY: a live zone, never destroyed in this test.
+        assert!(unsafe { Zone::fast_consts_raw(careful) }.is_none());
+        let plain = Zone::new(ZoneOptions::new("consts-plain", 64))
+            .unwrap()
+            .into_raw();
+        // SAFETY: as above.
+        let f = unsafe { Zone::fast_consts_raw(plain) }.expect("a plain zone has constants");
+        // SAFETY: as above. The first allocation of a fresh zone misses (empty stack): the slow
+        // path fills the stack, then the constants' fast path serves.
+        let p = unsafe { Zone::alloc_raw(plain) }.unwrap();
+        let q = unsafe { f.alloc_fast() };
+        assert!(
+            !q.is_null(),
+            "the stack the slow path filled serves the fast path"
+        );
+        let (tag, hint) = crate::owner_entry(q as usize);
+        assert_eq!(tag, f.tag());
+        // SAFETY: q is an item of this zone, its chunk's entry read just now; freed once.
+        assert!(unsafe { f.free_fast_owned(NonNull::new(q).unwrap(), hint) });
+        // Not an item start: refused, nothing changed.
+        // SAFETY: an address inside p's item; the fast path only tests it.
+        let inside = unsafe { NonNull::new_unchecked(p.as_ptr().add(8)) };
+        assert!(!unsafe { f.free_fast_owned(inside, hint) });
+        // SAFETY: p is an item of this zone, freed once.
+        unsafe { Zone::free_raw(plain, p).unwrap() };
+    }
 
     /// The one-compare item test agrees with "multiple of the size, below the last item" at every
     /// offset of the slab, for every 8-aligned size up to 4 KiB and a spread of larger ones.
