@@ -28,7 +28,7 @@ use core::ffi::c_void;
 use core::mem::MaybeUninit;
 use core::ptr::{self, NonNull};
 use ebbtide_core::zone::{FastConsts, FastFree};
-use ebbtide_core::{Zone, ZoneOptions};
+use ebbtide_core::{InvalidFree, Zone, ZoneOptions};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 /// Requests up to this many bytes take a size class; above it a block of the page heap
@@ -630,16 +630,10 @@ unsafe extern "C" fn free_again_tag(i: usize, p: *mut u8) {
     // (Release), which the caller saw (Acquire).
     let c = TAG_CLASS[i].load(Ordering::Relaxed) as usize - 1;
     let z = ZONES[c].load(Ordering::Relaxed);
-    let e = errno();
     // SAFETY: a published zone, never destroyed; p is non-null (its chunk has a tag).
-    if let Err(err) = unsafe { Zone::free_raw(z, NonNull::new_unchecked(p)) } {
-        report::bad_pointer(format_args!(
-            "free({p:p}) in '{}': {}; not applied",
-            err.zone.as_str(),
-            err.kind.describe()
-        ));
-    }
-    set_errno(e);
+    zone_free_reported(p, || unsafe {
+        Zone::free_raw(z, NonNull::new_unchecked(p))
+    });
 }
 
 /// A free the zone's fast path did not finish.
@@ -649,9 +643,17 @@ unsafe extern "C" fn free_again_tag(i: usize, p: *mut u8) {
 #[cold]
 #[inline(never)]
 pub unsafe extern "C" fn free_resume(z: *mut c_void, p: *mut u8, how: FastFree) {
-    let e = errno();
     // SAFETY: forwarded from the caller.
-    if let Err(err) = unsafe { Zone::free_raw_resume(z, NonNull::new_unchecked(p), how) } {
+    zone_free_reported(p, || unsafe {
+        Zone::free_raw_resume(z, NonNull::new_unchecked(p), how)
+    });
+}
+
+/// The zone's part of a `free` of `p` past its fast path (`free_zone`): `errno` kept (C's
+/// `free` never changes it), a pointer the zone refused reported (nothing was applied).
+fn zone_free_reported(p: *mut u8, free_zone: impl FnOnce() -> Result<(), InvalidFree>) {
+    let e = errno();
+    if let Err(err) = free_zone() {
         report::bad_pointer(format_args!(
             "free({p:p}) in '{}': {}; not applied",
             err.zone.as_str(),

@@ -132,19 +132,20 @@ pub(super) unsafe fn free_with(f: &Fast, z: &ZoneInner, p: NonNull<u8>) -> Resul
     z.free_careful(p.as_ptr())
 }
 
-/// The body of [`Zone::alloc_fast_raw`] and [`FastConsts::alloc_fast`].
+/// The body of [`Zone::alloc_fast_raw`] (the zone's own offset: the C API has the zone in a
+/// register; see `RseqRef::pop_in_place`).
 ///
 /// # Safety
 /// `f` is the constants of a live zone.
 #[inline(always)]
-unsafe fn alloc_fast_in<const STATIC_OFF: bool>(f: &Fast) -> *mut u8 {
+unsafe fn alloc_fast_in(f: &Fast) -> *mut u8 {
     if f.careful != 0 {
         return ptr::null_mut();
     }
     // SAFETY: careful == 0: rseq mode. The in-place form reads the CPU count and base inside
     // the section: a C call keeps nothing in registers, and fewer live registers spare the
     // entry point a save and restore.
-    unsafe { RseqRef::pop_in_place::<STATIC_OFF>(&f.pcpu) }
+    unsafe { RseqRef::pop_in_place::<false>(&f.pcpu) }
 }
 
 /// The rest of [`Zone::free_fast_raw`], once the item test is done (`is_item`): the careful
@@ -300,7 +301,7 @@ impl Zone {
     #[inline(always)]
     pub unsafe fn alloc_fast_raw(z: *mut c_void) -> *mut u8 {
         // SAFETY: a live zone (caller's guarantee).
-        unsafe { alloc_fast_in::<false>(&(*z.cast::<ZoneInner>()).fast) }
+        unsafe { alloc_fast_in(&(*z.cast::<ZoneInner>()).fast) }
     }
 
     /// Only the fast path of [`Zone::free_raw`]: [`FastFree::Done`] when `p` passed the item
