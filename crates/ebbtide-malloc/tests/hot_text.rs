@@ -1,0 +1,215 @@
+//! The library's hot functions together (`hot-text.txt`, `build.rs`): the layout that keeps
+//! a preloaded program's share of the library's text small.
+//!
+//! * the built library has a `.text.hot` section, 64-byte aligned throughout, holding the C
+//!   entry points (each at the start of a cache line), the PLT and the rseq abort handlers;
+//! * the list names functions that exist: nearly every name of the project's own crates in
+//!   `hot-text.txt` matches a symbol of the build (a rename would otherwise drop it silently);
+//! * a program that preloads the library keeps less than half of the library's executable
+//!   pages resident (nearly all of them before: the kernel maps every cached page within
+//!   64 KiB of a touched one, and start-up touched functions all over the text).
+//!
+//! The library is the release build (`cargo build --release -p ebbtide-malloc` into this test's
+//! target directory, about 10 s): the list is made for it, and a build without link-time
+//! optimisation runs other, uninlined helpers. `readelf` and `nm` are binutils', which the link
+//! itself needs.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// `libebbtide_malloc.so` as released, built once per test process.
+fn lib() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        // .../target/<profile>/deps/hot_text-HASH → .../target
+        let exe = std::env::current_exe().unwrap();
+        let target = exe.parent().unwrap().parent().unwrap().parent().unwrap();
+        let out = Command::new(env!("CARGO"))
+            .args(["build", "--release", "-p", "ebbtide-malloc", "--target-dir"])
+            .arg(target)
+            .current_dir(support::root())
+            .output()
+            .expect("run cargo");
+        assert!(
+            out.status.success(),
+            "cargo build --release -p ebbtide-malloc failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        target.join("release/libebbtide_malloc.so")
+    })
+}
+
+fn tool(name: &str, args: &[&str], lib: &Path) -> String {
+    let out = Command::new(name)
+        .args(args)
+        .arg(lib)
+        .output()
+        .unwrap_or_else(|e| panic!("run {name} (Debian package binutils): {e}"));
+    assert!(
+        out.status.success(),
+        "{name} {args:?} {} failed",
+        lib.display()
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// (address, size, alignment) of a section by name.
+fn section(lib: &Path, name: &str) -> Option<(u64, u64, u64)> {
+    for line in tool("readelf", &["-SW"], lib).lines() {
+        // "  [15] .text.hot  PROGBITS  00000000000352c0 0342c0 03dd2a 00  AX  0   0 64"
+        let Some(rest) = line.trim_start().strip_prefix('[') else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() >= 10 && f[1] == name {
+            let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
+            return Some((hex(f[3]), hex(f[5]), f[f.len() - 1].parse().unwrap()));
+        }
+    }
+    None
+}
+
+/// Every defined symbol: (address, name).
+fn symbols(lib: &Path) -> Vec<(u64, String)> {
+    tool("nm", &[], lib)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3).then(|| (u64::from_str_radix(f[0], 16).unwrap(), f[2].to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn entry_points_plt_and_rseq_handlers_are_in_the_hot_section() {
+    let lib = lib();
+    let (lo, size, align) = section(lib, ".text.hot").unwrap_or_else(|| {
+        panic!(
+            "{} has no .text.hot section: build.rs's linker script was not applied",
+            lib.display()
+        )
+    });
+    assert_eq!(
+        align, 64,
+        ".text.hot's input sections are 64-byte aligned (SUBALIGN)"
+    );
+    let hi = lo + size;
+    assert!(
+        section(lib, ".plt").is_none(),
+        "the PLT has a section of its own instead of ending .text.hot"
+    );
+    assert!(
+        section(lib, "__rseq_failure").is_none(),
+        "the rseq abort handlers have a section of their own instead of ending .text.hot"
+    );
+    let syms = symbols(lib);
+    for name in [
+        "malloc",
+        "free",
+        "calloc",
+        "realloc",
+        "posix_memalign",
+        "aligned_alloc",
+        "malloc_usable_size",
+        "__libc_malloc",
+        "__libc_free",
+        "_Znwm",
+        "_ZdlPv",
+    ] {
+        let (a, _) = syms
+            .iter()
+            .find(|(_, n)| n == name)
+            .unwrap_or_else(|| panic!("{name} is not defined"));
+        assert!(
+            (lo..hi).contains(a),
+            "{name} at {a:#x} is outside .text.hot ({lo:#x}..{hi:#x})"
+        );
+        assert_eq!(a % 64, 0, "{name} at {a:#x} does not start a cache line");
+    }
+}
+
+#[test]
+fn the_list_names_functions_of_the_build() {
+    let lib = lib();
+    let list = std::fs::read_to_string(support::root().join("crates/ebbtide-malloc/hot-text.txt"))
+        .unwrap();
+    let syms = symbols(lib);
+    // The project's own crates (legacy mangling: `_ZN` + length + crate name); std's names
+    // depend on the toolchain and are not checked.
+    let own: Vec<&str> = list
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix("_ZN")
+                .map(|r| r.trim_start_matches(|c: char| c.is_ascii_digit()))
+                .is_some_and(|r| r.starts_with("ebbtide"))
+        })
+        .collect();
+    assert!(
+        own.len() > 100,
+        "hot-text.txt names {} functions of ours",
+        own.len()
+    );
+    let missing: Vec<&&str> = own
+        .iter()
+        .filter(|n| !syms.iter().any(|(_, s)| s.starts_with(**n)))
+        .collect();
+    // A function that a change inlines everywhere disappears from the build; a few such are
+    // harmless. More than 5 % gone is a stale list.
+    assert!(
+        missing.len() * 20 <= own.len(),
+        "{} of hot-text.txt's {} names of our crates match no symbol (stale after a rename? \
+         regenerate with scripts/hot-text.sh): {missing:?}",
+        missing.len(),
+        own.len()
+    );
+}
+
+/// Rss and Size (kB) of the library's executable mappings in a process.
+fn exec_rss(pid: u32, lib: &Path) -> (u64, u64) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let lib = lib.canonicalize().unwrap();
+    let (mut rss, mut size, mut ours) = (0, 0, false);
+    for line in smaps.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.first()
+            .is_some_and(|r| r.contains('-') && !r.ends_with(':'))
+            && f.len() >= 5
+        {
+            ours = f.len() >= 6 && f[1].contains('x') && Path::new(f[5]) == lib;
+        } else if ours && f.len() == 3 && f[0] == "Size:" {
+            size += f[1].parse::<u64>().unwrap();
+        } else if ours && f.len() == 3 && f[0] == "Rss:" {
+            rss += f[1].parse::<u64>().unwrap();
+        }
+    }
+    (rss, size)
+}
+
+#[test]
+fn a_preloaded_program_keeps_less_than_half_of_the_text_resident() {
+    let lib = lib();
+    let mut cmd = support::command("sleep");
+    cmd.arg("5").env("LD_PRELOAD", lib);
+    let mut child = cmd.spawn().expect("run sleep");
+    // Start-up (the runtime's thread, its pressure sources) is over well within a second.
+    std::thread::sleep(Duration::from_millis(1000));
+    let (rss, size) = exec_rss(child.id(), lib);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        size > 0,
+        "no executable mapping of {} in sleep",
+        lib.display()
+    );
+    eprintln!("sleep: {rss} of {size} kB of the library's executable mapping resident");
+    assert!(
+        rss * 2 < size,
+        "{rss} of {size} kB of the library's text resident in `sleep`: the hot functions are \
+         spread (scripts/hot-text.sh lists those outside .text.hot)"
+    );
+}

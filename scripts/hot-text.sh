@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Finds functions of libebbtide_malloc.so that programs run outside its `.text.hot` section
+# (crates/ebbtide-malloc/hot-text.txt, build.rs): each program runs with the library preloaded
+# under `perf record -e exceptions:page_fault_user`, and every instruction fetch that faulted a
+# page of the library outside `.text.hot` is a function to add to hot-text.txt (the first call
+# into each 64 KiB window of the text faults; the kernel maps the rest of the window with it).
+# Faults in the 64 KiB windows that `.text.hot` overlaps are not counted. Add the names
+# printed (their hash suffix already cut), rebuild, run again until only functions that few
+# programs run are left.
+#
+# usage: scripts/hot-text.sh [LIB]   (default: cargo build --release -p ebbtide-malloc's)
+# needs: perf, root (or perf_event_paranoid <= 1), python3, binutils; the suite's C driver is
+# compiled on the way. Output: programs-that-faulted  window(64 KiB)  name-to-add.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ $# -ge 1 ]; then
+  lib=$(realpath "$1")
+else
+  cargo build -q --release -p ebbtide-malloc
+  lib=$PWD/target/release/libebbtide_malloc.so
+fi
+command -v perf > /dev/null || { echo "hot-text.sh: perf not found (Debian package linux-perf)" >&2; exit 1; }
+readelf -SW "$lib" | grep -q ' \.text\.hot ' || { echo "hot-text.sh: $lib has no .text.hot section (built with EBBTIDE_HOT_TEXT=off?)" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cc -O2 -std=c11 -pthread -o "$work/mallocbench" benches/c/malloc/mallocbench.c -ldl -lm
+
+: > "$work/faults"
+trace() {
+  perf record -q -e exceptions:page_fault_user -o "$work/perf.data" -- \
+    env LD_PRELOAD="$lib" "$@" > /dev/null 2>&1 || true
+  perf script -i "$work/perf.data" --show-mmap-events 2> /dev/null > "$work/script"
+  python3 - "$lib" "$work/script" "$1" >> "$work/faults" << 'PY'
+import bisect, re, subprocess, sys
+lib, script, prog = sys.argv[1], sys.argv[2], sys.argv[3].split('/')[-1]
+lines = open(script).read().split('\n')
+maps = [re.search(r'\[(0x[0-9a-f]+)\((0x[0-9a-f]+)\) @ (0x[0-9a-f]+|0) .*r-xp (\S+)', l) for l in lines]
+maps = [m for m in maps if m and m.group(4) == lib]
+if not maps:
+    sys.exit(0)
+start, size, pgoff = (int(maps[0].group(i), 16) for i in (1, 2, 3))
+delta = hot = None
+for l in subprocess.run(['readelf', '-lSW', lib], capture_output=True, text=True).stdout.split('\n'):
+    p = l.split()
+    if p and p[0] == 'LOAD' and 'E' in p[6:-1]:
+        delta = (int(p[2], 16) & ~0xfff) - (int(p[1], 16) & ~0xfff)
+    m = re.search(r'\.text\.hot\s+PROGBITS\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)', l)
+    if m:
+        hot = (int(m.group(1), 16), int(m.group(1), 16) + int(m.group(2), 16))
+syms = []
+for l in subprocess.run(['nm', lib], capture_output=True, text=True).stdout.split('\n'):
+    p = l.split(None, 2)
+    if len(p) == 3 and p[1] in 'tT':
+        syms.append((int(p[0], 16), p[2]))
+syms.sort()
+keys = [a for a, _ in syms]
+for l in lines:
+    m = re.search(r'address=0x([0-9a-f]+) ip=0x[0-9a-f]+ error_code=0x14', l)
+    if not m:
+        continue
+    a = int(m.group(1), 16)
+    if not start <= a < start + size:
+        continue
+    va = a - start + pgoff + delta
+    if hot[0] >> 16 <= va >> 16 <= (hot[1] - 1) >> 16:
+        continue  # a window .text.hot is in anyway
+    name = syms[bisect.bisect_right(keys, va) - 1][1]
+    name = re.sub(r'17h[0-9a-f]{16}E$', '', re.sub(r'\.llvm\.\d+$', '', name))
+    print(f'{va >> 16}\t{name}\t{prog}')
+PY
+}
+
+trace /bin/true
+trace ls -la /
+trace sleep 1.5
+trace python3 -c 'import json; print(json.dumps([1, 2]))'
+for c in pair_small pair_mixed live_small live_mixed prodcons larson realloc_grow large \
+  thread_churn fragmentation; do
+  trace "$work/mallocbench" --case "$c" --scale 0.05
+done
+sort "$work/faults" | awk -F'\t' '{k=$1"\t"$2; n[k]++; p[k]=p[k]" "$3} END {for (k in n) print n[k]"\t"k"\t"p[k]}' |
+  sort -k1,1nr -k2,2n
