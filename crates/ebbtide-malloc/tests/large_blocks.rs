@@ -1,9 +1,9 @@
 //! Blocks above the size classes (the page heap, `pageheap.rs`, and the block table,
 //! `huge.rs`) through the C names, in process: memory freed as one size serves another without
-//! page faults; the cached runs go back on `malloc_trim`, a squeeze and the idle pass, a
-//! pressure trim keeps only what was reused, and
-//! count in `mallinfo2` and the core's cached bytes; `realloc` keeps contents in place and
-//! when it moves.
+//! page faults; freed space that nothing takes again goes back at the free (beyond
+//! `DIRTY_FLOOR`); the cached runs go back on `malloc_trim`, a squeeze and the idle pass, a
+//! pressure trim keeps only what was reused, and they count in `mallinfo2` and the core's
+//! cached bytes; `realloc` keeps contents in place and when it moves.
 //!
 //! The tests share the process's one page heap, so they run one at a time (`SERIAL`). Every
 //! block goes through `black_box`: the compiler knows `malloc` and `free` by name and removes
@@ -141,7 +141,15 @@ fn cached_runs_go_back_on_trim_squeeze_and_idle() {
     let _s = alone();
     // SAFETY: every block is used within its size and freed once.
     unsafe {
-        // malloc_trim (DRAIN_CPU): everything cached goes.
+        // malloc_trim (DRAIN_CPU): everything cached goes. What is cached is what a program
+        // reuses: a first round of blocks freed (given back at the free, nothing had taken
+        // freed space again), a second round in the same space, freed and kept.
+        let guard0 = malloc(64 * K + 1);
+        let first: Vec<*mut u8> = (0..8).map(|_| malloc(2 * M)).collect();
+        let guard1 = malloc(64 * K + 1); // the first round's runs stay below top
+        for &p in &first {
+            free(p);
+        }
         let blocks: Vec<*mut u8> = (0..8).map(|_| malloc(2 * M)).collect();
         for &p in &blocks {
             touch(p, 2 * M, 5);
@@ -165,8 +173,11 @@ fn cached_runs_go_back_on_trim_squeeze_and_idle() {
         for &p in &blocks {
             assert_eq!(resident(p, 2 * M), 0, "freed runs given back");
         }
+        free(guard0);
+        free(guard1);
 
-        // A squeeze drains, and a block freed inside it is not kept.
+        // A squeeze drains, and a block freed inside it is not kept. (The space of the blocks
+        // above was reused within this period or the last: a 3 MiB block freed is kept.)
         let a = malloc(3 * M);
         let b = malloc(3 * M);
         touch(a, 3 * M, 6);
@@ -206,8 +217,9 @@ fn a_pressure_trim_keeps_only_what_was_reused() {
         let now = ebbtide_core::os::now_ns();
         huge::HugeCache.periodic(now);
         huge::HugeCache.periodic(now);
-        // A burst freed just now, that nobody took again: a Low pressure's trim (the request
-        // the reclaim thread makes) gives it all back though none of it is idle yet.
+        // A burst freed just now, that nobody took again: given back at the frees beyond
+        // `DIRTY_FLOOR`, and a Low pressure's trim (the request the reclaim thread makes) gives
+        // the rest back though none of it is idle yet.
         let blocks: Vec<*mut u8> = (0..6).map(|_| malloc(M)).collect();
         let guard = malloc(64 * K + 1);
         for &p in &blocks {
@@ -216,7 +228,15 @@ fn a_pressure_trim_keeps_only_what_was_reused() {
         for &p in &blocks {
             free(p);
         }
-        assert!(huge::cached_bytes() >= 6 * M);
+        assert!(
+            huge::cached_bytes() <= pageheap::DIRTY_FLOOR,
+            "{} kept of 6 MiB nobody reused",
+            huge::cached_bytes()
+        );
+        assert!(
+            blocks.iter().map(|&p| resident(p, M)).sum::<usize>() <= pageheap::DIRTY_FLOOR / page(),
+            "given back at the frees"
+        );
         ebbtide_core::reclaim::reclaim_all(ebbtide_core::reclaim::Request::Trim);
         assert_eq!(huge::cached_bytes(), 0, "nothing reused: nothing kept");
         for &p in &blocks {
@@ -227,7 +247,7 @@ fn a_pressure_trim_keeps_only_what_was_reused() {
         touch(a, 2 * M, 4);
         free(a);
         for _ in 0..3 {
-            let b = malloc(2 * M); // from the dirty run a left
+            let b = malloc(2 * M); // from the run a left (clean: its free gave it back, then dirty)
             touch(b, 2 * M, 5);
             free(b);
         }
