@@ -24,23 +24,7 @@ use std::time::Duration;
 /// `libebbtide_malloc.so` as released, built once per test process.
 fn lib() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        // .../target/<profile>/deps/hot_text-HASH → .../target
-        let exe = std::env::current_exe().unwrap();
-        let target = exe.parent().unwrap().parent().unwrap().parent().unwrap();
-        let out = Command::new(env!("CARGO"))
-            .args(["build", "--release", "-p", "ebbtide-malloc", "--target-dir"])
-            .arg(target)
-            .current_dir(support::root())
-            .output()
-            .expect("run cargo");
-        assert!(
-            out.status.success(),
-            "cargo build --release -p ebbtide-malloc failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        target.join("release/libebbtide_malloc.so")
-    })
+    LIB.get_or_init(|| support::build_lib("release", "release"))
 }
 
 fn tool(name: &str, args: &[&str], lib: &Path) -> String {
@@ -107,19 +91,8 @@ fn entry_points_plt_and_rseq_handlers_are_in_the_hot_section() {
         "the rseq abort handlers have a section of their own instead of ending .text.hot"
     );
     let syms = symbols(lib);
-    for name in [
-        "malloc",
-        "free",
-        "calloc",
-        "realloc",
-        "posix_memalign",
-        "aligned_alloc",
-        "malloc_usable_size",
-        "__libc_malloc",
-        "__libc_free",
-        "_Znwm",
-        "_ZdlPv",
-    ] {
+    let others = ["__libc_malloc", "__libc_free", "_Znwm", "_ZdlPv"];
+    for &name in support::C_NAMES.iter().chain(&others) {
         let (a, _) = syms
             .iter()
             .find(|(_, n)| n == name)

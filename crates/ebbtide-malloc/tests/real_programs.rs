@@ -44,7 +44,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use support::{
     command, compile, installed, lib, no_ebbtide_messages, program, run, same_as_glibc, scratch,
-    Malloc, Run,
+    Malloc, Run, C_NAMES,
 };
 
 const PYTHON: &str = "/usr/bin/python3";
@@ -913,17 +913,6 @@ fn assert_bound_to_ebbtide(
         );
     }
 }
-
-/// The allocation functions a C program and the C library inside it call.
-const C_NAMES: &[&str] = &[
-    "malloc",
-    "free",
-    "calloc",
-    "realloc",
-    "posix_memalign",
-    "aligned_alloc",
-    "malloc_usable_size",
-];
 
 #[test]
 fn symbols_bind_to_ebbtide() {

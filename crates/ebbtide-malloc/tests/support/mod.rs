@@ -56,33 +56,48 @@ pub fn program(name: &str) -> PathBuf {
 /// directory) and returns its path.
 pub fn lib() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        // .../target/<profile>/deps/real_programs-HASH → .../target
-        let exe = std::env::current_exe().unwrap();
-        let target = exe.parent().unwrap().parent().unwrap().parent().unwrap();
-        let out = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-p",
-                "ebbtide-malloc",
-                "--profile",
-                "test",
-                "--target-dir",
-            ])
-            .arg(target)
-            .current_dir(root())
-            .output()
-            .expect("run cargo");
-        assert!(
-            out.status.success(),
-            "cargo build -p ebbtide-malloc failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let lib = target.join("debug/libebbtide_malloc.so");
-        assert!(lib.exists(), "{} missing after the build", lib.display());
-        lib
-    })
+    LIB.get_or_init(|| build_lib("test", "debug"))
 }
+
+/// `cargo build -p ebbtide-malloc --profile PROFILE` into this test's target directory; the
+/// library's path (`target/DIR/libebbtide_malloc.so`, `DIR` being where the profile builds).
+pub fn build_lib(profile: &str, dir: &str) -> PathBuf {
+    // .../target/<profile>/deps/<test>-HASH → .../target
+    let exe = std::env::current_exe().unwrap();
+    let target = exe.parent().unwrap().parent().unwrap().parent().unwrap();
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "-p",
+            "ebbtide-malloc",
+            "--profile",
+            profile,
+            "--target-dir",
+        ])
+        .arg(target)
+        .current_dir(root())
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "cargo build -p ebbtide-malloc --profile {profile} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lib = target.join(dir).join("libebbtide_malloc.so");
+    assert!(lib.exists(), "{} missing after the build", lib.display());
+    lib
+}
+
+/// The allocation functions a C program and the C library inside it call.
+pub const C_NAMES: &[&str] = &[
+    "malloc",
+    "free",
+    "calloc",
+    "realloc",
+    "posix_memalign",
+    "aligned_alloc",
+    "malloc_usable_size",
+];
 
 /// A fresh scratch directory for one test (removed first if a previous run left it).
 pub fn scratch(name: &str) -> PathBuf {
