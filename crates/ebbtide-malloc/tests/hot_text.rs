@@ -166,6 +166,17 @@ fn exec_rss(pid: u32, lib: &Path) -> (u64, u64) {
 #[test]
 fn a_preloaded_program_keeps_less_than_half_of_the_text_resident() {
     let lib = lib();
+    // The kernel's window (`fault_around_bytes`, debugfs, 64 KiB by default): the bound below
+    // assumes it. Where it can be read and is larger, the test says so and stops.
+    if let Ok(s) = std::fs::read_to_string("/sys/kernel/debug/fault_around_bytes") {
+        if s.trim().parse::<u64>().is_ok_and(|b| b > 65536) {
+            eprintln!(
+                "SKIPPED: fault_around_bytes is {} here, the bound assumes 65536",
+                s.trim()
+            );
+            return;
+        }
+    }
     let mut cmd = support::command("sleep");
     cmd.arg("5").env("LD_PRELOAD", lib);
     let mut child = cmd.spawn().expect("run sleep");
