@@ -41,20 +41,21 @@ fn tool(name: &str, args: &[&str], lib: &Path) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// (address, size, alignment) of a section by name.
-fn section(lib: &Path, name: &str) -> Option<(u64, u64, u64)> {
-    for line in tool("readelf", &["-SW"], lib).lines() {
-        // "  [15] .text.hot  PROGBITS  00000000000352c0 0342c0 03dd2a 00  AX  0   0 64"
-        let Some(rest) = line.trim_start().strip_prefix('[') else {
-            continue;
-        };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        if f.len() >= 10 && f[1] == name {
-            let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
-            return Some((hex(f[3]), hex(f[5]), f[f.len() - 1].parse().unwrap()));
-        }
-    }
-    None
+/// Every section of the library: (name, address, size, alignment).
+fn sections(lib: &Path) -> Vec<(String, u64, u64, u64)> {
+    tool("readelf", &["-SW"], lib)
+        .lines()
+        .filter_map(|line| {
+            // "  [15] .text.hot  PROGBITS  00000000000352c0 0342c0 03dd2a 00  AX  0   0 64"
+            let rest = line.trim_start().strip_prefix('[')?;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+            (f.len() >= 10).then(|| {
+                let align = f[f.len() - 1].parse().ok()?;
+                Some((f[1].to_string(), hex(f[3])?, hex(f[5])?, align))
+            })?
+        })
+        .collect()
 }
 
 /// Every defined symbol: (address, name).
@@ -71,7 +72,9 @@ fn symbols(lib: &Path) -> Vec<(u64, String)> {
 #[test]
 fn entry_points_plt_and_rseq_handlers_are_in_the_hot_section() {
     let lib = lib();
-    let (lo, size, align) = section(lib, ".text.hot").unwrap_or_else(|| {
+    let sections = sections(lib);
+    let section = |name: &str| sections.iter().find(|s| s.0 == name);
+    let &(_, lo, size, align) = section(".text.hot").unwrap_or_else(|| {
         panic!(
             "{} has no .text.hot section: build.rs's linker script was not applied",
             lib.display()
@@ -83,11 +86,11 @@ fn entry_points_plt_and_rseq_handlers_are_in_the_hot_section() {
     );
     let hi = lo + size;
     assert!(
-        section(lib, ".plt").is_none(),
+        section(".plt").is_none(),
         "the PLT has a section of its own instead of ending .text.hot"
     );
     assert!(
-        section(lib, "__rseq_failure").is_none(),
+        section("__rseq_failure").is_none(),
         "the rseq abort handlers have a section of their own instead of ending .text.hot"
     );
     let syms = symbols(lib);
