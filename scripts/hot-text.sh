@@ -24,15 +24,19 @@ readelf -SW "$lib" | grep -q ' \.text\.hot ' || { echo "hot-text.sh: $lib has no
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cc -O2 -std=c11 -pthread -o "$work/mallocbench" benches/c/malloc/mallocbench.c -ldl -lm
+# The library's layout and symbols, read once for every program traced.
+readelf -lSW "$lib" > "$work/readelf"
+nm "$lib" > "$work/nm"
 
 : > "$work/faults"
 trace() {
   perf record -q -e exceptions:page_fault_user -o "$work/perf.data" -- \
     env LD_PRELOAD="$lib" "$@" > /dev/null 2>&1 || true
   perf script -i "$work/perf.data" --show-mmap-events 2> /dev/null > "$work/script"
-  python3 - "$lib" "$work/script" "$1" >> "$work/faults" << 'PY'
-import bisect, re, subprocess, sys
-lib, script, prog = sys.argv[1], sys.argv[2], sys.argv[3].split('/')[-1]
+  python3 - "$lib" "$work" "$1" >> "$work/faults" << 'PY'
+import bisect, re, sys
+lib, work, prog = sys.argv[1], sys.argv[2], sys.argv[3].split('/')[-1]
+script = work + '/script'
 lines = open(script).read().split('\n')
 maps = [re.search(r'\[(0x[0-9a-f]+)\((0x[0-9a-f]+)\) @ (0x[0-9a-f]+|0) .*r-xp (\S+)', l) for l in lines]
 maps = [m for m in maps if m and m.group(4) == lib]
@@ -40,7 +44,7 @@ if not maps:
     sys.exit(0)
 start, size, pgoff = (int(maps[0].group(i), 16) for i in (1, 2, 3))
 delta = hot = None
-for l in subprocess.run(['readelf', '-lSW', lib], capture_output=True, text=True).stdout.split('\n'):
+for l in open(work + '/readelf'):
     p = l.split()
     if p and p[0] == 'LOAD' and 'E' in p[6:-1]:
         delta = (int(p[2], 16) & ~0xfff) - (int(p[1], 16) & ~0xfff)
@@ -48,7 +52,7 @@ for l in subprocess.run(['readelf', '-lSW', lib], capture_output=True, text=True
     if m:
         hot = (int(m.group(1), 16), int(m.group(1), 16) + int(m.group(2), 16))
 syms = []
-for l in subprocess.run(['nm', lib], capture_output=True, text=True).stdout.split('\n'):
+for l in open(work + '/nm').read().split('\n'):
     p = l.split(None, 2)
     if len(p) == 3 and p[1] in 'tT':
         syms.append((int(p[0], 16), p[2]))
