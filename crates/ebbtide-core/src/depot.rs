@@ -34,12 +34,18 @@ impl DepotInner {
     }
 
     /// Puts a full bucket in at the head; `ws` as in [`Wss::insert`]. Gives the bucket back when
-    /// the depot is at its cap.
-    pub(crate) fn put(&mut self, b: NonNull<Bucket>, ws: bool) -> Result<(), NonNull<Bucket>> {
+    /// the depot would hold more than `cap` items (at most `max_items`: the zone passes its cap
+    /// now, see `ZoneInner::depot_cap`).
+    pub(crate) fn put(
+        &mut self,
+        b: NonNull<Bucket>,
+        ws: bool,
+        cap: u64,
+    ) -> Result<(), NonNull<Bucket>> {
         let bp = b.as_ptr();
         // SAFETY: `b` is a live bucket handed to the depot.
         let n = unsafe { (*bp).count } as u64;
-        if self.wss.nitems + n > self.max_items {
+        if self.wss.nitems + n > cap.min(self.max_items) {
             return Err(b);
         }
         // SAFETY: `bp` and the head (if any) are live buckets owned by the depot.

@@ -202,6 +202,10 @@ pub(crate) struct Keg {
     /// this many go back to the OS, at once or after [`EXCESS_DELAY_MS`] (`usize::MAX`: all
     /// kept, the default; see [`Keg::keep_free_at_most`]).
     free_cap: usize,
+    /// Reuse of this keg's free slabs and of its zone's depot (`reuse.rs`): for a zone that
+    /// opted in, the free slabs kept are those its working set of reuse calls for
+    /// ([`Keg::free_cap_now`]).
+    pub(crate) reuse: crate::reuse::Reuse,
     /// Written beside the tag in the chunk map entry of every chunk of this keg (see
     /// `arena.rs`, "The hint"): a zone's keg carries its per-CPU stacks' base; 0 for none.
     chunk_hint: u64,
@@ -388,6 +392,8 @@ struct Work<'a> {
     give_back: bool,
     /// A slab emptied beyond the free cap stays on the free list for now ([`EXCESS_DELAY_MS`]).
     delay_excess: bool,
+    /// [`Keg::free_cap_now`] when the work began.
+    free_cap: usize,
     keep: usize,
     session: Option<&'a mut Session>,
 }
@@ -476,6 +482,7 @@ impl Keg {
             arena,
             reserve_slabs,
             free_cap: usize::MAX,
+            reuse: crate::reuse::Reuse::new(None),
             chunk_hint: 0,
             inner: Mutex::new(KegInner::empty(0)),
         })
@@ -496,6 +503,26 @@ impl Keg {
     pub(crate) fn keep_free_at_most(mut self, slabs: usize) -> Keg {
         self.free_cap = slabs;
         self
+    }
+
+    /// Bounds the free slabs kept (and, through [`Keg::reuse`], the zone's depot) by the working
+    /// set of reuse, at least `floor_bytes` (`reuse.rs`).
+    pub(crate) fn reuse_floor(mut self, floor_bytes: usize) -> Keg {
+        self.reuse = crate::reuse::Reuse::new(Some(floor_bytes));
+        self
+    }
+
+    /// The entirely free slabs the keg keeps now: its fixed cap ([`Keg::keep_free_at_most`]),
+    /// or for a zone whose caches follow reuse, the cap of its working set within the fixed
+    /// one, at least one slab. `usize::MAX`: all kept until a reclaim.
+    #[inline]
+    pub(crate) fn free_cap_now(&self) -> usize {
+        if !self.reuse.enabled() {
+            return self.free_cap;
+        }
+        let slab = self.geo.slab_size as u64;
+        let fixed = (self.free_cap as u64).saturating_mul(slab);
+        ((self.reuse.cap(fixed) / slab) as usize).max(1)
     }
 
     #[inline]
@@ -633,6 +660,8 @@ impl Keg {
         // one-page slabs, and a locked add per slab on these shared lines was most of this
         // function's time (perf, docs/experiments.md §1). [mapped, reused offered, reused settling]
         let mut gauges = [0usize; 3];
+        // Bytes of slabs handed out again (free, lazy or clean lists): reuse (`reuse.rs`).
+        let mut reused = 0;
         while n < out.len() {
             let s = if !g.partial.is_null() {
                 g.partial
@@ -646,6 +675,7 @@ impl Keg {
                 }
                 g.nfree_slabs -= 1;
                 g.npartial += 1;
+                reused += self.geo.slab_size;
                 s
             } else if !g.lazy.is_null() {
                 // The newest lazily freed slab: the likeliest to still have its pages.
@@ -660,6 +690,7 @@ impl Keg {
                 g.backed_slabs += 1;
                 g.free_items += self.geo.items_per_slab;
                 g.lazy_reused_bytes += self.geo.slab_size as u64;
+                reused += self.geo.slab_size;
                 gauges[0] += self.geo.slab_size;
                 // SAFETY: as above.
                 gauges[if unsafe { (*s).advised } { 1 } else { 2 }] += self.geo.slab_size;
@@ -670,6 +701,7 @@ impl Keg {
                     // SAFETY: `s` is on the clean list; lock held.
                     unsafe { list_remove(&mut g.clean, s) };
                     g.nclean -= 1;
+                    reused += self.geo.slab_size;
                     s
                 } else {
                     if g.uncarved == 0 {
@@ -729,6 +761,9 @@ impl Keg {
                 crate::lazy::gauge(advised).fetch_sub(bytes, Ordering::Relaxed);
             }
         }
+        if reused > 0 {
+            self.reuse.took(reused);
+        }
         Ok(n)
     }
 
@@ -783,9 +818,10 @@ impl Keg {
             _ => 0,
         };
         let fast = fini.is_none();
+        let free_cap = self.free_cap_now();
         let delay_excess = session.is_none()
             && !give_back
-            && self.free_cap != usize::MAX
+            && free_cap != usize::MAX
             && crate::lazy::release_kind_now() == crate::lazy::ReleaseKind::Lazy;
         let mut g = lock(&self.inner);
         let mut w = Work {
@@ -795,6 +831,7 @@ impl Keg {
             out: TakenBack { bytes: 0, valid: 0 },
             give_back,
             delay_excess,
+            free_cap,
             keep,
             session,
         };
@@ -856,9 +893,11 @@ impl Keg {
         if w.out.bytes > 0 {
             self.account_release(&mut g, w.out.bytes);
         }
-        if w.session.is_none() && self.excess_due(&mut g, w.delay_excess, crate::lazy::now_ms) {
+        if w.session.is_none()
+            && self.excess_due(&mut g, w.free_cap, w.delay_excess, crate::lazy::now_ms)
+        {
             drop(g);
-            w.out.bytes += self.reclaim_keep(self.free_cap);
+            w.out.bytes += self.reclaim_keep(w.free_cap);
         }
         w.out
     }
@@ -867,8 +906,14 @@ impl Keg {
     /// freeing on) only once the keg has held more than its cap for [`EXCESS_DELAY_MS`]
     /// (`now` is read only when it holds more); without it, whenever it holds more. Starts or
     /// ends the keg's excess clock; a new excess after a give-back starts its own delay.
-    fn excess_due(&self, g: &mut KegInner, delay: bool, now: impl FnOnce() -> u32) -> bool {
-        let over = g.nfree_slabs > self.free_cap;
+    fn excess_due(
+        &self,
+        g: &mut KegInner,
+        cap: usize,
+        delay: bool,
+        now: impl FnOnce() -> u32,
+    ) -> bool {
+        let over = g.nfree_slabs > cap;
         if !over || !delay {
             end_excess(g);
             return over;
@@ -889,14 +934,17 @@ impl Keg {
     /// The periodic step (the runtime's, every `pool_shrink_interval_ms`): gives back the free
     /// slabs beyond the cap if the keg has held them for [`EXCESS_DELAY_MS`] at `now` (or at
     /// once under pressure or with lazy freeing off). Returns the bytes given back.
+    /// Also what starts the excess clock of a keg whose cap fell below what it holds (a zone
+    /// whose working set of reuse shrank at the end of a period: `ZoneInner::periodic`).
     pub(crate) fn release_expired_excess(&self, now: u32) -> usize {
-        if self.free_cap == usize::MAX {
+        let cap = self.free_cap_now();
+        if cap == usize::MAX {
             return 0;
         }
         let delay = crate::lazy::release_kind_now() == crate::lazy::ReleaseKind::Lazy;
-        let due = self.excess_due(&mut lock(&self.inner), delay, || now);
+        let due = self.excess_due(&mut lock(&self.inner), cap, delay, || now);
         if due {
-            self.reclaim_keep(self.free_cap)
+            self.reclaim_keep(cap)
         } else {
             0
         }
@@ -1047,7 +1095,7 @@ impl Keg {
                 // Beyond the cap: back at once, unless the excess may wait (`EXCESS_DELAY_MS`:
                 // then onto the free list, and `take_back_in`'s end decides).
                 let over_cap =
-                    w.session.is_none() && !w.delay_excess && g.nfree_slabs >= self.free_cap;
+                    w.session.is_none() && !w.delay_excess && g.nfree_slabs >= w.free_cap;
                 if w.give_back || over_cap {
                     // On no list until its pages are gone: given back once the lock is
                     // dropped (`give_back_deferred`), never under it.

@@ -21,6 +21,7 @@
 //!    │                     sections, no lock; cap = 2 × bucket size + a grant  sizing.rs,
 //!    │                     that follows misses, in a per-CPU budget (≤ 1008)   zone/resize.rs
 //!    ├─ depot           ── full buckets, MRU first, capped; WSS estimator      depot.rs, wss.rs
+//!    │                     (caps that may follow reuse, with the keg's)        reuse.rs
 //!    │    └ buckets     ── arrays of item pointers from internal kegs          bucket.rs
 //!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg.rs, lazy.rs
 //!         └ slabs       ── runs of pages cut into items; metadata off-page;    slab.rs
@@ -38,7 +39,7 @@
 //! ([`typed`]), the reclaim entry points ([`reclaim`]).
 //!
 //! ## Layers
-//! Layer order (bottom first): sync, os, forkgate, wss, sizing, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
+//! Layer order (bottom first): sync, os, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
 //!
 //! Each module names only modules before it in that list (`tests/layers.rs` reads the code and
 //! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
@@ -173,6 +174,8 @@ pub mod reclaim;
 pub(crate) mod registry;
 #[cfg(not(loom))]
 pub mod release;
+#[cfg(not(loom))]
+pub mod reuse;
 #[cfg(not(loom))]
 pub mod runtime;
 #[cfg(not(loom))]

@@ -236,14 +236,16 @@ fn zone(c: usize) -> Get {
     }
     let mut name = [0u8; 24];
     let name = zone_name(&mut name, classes::size(c));
-    let r = Zone::new(
-        ZoneOptions::new(name, classes::size(c))
-            .align(classes::natural_align(c))
-            .depot_max_items(depot_max_items(classes::size(c)))
-            .bucket_items(bucket_items(classes::size(c)))
-            .free_slabs_max_bytes(free_slabs_max_bytes(classes::size(c)))
-            .without_runtime_hook(),
-    );
+    let opts = ZoneOptions::new(name, classes::size(c))
+        .align(classes::natural_align(c))
+        .depot_max_items(depot_max_items(classes::size(c)))
+        .bucket_items(bucket_items(classes::size(c)))
+        .free_slabs_max_bytes(free_slabs_max_bytes(classes::size(c)));
+    let opts = match reuse_floor_bytes(classes::size(c)) {
+        Some(floor) => opts.reuse_floor_bytes(floor),
+        None => opts,
+    };
+    let r = Zone::new(opts.without_runtime_hook());
     // CREATING stays set until the result is handled: reporting a failure may allocate, and
     // a nested request must go to the bootstrap area, not wait for the lock this thread holds
     // (under `ulimit -v` it spun forever).
@@ -332,6 +334,26 @@ pub const MID_DEPOT_BYTES: usize = 1 << 20;
 /// 16 KiB gave 68.2 MiB but `live_mixed` 51–52 ns instead of 41–47 (alternated runs,
 /// docs/benchmarks.md, Issue 12, "Caps for the classes up to 16 KiB").
 pub const MID_FREE_SLAB_BYTES: usize = 2 << 20;
+
+/// The floor of the caps that follow reuse (the classes above [`CAPPED_MAX`]): what a class
+/// keeps in its depot, and in free slabs, however little a program takes again. 64 KiB: with
+/// 256 KiB `redis` peaked 0.6 MiB higher (docs/benchmarks.md, "Caches bounded by reuse").
+pub const REUSE_FLOOR: usize = 64 * 1024;
+
+/// Whether a class of `size`-byte blocks bounds its caches by reuse, and its floor: the classes
+/// above [`CAPPED_MAX`] do (`ebbtide_core::reuse`).
+///
+/// Their fixed caps (1 MiB of depot and 2 MiB of free slabs up to [`MID_MAX`], none above) are
+/// what a class swinging by a megabyte needs to run without faults (`live_mixed`, a `realloc`
+/// growing a buffer through them), and what a class keeps after a program stopped using it:
+/// `redis-server` under the suite's `redis-benchmark` kept 3.9 MB of the 8 KiB list nodes it
+/// had popped (its depot and free slabs at their caps) through the sets and hashes that came
+/// after (`ebbtide stat` after its `LPOP` phase). Bounded by the bytes taken again within a
+/// period or two, a class keeps what it reuses and gives back what nobody takes: `redis`
+/// 69.4 → 66.6 MiB, nothing slower. The classes up to a page keep their fixed caps of 256 KiB.
+pub fn reuse_floor_bytes(size: usize) -> Option<usize> {
+    (size > CAPPED_MAX).then_some(REUSE_FLOOR)
+}
 
 /// The depot cap of a class of `size`-byte blocks, in items (no cap above [`MID_MAX`]).
 pub fn depot_max_items(size: usize) -> u64 {
@@ -984,6 +1006,9 @@ mod tests {
         assert_eq!(depot_max_items(MID_MAX + 2048), u64::MAX);
         assert_eq!(free_slabs_max_bytes(MID_MAX + 2048), usize::MAX);
         assert_eq!(free_slabs_max_bytes(1 << 20), usize::MAX);
+        assert_eq!(reuse_floor_bytes(CAPPED_MAX), None);
+        assert_eq!(reuse_floor_bytes(CAPPED_MAX + 512), Some(REUSE_FLOOR));
+        assert_eq!(reuse_floor_bytes(MID_MAX + 2048), Some(REUSE_FLOOR));
         // Every capped class's depot holds at least a few blocks.
         for c in 0..classes::NCLASSES {
             let size = classes::size(c);

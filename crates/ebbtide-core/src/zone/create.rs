@@ -43,6 +43,9 @@ impl Zone {
         if o.free_slabs_max_bytes != usize::MAX {
             keg = keg.keep_free_at_most((o.free_slabs_max_bytes / g.slab_size).max(1));
         }
+        if let Some(floor) = o.reuse_floor_bytes {
+            keg = keg.reuse_floor(floor);
+        }
         let geo = keg.geo;
         if o.bucket_items > BUCKET_MAX {
             return Err(ConfigError::BadBucket {
@@ -105,6 +108,7 @@ impl Zone {
             hook_arg: o.hook_arg,
             keg,
             depot: Mutex::new(DepotInner::new(o.depot_max_items)),
+            depot_max_items: o.depot_max_items,
             bucket_size: AtomicU32::new(bmin),
             bucket_min: bmin,
             bucket_max: bmax,

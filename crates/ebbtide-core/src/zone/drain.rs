@@ -32,13 +32,16 @@ impl ZoneInner {
     pub(crate) fn periodic(&self, _now_ns: u64) -> usize {
         // 1. Working-set update and trim of what sat untouched above it (everything above it
         //    after a period without demand; a depot idle for `wss::IDLE_PERIODS` has none).
+        //    A zone whose caches follow reuse ends a period of it too, and keeps no more than
+        //    its cap (`reuse.rs`).
+        self.keg.reuse.end_period();
         let keep = {
             let mut d = lock(&self.depot);
             d.wss.update();
             if self.flags.contains(ZoneFlags::NOTRIM) {
                 u64::MAX
             } else {
-                d.wss.periodic_target()
+                d.wss.periodic_target().min(self.depot_cap())
             }
         };
         let mut moved = self.trim_depot(keep);

@@ -115,6 +115,10 @@ pub struct ZoneOptions<'a> {
     /// least one); a free that empties a slab beyond them gives its pages back at once.
     /// `usize::MAX` (default): all kept until a reclaim.
     pub free_slabs_max_bytes: usize,
+    /// Bound the depot's and the free slabs' caps (the two above, or none) by the zone's working
+    /// set of reuse, at least this many bytes each (`reuse.rs`): memory the program does not
+    /// take again goes back even below the fixed caps. `None` (default): the fixed caps only.
+    pub reuse_floor_bytes: Option<usize>,
     /// A bucket's starting (and smallest) size in items, which also sets the floor of every
     /// CPU's stack (two buckets); contention and the pressure rules move it as for any zone.
     /// 0 (default): UMA's table, [`crate::bucket_size_for`] (8–16 KiB of items up to a
@@ -145,6 +149,7 @@ impl<'a> ZoneOptions<'a> {
             reserve_items: 0,
             depot_max_items: u64::MAX,
             free_slabs_max_bytes: usize::MAX,
+            reuse_floor_bytes: None,
             bucket_items: 0,
             runtime_hook: true,
         }
@@ -183,6 +188,11 @@ impl<'a> ZoneOptions<'a> {
     }
     pub fn free_slabs_max_bytes(mut self, n: usize) -> Self {
         self.free_slabs_max_bytes = n;
+        self
+    }
+    /// See [`ZoneOptions::reuse_floor_bytes`] (the field).
+    pub fn reuse_floor_bytes(mut self, floor: usize) -> Self {
+        self.reuse_floor_bytes = Some(floor);
         self
     }
     /// See [`ZoneOptions::bucket_items`] (the field).
@@ -271,6 +281,9 @@ pub(crate) struct ZoneInner {
     hook_arg: *mut c_void,
     pub(crate) keg: Keg,
     pub(crate) depot: Mutex<DepotInner>,
+    /// `ZoneOptions::depot_max_items` (the depot's fixed cap, also kept in `DepotInner`): read
+    /// without the depot lock by [`ZoneInner::depot_cap`].
+    pub(crate) depot_max_items: u64,
     pub(crate) bucket_size: AtomicU32,
     pub(crate) bucket_min: u32,
     pub(crate) bucket_max: u32,

@@ -60,6 +60,18 @@ impl ZoneInner {
         Ok(p)
     }
 
+    /// Most items the depot keeps now: its fixed cap (`ZoneOptions::depot_max_items`, which
+    /// `DepotInner::put` applies), or for a zone whose caches follow reuse, the cap of its
+    /// working set within it (`reuse.rs`).
+    pub(crate) fn depot_cap(&self) -> u64 {
+        let reuse = &self.keg.reuse;
+        if !reuse.enabled() {
+            return u64::MAX;
+        }
+        let size = self.keg.geo.item_size as u64;
+        reuse.cap(self.depot_max_items.saturating_mul(size)) / size
+    }
+
     #[cold]
     #[inline(never)]
     pub(super) fn alloc_slow(&self) -> Result<NonNull<u8>, AllocError> {
@@ -74,6 +86,7 @@ impl ZoneInner {
                 // SAFETY: `b` came out of the depot, so it is ours and full.
                 unsafe {
                     let n = (*b.as_ptr()).count as usize;
+                    self.keg.reuse.took(n * self.keg.geo.item_size);
                     let slots = Bucket::slots(b);
                     let item = slots[n - 1];
                     let k = self.pcpu.push_batch(&slots[..n - 1]);
@@ -111,11 +124,13 @@ impl ZoneInner {
             // SAFETY: as above.
             unsafe {
                 let n = (*b.as_ptr()).count as usize;
+                self.keg.reuse.took(self.keg.geo.item_size);
                 let slots = Bucket::slots(b);
                 let item = slots[n - 1];
                 (*b.as_ptr()).count -= 1;
                 if n > 1 {
-                    if let Err(b) = lock(&self.depot).put(b, false) {
+                    let cap = self.depot_cap();
+                    if let Err(b) = lock(&self.depot).put(b, false, cap) {
                         self.return_to_keg(&Bucket::slots(b)[..n - 1]);
                         Bucket::free(b);
                     }
@@ -270,10 +285,26 @@ impl ZoneInner {
                     let n = self.pcpu.pop_batch(&mut slots[..bs as usize]);
                     if n > 0 {
                         (*b.as_ptr()).count = n as u32;
-                        let r = self.lock_depot().put(b, true);
+                        let cap = self.depot_cap();
+                        let mut d = self.lock_depot();
+                        let r = d.put(b, true, cap);
+                        // A cap that fell with the working set (`reuse.rs`): the coldest
+                        // bucket beyond it leaves too, one per refused bucket, so the frees
+                        // that find the depot over its cap bring it down to it.
+                        let cold = if r.is_err() {
+                            d.take_cold_above(cap)
+                        } else {
+                            None
+                        };
+                        drop(d);
                         if let Err(b) = r {
                             self.return_to_keg(&Bucket::slots(b)[..n]);
                             Bucket::free(b);
+                        }
+                        if let Some(c) = cold {
+                            let k = (*c.as_ptr()).count as usize;
+                            self.return_to_keg(&Bucket::slots(c)[..k]);
+                            Bucket::free(c);
                         }
                     } else {
                         Bucket::free(b);
