@@ -440,7 +440,7 @@ pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
 /// `extern "C"` (cannot unwind: the guard catches every panic) so that the entry point's call
 /// to it is a tail call (`jmp`): with a call that might unwind, the entry point needs an abort
 /// landing pad around it and hence a stack frame, a push and a pop on its fast path too. The
-/// same holds for `zone_free_resume` and `zone_free_guarded`.
+/// same holds for `zone_free_guarded`.
 ///
 /// # Safety
 /// As `ebb_zone_alloc`.
@@ -477,34 +477,22 @@ unsafe extern "C" fn zone_alloc_guarded(zone: *mut EbbZone) -> *mut c_void {
 /// `zone` is NULL or a live handle; if `item` is an item of `zone`, the caller owns it.
 #[no_mangle]
 pub unsafe extern "C" fn ebb_zone_free(zone: *mut EbbZone, item: *mut c_void) {
-    if let (false, Some(p)) = (zone.is_null(), NonNull::new(item.cast::<u8>())) {
-        // SAFETY: caller's guarantee (a live zone, ownership of the item); the fast path checks
-        // the pointer without touching it and cannot panic, so it runs outside the guard.
-        let how = unsafe { Zone::free_fast_raw(zone.cast(), p) };
-        if how == FastFree::Done {
-            return;
-        }
-        // SAFETY: forwarded; `how` is what the fast path just did.
-        return unsafe { zone_free_resume(zone, p, how) };
+    // SAFETY: caller's guarantee (a live zone, ownership of the item); the fast path checks
+    // the pointer without touching it (NULL fails its item test) and cannot panic, so it runs
+    // outside the guard.
+    if !zone.is_null()
+        && unsafe { Zone::free_fast_raw_ptr(zone.cast(), item.cast()) } == FastFree::Done
+    {
+        return;
     }
+    // The fast path changed nothing (full stack, careful zone, invalid pointer, duplicate of
+    // the stack's top, NULL item) or did not apply (NULL zone): the whole free, the pointer
+    // checked again.
+    // Passing on where the fast path stopped cost it an instruction per outcome (a register
+    // set before each test); every outcome now leaves by the same conditional tail call, the
+    // arguments untouched.
     // SAFETY: forwarded.
     unsafe { zone_free_guarded(zone, item) }
-}
-
-/// `ebb_zone_free` from where its fast path stopped (full stack, careful zone, invalid pointer,
-/// duplicate of the stack's top): the pointer is not checked again nor the stack tried again.
-///
-/// # Safety
-/// As `ebb_zone_free`, with a non-NULL zone; `how` from `Zone::free_fast_raw(zone, p)`.
-#[inline(never)]
-unsafe extern "C" fn zone_free_resume(zone: *mut EbbZone, p: NonNull<u8>, how: FastFree) {
-    guard_abort("ebb_zone_free", || {
-        // SAFETY: caller's guarantee.
-        let r = unsafe { Zone::free_raw_resume(zone.cast(), p, how) };
-        if let Err(e) = r {
-            report_invalid_free("ebb_zone_free", e);
-        }
-    })
 }
 
 fn report_invalid_free(f: &str, e: ebbtide_rt::InvalidFree) {

@@ -320,6 +320,25 @@ impl Zone {
         unsafe { push_if_item(f, p, is_item) }
     }
 
+    /// [`Zone::free_fast_raw`] of a pointer that may be null (C's `free(NULL)`): null lies below
+    /// every arena, so it fails the item test as any pointer from elsewhere does
+    /// ([`FastFree::Invalid`]), and the caller needs no test of its own before this one.
+    ///
+    /// # Safety
+    /// As [`Zone::free_raw`] when `p` is not null.
+    #[inline(always)]
+    pub unsafe fn free_fast_raw_ptr(z: *mut c_void, p: *mut u8) -> FastFree {
+        // SAFETY: a live zone (caller's guarantee).
+        let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
+        // `is_item(0)`: `0 - arena_base` wraps to at least `arena_len` (the arena does not reach
+        // the end of the address space), so null is never an item.
+        if unlikely(!f.is_item(p as usize)) {
+            return FastFree::Invalid;
+        }
+        // SAFETY: `p` passed the item test, so it is not null; the rest forwarded.
+        unsafe { push_if_item(f, NonNull::new_unchecked(p), true) }
+    }
+
     /// A copy of the fast-path constants of a raw zone, for a caller that keeps them in its own
     /// table ([`FastConsts`]); `None` for a careful zone (hooks, checked, zeroing, locked mode),
     /// whose every operation takes the careful path: such a caller leaves its entry empty and
