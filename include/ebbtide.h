@@ -59,7 +59,7 @@ typedef struct ebb_pool ebb_pool;
 typedef int (*ebb_init_fn)(void *item, size_t size, void *arg);
 typedef void (*ebb_fini_fn)(void *item, size_t size, void *arg);
 
-/* Zone options, version 1. Set size = sizeof(struct ebb_zone_options) and leave what you do
+/* Zone options, version 2. Set size = sizeof(struct ebb_zone_options) and leave what you do
  * not need 0 (memset or = {0}): every 0 means the default. Later versions only append members:
  * the library accepts the size of every older version (defaults for the members it lacks) and
  * rejects (EINVAL) a larger size whose unknown tail is not all zero. */
@@ -76,6 +76,14 @@ struct ebb_zone_options {
     unsigned flags;         /* EBB_ZONE_* */
     size_t reserve_items;   /* free slabs kept backed when reclaiming, in items */
     uint64_t depot_max_items; /* most items the depot may hold; 0 = no cap */
+    /* Version 2 (appended): */
+    uint64_t free_slabs_max_bytes; /* entirely free slabs kept backed between reclaims (at least
+                                    * one slab); beyond them a slab a free empties gives its pages
+                                    * back; 0 = all kept until a reclaim */
+    uint64_t reuse_floor_bytes; /* non-zero: the depot's and the free slabs' caps follow the
+                                 * bytes allocations took again from them lately (this period
+                                 * of trim_interval_ms or the last), at least this many bytes
+                                 * each, at most the caps above; 0 = fixed caps only */
 };
 
 /* ---- zones ---- */

@@ -392,6 +392,66 @@ static void test_hooks(void) {
     CHECK(ebb_zone_destroy(z) == 0);
 }
 
+/* ---- caches bounded by reuse (options version 2) ---- */
+
+static void reuse_burst(ebb_zone *z, void **p, int n) {
+    for (int i = 0; i < n; i++) {
+        p[i] = ebb_zone_alloc(z);
+        REQUIRE(p[i] != NULL);
+    }
+    for (int i = 0; i < n; i++) ebb_zone_free(z, p[i]);
+}
+
+/* Two zones of one-page items with the same fixed caps (256 items of depot, 256 free slabs), one
+ * of them bounded by reuse with a floor of 16: filled once and emptied, the fixed one keeps up to
+ * its caps and the bounded one its floor; filled again (everything taken again), the bounded one
+ * keeps up to the fixed caps too. */
+static void test_reuse_caps(void) {
+    enum { N = 1500, FIXED = 256, FLOOR = 16, PAGE = 4096 };
+    static void *p[N];
+    struct ebb_zone_options o;
+    memset(&o, 0, sizeof o);
+    o.size = sizeof o;
+    o.depot_max_items = FIXED;
+    o.free_slabs_max_bytes = FIXED * PAGE;
+    ebb_zone *fixed = ebb_zone_create_ex("capi-reuse-fixed", PAGE, &o);
+    o.reuse_floor_bytes = FLOOR * PAGE;
+    ebb_zone *bounded = ebb_zone_create_ex("capi-reuse-bounded", PAGE, &o);
+    REQUIRE(fixed != NULL && bounded != NULL);
+    REQUIRE(ebb_zone_item_size(fixed) == PAGE);
+
+    reuse_burst(fixed, p, N);
+    reuse_burst(bounded, p, N);
+    struct ebbtide_zone_stats f, b;
+    REQUIRE(zone_stats("capi-reuse-fixed", &f) == 0);
+    REQUIRE(zone_stats("capi-reuse-bounded", &b) == 0);
+    CHECK(f.used == 0 && b.used == 0);
+    CHECK(f.depot_nitems >= FIXED - 2);              /* the fixed cap: kept */
+    CHECK(f.free_bytes_slabs / PAGE >= FIXED - 2);   /* kept (the excess waits 10 ms or less) */
+    CHECK(b.depot_nitems <= FLOOR);                  /* nothing taken again: the floor */
+    /* Free slabs beyond the cap go back within 10 ms without pressure (at the next free or the
+     * reclaim thread's next step, every 100 ms). */
+    usleep(400 * 1000);
+    REQUIRE(zone_stats("capi-reuse-bounded", &b) == 0);
+    CHECK(b.free_bytes_slabs / PAGE <= FLOOR + 1);
+
+    /* Filled again: every item is taken again (from the depot, the free slabs and the slabs
+     * given back), so the bounded zone's caps are its fixed ones for now. */
+    reuse_burst(bounded, p, N);
+    REQUIRE(zone_stats("capi-reuse-bounded", &b) == 0);
+    CHECK(b.depot_nitems >= FIXED - 2);
+
+    /* A zero floor field is "fixed caps only"; version 1 callers (no such members) too. */
+    memset(&o, 0, sizeof o);
+    o.size = offsetof(struct ebb_zone_options, free_slabs_max_bytes);
+    o.depot_max_items = 8;
+    ebb_zone *v1 = ebb_zone_create_ex("capi-reuse-v1", PAGE, &o);
+    REQUIRE(v1 != NULL);
+    CHECK(ebb_zone_destroy(v1) == 0);
+    CHECK(ebb_zone_destroy(fixed) == 0);
+    CHECK(ebb_zone_destroy(bounded) == 0);
+}
+
 /* ---- options versioning ---- */
 
 struct options_v2 { /* what a future, larger struct might look like */
@@ -879,6 +939,7 @@ int main(void) {
     test_destroy_busy();
     test_hooks();
     test_options_versions();
+    test_reuse_caps();
     test_limits();
     test_reclaim();
     test_pool_bad_args();

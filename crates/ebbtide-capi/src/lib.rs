@@ -99,6 +99,13 @@ pub struct EbbZoneOptions {
     pub reserve_items: usize,
     /// Most items the depot may hold; 0 = no cap.
     pub depot_max_items: u64,
+    /// Bytes of entirely free slabs kept backed between reclaims (at least one slab); a free
+    /// that empties a slab beyond them gives its pages back. 0 = all kept until a reclaim.
+    pub free_slabs_max_bytes: u64,
+    /// Non-zero: the depot's and the free slabs' caps follow the zone's working set of reuse
+    /// (bytes allocations took again from them lately), at least this many bytes each, at
+    /// most the caps above. 0 = fixed caps only.
+    pub reuse_floor_bytes: u64,
 }
 
 impl EbbZoneOptions {
@@ -117,6 +124,8 @@ impl EbbZoneOptions {
             flags: 0,
             reserve_items: 0,
             depot_max_items: 0,
+            free_slabs_max_bytes: 0,
+            reuse_floor_bytes: 0,
         }
     }
 
@@ -129,7 +138,7 @@ impl EbbZoneOptions {
         m!(size: usize, align: usize, init: Option<InitHook>, fini: Option<FiniHook>,
            ctor: Option<InitHook>, dtor: Option<FiniHook>, hook_arg: *mut c_void,
            max_items: usize, limit_mode: c_int, flags: c_uint, reserve_items: usize,
-           depot_max_items: u64)
+           depot_max_items: u64, free_slabs_max_bytes: u64, reuse_floor_bytes: u64)
     }
 
     /// The `size` values a caller may pass: the end of every member (older versions of the
@@ -307,6 +316,12 @@ fn create(func: &str, name: &str, size: usize, o: &EbbZoneOptions) -> *mut EbbZo
         .reserve_items(o.reserve_items);
     if o.depot_max_items != 0 {
         zo = zo.depot_max_items(o.depot_max_items);
+    }
+    if o.free_slabs_max_bytes != 0 {
+        zo = zo.free_slabs_max_bytes(usize::try_from(o.free_slabs_max_bytes).unwrap_or(usize::MAX));
+    }
+    if o.reuse_floor_bytes != 0 {
+        zo = zo.reuse_floor_bytes(usize::try_from(o.reuse_floor_bytes).unwrap_or(usize::MAX));
     }
     match Zone::new(zo) {
         Ok(z) => {
