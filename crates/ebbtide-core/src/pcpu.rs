@@ -1124,6 +1124,7 @@ fn colour() -> usize {
 /// What the rseq fast path needs of a [`Pcpu`], by value: the zone copies it into every handle
 /// (`Zone` is immutable plain data, so a loop of allocations keeps these in registers).
 #[derive(Clone, Copy)]
+#[repr(C)]
 pub(crate) struct RseqRef {
     base: *mut u8,
     ncpu: u32,

@@ -51,12 +51,14 @@ static CLASS_FAST: [FastSlot; NCLASSES] = [const { FastSlot::empty() }; NCLASSES
 static TAG_FAST: [FastSlot; TAGS] = [const { FastSlot::empty() }; TAGS];
 
 /// A table entry of [`CLASS_FAST`] / [`TAG_FAST`]: a zone's constants, published by `key`. Two
-/// cache lines, so that no entry shares a line with another's.
+/// cache lines, so that no entry shares a line with another's; the key first, so that what
+/// `malloc` and `free` read of an entry (the key, the stacks' base and CPU count, the item
+/// test) lies in its first line (the core's `Fast` puts those fields first).
 #[repr(C, align(128))]
 struct FastSlot {
-    consts: UnsafeCell<MaybeUninit<FastConsts>>,
     /// 0 until `consts` is written; then [`FastSlot::key_of`] of the zone's tag.
     key: AtomicU64,
+    consts: UnsafeCell<MaybeUninit<FastConsts>>,
 }
 
 // SAFETY: `consts` is written once, by the zone's creator under the creation lock, before `key`

@@ -87,9 +87,10 @@ impl Zone {
             arena_len: arena.len,
             chunk_map: arena.map,
             tag: keg.tag,
-            first_slab: geo.first_slab,
-            slab_mask: geo.slab_size - 1,
-            slabs_end: geo.slabs_per_chunk << geo.slab_shift,
+            // All below the 4 MiB chunk size (`slab.rs`), so u32.
+            first_slab: geo.first_slab as u32,
+            slab_mask: (geo.slab_size - 1) as u32,
+            slabs_end: (geo.slabs_per_chunk << geo.slab_shift) as u32,
             item_magic: item_check(geo.item_size, geo.items_per_slab).0,
             item_bound: item_check(geo.item_size, geo.items_per_slab).1,
         };

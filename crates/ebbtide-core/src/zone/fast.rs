@@ -20,19 +20,22 @@ use core::ptr::{self, NonNull};
 #[repr(C)]
 pub(crate) struct Fast {
     pub(super) pcpu: RseqRef,
+    // The item test's fields next (u32 where they fit: offsets within a 4 MiB chunk), so that
+    // with an 8-byte key before it (the malloc's table entries, `FastConsts`) everything
+    // `malloc` and `free` read of an entry lies in its first 64 bytes.
+    pub(super) first_slab: u32,
+    pub(super) slab_mask: u32,
+    /// End of the last slab relative to `first_slab`: `slabs_per_chunk << slab_shift`.
+    pub(super) slabs_end: u32,
     /// `C_*` bits: any set bit sends both operations to their careful paths.
     pub(super) careful: u32,
+    /// `item_check(item_size, items_per_slab)`.
+    pub(super) item_magic: u64,
+    pub(super) item_bound: u64,
     pub(super) arena_base: usize,
     pub(super) arena_len: usize,
     pub(super) chunk_map: *const MapEntry,
     pub(super) tag: u64,
-    pub(super) first_slab: usize,
-    pub(super) slab_mask: usize,
-    /// End of the last slab relative to `first_slab`: `slabs_per_chunk << slab_shift`.
-    pub(super) slabs_end: usize,
-    /// `item_check(item_size, items_per_slab)`.
-    pub(super) item_magic: u64,
-    pub(super) item_bound: u64,
 }
 
 /// The constants of the item-start test: for `x` below the slab size (< 2^32),
@@ -85,13 +88,13 @@ impl Fast {
     pub(super) fn is_item_in_chunk(&self, a: usize) -> bool {
         // Each test its own predictable branch: folded into one flag (`setcc`/`and`) they cost
         // more instructions than they save.
-        let rel = (a & (CHUNK_SIZE - 1)).wrapping_sub(self.first_slab);
-        if unlikely(rel >= self.slabs_end) {
+        let rel = (a & (CHUNK_SIZE - 1)).wrapping_sub(self.first_slab as usize);
+        if unlikely(rel >= self.slabs_end as usize) {
             return false;
         }
         // One multiply and one compare for "a multiple of the item size, below the slab's last
         // item" (see `item_check`).
-        ((rel & self.slab_mask) as u64).wrapping_mul(self.item_magic) < self.item_bound
+        ((rel & self.slab_mask as usize) as u64).wrapping_mul(self.item_magic) < self.item_bound
     }
 }
 
