@@ -1,8 +1,10 @@
 //! The depot: a zone's list of full buckets behind one mutex, with its working-set estimate.
 //!
 //! Buckets are kept most-recently-used first: allocation takes the hottest bucket from the head,
-//! trimming removes the coldest from the tail. The depot is capped (`max_items`, UMA's
-//! `bucket_max`); a bucket that would overflow it is refused and its items go to the slabs.
+//! trimming removes the coldest from the tail. The depot is capped (the zone's cap now,
+//! `ZoneInner::depot_cap`: `ZoneOptions::depot_max_items`, UMA's `bucket_max`, bounded by reuse
+//! for a zone that opted in); a bucket that would overflow it is refused and its items go to the
+//! slabs.
 //!
 //! Lock order: zone depot lock → keg lock (never the other way).
 
@@ -16,26 +18,23 @@ pub(crate) struct DepotInner {
     tail: *mut Bucket,
     pub(crate) nbuckets: usize,
     pub(crate) wss: Wss,
-    pub(crate) max_items: u64,
 }
 
 // SAFETY: the buckets belong to the depot; they are only touched with its mutex held.
 unsafe impl Send for DepotInner {}
 
 impl DepotInner {
-    pub(crate) fn new(max_items: u64) -> DepotInner {
+    pub(crate) fn new() -> DepotInner {
         DepotInner {
             head: ptr::null_mut(),
             tail: ptr::null_mut(),
             nbuckets: 0,
             wss: Wss::default(),
-            max_items,
         }
     }
 
     /// Puts a full bucket in at the head; `ws` as in [`Wss::insert`]. Gives the bucket back when
-    /// the depot would hold more than `cap` items (at most `max_items`: the zone passes its cap
-    /// now, see `ZoneInner::depot_cap`).
+    /// the depot would hold more than `cap` items (the zone's cap now, `ZoneInner::depot_cap`).
     pub(crate) fn put(
         &mut self,
         b: NonNull<Bucket>,
@@ -45,7 +44,7 @@ impl DepotInner {
         let bp = b.as_ptr();
         // SAFETY: `b` is a live bucket handed to the depot.
         let n = unsafe { (*bp).count } as u64;
-        if self.wss.nitems + n > cap.min(self.max_items) {
+        if self.wss.nitems + n > cap {
             return Err(b);
         }
         // SAFETY: `bp` and the head (if any) are live buckets owned by the depot.

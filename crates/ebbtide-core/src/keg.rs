@@ -517,12 +517,10 @@ impl Keg {
     /// one, at least one slab. `usize::MAX`: all kept until a reclaim.
     #[inline]
     pub(crate) fn free_cap_now(&self) -> usize {
-        if !self.reuse.enabled() {
-            return self.free_cap;
-        }
-        let slab = self.geo.slab_size as u64;
-        let fixed = (self.free_cap as u64).saturating_mul(slab);
-        ((self.reuse.cap(fixed) / slab) as usize).max(1)
+        let cap = self
+            .reuse
+            .cap_units(self.free_cap as u64, self.geo.slab_size as u64);
+        usize::try_from(cap).unwrap_or(usize::MAX).max(1)
     }
 
     #[inline]

@@ -90,6 +90,16 @@ impl Reuse {
         }
         reuse_cap(fixed, self.floor, self.working_set())
     }
+
+    /// [`Reuse::cap`] of a cache counted in units of `unit` bytes (a depot's items, a keg's
+    /// slabs) whose fixed cap is `fixed` units: `fixed` itself for a zone that did not opt in.
+    #[inline]
+    pub(crate) fn cap_units(&self, fixed: u64, unit: u64) -> u64 {
+        if !self.enabled() {
+            return fixed;
+        }
+        self.cap(fixed.saturating_mul(unit)) / unit
+    }
 }
 
 /// The bytes a cache (a depot, a keg's free slabs) keeps: its working set of reuse, at least
@@ -137,6 +147,12 @@ mod tests {
         assert_eq!(r.working_set(), 0, "two periods without reuse: none");
         assert_eq!(r.cap(u64::MAX), 64 << 10, "the floor");
         assert_eq!(r.cap(16 << 10), 16 << 10);
+        assert_eq!(r.cap_units(u64::MAX, 4096), 16, "the floor, in 4 KiB units");
+        assert_eq!(
+            r.cap_units(2, 4096),
+            2,
+            "a fixed cap below the floor, in units"
+        );
     }
 
     #[test]
@@ -148,5 +164,7 @@ mod tests {
         assert_eq!(r.working_set(), 0);
         assert_eq!(r.cap(12345), 12345);
         assert_eq!(r.cap(u64::MAX), u64::MAX);
+        assert_eq!(r.cap_units(7, 4096), 7);
+        assert_eq!(r.cap_units(u64::MAX, 4096), u64::MAX);
     }
 }

@@ -108,7 +108,7 @@ impl Zone {
             dtor: o.dtor,
             hook_arg: o.hook_arg,
             keg,
-            depot: Mutex::new(DepotInner::new(o.depot_max_items)),
+            depot: Mutex::new(DepotInner::new()),
             depot_max_items: o.depot_max_items,
             bucket_size: AtomicU32::new(bmin),
             bucket_min: bmin,

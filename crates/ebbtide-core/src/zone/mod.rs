@@ -281,8 +281,8 @@ pub(crate) struct ZoneInner {
     hook_arg: *mut c_void,
     pub(crate) keg: Keg,
     pub(crate) depot: Mutex<DepotInner>,
-    /// `ZoneOptions::depot_max_items` (the depot's fixed cap, also kept in `DepotInner`): read
-    /// without the depot lock by [`ZoneInner::depot_cap`].
+    /// `ZoneOptions::depot_max_items`, the depot's fixed cap ([`ZoneInner::depot_cap`] applies
+    /// it, bounded by reuse for a zone that opted in; read without the depot lock).
     pub(crate) depot_max_items: u64,
     pub(crate) bucket_size: AtomicU32,
     pub(crate) bucket_min: u32,

@@ -60,16 +60,12 @@ impl ZoneInner {
         Ok(p)
     }
 
-    /// Most items the depot keeps now: its fixed cap (`ZoneOptions::depot_max_items`, which
-    /// `DepotInner::put` applies), or for a zone whose caches follow reuse, the cap of its
-    /// working set within it (`reuse.rs`).
+    /// Most items the depot keeps now: its fixed cap (`ZoneOptions::depot_max_items`), or for a
+    /// zone whose caches follow reuse, the cap of its working set within it (`reuse.rs`).
     pub(crate) fn depot_cap(&self) -> u64 {
-        let reuse = &self.keg.reuse;
-        if !reuse.enabled() {
-            return u64::MAX;
-        }
-        let size = self.keg.geo.item_size as u64;
-        reuse.cap(self.depot_max_items.saturating_mul(size)) / size
+        self.keg
+            .reuse
+            .cap_units(self.depot_max_items, self.keg.geo.item_size as u64)
     }
 
     #[cold]
