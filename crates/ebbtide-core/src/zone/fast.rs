@@ -315,12 +315,8 @@ impl Zone {
     /// As [`Zone::free_raw`].
     #[inline(always)]
     pub unsafe fn free_fast_raw(z: *mut c_void, p: NonNull<u8>) -> FastFree {
-        // SAFETY: a live zone (caller's guarantee).
-        let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
-        let is_item = f.is_item(p.as_ptr() as usize);
-        // SAFETY: forwarded; `is_item` is the full item test. The zone's own offset: the C API
-        // has the zone in a register (see `RseqRef::pop_in_place`).
-        unsafe { push_if_item(f, p, is_item) }
+        // SAFETY: forwarded (a non-null pointer is one case of the other's).
+        unsafe { Zone::free_fast_raw_ptr(z, p.as_ptr()) }
     }
 
     /// [`Zone::free_fast_raw`] of a pointer that may be null (C's `free(NULL)`): null lies below
@@ -338,7 +334,8 @@ impl Zone {
         if unlikely(!f.is_item(p as usize)) {
             return FastFree::Invalid;
         }
-        // SAFETY: `p` passed the item test, so it is not null; the rest forwarded.
+        // SAFETY: `p` passed the item test, so it is not null; the rest forwarded. The zone's
+        // own offset: the C API has the zone in a register (see `RseqRef::pop_in_place`).
         unsafe { push_if_item(f, NonNull::new_unchecked(p), true) }
     }
 
