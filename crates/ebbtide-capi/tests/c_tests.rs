@@ -14,6 +14,9 @@
 //! Any failure fails `cargo test`. Header constants and layouts are checked by the unit tests
 //! in `src/abi_check.rs`.
 
+#[path = "../../ebbtide-malloc/tests/support/nested_build.rs"]
+mod nested_build;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -68,24 +71,7 @@ fn show(o: &Output) -> String {
 fn lib_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        // .../target/<profile>/deps/c_tests-HASH → .../target
-        let exe = std::env::current_exe().unwrap();
-        let target = exe.parent().unwrap().parent().unwrap().parent().unwrap();
-        let out = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-p",
-                "ebbtide-capi",
-                "--profile",
-                "test",
-                "--target-dir",
-            ])
-            .arg(target)
-            .current_dir(root())
-            .output()
-            .expect("run cargo");
-        assert!(out.status.success(), "cargo build failed:\n{}", show(&out));
-        let dir = target.join("debug");
+        let dir = nested_build::cargo_build(&root(), "ebbtide-capi", "test", "debug");
         for f in ["libebbtide.so", "libebbtide.a"] {
             assert!(dir.join(f).exists(), "{} missing", dir.join(f).display());
         }

@@ -118,7 +118,8 @@ fn the_list_names_functions_of_the_build() {
     // depend on the toolchain and are not checked.
     let own: Vec<&str> = list
         .lines()
-        .filter(|l| !l.starts_with('#'))
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .filter(|l| {
             l.strip_prefix("_ZN")
                 .map(|r| r.trim_start_matches(|c: char| c.is_ascii_digit()))

@@ -2,7 +2,8 @@
 //! (`LD_PRELOAD`), for `tests/real_programs.rs`.
 //!
 //! * [`lib`] builds the library once per test process (a nested `cargo build -p ebbtide-malloc
-//!   --profile test` into this test's own target directory, as the C API tests do).
+//!   --profile test` into this test's own target directory: [`nested_build`], which the C API
+//!   tests include too).
 //! * [`run`] starts a program with its output in files, under one [`Malloc`], and kills its
 //!   whole process group when it outlives its time limit (a hang is a failure, never a stuck
 //!   test run).
@@ -11,6 +12,8 @@
 //! * [`installed`] finds a program of a Debian package, or says which package is missing.
 
 #![allow(dead_code)] // each helper is used by some tests of the file that includes this module
+
+pub mod nested_build;
 
 use std::fs::File;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -62,28 +65,8 @@ pub fn lib() -> &'static Path {
 /// `cargo build -p ebbtide-malloc --profile PROFILE` into this test's target directory; the
 /// library's path (`target/DIR/libebbtide_malloc.so`, `DIR` being where the profile builds).
 pub fn build_lib(profile: &str, dir: &str) -> PathBuf {
-    // .../target/<profile>/deps/<test>-HASH → .../target
-    let exe = std::env::current_exe().unwrap();
-    let target = exe.parent().unwrap().parent().unwrap().parent().unwrap();
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-p",
-            "ebbtide-malloc",
-            "--profile",
-            profile,
-            "--target-dir",
-        ])
-        .arg(target)
-        .current_dir(root())
-        .output()
-        .expect("run cargo");
-    assert!(
-        out.status.success(),
-        "cargo build -p ebbtide-malloc --profile {profile} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lib = target.join(dir).join("libebbtide_malloc.so");
+    let lib = nested_build::cargo_build(&root(), "ebbtide-malloc", profile, dir)
+        .join("libebbtide_malloc.so");
     assert!(lib.exists(), "{} missing after the build", lib.display());
     lib
 }
