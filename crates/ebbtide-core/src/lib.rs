@@ -102,7 +102,9 @@
 //! still returns only when every page it counts is gone. Without pressure (the periodic
 //! page-pool shrink, the idle trim) free slabs go to the lazy list instead: `MADV_FREE` after
 //! `lazy_settle_ms`, `MADV_DONTNEED` after `lazy_decay_ms`, all of them at once when pressure
-//! comes ([`lazy`]); and a keg with a free-slab cap keeps what a free empties beyond it for
+//! comes ([`lazy`]; a page pool's shrink keeps the pages it gives back lazily in an array, its
+//! stash, which its next miss takes from first, as the kernel's per-CPU page lists hand a freed
+//! page back: `zone/stash.rs`); and a keg with a free-slab cap keeps what a free empties beyond it for
 //! 10 ms before giving it back (`keg.rs`, `EXCESS_DELAY_MS`; at once under pressure). Per-CPU
 //! capacity shrinks with them: a TRIM takes a quarter of every stack's grant back (at least a
 //! bucket's worth), a DRAIN_CPU halves it, an idle stack loses all of it ([`sizing`]). A policy
@@ -119,6 +121,7 @@
 //! | header lock (per zone, per CPU) | `pcpu` | drainers and cap writers; every op in locked mode |
 //! | depot mutex (per zone) | `depot` | buckets and the WSS estimator; `try_lock` failure grows the bucket size |
 //! | keg mutex (per keg) | `keg` | slab lists, bitmaps, counters; innermost; only `fini` runs under it, never `madvise` |
+//! | stash mutex (per page pool) | `zone/stash.rs` | the pages a shrink gave back lazily; a leaf, like the keg's: nothing is taken while it is held |
 //! | arena free-chunk mutex | `arena` | the free chunk list |
 //!
 //! The fast path takes none of them. No path of the core (alloc, free, reclaim) calls the global

@@ -9,7 +9,10 @@
 //! pressure level above Normal), otherwise lazily ([`crate::lazy`]: no system call for
 //! `lazy_settle_ms`, then `MADV_FREE`, `MADV_DONTNEED` after `lazy_decay_ms`), so the worst-case
 //! squeeze of the seed (`max_buffer_pages` 0, every round of I/O gives every page back) reuses
-//! its pages without a page fault, as blkback reuses pages the kernel's allocator hands back.
+//! its pages without a page fault, as blkback reuses pages the kernel's allocator hands back;
+//! and without the slabs' bookkeeping either: a shrink puts the pages it gives back lazily in
+//! the pool's stash (`zone/stash.rs`), an array from which its next miss takes them, as the
+//! kernel's per-CPU page lists hand a freed page back.
 //!
 //! Unlike blkback, where an idle ring that sleeps 100 ms can miss a 10 ms window, the reclaim
 //! thread enforces the squeeze the moment pressure arrives (every zone's caches are drained and
@@ -52,6 +55,9 @@ impl PagePool {
         zone.inner()
             .pool_max
             .store(max_buffer_pages, Ordering::Relaxed);
+        // Where its shrinks put the pages they give back lazily (`zone/stash.rs`); on failure
+        // the zone, still empty, is destroyed by its drop.
+        zone.inner().enable_stash()?;
         Ok(PagePool { zone })
     }
 

@@ -125,6 +125,7 @@ impl Zone {
             limit_full: AtomicBool::new(false),
             counters: Counters::default(),
             pool_max: AtomicUsize::new(usize::MAX),
+            stash: stash::Stash::none(),
             link: Link::new(),
             map_len: 0,
         };
@@ -192,12 +193,13 @@ impl ZoneInner {
             let pcpu_items = zr.pcpu_items();
             let depot_items = lock(&zr.depot).wss.nitems as usize;
             let out = zr.keg.items_out();
-            let used = out.saturating_sub(pcpu_items + depot_items);
+            let used = out.saturating_sub(pcpu_items + depot_items + zr.stash.len());
             if used > 0 {
                 return Err(used);
             }
             zr.drain_cpus(|_| true);
             zr.trim_depot(0);
+            zr.stash_purge(false);
             zr.keg.destroy()?;
             reg.unlink(z);
         }

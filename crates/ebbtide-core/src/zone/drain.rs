@@ -4,6 +4,24 @@
 
 use super::*;
 
+/// Where items taken out of a cache go.
+pub(crate) enum Sink<'s> {
+    /// To their slabs; inside a reclaim, emptied slabs go to the session's release pipeline.
+    Slabs(Option<&'s mut Session>),
+    /// Into a page pool's stash (`stash.rs`): a shrink that gives pages back lazily. The
+    /// count is of items that still go to their slabs first (the free pages the shrink keeps).
+    Stash(&'s mut usize),
+}
+
+impl Sink<'_> {
+    fn reborrow(&mut self) -> Sink<'_> {
+        match self {
+            Sink::Slabs(s) => Sink::Slabs(s.as_deref_mut()),
+            Sink::Stash(keep) => Sink::Stash(keep),
+        }
+    }
+}
+
 impl ZoneInner {
     /// Empties the depot (`keep` items stay) into the slabs; returns items moved.
     pub(crate) fn trim_depot(&self, keep: u64) -> usize {
@@ -13,7 +31,12 @@ impl ZoneInner {
     /// [`ZoneInner::trim_depot`] inside a reclaim: emptied item slabs go to the session's release
     /// pipeline. Bucket slabs do not: bucket kegs are shared by every zone, so their pages are
     /// given back (and counted) by `reclaim_all`, not by one zone's reclaim.
-    pub(crate) fn trim_depot_in(&self, keep: u64, mut sess: Option<&mut Session>) -> usize {
+    pub(crate) fn trim_depot_in(&self, keep: u64, sess: Option<&mut Session>) -> usize {
+        self.trim_depot_to(keep, Sink::Slabs(sess))
+    }
+
+    /// [`ZoneInner::trim_depot`] into `sink`.
+    fn trim_depot_to(&self, keep: u64, mut sink: Sink<'_>) -> usize {
         let mut moved = 0;
         loop {
             let b = lock(&self.depot).take_cold_above(keep);
@@ -21,7 +44,7 @@ impl ZoneInner {
             // SAFETY: the bucket came out of the depot; ours alone.
             unsafe {
                 let n = (*b.as_ptr()).count as usize;
-                self.return_to_keg_in(&Bucket::slots(b)[..n], sess.as_deref_mut());
+                self.give(&Bucket::slots(b)[..n], sink.reborrow());
                 moved += n;
                 Bucket::free(b);
             }
@@ -82,31 +105,81 @@ impl ZoneInner {
     /// Page-pool shrink (blkback's `shrink_free_pagepool`): keeps at most `target` free items,
     /// coldest first — depot buckets, then per-CPU stacks, then the slabs' pages go back to the
     /// OS. Items in use are never touched. Returns the bytes given back.
+    ///
+    /// Pages that leave lazily go to the pool's stash (`stash.rs`) while it is open; a stash
+    /// that is not (pressure, lazy freeing off or without a settle delay) is emptied the way
+    /// pages leave now.
     pub(crate) fn shrink_to(&self, target: usize) -> usize {
+        let stash = self.stash_open();
+        let mut released = 0;
+        if !stash && self.stash.len() > 0 {
+            let now = crate::lazy::release_kind_now() == crate::lazy::ReleaseKind::Now;
+            released += self.stash_purge(now);
+        }
         let free = self.free_items();
         if free <= target {
-            return 0;
+            self.count_released(released);
+            return released;
         }
         let pcpu = self.pcpu_items();
         let keep_depot = target.saturating_sub(pcpu) as u64;
-        self.trim_depot(keep_depot);
+        // What the depot holds beyond `keep_depot` is beyond the target (with the stacks).
+        let mut none = 0;
+        self.trim_depot_to(
+            keep_depot,
+            if stash {
+                Sink::Stash(&mut none)
+            } else {
+                Sink::Slabs(None)
+            },
+        );
         if self.free_items() > target && pcpu > 0 {
+            // The stacks are emptied whole: of their items, those that make up the target with
+            // what the depot and the slabs still hold stay free (in the slabs).
+            let held = lock(&self.depot).wss.nitems as usize + self.keg.counts().free_items;
+            let mut room = target.saturating_sub(held);
+            let mut sink = if stash {
+                Sink::Stash(&mut room)
+            } else {
+                Sink::Slabs(None)
+            };
             // Only the stacks that hold items: an empty one has nothing to give, and each drain
             // costs a fence (`membarrier`) of its CPU. A push racing with this read is like a
             // push just after the drain: the next shrink sees it.
-            self.drain_cpus(|cpu| self.pcpu.count(cpu) > 0);
-            self.trim_depot(target as u64);
+            self.drain_cpus_to(|cpu| self.pcpu.count(cpu) > 0, sink.reborrow());
+            self.trim_depot_to(target as u64, sink);
         }
         // Free slab slots may hold what the caches no longer do.
         let cached = self.pcpu_items() + lock(&self.depot).wss.nitems as usize;
         let slabs_keep = target.saturating_sub(cached) / self.keg.geo.items_per_slab;
-        let released = self.release_free_slabs(slabs_keep);
+        released += self.release_free_slabs(slabs_keep);
+        self.count_released(released);
+        released
+    }
+
+    fn count_released(&self, released: usize) {
         if released > 0 {
             self.counters
                 .released_bytes
                 .fetch_add(released as u64, Ordering::Relaxed);
         }
-        released
+    }
+
+    /// Items taken out of a cache, to `sink`.
+    fn give(&self, items: &[*mut u8], sink: Sink<'_>) {
+        match sink {
+            Sink::Slabs(sess) => {
+                self.return_to_keg_in(items, sess);
+            }
+            Sink::Stash(to_slabs) => {
+                let k = (*to_slabs).min(items.len());
+                if k > 0 {
+                    self.return_to_keg(&items[..k]);
+                    *to_slabs -= k;
+                }
+                self.stash_in(&items[k..]);
+            }
+        }
     }
 
     pub(crate) fn pcpu_items(&self) -> usize {
@@ -126,8 +199,13 @@ impl ZoneInner {
     pub(crate) fn drain_cpus_in(
         &self,
         pick: impl Fn(usize) -> bool,
-        mut sess: Option<&mut Session>,
+        sess: Option<&mut Session>,
     ) -> usize {
+        self.drain_cpus_to(pick, Sink::Slabs(sess))
+    }
+
+    /// [`ZoneInner::drain_cpus`] into `sink`.
+    fn drain_cpus_to(&self, pick: impl Fn(usize) -> bool, mut sink: Sink<'_>) -> usize {
         let mut buf = [ptr::null_mut::<u8>(); STACK_BUF];
         let mut moved = 0;
         for cpu in self.pcpu.cpus_in_use() {
@@ -139,7 +217,7 @@ impl ZoneInner {
             self.pcpu.stop(h);
             pcpu::fence_cpu(cpu);
             let cap = self.cap_for(cpu);
-            moved += self.empty_stopped(cpu, cap, &mut buf, sess.as_deref_mut());
+            moved += self.empty_stopped(cpu, cap, &mut buf, sink.reborrow());
         }
         moved
     }
@@ -148,6 +226,7 @@ impl ZoneInner {
     pub(crate) fn drain_caches(&self) {
         self.drain_cpus(|_| true);
         self.trim_depot(0);
+        self.stash_purge(false);
     }
 
     /// Empties this zone's stopped and fenced stack on `cpu` into its slabs (through `buf`,
@@ -157,7 +236,7 @@ impl ZoneInner {
         cpu: usize,
         cap: u32,
         buf: &mut [*mut u8; STACK_BUF],
-        sess: Option<&mut Session>,
+        sink: Sink<'_>,
     ) -> usize {
         let mut n = 0;
         self.pcpu
@@ -166,7 +245,7 @@ impl ZoneInner {
                 n += 1;
             });
         if n > 0 {
-            self.return_to_keg_in(&buf[..n], sess);
+            self.give(&buf[..n], sink);
         }
         n
     }
@@ -233,7 +312,7 @@ pub(crate) fn drain_cpu_locked(
             {
                 let h = z.pcpu.header(cpu);
                 let cap = z.cap_for(cpu);
-                z.empty_stopped(cpu, cap, &mut buf, Some(sess));
+                z.empty_stopped(cpu, cap, &mut buf, Sink::Slabs(Some(&mut *sess)));
                 // Release: pairs with the Acquire of the next taker of the header lock taken
                 // above (`lock_header_as`), which sees the emptied stack.
                 h.lock.store(pcpu::UNLOCKED, Ordering::Release);
@@ -269,7 +348,9 @@ impl ZoneInner {
                     .lazy_keep(keep, lazy::now_ms(), lazy::settle_ms() == 0);
                 0
             }
-            ReleaseKind::Now => self.keg.reclaim_keep(keep) + self.keg.purge_lazy(None),
+            ReleaseKind::Now => {
+                self.stash_purge(true) + self.keg.reclaim_keep(keep) + self.keg.purge_lazy(None)
+            }
         }
     }
 }
@@ -281,7 +362,7 @@ pub(crate) fn purge_lazy_locked(reg: &crate::registry::Locked) -> usize {
         return 0;
     }
     let mut b = 0;
-    reg.for_each(|z: &ZoneInner| b += z.keg.purge_lazy(None));
+    reg.for_each(|z: &ZoneInner| b += z.stash_purge(true) + z.keg.purge_lazy(None));
     b
 }
 
@@ -304,6 +385,9 @@ pub(crate) fn decay_lazy_locked(
 ) -> usize {
     let mut b = 0;
     reg.for_each(|z: &ZoneInner| {
+        // Stashed pages that settled join the lazy list first (offered, stamped when given up),
+        // so the decay below counts from then (`stash.rs`).
+        z.stash_settle(now, settle_ms);
         b += z.keg.purge_lazy(Some((now, decay_ms)));
         z.keg.advise_lazy(now, settle_ms);
     });

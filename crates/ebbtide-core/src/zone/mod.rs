@@ -6,8 +6,9 @@
 //! worth to the depot → (depot full, buckets disabled or squeezing) straight to the slabs.
 //!
 //! Counting (see also `keg.rs`):
-//! `items_out(keg) == used + Σ per-CPU counts + depot items`, hence
-//! `items in backed slabs == used + per-CPU + depot + free in slabs`. `used` is derived from the
+//! `items_out(keg) == used + Σ per-CPU counts + depot items + stashed pages` (a page pool's
+//! pages given back lazily, `stash.rs`; none for other zones), hence
+//! `items in backed slabs == used + per-CPU + depot + free in slabs + stashed pages`. `used` is derived from the
 //! other three; the property test checks it against a shadow model of live items, and
 //! [`Zone::validate`] checks every other term by walking the structures.
 
@@ -18,6 +19,7 @@ mod limit;
 mod resize;
 mod slow;
 mod snapshot;
+mod stash;
 
 pub(crate) use drain::{
     decay_lazy_locked, drain_cpu_all, purge_lazy_locked, release_excess_locked,
@@ -259,6 +261,8 @@ struct Counters {
     drain_cpus: AtomicU64,
     released_bytes: AtomicU64,
     squeezes: AtomicU64,
+    /// Bytes of stashed pages taken again by misses (`stash.rs`), ever.
+    stash_reused_bytes: AtomicU64,
 }
 
 /// The zone object; lives in its own mapped pages.
@@ -297,6 +301,8 @@ pub(crate) struct ZoneInner {
     /// Page pools: free pages kept between shrinks (`max_buffer_pages`); `usize::MAX` for plain
     /// zones.
     pub(crate) pool_max: AtomicUsize,
+    /// Page pools: the pages a shrink gave back lazily (`stash.rs`); no storage for plain zones.
+    pub(crate) stash: stash::Stash,
     /// On the registry's list of live zones (guarded by the registry lock).
     link: Link,
     map_len: usize,

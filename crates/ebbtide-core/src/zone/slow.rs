@@ -93,14 +93,18 @@ impl ZoneInner {
                     return Ok(NonNull::new_unchecked(item));
                 }
             }
-            // Import a bucket's worth from the slabs (a page pool: a batch, see `refill_want`).
+            // Import a bucket's worth from the slabs (a page pool: a batch, see `refill_want`),
+            // or for a page pool first the pages its shrink gave back lazily (`stash.rs`).
             let mut tmp = [ptr::null_mut::<u8>(); BUCKET_MAX as usize];
             let want = self.refill_want();
-            let n = self.import(&mut tmp[..want])?;
-            // The slabs hand items out in ascending address order and the stack is LIFO:
-            // reversed, the caller and the next pops get them ascending, the order hardware
-            // prefetchers follow (docs/benchmarks.md, "Ascending addresses").
-            tmp[..n].reverse();
+            let mut n = self.stash_take(&mut tmp[..want]);
+            if n == 0 {
+                n = self.import(&mut tmp[..want])?;
+                // The slabs hand items out in ascending address order and the stack is LIFO:
+                // reversed, the caller and the next pops get them ascending, the order
+                // hardware prefetchers follow (docs/benchmarks.md, "Ascending addresses").
+                tmp[..n].reverse();
+            }
             let item = tmp[n - 1];
             let k = self.pcpu.push_batch(&tmp[..n - 1]);
             if k < n - 1 {
@@ -137,7 +141,9 @@ impl ZoneInner {
             }
         }
         let mut one = [ptr::null_mut()];
-        self.import(&mut one)?;
+        if self.stash_take(&mut one) == 0 {
+            self.import(&mut one)?;
+        }
         // SAFETY: import returns non-null items.
         Ok(unsafe { NonNull::new_unchecked(one[0]) })
     }
@@ -333,6 +339,11 @@ impl ZoneInner {
             _ if squeezing => Emptied::GiveBack,
             _ => Emptied::Keep,
         };
+        self.return_to_keg_as(items, emptied)
+    }
+
+    /// [`ZoneInner::return_to_keg`] with the fate of emptied slabs given by the caller.
+    pub(crate) fn return_to_keg_as(&self, items: &[*mut u8], emptied: Emptied<'_>) -> usize {
         let invalid = |p, k| self.invalid_late(p, k);
         let r = match self.fini {
             Some(f) => self.keg.take_back_in(

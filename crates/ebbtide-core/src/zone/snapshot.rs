@@ -86,6 +86,9 @@ pub struct ZoneCheck {
     pub pcpu: usize,
     pub depot: usize,
     pub free_in_slabs: usize,
+    /// Pages a page pool's shrink gave back lazily and holds in its stash (`stash.rs`): out of
+    /// the slabs, in none of the terms above.
+    pub stashed: usize,
 }
 
 impl ZoneInner {
@@ -105,7 +108,10 @@ impl ZoneInner {
         let kc = self.keg.counts();
         let pcpu_items = self.pcpu_items() as u64;
         let cached = pcpu_items + d.0.nitems;
-        let used = (kc.items_out as u64).saturating_sub(cached);
+        // A page pool's stashed pages (`stash.rs`) are out of the slabs but given back: neither
+        // used nor free nor mapped; they count as lazily freed.
+        let stashed = self.stash.len();
+        let used = (kc.items_out as u64).saturating_sub(cached + stashed as u64);
         let fast: u64 = (0..self.pcpu.ncpu())
             .map(|c| self.pcpu.fast_allocs(c))
             .sum();
@@ -154,16 +160,20 @@ impl ZoneInner {
             free_bytes_slabs: kc.free_items as u64 * size,
             slab_bytes: geo.slab_size,
             items_per_slab: geo.items_per_slab,
-            pages_mapped: (kc.backed_slabs * geo.slab_size / os::page_size()) as u64,
-            mapped_bytes: (kc.backed_slabs * geo.slab_size) as u64,
+            pages_mapped: ((kc.backed_slabs * geo.slab_size)
+                .saturating_sub(stashed * self.item_size)
+                / os::page_size()) as u64,
+            mapped_bytes: (kc.backed_slabs * geo.slab_size).saturating_sub(stashed * self.item_size)
+                as u64,
             efficiency_pct: geo.efficiency_pct(),
             reclaim_trim: self.counters.trims.load(Ordering::Relaxed),
             reclaim_drain: self.counters.drains.load(Ordering::Relaxed),
             reclaim_drain_cpu: self.counters.drain_cpus.load(Ordering::Relaxed),
             released_bytes: kc.released_bytes,
-            lazy_bytes: (kc.lazy_slabs * geo.slab_size) as u64,
+            lazy_bytes: (kc.lazy_slabs * geo.slab_size + stashed * self.item_size) as u64,
             lazy_freed_bytes: kc.lazy_freed_bytes,
-            lazy_reused_bytes: kc.lazy_reused_bytes,
+            lazy_reused_bytes: kc.lazy_reused_bytes
+                + self.counters.stash_reused_bytes.load(Ordering::Relaxed),
             squeeze_windows: self.counters.squeezes.load(Ordering::Relaxed),
             depot_contention: self.counters.depot_contention.load(Ordering::Relaxed),
             pool_max_buffer_pages: match self.pool_max.load(Ordering::Relaxed) {
@@ -214,11 +224,12 @@ impl ZoneInner {
             pcpu_items += n;
         }
         let depot_items = lock(&self.depot).validate()? as usize;
+        let stashed = self.stash_validate()?;
         let kc = self.keg.validate()?;
-        let cached = pcpu_items + depot_items;
+        let cached = pcpu_items + depot_items + stashed;
         if kc.items_out < cached {
             return Err(format!(
-                "zone '{}': {} items out of the slabs but {cached} cached ({pcpu_items} per-CPU + {depot_items} depot)",
+                "zone '{}': {} items out of the slabs but {cached} cached ({pcpu_items} per-CPU + {depot_items} depot + {stashed} stashed)",
                 self.name.as_str(),
                 kc.items_out
             ));
@@ -232,11 +243,20 @@ impl ZoneInner {
             ));
         }
         Ok(ZoneCheck {
-            items_mapped: kc.backed_slabs * self.keg.geo.items_per_slab,
+            items_mapped: (kc.backed_slabs * self.keg.geo.items_per_slab)
+                .checked_sub(stashed)
+                .ok_or_else(|| {
+                    format!(
+                        "zone '{}': {stashed} stashed pages but only {} items in backed slabs",
+                        self.name.as_str(),
+                        kc.backed_slabs * self.keg.geo.items_per_slab
+                    )
+                })?,
             used: kc.items_out - cached,
             pcpu: pcpu_items,
             depot: depot_items,
             free_in_slabs: kc.free_items,
+            stashed,
         })
     }
 }

@@ -247,7 +247,8 @@ tunables! {
         doc: "The first stage of the decay (jemalloc's dirty pages): a slab given up without \
               pressure leaves the cache at once but is offered with MADV_FREE only after this \
               long, so a page reused within it costs neither a system call nor a fault (the \
-              kernel's page allocator hands a freed page back the same way). Checked every \
+              kernel's page allocator hands a freed page back the same way; a page pool's pages \
+              wait in the pool's stash, which its next miss takes from first). Checked every \
               pool_shrink_interval_ms. Under pressure such slabs go back with MADV_DONTNEED at \
               once; the headroom source counts them as usage (only pages already offered with \
               MADV_FREE are not counted). 0 means MADV_FREE at once.",
