@@ -224,7 +224,7 @@ struct ebbtide_zone_stats {
 	uint64_t squeeze_windows;	/* counter, events: Squeeze windows opened on this zone. */
 	uint64_t buckets_enabled;	/* 0 or 1: Whether per-CPU buckets are in use (disabled while pressure is critical). */
 	uint64_t invalid_frees;	/* counter, events: Frees refused because the pointer was not a live item of the zone (reported on stderr, never applied). */
-	uint64_t lazy_bytes;	/* gauge, bytes: Bytes of free slabs given up without pressure (settling, or offered to the kernel with MADV_FREE) and neither reused nor given back for good yet (still in RSS until the kernel takes them; not in released_bytes). */
+	uint64_t lazy_bytes;	/* gauge, bytes: Bytes of free slabs given up without pressure (settling — a page pool's in its stash —, or offered to the kernel with MADV_FREE) and neither reused nor given back for good yet (still in RSS until the kernel takes them; not in released_bytes). */
 	uint64_t lazy_freed_bytes;	/* counter, bytes: Bytes offered to the kernel with MADV_FREE (lazy_free), apart from released_bytes. */
 	uint64_t lazy_reused_bytes;	/* counter, bytes: Bytes of lazily freed slabs taken back by allocation (reuse without a page fault unless the kernel had taken the page). */
 	uint64_t pcpu_capacity;	/* gauge, items: Capacity of this zone's per-CPU caches, summed over CPUs: each CPU's bucket pair (2 x bucket_size) plus what the resize pass granted it for its misses, within pcpu_budget_bytes (0 while caching is off). */
@@ -264,7 +264,7 @@ struct ebbtide_global_stats {
 	uint64_t metadata_bytes;	/* gauge, bytes: Bytes of the library's own metadata in memory (zone objects, per-CPU stacks, chunk headers and slab descriptors, the used part of the chunk map); with mapped_bytes, every byte the library maps and touches. */
 	uint64_t squeezed_ms;	/* counter, milliseconds: Time covered by squeeze windows since the process started (a window still open counts to its end). */
 	uint64_t lazy_bytes;	/* gauge, bytes: Bytes offered to the kernel with MADV_FREE and not yet reused or given back for good, over all zones; part of RSS until the kernel takes them (LazyFree in smaps_rollup). */
-	uint64_t lazy_pending_bytes;	/* gauge, bytes: Bytes of free slabs given up without pressure that wait lazy_settle_ms before MADV_FREE, over all zones (in RSS; reused without a system call). */
+	uint64_t lazy_pending_bytes;	/* gauge, bytes: Bytes of free slabs (and page pools' stashed pages) given up without pressure that wait lazy_settle_ms before MADV_FREE, over all zones (in RSS; reused without a system call). */
 	uint64_t lazy_freed_bytes;	/* counter, bytes: Bytes offered to the kernel with MADV_FREE since the process started, apart from released_bytes. */
 	uint64_t source_opens;	/* counter, events: Times the reclaim thread opened the pressure sources: at start, when a tunable changed them, and a second after the program closed their descriptors (closefrom, close_range), which the watcher finds within a second. */
 };

@@ -506,7 +506,7 @@ stats_group! {
         squeeze_windows: U64, Counter, Events, "", "Squeeze windows opened on this zone.";
         buckets_enabled: Bool, Gauge, Boolean, "", "Whether per-CPU buckets are in use (disabled while pressure is critical).";
         invalid_frees: U64, Counter, Events, "", "Frees refused because the pointer was not a live item of the zone (reported on stderr, never applied).";
-        lazy_bytes: U64, Gauge, Bytes, "LAZY", "Bytes of free slabs given up without pressure (settling, or offered to the kernel with MADV_FREE) and neither reused nor given back for good yet (still in RSS until the kernel takes them; not in released_bytes).";
+        lazy_bytes: U64, Gauge, Bytes, "LAZY", "Bytes of free slabs given up without pressure (settling — a page pool's in its stash —, or offered to the kernel with MADV_FREE) and neither reused nor given back for good yet (still in RSS until the kernel takes them; not in released_bytes).";
         lazy_freed_bytes: U64, Counter, Bytes, "", "Bytes offered to the kernel with MADV_FREE (lazy_free), apart from released_bytes.";
         lazy_reused_bytes: U64, Counter, Bytes, "", "Bytes of lazily freed slabs taken back by allocation (reuse without a page fault unless the kernel had taken the page).";
         pcpu_capacity: U64, Gauge, Items, "PCPUCAP", "Capacity of this zone's per-CPU caches, summed over CPUs: each CPU's bucket pair (2 x bucket_size) plus what the resize pass granted it for its misses, within pcpu_budget_bytes (0 while caching is off).";
@@ -553,7 +553,7 @@ stats_group! {
         metadata_bytes: U64, Gauge, Bytes, "", "Bytes of the library's own metadata in memory (zone objects, per-CPU stacks, chunk headers and slab descriptors, the used part of the chunk map); with mapped_bytes, every byte the library maps and touches.";
         squeezed_ms: U64, Counter, Millis, "", "Time covered by squeeze windows since the process started (a window still open counts to its end).";
         lazy_bytes: U64, Gauge, Bytes, "", "Bytes offered to the kernel with MADV_FREE and not yet reused or given back for good, over all zones; part of RSS until the kernel takes them (LazyFree in smaps_rollup).";
-        lazy_pending_bytes: U64, Gauge, Bytes, "", "Bytes of free slabs given up without pressure that wait lazy_settle_ms before MADV_FREE, over all zones (in RSS; reused without a system call).";
+        lazy_pending_bytes: U64, Gauge, Bytes, "", "Bytes of free slabs (and page pools' stashed pages) given up without pressure that wait lazy_settle_ms before MADV_FREE, over all zones (in RSS; reused without a system call).";
         lazy_freed_bytes: U64, Counter, Bytes, "", "Bytes offered to the kernel with MADV_FREE since the process started, apart from released_bytes.";
         source_opens: U64, Counter, Events, "", "Times the reclaim thread opened the pressure sources: at start, when a tunable changed them, and a second after the program closed their descriptors (closefrom, close_range), which the watcher finds within a second.";
     }
