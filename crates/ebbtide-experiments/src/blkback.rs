@@ -724,24 +724,8 @@ fn verdict(
         }
         _ => lines.push("swap: not measured (needs root)".to_string()),
     }
-    if sweep.len() >= 3 {
-        let tot = |x: (u64, u64)| x.0 + x.1;
-        let (first, last) = (sweep[0].1, sweep[sweep.len() - 1].1);
-        let ten = sweep.iter().find(|x| x.0 == 10).map(|x| x.1);
-        // "Close" as in the seed (v10: 3,537 vs 3,543 pages at 10 and 100 ms): within 20 %, or
-        // within 0.1 % of the swap before, the level at which single runs differ by chance.
-        let slack = |t: u64| (t / 5).max(before.map_or(0, tot) / 1000);
-        let shape =
-            ten.is_some_and(|t| tot(first) >= tot(t) && tot(last) <= tot(t) + slack(tot(t)));
-        lines.push(format!(
-            "duration: {} (seed: 1 ms the most swap, 10 and 100 ms lower and close: 100 ms within 20 % or 0.1 % of before of 10 ms; here {})",
-            if shape { "seed's shape" } else { "NOT the seed's shape" },
-            sweep
-                .iter()
-                .map(|(ms, x)| format!("{ms} ms {}", thousands(tot(*x))))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+    if let Some(l) = duration_line(&sweep, before) {
+        lines.push(l);
     }
     lines.push(format!(
         "overhead: {} ({ours_verdict}; seed: No difference proven at 95.0% confidence)",
@@ -759,6 +743,42 @@ fn verdict(
 }
 
 /// Writes `memory.svg`, `swap.svg` (before vs after) and `swap-durations.svg` (the sweep).
+/// The verdict's line on the duration table (`sweep`: squeeze ms and swap-ins / swap-outs of
+/// each `after` variant, by duration), pure. `None` with fewer than three durations.
+fn duration_line(sweep: &[(u64, (u64, u64))], before: Option<(u64, u64)>) -> Option<String> {
+    if sweep.len() < 3 {
+        return None;
+    }
+    let tot = |x: (u64, u64)| x.0 + x.1;
+    let (first, last) = (sweep[0].1, sweep[sweep.len() - 1].1);
+    let ten = sweep.iter().find(|x| x.0 == 10).map(|x| x.1);
+    // "Close" as in the seed (v10: 3,537 vs 3,543 pages at 10 and 100 ms): within 20 %, or
+    // within 0.1 % of the swap before, the level at which single runs differ by chance.
+    let chance = before.map_or(0, tot) / 1000;
+    let slack = |t: u64| (t / 5).max(chance);
+    let shape = ten.is_some_and(|t| tot(first) >= tot(t) && tot(last) <= tot(t) + slack(tot(t)));
+    // Every duration at the level where single runs differ by chance: their order says nothing,
+    // and the seed's excess at 1 ms (a window that closed before the pools shrank) is absent.
+    let flat = before.is_some() && sweep.iter().all(|x| tot(x.1) <= chance);
+    Some(format!(
+        "duration: {}{} (seed: 1 ms the most swap, 10 and 100 ms lower and close: 100 ms within 20 % or 0.1 % of before of 10 ms; here {})",
+        if shape { "seed's shape" } else { "NOT the seed's shape" },
+        if flat {
+            format!(
+                " — flat: every duration within 0.1 % of before ({} pages), so their order is chance",
+                thousands(chance)
+            )
+        } else {
+            String::new()
+        },
+        sweep
+            .iter()
+            .map(|(ms, x)| format!("{ms} ms {}", thousands(tot(*x))))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
 pub(crate) fn plots(
     out: &std::path::Path,
     all: &[(String, Series)],
@@ -1012,4 +1032,31 @@ pub fn run_blkback(opts: &Opts) -> Result<Summary> {
     plots(&out, &all)?;
     eprintln!("blkback: wrote {}", out.display());
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_duration_line_names_the_seeds_shape_and_a_flat_table() {
+        let before = Some((600_000, 600_000)); // chance level: 1,200 pages
+        let sweep = |a: u64, b: u64, c: u64| vec![(1, (0, a)), (10, (0, b)), (100, (0, c))];
+        // The seed's v10: 1 ms clearly worst, 10 and 100 close.
+        let l = duration_line(&sweep(7_276, 3_537, 3_543), before).unwrap();
+        assert!(l.starts_with("duration: seed's shape ("), "{l}");
+        // 1 ms below 10 ms, well above chance: not the shape, not flat.
+        let l = duration_line(&sweep(2_000, 9_000, 9_100), before).unwrap();
+        assert!(l.starts_with("duration: NOT the seed's shape ("), "{l}");
+        // Tens of pages everywhere: the order is chance, whichever it is.
+        let l = duration_line(&sweep(13, 18, 29), before).unwrap();
+        assert!(
+            l.starts_with("duration: NOT the seed's shape — flat: every duration within 0.1 % of before (1,200 pages)"),
+            "{l}"
+        );
+        let l = duration_line(&sweep(31, 14, 5), before).unwrap();
+        assert!(l.starts_with("duration: seed's shape — flat:"), "{l}");
+        assert!(l.ends_with("here 1 ms 31, 10 ms 14, 100 ms 5)"), "{l}");
+        assert_eq!(duration_line(&sweep(1, 2, 3)[..2], before), None);
+    }
 }
