@@ -70,7 +70,7 @@
 //! Steps 2 and 3 are *misses* of this CPU's stack (underflows); a free that finds the stack full
 //! is one too (an overflow). The slow path counts them, per (zone, CPU), and a free that finds
 //! the stack full grows it at once by one bucket if the stack also underflowed since the last
-//! pass and the CPU's budget has room; the resize pass ([`reclaim::resize_pcpu`], on the
+//! pass and since it last grew (one bucket per alternation) and the CPU's budget has room; the resize pass ([`reclaim::resize_pcpu`], on the
 //! runtime's thread every `pool_shrink_interval_ms`) grows the stacks by the misses of
 //! alternations (a stack that only overflows or only underflows misses once per bucket whatever
 //! its capacity), one bucket per miss not already grown for, within a per-CPU byte budget of

@@ -142,6 +142,9 @@ pub(crate) struct Demand {
     pub(crate) under_seen: core::sync::atomic::AtomicU32,
     /// Underflows counted by the last pass (of its `interval_misses`).
     pub(crate) interval_under: core::sync::atomic::AtomicU32,
+    /// The low 32 bits of `underflows` when a miss last grew this stack
+    /// (`ZoneInner::grow_at_miss`): the next growth at a miss needs an underflow after it.
+    pub(crate) under_at_grow: core::sync::atomic::AtomicU32,
 }
 #[cfg(not(loom))]
 const _: () = assert!(core::mem::size_of::<Demand>() == DEMAND);

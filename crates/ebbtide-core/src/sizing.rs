@@ -19,7 +19,7 @@
 //!    its capacity, since each miss moves a whole bucket to or from the depot. So of `u`
 //!    underflows and `o` overflows the pass counts `2 × min(u, o)` ([`Stack::one_way`] is the
 //!    rest), and a free grows its stack at once only if the stack also underflowed since the
-//!    last pass. (The malloc's `prodcons`: every miss one way; its stacks grew by misses to the
+//!    last pass and since it last grew that way (one bucket per alternation). (The malloc's `prodcons`: every miss one way; its stacks grew by misses to the
 //!    whole budget on the consumer's CPU, all of it idle, about 1.3 MiB of its 6 MiB peak.)
 //! 2. [`plan`]: with `used` bytes granted on this CPU (grants above the floors, every zone), `need`
 //!    bytes wanted and `budget` the per-CPU budget (`pcpu_budget_bytes`): how many bytes the
@@ -29,16 +29,20 @@
 //!    (capacity leaves gradually, so a stack that pauses briefly keeps most of it), then each
 //!    missing stack takes what it wants from what is free, in registry order.
 //!
-//! **Growth at the miss.** Between passes a stack whose free finds it full (an overflow) also
-//! grows at once, by one bucket ([`grow_at_miss`]), out of its CPU's *room*: the part of the
-//! budget the last pass left unallocated, taken with one atomic subtraction on the slow path
-//! (tcmalloc grows a class's per-CPU capacity the same way, on the miss, from the CPU's
-//! unallocated capacity). Without it a stack waited for the next pass (up to
+//! **Growth at the miss.** Between passes a stack whose free finds it full (an overflow) after
+//! an underflow also grows at once, by one bucket ([`grow_at_miss`]), out of its CPU's *room*:
+//! the part of the budget the last pass left unallocated, taken with one atomic subtraction on
+//! the slow path (tcmalloc grows a class's per-CPU capacity the same way, on the miss, from the
+//! CPU's unallocated capacity). Without it a stack waited for the next pass (up to
 //! `pool_shrink_interval_ms`, 100 ms) however often it missed: the malloc's `live_mixed` case,
 //! whose classes above 1 KiB have floors of 4–16 items, ran most of its timed loop on the
 //! floors. Only overflows grow at once: an allocation that finds the stack empty fetches a
 //! bucket whatever the capacity, so growing there (measured: every allocation of a program
-//! building its live set) only spent the room. The pass counts the slots misses took as
+//! building its live set) only spent the room. And an overflow grows the stack only if an
+//! underflow came between it and the stack's last growth: "an underflow since the last pass"
+//! alone let one early allocation on a consumer's CPU grow its stacks at every overflow until
+//! the first pass, to their storage (the malloc's `prodcons` and `larson`: docs/benchmarks.md,
+//! "One bucket per alternation"). The pass counts the slots misses took as
 //! already given ([`Stack::grown`]), so a miss grows a stack once, not twice, and recomputes the
 //! room (`budget − Σ grant bytes`); before a CPU's first pass the room is the whole budget.
 //!
@@ -139,7 +143,8 @@ pub fn wanted(s: &Stack) -> u32 {
 /// What a stack whose free just found it full asks at once of its CPU's room ([`take_room`],
 /// which grants all of it or nothing: a partial bucket would only move the next miss closer):
 /// one bucket's worth of slots (its step), within its storage, if the stack also
-/// `underflowed` since the last pass (else the miss is one way: see the module docs). Returns
+/// `underflowed` since the last pass and since it last grew at a miss (else the miss is one
+/// way: see the module docs). Returns
 /// the slots and their bytes; `(0, 0)` when it does not grow now.
 pub fn grow_at_miss(s: &Stack, underflowed: bool) -> (u32, u64) {
     let slots = s.step.max(1).min(s.storage.saturating_sub(s.capacity()));

@@ -1,4 +1,5 @@
-//! A stack whose frees find it full grows at once, one bucket per miss, out of its CPU's room
+//! A stack whose frees find it full after it underflowed grows at once, one bucket per such
+//! alternation (`grow_per_alternation.rs`), out of its CPU's room
 //! (the part of the per-CPU budget the last resize pass left unallocated), without waiting for a
 //! pass; allocations that find it empty do not grow it; the pass recomputes the room and grows
 //! only for the misses that did not already take their bucket; with no room nothing grows.
@@ -41,7 +42,7 @@ fn frees_that_find_the_stack_full_grow_it_at_once_within_the_room() {
     assert!(s.underflows > 0, "{s:?}");
     assert_eq!(sizing::room(cpu), budget);
 
-    // Frees that find it full: one bucket (2 slots) per overflow, at once.
+    // Frees that find it full after those underflows: a bucket (2 slots), at once.
     free_all(&z, v);
     let s = z.snapshot().per_cpu[cpu];
     assert!(s.overflows > 0, "{s:?}");

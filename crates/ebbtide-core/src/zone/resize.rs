@@ -47,14 +47,24 @@ impl ZoneInner {
         let cpu = self.pcpu.this_cpu();
         let d = self.pcpu.demand(cpu);
         let s = self.sizing_stack(cpu, 0);
-        // Underflows since the last pass (the low 32 bits suffice for "any").
-        let under = (d.underflows.load(Ordering::Relaxed) as u32)
-            .wrapping_sub(d.under_seen.load(Ordering::Relaxed));
-        let (slots, bytes) = sizing::grow_at_miss(&s, under > 0);
+        // Underflows since the last pass and since this stack last grew at a miss (the low 32
+        // bits suffice for "any"): growth follows alternations, one bucket per overflow that
+        // comes after an underflow. "Since the last pass" alone let a stack that underflowed
+        // once grow at every overflow until the next pass — before the first pass, for the
+        // whole first `pool_shrink_interval_ms` of the process: the malloc's `prodcons`
+        // consumer (one early allocation on its CPU, then only frees) grew four classes'
+        // stacks to their storage, 1,000 idle blocks each (docs/benchmarks.md, "One bucket per
+        // alternation").
+        let u = d.underflows.load(Ordering::Relaxed) as u32;
+        let since_pass = u.wrapping_sub(d.under_seen.load(Ordering::Relaxed)) > 0;
+        let since_growth = u != d.under_at_grow.load(Ordering::Relaxed);
+        let (slots, bytes) = sizing::grow_at_miss(&s, since_pass && since_growth);
         if slots > 0 && sizing::take_room(cpu, bytes) {
-            // Relaxed: see `pcpu::Demand` (a pass storing the grant meanwhile wins).
+            // Relaxed: see `pcpu::Demand` (a pass storing the grant meanwhile wins); the mark
+            // is only this heuristic's, written by the CPU's own slow path.
             d.grant.fetch_add(slots, Ordering::Relaxed);
             d.grown.fetch_add(slots, Ordering::Relaxed);
+            d.under_at_grow.store(u, Ordering::Relaxed);
             return true;
         }
         false
