@@ -13,16 +13,9 @@ use std::ptr::NonNull;
 mod pin;
 use pin::pin_last_cpu;
 
-fn alloc_n(z: &Zone, n: usize) -> Vec<NonNull<u8>> {
-    (0..n).map(|_| z.alloc().unwrap()).collect()
-}
-
-fn free_all(z: &Zone, v: Vec<NonNull<u8>>) {
-    for p in v {
-        // SAFETY: items of ours, freed once.
-        unsafe { z.free(p).unwrap() };
-    }
-}
+#[path = "support/items.rs"]
+mod items;
+use items::{alloc_n, free_all};
 
 #[test]
 fn frees_that_find_the_stack_full_grow_it_at_once_within_the_room() {

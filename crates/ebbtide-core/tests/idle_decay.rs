@@ -6,20 +6,12 @@
 //! estimator; this checks that the zone feeds it the right events.)
 
 use ebbtide_core::{Zone, ZoneOptions};
-use std::ptr::NonNull;
 
 const S: u64 = 1_000_000_000;
 
-fn alloc_n(z: &Zone, n: usize) -> Vec<NonNull<u8>> {
-    (0..n).map(|_| z.alloc().unwrap()).collect()
-}
-
-fn free_all(z: &Zone, v: Vec<NonNull<u8>>) {
-    for p in v {
-        // SAFETY: items of ours, freed once.
-        unsafe { z.free(p).unwrap() };
-    }
-}
+#[path = "support/items.rs"]
+mod items;
+use items::{alloc_n, free_all};
 
 fn depot(z: &Zone) -> u64 {
     z.snapshot().depot.nitems

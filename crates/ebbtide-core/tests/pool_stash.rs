@@ -33,6 +33,14 @@ fn put(pool: &PagePool, v: &[NonNull<u8>]) {
     }
 }
 
+/// A round of `ROUND` pages, put back, then the pool's shrink; returns the pages stashed.
+fn round_then_shrink(pool: &PagePool) -> usize {
+    let v = get(pool, ROUND);
+    put(pool, &v);
+    pool.shrink();
+    check(pool).stashed
+}
+
 fn check(pool: &PagePool) -> ebbtide_core::zone::ZoneCheck {
     let c = pool.zone().validate().unwrap();
     assert_eq!(
@@ -101,10 +109,7 @@ fn a_lazy_shrink_stashes_its_pages_and_the_next_round_takes_them_back() {
     assert_eq!(check(&pool).stashed, 0);
 
     // 4. A purge of every lazily freed page (what a pressure reclaim does) takes the stash too.
-    let v = get(&pool, ROUND);
-    put(&pool, &v);
-    pool.shrink();
-    assert!(check(&pool).stashed >= ROUND);
+    assert!(round_then_shrink(&pool) >= ROUND);
     assert!(reclaim::purge_lazy_all() >= ROUND * ps);
     assert_eq!(check(&pool).stashed, 0);
     assert_eq!(pool.snapshot().zone.lazy_bytes, 0);
@@ -112,10 +117,7 @@ fn a_lazy_shrink_stashes_its_pages_and_the_next_round_takes_them_back() {
     // 5. Pages that settled move to the lazy list, offered with MADV_FREE, stamped when they
     //    were given up; the decay then gives them back for good.
     reclaim::configure_lazy(true, 1, 600_000);
-    let v = get(&pool, ROUND);
-    put(&pool, &v);
-    pool.shrink();
-    assert!(check(&pool).stashed >= ROUND);
+    assert!(round_then_shrink(&pool) >= ROUND);
     std::thread::sleep(std::time::Duration::from_millis(5));
     let offered = lazy::lazy_bytes();
     reclaim::decay_lazy(lazy::now_ms());
@@ -155,10 +157,7 @@ fn a_lazy_shrink_stashes_its_pages_and_the_next_round_takes_them_back() {
     assert_eq!(check(&pool).stashed, 0);
     assert_eq!(pool.snapshot().zone.mapped_bytes, 0);
     reclaim::configure_lazy(true, 600_000, 600_000);
-    let v = get(&pool, ROUND);
-    put(&pool, &v);
-    pool.shrink();
-    assert!(check(&pool).stashed >= ROUND);
+    assert!(round_then_shrink(&pool) >= ROUND);
     reclaim::configure_lazy(true, 0, 600_000);
     pool.shrink();
     assert_eq!(check(&pool).stashed, 0);
@@ -166,10 +165,7 @@ fn a_lazy_shrink_stashes_its_pages_and_the_next_round_takes_them_back() {
 
     // 8. A pool holding stashed pages is destroyed like any empty pool.
     reclaim::configure_lazy(true, 600_000, 600_000);
-    let v = get(&pool, ROUND);
-    put(&pool, &v);
-    pool.shrink();
-    assert!(check(&pool).stashed >= ROUND);
+    assert!(round_then_shrink(&pool) >= ROUND);
     pool.destroy().map_err(|e| e.1).unwrap();
 
     // 9. A pool with a cap keeps that many free pages; only those beyond it are stashed.
