@@ -103,6 +103,9 @@ impl PagePool {
     /// Shrinks to the cap now (0 while squeezing), as the reclaim thread does every
     /// `pool_shrink_interval_ms`. Returns the bytes given back.
     pub fn shrink(&self) -> usize {
+        // Takes the zone's locks (depot, stacks' headers, stash, keg): inside the fork gate, as
+        // every other path that does (`forkgate.rs`).
+        let _inside = crate::forkgate::enter();
         let target = if crate::gate::squeezing_now() {
             0
         } else {
