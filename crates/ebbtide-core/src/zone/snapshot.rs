@@ -117,6 +117,8 @@ impl ZoneInner {
             .sum();
         let requests = fast + self.counters.slow_allocs.load(Ordering::Relaxed);
         let geo = self.keg.geo;
+        let stashed_bytes = stashed * geo.item_size;
+        let mapped = (kc.backed_slabs * geo.slab_size).saturating_sub(stashed_bytes);
         let size = self.item_size as u64;
         let per_cpu: Vec<CpuStack> = (0..self.pcpu.ncpu())
             .map(|cpu| {
@@ -160,17 +162,14 @@ impl ZoneInner {
             free_bytes_slabs: kc.free_items as u64 * size,
             slab_bytes: geo.slab_size,
             items_per_slab: geo.items_per_slab,
-            pages_mapped: ((kc.backed_slabs * geo.slab_size)
-                .saturating_sub(stashed * self.item_size)
-                / os::page_size()) as u64,
-            mapped_bytes: (kc.backed_slabs * geo.slab_size).saturating_sub(stashed * self.item_size)
-                as u64,
+            pages_mapped: (mapped / os::page_size()) as u64,
+            mapped_bytes: mapped as u64,
             efficiency_pct: geo.efficiency_pct(),
             reclaim_trim: self.counters.trims.load(Ordering::Relaxed),
             reclaim_drain: self.counters.drains.load(Ordering::Relaxed),
             reclaim_drain_cpu: self.counters.drain_cpus.load(Ordering::Relaxed),
             released_bytes: kc.released_bytes,
-            lazy_bytes: (kc.lazy_slabs * geo.slab_size + stashed * self.item_size) as u64,
+            lazy_bytes: (kc.lazy_slabs * geo.slab_size + stashed_bytes) as u64,
             lazy_freed_bytes: kc.lazy_freed_bytes,
             lazy_reused_bytes: kc.lazy_reused_bytes
                 + self.counters.stash_reused_bytes.load(Ordering::Relaxed),
