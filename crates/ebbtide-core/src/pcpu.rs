@@ -79,7 +79,7 @@ pub(crate) const HDR: usize = 64;
 /// its storage (504 slots) and could not grow, and a burst of 256 allocations then 256 frees
 /// missed twice per round. The memory cost is address space: the second page of a stack is
 /// touched only when the stack holds more than 504 items, which the per-CPU budget bounds; a
-/// header stays at offset 0 of its page (see `zone/create.rs`, `ZONE_OFFSET`).
+/// header stays at its colour's offset of its page (see [`OBJECT_SLOT`]).
 pub(crate) const STRIDE_SHIFT: u32 = 13;
 /// Item slots per CPU stack: what fits in the stride after the header and before the next
 /// CPU's demand line (1008).
@@ -1109,16 +1109,22 @@ impl Pcpu {
     }
 }
 
-/// The next stacks' colour: successive multiples of 64 bytes below a page, skipping 0 and the
-/// zone objects' offset (`ZONE_OFFSET`, 2048), in a stride of 5 cache lines so neighbours in
-/// creation order are far apart.
+/// Zone objects lie in slots of this many bytes, at multiples of it within their pages
+/// (`zone/objects.rs`); their fast-path constants are in a slot's first two lines, which the
+/// stacks' colours avoid.
+pub(crate) const OBJECT_SLOT: usize = 1024;
+
+/// The next stacks' colour: successive multiples of 64 bytes below a page, skipping the first
+/// two lines of every [`OBJECT_SLOT`] (where zone objects keep their fast-path constants; this
+/// skips 0 and 64 too, so CPU 0's demand line fits before the base), in a stride of 5 cache
+/// lines so neighbours in creation order are far apart.
 fn colour() -> usize {
     // A plain std atomic (not the loom shim): a counter with no ordering to model.
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     loop {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let c = (n * 5 % 64) * 64;
-        if c != 0 && c != 2048 {
+        if c % OBJECT_SLOT >= 2 * 64 {
             return c;
         }
     }

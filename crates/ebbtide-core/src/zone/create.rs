@@ -1,15 +1,7 @@
 //! Creating and destroying zones.
 
+use super::objects;
 use super::*;
-
-/// Where the zone object starts in its mapping: not at offset 0 of a page, where every CPU's
-/// stack header of every zone sits (see `pcpu.rs`). The C entry points load the zone's fast-path
-/// constants right after the critical section stored to this CPU's header; with both at the same
-/// page offset, one process in five had a (zone, CPU) pair running 2.6–3.2× slower; with the zone
-/// at 2048, none in 600 runs (docs/benchmarks.md, "The bimodality removed"). The mechanism is
-/// not proven (no performance counters on the VM measured); a false store-to-load dependence
-/// between the two page offsets fits what was seen.
-const ZONE_OFFSET: usize = 2048;
 
 impl Zone {
     /// Creates a zone.
@@ -127,29 +119,19 @@ impl Zone {
             pool_max: AtomicUsize::new(usize::MAX),
             stash: stash::Stash::none(),
             link: Link::new(),
-            map_len: 0,
         };
-        let map_len = os::round_up(
-            ZONE_OFFSET + core::mem::size_of::<ZoneInner>(),
-            os::page_size(),
-        );
-        let mem = match os::map(map_len) {
-            // SAFETY: ZONE_OFFSET < map_len, inside the fresh mapping.
-            Ok(m) => {
-                unsafe { NonNull::new_unchecked(m.as_ptr().add(ZONE_OFFSET)) }.cast::<ZoneInner>()
-            }
+        // A slot in a page shared with other zones' objects (`objects.rs`).
+        let mem = match objects::take() {
+            Ok(m) => m,
             Err(e) => {
                 // SAFETY: the stacks are new and unused.
                 unsafe { z.pcpu.unmap() };
                 return Err(e.into());
             }
         };
-        // SAFETY: `mem` is a fresh mapping large enough and page (hence suitably) aligned.
-        unsafe {
-            mem.as_ptr().write(z);
-            (*mem.as_ptr()).map_len = map_len;
-        }
-        os::add_metadata(map_len);
+        // SAFETY: `mem` is a free slot, large enough and aligned for a zone object
+        // (`objects.rs`).
+        unsafe { mem.as_ptr().write(z) };
         let zone = Zone { inner: mem, fast };
         // No stack is opened here: each opens on its CPU's first slow path, so a CPU that never
         // uses the zone never writes its page (`Pcpu::in_use`).
@@ -206,10 +188,8 @@ impl ZoneInner {
         // SAFETY: the zone is unlinked, empty and unused; its mappings are ours.
         unsafe {
             zr.pcpu.unmap();
-            let len = zr.map_len;
             ptr::drop_in_place(z);
-            os::unmap(NonNull::new_unchecked(z.cast::<u8>().sub(ZONE_OFFSET)), len);
-            os::sub_metadata(len);
+            objects::give(z);
         }
         Ok(())
     }

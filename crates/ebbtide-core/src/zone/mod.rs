@@ -16,6 +16,7 @@ mod create;
 mod drain;
 mod fast;
 mod limit;
+mod objects;
 mod resize;
 mod slow;
 mod snapshot;
@@ -265,7 +266,8 @@ struct Counters {
     stash_reused_bytes: AtomicU64,
 }
 
-/// The zone object; lives in its own mapped pages.
+/// The zone object; lives in a 1 KiB slot of a page shared with other zones' objects
+/// (`objects.rs`).
 #[repr(C)]
 pub(crate) struct ZoneInner {
     // Read by the fast paths: kept together at the start.
@@ -305,7 +307,6 @@ pub(crate) struct ZoneInner {
     pub(crate) stash: stash::Stash,
     /// On the registry's list of live zones (guarded by the registry lock).
     link: Link,
-    map_len: usize,
 }
 
 // SAFETY: the raw pointers are the zone's own mappings (pcpu, chunk map of the 'static arena) and
