@@ -39,7 +39,7 @@
 //! ([`typed`]), the reclaim entry points ([`reclaim`]).
 //!
 //! ## Layers
-//! Layer order (bottom first): sync, os, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
+//! Layer order (bottom first): sync, spin, os, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
 //!
 //! Each module names only modules before it in that list (`tests/layers.rs` reads the code and
 //! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
@@ -185,6 +185,8 @@ pub mod runtime;
 pub mod sizing;
 #[cfg(not(loom))]
 pub(crate) mod slab;
+#[cfg(not(loom))]
+pub mod spin;
 #[cfg_attr(loom, allow(dead_code, unused_imports))]
 pub(crate) mod sync;
 #[cfg(not(loom))]

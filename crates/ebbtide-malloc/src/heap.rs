@@ -27,6 +27,7 @@ use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::mem::MaybeUninit;
 use core::ptr::{self, NonNull};
+use ebbtide_core::spin::SpinLock;
 use ebbtide_core::zone::{FastConsts, FastFree};
 use ebbtide_core::{InvalidFree, Zone, ZoneOptions};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
@@ -121,27 +122,7 @@ static TAG_OVERFLOW: AtomicBool = AtomicBool::new(false);
 /// The zone-creation lock: a spin lock (creation is rare and short) rather than a mutex, so a
 /// forked child can reset it (see `fork.rs`): the creator may have been outside the core's fork
 /// gate, holding it, when another thread forked.
-static CREATE: AtomicBool = AtomicBool::new(false);
-
-struct Creating;
-
-fn lock_create() -> Creating {
-    // Acquire: pairs with the Release in `Creating::drop`.
-    while CREATE
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        std::thread::yield_now();
-    }
-    Creating
-}
-
-impl Drop for Creating {
-    fn drop(&mut self) {
-        // Release: pairs with the Acquire in `lock_create`.
-        CREATE.store(false, Ordering::Release);
-    }
-}
+static CREATE: SpinLock = SpinLock::new();
 
 /// In a forked child (one thread): the creation lock and the creator are the parent's other
 /// threads' business no more. A zone made but not yet published by such a thread is made
@@ -152,7 +133,8 @@ impl Drop for Creating {
 /// write), so that its class keeps the fast paths.
 pub fn fork_child() {
     CREATING.store(0, Ordering::Relaxed);
-    CREATE.store(false, Ordering::Release);
+    // SAFETY: the child's one thread; a holder stayed in the parent.
+    unsafe { CREATE.reset() };
     publish_missing_constants();
 }
 
@@ -226,7 +208,7 @@ fn zone(c: usize) -> Get {
     if CREATING.load(Ordering::Relaxed) == tid {
         return Get::Nested;
     }
-    let _g = lock_create();
+    let _g = CREATE.lock();
     let z = ZONES[c].load(Ordering::Acquire);
     if !z.is_null() {
         return Get::Zone(z);

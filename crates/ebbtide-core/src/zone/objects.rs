@@ -14,16 +14,17 @@
 //! (docs/benchmarks.md, "The bimodality removed"; zone objects were at offset 2048 of their own
 //! page for that reason).
 //!
-//! The list is behind a spin lock of std's atomics (no ordering to model, so not loom's; a few
-//! instructions held, no std mutex code in the library's hot text): taken only by zone
-//! creation and destruction, both inside the fork gate (`forkgate.rs`), so a forked child never
-//! finds it held by a thread that does not exist there.
+//! The list is behind a [`SpinLock`] (a few instructions held, no std mutex code in the malloc
+//! library's hot text): taken only by zone creation and destruction, both inside the fork gate
+//! (`forkgate.rs`), so a forked child never finds it held by a thread that does not exist
+//! there.
 
 use super::ZoneInner;
 use crate::os::{self, OsError};
 use crate::pcpu::OBJECT_SLOT;
+use crate::spin::SpinLock;
 use core::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 const _: () = assert!(
     core::mem::size_of::<ZoneInner>() <= OBJECT_SLOT
@@ -34,34 +35,13 @@ const _: () = assert!(
 /// The first free slot; each free slot's first word is the next (null at the end). Read and
 /// written only under [`LOCK`] (an atomic for `static` storage, Relaxed under the lock).
 static FREE: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
-static LOCK: AtomicBool = AtomicBool::new(false);
-
-/// Holds [`LOCK`] until dropped.
-struct Held;
-
-fn lock() -> Held {
-    // Acquire: pairs with the Release in `Held::drop` (the list as the last holder left it).
-    while LOCK
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        std::thread::yield_now();
-    }
-    Held
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        // Release: pairs with the Acquire in `lock`.
-        LOCK.store(false, Ordering::Release);
-    }
-}
+static LOCK: SpinLock = SpinLock::new();
 
 /// A slot for a zone object: `OBJECT_SLOT` bytes, `OBJECT_SLOT`-aligned, not in use; zeroed if
 /// fresh from the kernel, otherwise whatever the last zone left (the caller writes a whole
 /// object).
 pub(super) fn take() -> Result<NonNull<ZoneInner>, OsError> {
-    let _held = lock();
+    let _held = LOCK.lock();
     let mut head = FREE.load(Ordering::Relaxed);
     if head.is_null() {
         let page = os::page_size();
@@ -91,7 +71,7 @@ pub(super) fn take() -> Result<NonNull<ZoneInner>, OsError> {
 /// # Safety
 /// `z` came from [`take`], its object is dropped, and nothing uses the slot any more.
 pub(super) unsafe fn give(z: *mut ZoneInner) {
-    let _held = lock();
+    let _held = LOCK.lock();
     let s = z.cast::<u8>();
     // SAFETY: the slot is ours again (caller); its first word links it.
     unsafe { s.cast::<*mut u8>().write(FREE.load(Ordering::Relaxed)) };
