@@ -54,16 +54,24 @@ pub(crate) static MAPPED_BYTES: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// How long a keg may hold more entirely free slabs than its cap ([`Keg::keep_free_at_most`])
-/// before the excess goes back, when no one is short of memory: a free that empties one slab
-/// more than the cap keeps it (on the free list, allocatable without a fault) and the excess
-/// goes back once it has lasted this long, at the keg's next free or on the runtime's next
-/// periodic step ([`Keg::release_expired_excess`]), whichever comes first; under pressure (or
-/// in a squeeze window: [`crate::lazy::release_kind_now`]), or without the runtime (lazy
-/// freeing off), at once as before. mimalloc's purge delay (10 ms)
-/// is the anchor: a program that frees a class's blocks and allocates them again within it
-/// pays neither the `madvise` nor the page faults, and one that frees everything at its end
-/// (the malloc benchmark's `fragmentation` case: ~20 % of its time was those `madvise` calls,
-/// docs/benchmarks.md, "A/B of the caps") does not wait for the kernel's zapping.
+/// on its free list, when no one is short of memory: a free that empties one slab more than the
+/// cap keeps it there (allocatable without a fault or any bookkeeping) and the excess leaves the
+/// free list once it has lasted this long, at the keg's next free or on the runtime's next
+/// periodic step ([`Keg::release_expired_excess`]), whichever comes first — into the lazy decay
+/// ([`crate::lazy`]: settling, then `MADV_FREE`, back for good after `lazy_decay_ms` or as soon
+/// as another zone or the malloc's large blocks need fresh pages, `zone::make_room`), not back
+/// to the kernel at once. Under pressure (or in a squeeze window:
+/// [`crate::lazy::release_kind_now`]), or without the runtime (lazy freeing off), the excess
+/// goes back at once as before. mimalloc's purge delay (10 ms) is the anchor: a program that
+/// frees a class's blocks and allocates them again within it pays nothing at all, and one that
+/// frees everything at its end (the malloc benchmark's `fragmentation` case: ~20 % of its time
+/// was those `madvise` calls, docs/benchmarks.md, "A/B of the caps") does not wait for the
+/// kernel's zapping. Going into the lazy decay rather than back (2026-11-24): a class freed in
+/// one phase of a program and allocated again in a later one (`python3 workload.py`: the 64-byte
+/// objects of a dropped tree, then of a dict) took its pages back without faults — a third
+/// fewer page faults in the whole run — while memory that another class needs still goes back
+/// as that class grows, so peak RSS stays where it was (docs/benchmarks.md, "The free-slab
+/// cap's excess into the lazy decay").
 pub(crate) const EXCESS_DELAY_MS: u64 = 10;
 
 /// Kegs holding an excess over their cap now (`excess_since != 0`, changed under each keg's
@@ -652,6 +660,17 @@ impl Keg {
     /// Takes up to `out.len()` items out of the slabs. Returns how many were taken (at least 1
     /// unless an error is returned).
     pub(crate) fn import(&self, out: &mut [*mut u8]) -> Result<usize, OsError> {
+        self.import_fresh(out, &mut 0)
+    }
+
+    /// [`Keg::import`], adding to `fresh` the bytes of the slabs it backs anew (from the clean
+    /// list or never used): pages the caller's items will fault in, which no cached page of
+    /// this keg could serve.
+    pub(crate) fn import_fresh(
+        &self,
+        out: &mut [*mut u8],
+        fresh: &mut usize,
+    ) -> Result<usize, OsError> {
         let mut g = lock(&self.inner);
         let mut n = 0;
         // Global gauges change once per call, not once per slab: a page pool imports a batch of
@@ -722,6 +741,7 @@ impl Keg {
                 g.backed_slabs += 1;
                 g.free_items += self.geo.items_per_slab;
                 gauges[0] += self.geo.slab_size;
+                *fresh += self.geo.slab_size;
                 s
             };
             let base = self.slab_base(s);
@@ -895,9 +915,23 @@ impl Keg {
             && self.excess_due(&mut g, w.free_cap, w.delay_excess, crate::lazy::now_ms)
         {
             drop(g);
-            w.out.bytes += self.reclaim_keep(w.free_cap);
+            w.out.bytes += self.shed_excess(w.free_cap);
         }
         w.out
+    }
+
+    /// The free slabs beyond `cap` leave the free list: without pressure (lazy freeing on) into
+    /// the lazy decay ([`crate::lazy`]: they settle, are offered with `MADV_FREE`, go back for
+    /// good after `lazy_decay_ms` unless allocation takes them again first, and go back at once
+    /// when another zone needs fresh pages, `drain::make_room`); else back now. Returns the
+    /// bytes given back now.
+    fn shed_excess(&self, cap: usize) -> usize {
+        if crate::lazy::release_kind_now() == crate::lazy::ReleaseKind::Lazy {
+            self.lazy_keep(cap, crate::lazy::now_ms(), crate::lazy::settle_ms() == 0);
+            0
+        } else {
+            self.reclaim_keep(cap)
+        }
     }
 
     /// Whether the free slabs beyond the cap go back now. With `delay` (no pressure, lazy
@@ -929,9 +963,10 @@ impl Keg {
         false
     }
 
-    /// The periodic step (the runtime's, every `pool_shrink_interval_ms`): gives back the free
-    /// slabs beyond the cap if the keg has held them for [`EXCESS_DELAY_MS`] at `now` (or at
-    /// once under pressure or with lazy freeing off). Returns the bytes given back.
+    /// The periodic step (the runtime's, every `pool_shrink_interval_ms`): the free slabs beyond
+    /// the cap leave the free list if the keg has held them for [`EXCESS_DELAY_MS`] at `now`
+    /// (into the lazy decay; back at once under pressure or with lazy freeing off,
+    /// [`Keg::shed_excess`]). Returns the bytes given back now.
     /// Also what starts the excess clock of a keg whose cap fell below what it holds (a zone
     /// whose working set of reuse shrank at the end of a period: `ZoneInner::periodic`).
     pub(crate) fn release_expired_excess(&self, now: u32) -> usize {
@@ -942,7 +977,7 @@ impl Keg {
         let delay = crate::lazy::release_kind_now() == crate::lazy::ReleaseKind::Lazy;
         let due = self.excess_due(&mut lock(&self.inner), cap, delay, || now);
         if due {
-            self.reclaim_keep(cap)
+            self.shed_excess(cap)
         } else {
             0
         }
@@ -1424,6 +1459,12 @@ impl Keg {
     /// `now_ms` (`Some((now_ms, delay_ms))`, see [`crate::lazy::expired`]). Adjacent slabs go back
     /// in one call. Returns the bytes given back.
     pub(crate) fn purge_lazy(&self, older_than: Option<(u32, u64)>) -> usize {
+        self.purge_lazy_upto(older_than, usize::MAX)
+    }
+
+    /// [`Keg::purge_lazy`] that stops once `limit` bytes are on their way back (the slab that
+    /// reaches it included).
+    pub(crate) fn purge_lazy_upto(&self, older_than: Option<(u32, u64)>, limit: usize) -> usize {
         let mut g = lock(&self.inner);
         let mut d = Deferred::new();
         let (mut released, mut pending) = (0, 0);
@@ -1434,7 +1475,9 @@ impl Keg {
             }
             // SAFETY: `s` is the oldest slab of the lazy list, a valid meta; lock held.
             let (at, advised) = unsafe { ((*s).lazy_at, (*s).advised) };
-            if older_than.is_some_and(|(now, delay)| !crate::lazy::expired(at, now, delay)) {
+            if released >= limit
+                || older_than.is_some_and(|(now, delay)| !crate::lazy::expired(at, now, delay))
+            {
                 break;
             }
             // SAFETY: as above. Off every list and `Clean` until its pages are gone

@@ -10,7 +10,7 @@
 //!
 //! | situation | call | where |
 //! |---|---|---|
-//! | no pressure (level Normal, no squeeze window), `lazy_free` on (the reclaim thread runs) | none, then `MADV_FREE` after `lazy_settle_ms` → slab `Lazy` | the periodic pool shrink to `max_buffer_pages`, [`PagePool::shrink`](crate::PagePool::shrink), the idle trim |
+//! | no pressure (level Normal, no squeeze window), `lazy_free` on (the reclaim thread runs) | none, then `MADV_FREE` after `lazy_settle_ms` → slab `Lazy` | the periodic pool shrink to `max_buffer_pages`, [`PagePool::shrink`](crate::PagePool::shrink), the idle trim, the free slabs a keg has held beyond its cap for `EXCESS_DELAY_MS` |
 //! | the pressure level is above Normal, a squeeze window is open, or a pressure reclaim runs | `MADV_DONTNEED` → slab `Clean` | the squeeze, TRIM / DRAIN / DRAIN_CPU, and every lazy slab at once ([`crate::reclaim::purge_lazy_all`]) |
 //!
 //! Lazily freed pages still count in RSS and in the cgroup's usage until the kernel takes them.
@@ -20,7 +20,10 @@
 //! is offered with `MADV_FREE`; and a lazy slab nobody reused for `lazy_decay_ms` since it was
 //! given up goes back with `MADV_DONTNEED`. The decay does both steps, run by the reclaim
 //! thread every `pool_shrink_interval_ms` ([`crate::reclaim::decay_lazy`]); [`expired`] is the
-//! pure rule for both delays.
+//! pure rule for both delays. Lazily freed slabs also go back, oldest first, when a zone is
+//! about to fault in fresh slabs or the malloc's page heap fresh pages: as many bytes as those
+//! (`zone::make_room`, [`crate::reclaim::make_room`]), so that they never stay in RSS beside
+//! memory a program needs anew.
 //! Allocation takes the newest lazy slab first (the likeliest to still have its pages); the
 //! decay takes the oldest.
 //!

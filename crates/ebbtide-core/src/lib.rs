@@ -104,8 +104,12 @@
 //! `lazy_settle_ms`, `MADV_DONTNEED` after `lazy_decay_ms`, all of them at once when pressure
 //! comes ([`lazy`]; a page pool's shrink keeps the pages it gives back lazily in an array, its
 //! stash, which its next miss takes from first, as the kernel's per-CPU page lists hand a freed
-//! page back: `zone/stash.rs`); and a keg with a free-slab cap keeps what a free empties beyond it for
-//! 10 ms before giving it back (`keg.rs`, `EXCESS_DELAY_MS`; at once under pressure). Per-CPU
+//! page back: `zone/stash.rs`); and a keg with a free-slab cap keeps what a free empties beyond it on
+//! its free list for 10 ms before it joins the lazy decay (`keg.rs`, `EXCESS_DELAY_MS`; back at
+//! once under pressure). Lazily freed slabs make room for fresh ones: a zone (or the malloc's
+//! page heap) about to fault in new pages first gives back as many lazily freed bytes of the
+//! other zones (`zone/drain.rs`, `make_room`), so memory one size class freed leaves RSS as
+//! another grows, the cross-class reuse that allocators whose classes share pages have. Per-CPU
 //! capacity shrinks with them: a TRIM takes a quarter of every stack's grant back (at least a
 //! bucket's worth), a DRAIN_CPU halves it, an idle stack loses all of it ([`sizing`]). A policy
 //! step that opens a squeeze window, turns buckets off and asks for DRAIN_CPU is one pass over

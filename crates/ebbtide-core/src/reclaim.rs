@@ -206,6 +206,16 @@ pub fn configure_lazy(enabled: bool, settle_ms: u64, decay_ms: u64) {
     }
 }
 
+/// Fresh pages of `bytes` are about to be used outside the zones (a malloc's large blocks):
+/// as many lazily freed bytes of the zones go back first, oldest slabs first, so that memory one
+/// size class freed does not stay in RSS beside them (see `zone::make_room`, which a zone's own
+/// import of fresh slabs calls). Never waits: nothing when no zone holds lazily freed pages or
+/// when a reclaim pass holds the registry. Call it with no lock of the core held.
+pub fn make_room(bytes: usize) {
+    let _inside = crate::forkgate::enter();
+    crate::zone::make_room(bytes);
+}
+
 /// Pressure: every lazily freed page of every zone goes back now (`MADV_DONTNEED`). Returns the
 /// bytes given back.
 pub fn purge_lazy_all() -> usize {
@@ -228,10 +238,11 @@ pub fn decay_lazy(now: u32) -> usize {
     decay_lazy_locked(&reg, now, crate::lazy::decay_ms(), crate::lazy::settle_ms())
 }
 
-/// The delayed give-back of free slabs beyond a zone's cap (run by the runtime every
+/// The delayed step of free slabs beyond a zone's cap (run by the runtime every
 /// `pool_shrink_interval_ms`, beside [`decay_lazy`]): a keg that has held more free slabs than
-/// its cap for `EXCESS_DELAY_MS` (10 ms) at `now` gives the excess back (`keg.rs`). Walks the
-/// zones only when some keg holds an excess. Returns the bytes given back.
+/// its cap for `EXCESS_DELAY_MS` (10 ms) at `now` moves the excess into the lazy decay, or
+/// gives it back under pressure (`keg.rs`). Walks the zones only when some keg holds an
+/// excess. Returns the bytes given back now.
 pub fn release_excess(now: u32) -> usize {
     let _inside = crate::forkgate::enter();
     if crate::keg::EXCESS_KEGS.load(Ordering::Relaxed) == 0 {

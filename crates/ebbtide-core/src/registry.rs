@@ -58,6 +58,15 @@ pub(crate) fn lock() -> Locked {
     Locked(crate::sync::lock(&REG))
 }
 
+/// Locks the registry if nobody holds it (this thread included); `None` otherwise.
+pub(crate) fn try_lock() -> Option<Locked> {
+    match REG.try_lock() {
+        Ok(g) => Some(Locked(g)),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(Locked(p.into_inner())),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 /// Puts `z` (live, not on the list) at the head of the list.
 pub(crate) fn insert<T: Linked>(z: *mut T) {
     let mut r = lock();

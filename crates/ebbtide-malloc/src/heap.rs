@@ -288,10 +288,13 @@ fn zone(c: usize) -> Get {
 /// each); jemalloc has no such layer (its thread caches flush to the slabs).
 pub const DEPOT_BYTES: usize = 256 * 1024;
 /// Bytes of entirely free slabs a class keeps between reclaims: the slabs a free empties beyond
-/// them go back once the excess has lasted 10 ms (at once under pressure; the core's
-/// `keg::EXCESS_DELAY_MS`), so memory freed in one class stops counting in RSS while
-/// another class grows (jemalloc and tcmalloc hand empty slabs/spans to pages every class
-/// shares; here each class has its own chunks, so giving the pages back is the way across).
+/// them leave the class's free list once the excess has lasted 10 ms, into the lazy decay (at
+/// once back under pressure; the core's `keg::EXCESS_DELAY_MS`), and go back for good as soon
+/// as another class, or a large block, needs fresh pages (the core's `make_room`), so memory
+/// freed in one class stops counting in RSS while another class grows (jemalloc and tcmalloc
+/// hand empty slabs/spans to pages every class shares; here each class has its own chunks, so
+/// giving the pages back is the way across), and a class that takes them again first does so
+/// without a fault.
 pub const FREE_SLAB_BYTES: usize = 256 * 1024;
 
 /// The largest class the page-sized caps ([`DEPOT_BYTES`], [`FREE_SLAB_BYTES`]) apply to. Above

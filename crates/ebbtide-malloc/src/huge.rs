@@ -250,6 +250,12 @@ fn alloc_in(n: usize, align: usize, heap: bool) -> (*mut u8, bool) {
             CACHED.store(t.heap.dirty_bytes(), Ordering::Relaxed);
             BYTES.fetch_add(len, Ordering::Relaxed);
             COUNT.fetch_add(1, Ordering::Relaxed);
+            drop(t);
+            if zeroed {
+                // Fresh pages (never used, or given back): lazily freed slabs of the size
+                // classes make room first (the core's `reclaim::make_room`).
+                ebbtide_core::reclaim::make_room(len);
+            }
             return (a as *mut u8, zeroed);
         }
     }
@@ -274,6 +280,8 @@ fn alloc_in(n: usize, align: usize, heap: bool) -> (*mut u8, bool) {
     });
     BYTES.fetch_add(len, Ordering::Relaxed);
     COUNT.fetch_add(1, Ordering::Relaxed);
+    drop(t);
+    ebbtide_core::reclaim::make_room(len);
     (a as *mut u8, true)
 }
 

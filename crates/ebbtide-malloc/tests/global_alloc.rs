@@ -101,7 +101,8 @@ fn critical_pressure_gives_the_dropped_working_set_back() {
     );
     drop(data);
     // Most of the dropped set goes back without pressure (the depot and free-slab caps of each
-    // class, `heap.rs`): the empty slabs beyond a class's cap once the excess has lasted 10 ms,
+    // class, `heap.rs`): the empty slabs beyond a class's cap leave its mapped bytes once the
+    // excess has lasted 10 ms (into the lazy decay, or back when another class grows),
     // at the class's next free or the reclaim thread's next step (every 100 ms); what the
     // caches keep of it is bounded, and pressure takes that too.
     let t0 = std::time::Instant::now();

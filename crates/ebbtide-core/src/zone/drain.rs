@@ -355,6 +355,27 @@ impl ZoneInner {
     }
 }
 
+/// A zone is about to fault in `bytes` of fresh pages: give back as many lazily freed bytes of
+/// the zones (oldest slabs of each zone first), so that memory freed in one size class and
+/// waiting in the lazy decay does not stay in RSS beside the pages another class takes anew —
+/// the cross-class reuse that allocators whose classes share pages get for free. Nothing when
+/// no zone holds lazily freed pages (one load), or when the registry is busy (a reclaim pass
+/// is running; never waits for it, so no lock order is at stake). The caller holds no keg lock.
+pub(crate) fn make_room(bytes: usize) {
+    if crate::lazy::lazy_held_bytes() == 0 {
+        return;
+    }
+    let Some(reg) = crate::registry::try_lock() else {
+        return;
+    };
+    let mut left = bytes;
+    reg.for_each(|z: &ZoneInner| {
+        if left > 0 {
+            left = left.saturating_sub(z.keg.purge_lazy_upto(None, left));
+        }
+    });
+}
+
 /// Every lazily freed page of every zone back now (`MADV_DONTNEED`), with the registry locked
 /// (inside a reclaim). Returns the bytes given back.
 pub(crate) fn purge_lazy_locked(reg: &crate::registry::Locked) -> usize {

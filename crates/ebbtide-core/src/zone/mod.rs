@@ -23,7 +23,7 @@ mod snapshot;
 mod stash;
 
 pub(crate) use drain::{
-    decay_lazy_locked, drain_cpu_all, purge_lazy_locked, release_excess_locked,
+    decay_lazy_locked, drain_cpu_all, make_room, purge_lazy_locked, release_excess_locked,
 };
 pub use fast::{FastConsts, FastFree};
 pub(crate) use resize::resize_locked;

@@ -174,7 +174,8 @@ impl ZoneInner {
     /// reclaims (synchronous DRAIN_CPU) and retries once before reporting out of memory.
     pub(super) fn import(&self, out: &mut [*mut u8]) -> Result<usize, AllocError> {
         let want = self.reserve_items(out.len())?;
-        let n = match self.keg.import(&mut out[..want]) {
+        let mut fresh = 0;
+        let n = match self.keg.import_fresh(&mut out[..want], &mut fresh) {
             Ok(n) => n,
             Err(_) => {
                 drain::on_map_failure();
@@ -190,6 +191,9 @@ impl ZoneInner {
         };
         if n < want {
             self.unreserve(want - n);
+        }
+        if fresh > 0 {
+            drain::make_room(fresh);
         }
         if let Some(init) = self.init {
             let mut ok = 0;

@@ -226,9 +226,11 @@ tunables! {
         level: Testing,
         summary: "give free pages back with MADV_FREE where there is no pressure",
         doc: "When true, pages that leave a cache without pressure (the periodic page pool shrink \
-              to max_buffer_pages, PagePool::shrink, the idle trim) are offered with MADV_FREE: \
+              to max_buffer_pages, PagePool::shrink, the idle trim, the free slabs a zone has \
+              held beyond its cap for 10 ms) are offered with MADV_FREE: \
               the kernel takes them only when it needs memory, and a reuse before that costs no \
-              page fault. Under pressure (a squeeze window, a TRIM, DRAIN or DRAIN_CPU) pages \
+              page fault. A zone or a malloc's large block about to fault in fresh pages first \
+              gives back as many lazily freed bytes of the other zones, oldest first. Under pressure (a squeeze window, a TRIM, DRAIN or DRAIN_CPU) pages \
               leave with MADV_DONTNEED, and every lazily freed page goes with them. Lazily freed \
               pages still count in RSS and in the cgroup's usage until the kernel takes them or \
               lazy_decay_ms passes. Needs the reclaim thread (which decays them); without it, \
