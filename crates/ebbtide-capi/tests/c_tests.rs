@@ -358,6 +358,57 @@ fn exported_symbols_match_header() {
     assert!(other.is_empty(), "unexpected exports: {other:?}");
 }
 
+/// The fast entry points (`build.rs`) each start a 64-byte line, inside `.text.hot`, whatever
+/// the rest of the library does to the layout.
+#[test]
+fn fast_entry_points_start_cache_lines() {
+    let so = lib_dir().join("libebbtide.so");
+    let out = Command::new("readelf")
+        .arg("-SW")
+        .arg(&so)
+        .output()
+        .expect("run readelf (binutils)");
+    assert!(out.status.success(), "readelf failed:\n{}", show(&out));
+    // "  [15] .text.hot  PROGBITS  0000000000035d00 034d00 00085a 00  AX  0   0 64"
+    let hot = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let i = f.iter().position(|w| *w == ".text.hot")?;
+            let addr = u64::from_str_radix(f.get(i + 2)?, 16).ok()?;
+            let size = u64::from_str_radix(f.get(i + 4)?, 16).ok()?;
+            Some((addr, addr + size))
+        })
+        .expect("libebbtide.so has a .text.hot section (built with EBBTIDE_HOT_TEXT=off?)");
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&so)
+        .output()
+        .expect("run nm (binutils)");
+    let syms = String::from_utf8_lossy(&out.stdout).to_string();
+    for name in [
+        "ebb_zone_alloc",
+        "ebb_zone_free",
+        "ebb_pool_get",
+        "ebb_pool_put",
+    ] {
+        let addr = syms
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() == 3 && f[2] == name).then(|| u64::from_str_radix(f[0], 16).ok())?
+            })
+            .unwrap_or_else(|| panic!("{name} not exported"));
+        assert!(
+            (hot.0..hot.1).contains(&addr),
+            "{name} at {addr:#x}, outside .text.hot {:#x}..{:#x}",
+            hot.0,
+            hot.1
+        );
+        assert_eq!(addr % 64, 0, "{name} at {addr:#x}: not at a line's start");
+    }
+}
+
 #[test]
 fn install_and_pkg_config() {
     let dest = scratch("install");
