@@ -46,6 +46,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 pub(crate) static LAZY_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// Bytes of lazy slabs still settling (not offered yet), over all kegs.
 pub(crate) static LAZY_PENDING_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of page-pool pages settling in their zones' stashes (`zone/stash.rs`): pending as the
+/// kegs' settling slabs, but on no keg's lazy list, so [`keg_lazy_bytes`] leaves them out.
+pub(crate) static STASH_PENDING_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// The gauge a lazy slab counts in: offered (`advised`) or settling.
 pub(crate) fn gauge(advised: bool) -> &'static AtomicUsize {
@@ -140,9 +143,18 @@ pub fn lazy_bytes() -> u64 {
     LAZY_BYTES.load(Ordering::Relaxed) as u64
 }
 
-/// Bytes of lazy slabs still settling (taken out of the caches, not offered yet).
+/// Bytes still settling (taken out of the caches, not offered yet): the kegs' settling slabs and
+/// the page pools' stashed pages.
 pub fn lazy_pending_bytes() -> u64 {
-    LAZY_PENDING_BYTES.load(Ordering::Relaxed) as u64
+    (LAZY_PENDING_BYTES.load(Ordering::Relaxed) + STASH_PENDING_BYTES.load(Ordering::Relaxed))
+        as u64
+}
+
+/// Bytes on the kegs' lazy lists (offered or settling), without the stashes' pages: what
+/// `zone::make_room` can give back (a stash settles only on the decay's step). A gauge read
+/// without a lock, so a hint: a walk it starts may find less (the walk takes each keg's lock).
+pub fn keg_lazy_bytes() -> u64 {
+    (LAZY_BYTES.load(Ordering::Relaxed) + LAZY_PENDING_BYTES.load(Ordering::Relaxed)) as u64
 }
 
 /// Both: what a cache gave up without pressure and the kernel has not taken (still in the

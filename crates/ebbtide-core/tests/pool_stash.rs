@@ -74,6 +74,10 @@ fn a_lazy_shrink_stashes_its_pages_and_the_next_round_takes_them_back() {
     let extra = n0 - ROUND;
     assert!(extra < 64, "{n0} stashed");
     assert_eq!(s.zone.lazy_bytes, (n0 * ps) as u64, "{s:?}");
+    // Settling, but on no keg's lazy list: a zone's room-making (`zone::make_room`, which
+    // walks the kegs' lazy lists) has nothing to look for.
+    assert_eq!(lazy::lazy_pending_bytes(), (n0 * ps) as u64);
+    assert_eq!(lazy::keg_lazy_bytes(), 0);
 
     // 2. The next round gets the same pages, all from the stash (counted as lazy reuse).
     let reused0 = s.zone.lazy_reused_bytes;

@@ -359,10 +359,11 @@ impl ZoneInner {
 /// the zones (oldest slabs of each zone first), so that memory freed in one size class and
 /// waiting in the lazy decay does not stay in RSS beside the pages another class takes anew —
 /// the cross-class reuse that allocators whose classes share pages get for free. Nothing when
-/// no zone holds lazily freed pages (one load), or when the registry is busy (a reclaim pass
-/// is running; never waits for it, so no lock order is at stake). The caller holds no keg lock.
+/// no keg holds lazily freed slabs (two loads; a page pool's stashed pages do not count, the
+/// walk would not take them), or when the registry is busy (a reclaim pass is running; never
+/// waits for it, so no lock order is at stake). The caller holds no keg lock.
 pub(crate) fn make_room(bytes: usize) {
-    if crate::lazy::lazy_held_bytes() == 0 {
+    if crate::lazy::keg_lazy_bytes() == 0 {
         return;
     }
     let Some(reg) = crate::registry::try_lock() else {

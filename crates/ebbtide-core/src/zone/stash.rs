@@ -207,9 +207,9 @@ impl ZoneInner {
         }
         if into {
             crate::keg::MAPPED_BYTES.fetch_sub(bytes, Ordering::Relaxed);
-            lazy::LAZY_PENDING_BYTES.fetch_add(bytes, Ordering::Relaxed);
+            lazy::STASH_PENDING_BYTES.fetch_add(bytes, Ordering::Relaxed);
         } else {
-            lazy::LAZY_PENDING_BYTES.fetch_sub(bytes, Ordering::Relaxed);
+            lazy::STASH_PENDING_BYTES.fetch_sub(bytes, Ordering::Relaxed);
             crate::keg::MAPPED_BYTES.fetch_add(bytes, Ordering::Relaxed);
         }
     }
