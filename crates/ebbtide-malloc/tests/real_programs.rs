@@ -15,6 +15,10 @@
 //!   `std::bad_alloc` from a huge `new`, a custom new handler, nothrow and over-aligned `new`;
 //! * **sort, xz, gzip, awk** (`tests/programs/tools.sh`): a parallel sort with a large buffer,
 //!   multi-threaded xz;
+//! * **node** (`tests/programs/workload.js`): maps, JSON, Buffers and ArrayBuffers (malloc'd
+//!   backing stores), zlib, regular expressions, worker threads;
+//! * **jq** (`tests/programs/jq.sh`): grouping, sorting, regular expressions (Oniguruma),
+//!   string building, `@base64`, `reduce`, `--stream` over 30 000 objects;
 //! * **redis-server** driven by `redis-benchmark`, then a dataset of our own written and read
 //!   back whole, `DBSIZE`, and a clean `SHUTDOWN`;
 //! * and **`LD_DEBUG=bindings`** proof that the allocation symbols of these programs (and of
@@ -366,6 +370,40 @@ fn everyday_tools() {
     });
     let e = &runs[0]; // all agree with glibc
     assert!(e.stdout_str().contains("\nuniq "), "{}", e.stdout_str());
+}
+
+#[test]
+fn node_workload() {
+    if !installed("/usr/bin/node", "nodejs") {
+        return;
+    }
+    let (_, runs) = compare("node", Duration::from_secs(120), ALL, |_| {
+        let mut c = command("/usr/bin/node");
+        c.arg(program("workload.js"));
+        c
+    });
+    let e = &runs[0]; // all agree with glibc
+    let out = e.stdout_str();
+    for want in ["map 133333 ", "gzip true ", "\nworkers ", "\ndone\n"] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn jq_filters() {
+    if !installed("/usr/bin/jq", "jq") {
+        return;
+    }
+    let (_, runs) = compare("jq", Duration::from_secs(120), ALL, |d| {
+        let mut c = command("/bin/sh");
+        c.arg(program("jq.sh")).arg(d);
+        c
+    });
+    let e = &runs[0]; // all agree with glibc
+    let out = e.stdout_str();
+    for want in ["count 30000\n", "\nreduce 37\n", "\nstream 180000\n"] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
 }
 
 #[test]
