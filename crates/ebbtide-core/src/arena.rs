@@ -73,22 +73,31 @@ unsafe impl Sync for Arena {}
 static ARENA: OnceLock<Result<Arena, OsError>> = OnceLock::new();
 
 /// The arena's bounds and chunk map as plain words, for [`owner_tag`]: a malloc's `free` reads
-/// them inline on every call, where [`get`] is a call into `OnceLock`. `VIEW_LEN` stays 0 until
-/// the arena exists (then every address is "outside").
-static VIEW_BASE: AtomicUsize = AtomicUsize::new(0);
-static VIEW_LEN: AtomicUsize = AtomicUsize::new(0);
-static VIEW_MAP: AtomicPtr<MapEntry> = AtomicPtr::new(core::ptr::null_mut());
+/// them inline on every call, where [`get`] is a call into `OnceLock`. `len` stays 0 until the
+/// arena exists (then every address is "outside"). One static, read through
+/// [`local_ref!`](crate::local_ref): one `lea` for the three, no GOT load (`local.rs`).
+struct View {
+    base: AtomicUsize,
+    len: AtomicUsize,
+    map: AtomicPtr<MapEntry>,
+}
+
+static VIEW: View = View {
+    base: AtomicUsize::new(0),
+    len: AtomicUsize::new(0),
+    map: AtomicPtr::new(core::ptr::null_mut()),
+};
 
 /// The process's arena, reserved on first use.
 pub(crate) fn get() -> Result<&'static Arena, OsError> {
     match ARENA.get_or_init(|| {
         let r = Arena::reserve();
         if let Ok(a) = &r {
-            VIEW_BASE.store(a.base, Ordering::Relaxed);
-            VIEW_MAP.store(a.map as *mut MapEntry, Ordering::Relaxed);
-            // Release: pairs with the Acquire in `owner_tag`; base and map are visible to a
+            VIEW.base.store(a.base, Ordering::Relaxed);
+            VIEW.map.store(a.map as *mut MapEntry, Ordering::Relaxed);
+            // Release: pairs with the Acquire in `owner_entry`; base and map are visible to a
             // reader that sees the length.
-            VIEW_LEN.store(a.len, Ordering::Release);
+            VIEW.len.store(a.len, Ordering::Release);
         }
         r
     }) {
@@ -242,15 +251,16 @@ pub fn owner_tag(addr: usize) -> u64 {
 /// of a later owner: only after the owning zone was destroyed).
 #[inline(always)]
 pub fn owner_entry(addr: usize) -> (u64, u64) {
+    let view = crate::local_ref!(VIEW);
     // Acquire: pairs with the Release store in `get`.
-    let len = VIEW_LEN.load(Ordering::Acquire);
-    let off = addr.wrapping_sub(VIEW_BASE.load(Ordering::Relaxed));
+    let len = view.len.load(Ordering::Acquire);
+    let off = addr.wrapping_sub(view.base.load(Ordering::Relaxed));
     if off >= len {
         return (0, 0);
     }
     // SAFETY: off < len, so the index is inside the chunk map, which lives as long as the
     // process.
-    let e = unsafe { &*VIEW_MAP.load(Ordering::Relaxed).add(off >> CHUNK_SHIFT) };
+    let e = unsafe { &*view.map.load(Ordering::Relaxed).add(off >> CHUNK_SHIFT) };
     // Acquire: as in `Arena::tag_of` (and the hint, stored before the tag, is visible).
     let t = e.tag.load(Ordering::Acquire);
     if t & 1 == 1 {

@@ -36,10 +36,13 @@
 //! Beside them: the list of live zones (`registry`), the squeeze window, the "buckets disabled"
 //! switch and the one-reclaim-at-a-time lock (`gate`), the release pipeline that gives pages
 //! back while a drain goes on ([`release`]), page pools ([`page_pool`]), typed zones
-//! ([`typed`]), the reclaim entry points ([`reclaim`]).
+//! ([`typed`]), the reclaim entry points ([`reclaim`]). Below everything, [`local_ref!`]
+//! (`local.rs`): the statics the fast paths read (the arena's view, the rseq offset, a
+//! malloc's tables) addressed relative to `rip`, not through the GOT — loads a
+//! memory-bound program's misses would otherwise wait behind.
 //!
 //! ## Layers
-//! Layer order (bottom first): sync, spin, os, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
+//! Layer order (bottom first): local, sync, spin, os, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
 //!
 //! Each module names only modules before it in that list (`tests/layers.rs` reads the code and
 //! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
@@ -167,6 +170,8 @@ pub(crate) mod gate;
 pub(crate) mod keg;
 #[cfg(not(loom))]
 pub mod lazy;
+#[cfg_attr(loom, allow(unused_macros, dead_code))]
+pub mod local;
 #[cfg_attr(loom, allow(dead_code))]
 pub mod os;
 #[cfg(not(loom))]

@@ -195,7 +195,8 @@ mod rseq {
     #[inline(always)]
     pub(super) fn fast_offset() -> isize {
         // Relaxed: stored once, before any zone that could call this was created (see above).
-        OFF_FAST.load(Ordering::Relaxed)
+        // Through `local_ref!`: no GOT load before it (`local.rs`).
+        crate::local_ref!(OFF_FAST).load(Ordering::Relaxed)
     }
 
     /// The thread-pointer offset of glibc's rseq area, if rseq can be used for per-CPU caches.

@@ -83,7 +83,8 @@ static SMALL: [u8; TABLE_MAX / 8 + 1] = {
 pub fn class_of(n: usize) -> usize {
     debug_assert!(n <= MAX_CLASS_SIZE);
     if n <= TABLE_MAX {
-        SMALL[(n + 7) >> 3] as usize
+        // Through `local_ref!`: no GOT load for the table's address (`ebbtide_core::local`).
+        ebbtide_core::local_ref!(SMALL)[(n + 7) >> 3] as usize
     } else {
         let k = (usize::BITS - 1 - (n - 1).leading_zeros()) as usize;
         9 + (k - 7) * 8 + ((n - 1 - (1 << k)) >> (k - 3))

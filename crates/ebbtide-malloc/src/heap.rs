@@ -473,7 +473,8 @@ pub fn alloc(n: usize) -> *mut u8 {
         // below NCLASSES (`classes.rs`, `table_and_formula_agree_and_fit`, checks every size).
         // Unchecked because the bounds check's panic call gave `malloc` a stack frame (a push
         // and a pop on every call) and a compare on its chain.
-        let slot = unsafe { CLASS_FAST.get_unchecked(c) };
+        // The table through `local_ref!`: no GOT load for its address (`ebbtide_core::local`).
+        let slot = unsafe { ebbtide_core::local_ref!(CLASS_FAST).get_unchecked(c) };
         if let Some(f) = slot.get_any() {
             // SAFETY: the constants of a published zone, never destroyed.
             let p = unsafe { f.alloc_fast() };
@@ -588,7 +589,8 @@ pub unsafe fn free(p: *mut u8) {
     let (tag, hint) = ebbtide_core::owner_entry(p as usize);
     let i = (tag >> 1) as usize;
     if i < TAGS {
-        if let Some(f) = TAG_FAST[i].get(FastSlot::key_of(tag)) {
+        // The table through `local_ref!`, as `CLASS_FAST` in `alloc`.
+        if let Some(f) = ebbtide_core::local_ref!(TAG_FAST)[i].get(FastSlot::key_of(tag)) {
             // SAFETY: p is non-null and in a chunk whose tag is this zone's (the entry's key is
             // the tag's: tag 0, for addresses nobody owns, has no entry), and `hint` came with
             // that tag; the zone is published and never destroyed.
