@@ -12,9 +12,14 @@
 //! default script for everything else. GNU ld and LLD read it. Only the cdylib is linked with
 //! it; `libebbtide.a` and the rlib are laid out by their users' links. `EBBTIDE_HOT_TEXT=off`
 //! at build time links without it (as for `libebbtide_malloc.so`).
+//!
+//! Both are also linked with packed relative relocations where the loader reads them
+//! (`../ebbtide-malloc/relr_link.rs`).
 
 #[path = "../ebbtide-malloc/hot_text_link.rs"]
 mod hot_text_link;
+#[path = "../ebbtide-malloc/relr_link.rs"]
+mod relr_link;
 
 /// The entry points every allocation from C goes through, in the order they are laid out.
 const FAST: [&str; 4] = [
@@ -27,6 +32,8 @@ const FAST: [&str; 4] = [
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=../ebbtide-malloc/hot_text_link.rs");
+    println!("cargo:rerun-if-changed=../ebbtide-malloc/relr_link.rs");
+    relr_link::link();
     if !hot_text_link::wanted() {
         return;
     }

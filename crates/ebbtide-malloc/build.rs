@@ -10,14 +10,20 @@
 //! Only the cdylib is linked with it: the rlib that `#[global_allocator]` users link is laid
 //! out by their own link. `EBBTIDE_HOT_TEXT=off` at build time links without it (for a linker
 //! that cannot read the script).
+//!
+//! It is also linked with packed relative relocations where the loader reads them
+//! (`relr_link.rs`).
 
 use std::fmt::Write as _;
 
 mod hot_text_link;
+mod relr_link;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=hot_text_link.rs");
+    println!("cargo:rerun-if-changed=relr_link.rs");
+    relr_link::link();
     println!("cargo:rerun-if-changed=hot-text.txt");
     if !hot_text_link::wanted() {
         return;
