@@ -54,6 +54,10 @@ fn parse_glibc(s: &str) -> Option<(u32, u32)> {
     let v = s.trim().strip_prefix("glibc ")?;
     let mut it = v.split('.');
     let major = it.next()?.parse().ok()?;
-    let minor = it.next()?.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok()?;
+    let minor = it
+        .next()?
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .ok()?;
     Some((major, minor))
 }
