@@ -3,13 +3,13 @@
 //!
 //! A shared library's pointers to itself (vtables, string tables, the `&'static` data of every
 //! crate) are fixed up by the dynamic loader at every start: one 24-byte `Elf64_Rela` each in
-//! `.rela.dyn` — 1,800 of them, 43 KiB, in `libebbtide_malloc.so` — which `ld.so` reads page by
-//! page, so they and the read-only data around them (the kernel maps 64 KiB around each page a
-//! process touches) count in the resident memory of every program that preloads the malloc.
-//! `-z pack-relative-relocs` (GNU ld 2.38, LLD 15) encodes them as a bitmap, `.relr.dyn`: 0.5 KiB.
-//! Measured (docs/benchmarks.md, "Packed relative relocations"): the library's resident
-//! read-only segment in a small program 128 → 64 KiB, in the malloc suite's `prodcons` 164 →
-//! 96–100 KiB.
+//! `.rela.dyn` — 1,700 of them in `libebbtide_malloc.so`, 43 KiB with the rest — which `ld.so`
+//! reads page by page, so they and the read-only data around them (the kernel maps 64 KiB
+//! around each page a process touches) count in the resident memory of every program that
+//! preloads the malloc. `-z pack-relative-relocs` (GNU ld 2.38, LLD 15) encodes them as a
+//! bitmap, `.relr.dyn`: 0.5 KiB. Measured (docs/benchmarks.md, "`prodcons`'s peak RSS taken
+//! apart, and packed relative relocations"): the library's resident read-only segment in
+//! `sleep 1` 168–176 → 96 KB, in the malloc suite's `prodcons` 164 → 96–100 KB.
 //!
 //! The loader must know the format: glibc 2.36 or later (the library then requires the version
 //! `GLIBC_ABI_DT_RELR`, so an older loader refuses it with that name instead of misreading it).
