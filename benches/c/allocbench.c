@@ -51,6 +51,7 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+#include "benchutil.h"
 
 #include "ebbtide.h"
 
@@ -65,12 +66,6 @@ static const char *const CASES[] = {
 /* Keeps a value opaque to the optimiser without touching memory: the compiler must produce it
  * and cannot drop the malloc/free pair around it. */
 #define SINK(p) __asm__ volatile("" : "+r"(p))
-
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
 
 static void die(const char *what) {
     fprintf(stderr, "allocbench: %s: %s (%s)\n", what, strerror(errno), ebb_last_error());

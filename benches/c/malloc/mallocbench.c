@@ -59,6 +59,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "../benchutil.h"
 
 #define NSIZES 4096
 #define SINK(p) __asm__ volatile("" : "+r"(p))
@@ -69,20 +70,6 @@ static uint64_t g_seed = 0x9e3779b97f4a7c15ull;
 static int g_ncpu = 1;
 
 /* ------------------------------------------------------------------ helpers */
-
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static uint64_t xorshift(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
 
 /* n scaled by --scale, at least 1. */
 static long scaled(long n) {

@@ -13,20 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-
-static uint64_t xorshift(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e9 + t.tv_nsec;
-}
+#include "../benchutil.h"
 
 int main(int argc, char **argv) {
     if (argc != 3) {

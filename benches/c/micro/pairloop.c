@@ -20,17 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "../benchutil.h"
 
 #include "ebbtide.h"
 
 #define N 50000000L
 #define SINK(p) __asm__ volatile("" ::"r"(p) : "memory")
-
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
 
 static ebb_zone *by_chunk[1 << 16];
 

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include "../benchutil.h"
 
 #define NCL 16
 #define CHUNK_SHIFT 22
@@ -40,12 +41,6 @@ static uint8_t class_of[64];
 static struct stack **chunk_map;
 static uintptr_t arena;
 static size_t sizes[64];
-
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e9 + t.tv_nsec;
-}
 
 __attribute__((noinline)) static void *slow(void) { abort(); }
 
