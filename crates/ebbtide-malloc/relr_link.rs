@@ -1,5 +1,6 @@
 //! Packed relative relocations (`DT_RELR`) for the shared libraries `libebbtide_malloc.so` and
-//! `libebbtide.so` (`crates/ebbtide-capi/build.rs` includes this file by path).
+//! `libebbtide.so` (`crates/ebbtide-capi/build.rs` and `tests/hot_text.rs` include this file by
+//! path).
 //!
 //! A shared library's pointers to itself (vtables, string tables, the `&'static` data of every
 //! crate) are fixed up by the dynamic loader at every start: one 24-byte `Elf64_Rela` each in
@@ -28,7 +29,7 @@ pub fn wanted() -> bool {
         Ok("on") => true,
         Ok("off") => false,
         Ok(other) => panic!("EBBTIDE_RELR must be on or off, not {other:?}"),
-        Err(_) => linux_gnu && host_glibc().is_some_and(|v| v >= (2, 36)),
+        Err(_) => linux_gnu && host_loader_reads_relr(),
     }
 }
 
@@ -39,9 +40,15 @@ pub fn link() {
     }
 }
 
+/// Whether the build machine's loader reads `DT_RELR`: glibc 2.36 or later. Also what
+/// `tests/hot_text.rs` expects of the build (it includes this file by path).
+pub fn host_loader_reads_relr() -> bool {
+    host_glibc().is_some_and(|v| v >= (2, 36))
+}
+
 /// The build machine's glibc version, from `getconf GNU_LIBC_VERSION` ("glibc 2.36"); `None`
 /// when it cannot be read (not glibc, no `getconf`).
-fn host_glibc() -> Option<(u32, u32)> {
+pub fn host_glibc() -> Option<(u32, u32)> {
     let out = Command::new("getconf")
         .arg("GNU_LIBC_VERSION")
         .output()
