@@ -14,12 +14,15 @@
 //! at build time links without it (as for `libebbtide_malloc.so`).
 //!
 //! Both are also linked with packed relative relocations where the loader reads them
-//! (`../ebbtide-malloc/relr_link.rs`).
+//! (`../ebbtide-malloc/relr_link.rs`), and with GCC's static unwinder instead of `libgcc_s.so.1`
+//! (`../ebbtide-malloc/unwind_link.rs`).
 
 #[path = "../ebbtide-malloc/hot_text_link.rs"]
 mod hot_text_link;
 #[path = "../ebbtide-malloc/relr_link.rs"]
 mod relr_link;
+#[path = "../ebbtide-malloc/unwind_link.rs"]
+mod unwind_link;
 
 /// The entry points every allocation from C goes through, in the order they are laid out.
 const FAST: [&str; 4] = [
@@ -33,7 +36,9 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=../ebbtide-malloc/hot_text_link.rs");
     println!("cargo:rerun-if-changed=../ebbtide-malloc/relr_link.rs");
+    println!("cargo:rerun-if-changed=../ebbtide-malloc/unwind_link.rs");
     relr_link::link();
+    unwind_link::link();
     if !hot_text_link::wanted() {
         return;
     }

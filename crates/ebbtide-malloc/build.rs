@@ -12,18 +12,22 @@
 //! that cannot read the script).
 //!
 //! It is also linked with packed relative relocations where the loader reads them
-//! (`relr_link.rs`).
+//! (`relr_link.rs`), and with GCC's static unwinder instead of `libgcc_s.so.1`
+//! (`unwind_link.rs`).
 
 use std::fmt::Write as _;
 
 mod hot_text_link;
 mod relr_link;
+mod unwind_link;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=hot_text_link.rs");
     println!("cargo:rerun-if-changed=relr_link.rs");
+    println!("cargo:rerun-if-changed=unwind_link.rs");
     relr_link::link();
+    unwind_link::link();
     println!("cargo:rerun-if-changed=hot-text.txt");
     if !hot_text_link::wanted() {
         return;

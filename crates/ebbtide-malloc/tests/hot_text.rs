@@ -10,7 +10,13 @@
 //!   64 KiB of a touched one, and start-up touched functions all over the text);
 //! * where the loader reads them (glibc 2.36 or later), the library's relative relocations are
 //!   packed (`.relr.dyn`, `relr_link.rs`): `.rela.dyn`, which `ld.so` reads at every start and
-//!   which kept 64 KiB more of the read-only segment resident, holds only the few others.
+//!   which kept 64 KiB more of the read-only segment resident, holds only the few others;
+//! * the executable segment is aligned to 64 KiB (`p_align`, which the loader honours) and
+//!   `.text.hot` starts at its first window, so the kernel's 64 KiB fault-around windows that
+//!   cover it are as few as its size allows (`hot_text_link.rs`);
+//! * the library carries its own unwinder (GCC's `libgcc_eh.a`, hidden) where the compiler has
+//!   it: no `libgcc_s.so.1` loaded into every preloading program, and no `_Unwind_*` symbol
+//!   exported to take a C++ program's exceptions (`unwind_link.rs`).
 //!
 //! The library is the release build (`cargo build --release -p ebbtide-malloc` into this test's
 //! target directory, about 10 s): the list is made for it, and a build without link-time
@@ -23,6 +29,9 @@ mod support;
 #[allow(dead_code)]
 #[path = "../relr_link.rs"]
 mod relr_link;
+#[allow(dead_code)]
+#[path = "../unwind_link.rs"]
+mod unwind_link;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -234,4 +243,96 @@ fn relative_relocations_are_packed_where_the_loader_reads_them() {
         rela < 8 * 1024,
         ".rela.dyn is {rela} bytes: the relative relocations were not packed"
     );
+}
+
+/// The program headers of type LOAD: (flags, offset, virtual address, alignment).
+fn loads(lib: &Path) -> Vec<(String, u64, u64, u64)> {
+    tool("readelf", &["-lW"], lib)
+        .lines()
+        .filter_map(|l| {
+            // "  LOAD  0x030000 0x0000000000030000 0x0000000000030000 0x0b61a5 0x0b61a5 R E 0x10000"
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.first() != Some(&"LOAD") || f.len() < 8 {
+                return None;
+            }
+            let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+            let flags = f[6..f.len() - 1].concat();
+            Some((flags, hex(f[1])?, hex(f[2])?, hex(f[f.len() - 1])?))
+        })
+        .collect()
+}
+
+#[test]
+fn the_hot_text_starts_a_64_kib_window() {
+    const WINDOW: u64 = 64 * 1024;
+    let lib = lib();
+    let loads = loads(lib);
+    let exec: Vec<_> = loads.iter().filter(|l| l.0.contains('E')).collect();
+    assert_eq!(
+        exec.len(),
+        1,
+        "one executable LOAD segment expected: {loads:?}"
+    );
+    let (_, offset, vaddr, align) = exec[0];
+    assert!(
+        *align >= WINDOW && vaddr % WINDOW == 0 && offset % WINDOW == 0,
+        "the executable segment (offset {offset:#x}, address {vaddr:#x}, alignment {align:#x}) \
+         does not start a 64 KiB window: linked without -z max-page-size=0x10000 -z separate-code?"
+    );
+    let secs = sections(lib);
+    let (_, hot, size, _) = secs
+        .iter()
+        .find(|s| s.0 == ".text.hot")
+        .expect("no .text.hot section");
+    // Only .init and .fini (a few dozen bytes) come before it in the segment.
+    assert!(
+        hot - vaddr < 256,
+        ".text.hot at {hot:#x}, {} bytes into the executable segment",
+        hot - vaddr
+    );
+    let windows = (hot + size).div_ceil(WINDOW) - hot / WINDOW;
+    eprintln!(
+        ".text.hot: {size} bytes at {hot:#x}, {windows} windows of 64 KiB ({} bytes to spare in \
+         the last)",
+        windows * WINDOW - (hot - vaddr) - size
+    );
+    assert_eq!(windows, size.div_ceil(WINDOW));
+}
+
+#[test]
+fn the_unwinder_is_the_librarys_own() {
+    if std::env::var_os("EBBTIDE_STATIC_UNWIND").is_some() {
+        eprintln!("SKIPPED: EBBTIDE_STATIC_UNWIND is set, the build did as told");
+        return;
+    }
+    if unwind_link::compiler_archives().is_none() {
+        eprintln!("SKIPPED: the C compiler has no libgcc_eh.a here: the library links libgcc_s");
+        return;
+    }
+    let lib = lib();
+    let dynamic = tool("readelf", &["-dW"], lib);
+    assert!(
+        !dynamic.contains("libgcc_s"),
+        "{} still needs libgcc_s.so.1:\n{dynamic}",
+        lib.display()
+    );
+    // Neither imported nor exported: a preloaded library's exported _Unwind_RaiseException
+    // would take the exceptions of every C++ program.
+    let exported = tool("nm", &["-D"], lib);
+    let unwind: Vec<&str> = exported
+        .lines()
+        .filter(|l| l.contains("_Unwind_"))
+        .collect();
+    assert!(unwind.is_empty(), "dynamic _Unwind_ symbols: {unwind:?}");
+    let all = symbols(lib);
+    for name in [
+        "_Unwind_RaiseException",
+        "_Unwind_Resume",
+        "_Unwind_Backtrace",
+    ] {
+        assert!(
+            all.iter().any(|(_, n)| n == name),
+            "{name} is not in the library: who unwinds its panics?"
+        );
+    }
 }
