@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Finds functions of libebbtide_malloc.so that programs run outside its `.text.hot` section
-# (crates/ebbtide-malloc/hot-text.txt, build.rs): each program runs with the library preloaded
+# Finds functions of libebbtide_malloc.so that programs run outside its hot functions (the
+# sections `.text.hot` and `.text.warm` after it: crates/ebbtide-malloc/hot-text.txt, build.rs):
+# each program runs with the library preloaded
 # under `perf record -e exceptions:page_fault_user`, and every instruction fetch that faulted a
-# page of the library outside `.text.hot` is a function to add to hot-text.txt (the first call
+# page of the library outside them is a function to add to hot-text.txt (the first call
 # into each 64 KiB window of the text faults; the kernel maps the rest of the window with it).
-# Faults in the 64 KiB windows that `.text.hot` overlaps are not counted. Add the names
+# Faults in the 64 KiB windows that the hot functions overlap are not counted. Add the names
 # printed (their hash suffix already cut), rebuild, run again until only functions that few
 # programs run are left.
 #
@@ -48,9 +49,10 @@ for l in open(work + '/readelf'):
     p = l.split()
     if p and p[0] == 'LOAD' and 'E' in p[6:-1]:
         delta = (int(p[2], 16) & ~0xfff) - (int(p[1], 16) & ~0xfff)
-    m = re.search(r'\.text\.hot\s+PROGBITS\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)', l)
+    m = re.search(r'\.text\.(hot|warm)\s+PROGBITS\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)', l)
     if m:
-        hot = (int(m.group(1), 16), int(m.group(1), 16) + int(m.group(2), 16))
+        lo, hi = int(m.group(2), 16), int(m.group(2), 16) + int(m.group(3), 16)
+        hot = (lo, hi) if hot is None else (min(hot[0], lo), max(hot[1], hi))
 syms = []
 for l in open(work + '/nm').read().split('\n'):
     p = l.split(None, 2)
@@ -67,7 +69,7 @@ for l in lines:
         continue
     va = a - start + pgoff + delta
     if hot[0] >> 16 <= va >> 16 <= (hot[1] - 1) >> 16:
-        continue  # a window .text.hot is in anyway
+        continue  # a window the hot functions are in anyway
     name = syms[bisect.bisect_right(keys, va) - 1][1]
     name = re.sub(r'17h[0-9a-f]{16}E$', '', re.sub(r'\.llvm\.\d+$', '', name))
     print(f'{va >> 16}\t{name}\t{prog}')

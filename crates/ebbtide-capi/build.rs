@@ -43,5 +43,5 @@ fn main() {
         return;
     }
     let body: String = FAST.iter().map(|n| format!("    *(.text.{n})\n")).collect();
-    hot_text_link::link("crates/ebbtide-capi/build.rs", "fast-entry.ld", &body);
+    hot_text_link::link("crates/ebbtide-capi/build.rs", "fast-entry.ld", &body, "");
 }

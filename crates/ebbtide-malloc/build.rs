@@ -33,20 +33,29 @@ fn main() {
         return;
     }
     let list = std::fs::read_to_string("hot-text.txt").expect("read hot-text.txt");
+    let (entries, rest) = sections(&list);
     hot_text_link::link(
         "crates/ebbtide-malloc/build.rs from hot-text.txt",
         "hot-text.ld",
-        &sections(&list),
+        &entries,
+        &rest,
     );
 }
 
 /// The input sections for the names of `hot-text.txt` (one mangled name per line, without its
 /// hash; `#` starts a comment line): each name becomes the section patterns `.text.NAME*` and
-/// `.text.unlikely.NAME*`, in the list's order; then the PLT and the rseq abort handlers.
-/// `pthread_atfork` comes from glibc's `libc_nonshared.a`, whose members are not split into
-/// sections: matched by archive.
-fn sections(list: &str) -> String {
-    let mut s = String::new();
+/// `.text.unlikely.NAME*`, in the list's order, as two bodies. The list starts with the C and
+/// C++ entry points (the names before the first one mangled by Rust; compiler helpers such as
+/// `__udivti3` further down are not entry points): they go into `.text.hot`, each at the start
+/// of a cache line. The second body, `.text.warm`, starts with the pieces every program runs
+/// that are not Rust functions — glibc's `libc_nonshared.a` (`atexit`, `pthread_atfork`; its
+/// members are not split into sections: matched by archive), the C runtime's `crtbeginS.o`
+/// (`frame_dummy` at load, `__do_global_dtors_aux` at exit), the PLT (every call into the C
+/// library) and the rseq abort handlers — and goes on with the Rust functions. (The PLT at the
+/// end of the hot functions and `crtbeginS.o` at the start of `.text`, where the linker puts
+/// it, kept the last 64 KiB window resident in every program.)
+fn sections(list: &str) -> (String, String) {
+    let (mut entries, mut rest) = (String::new(), String::new());
     for name in list
         .lines()
         .map(str::trim)
@@ -56,10 +65,25 @@ fn sections(list: &str) -> String {
             !name.contains(char::is_whitespace) && !name.contains(['(', ')', '{', '}', ';']),
             "hot-text.txt: {name:?} is not a symbol name"
         );
-        let _ = writeln!(s, "    *(.text.{name}* .text.unlikely.{name}*)");
+        let rust = name.starts_with("_ZN") || name.starts_with("_R");
+        let body = if rest.is_empty() && !rust {
+            &mut entries
+        } else {
+            if rest.is_empty() {
+                rest.push_str(concat!(
+                    "    *libc_nonshared.a:*(.text .text.*)\n",
+                    "    *crtbeginS.o(.text .text.*)\n",
+                    "    *(.plt) *(.iplt)\n",
+                    "    *(__rseq_failure)\n",
+                ));
+            }
+            &mut rest
+        };
+        let _ = writeln!(body, "    *(.text.{name}* .text.unlikely.{name}*)");
     }
-    s.push_str(
-        "    *libc_nonshared.a:*(.text .text.*)\n    *(.plt) *(.iplt)\n    *(__rseq_failure)\n",
+    assert!(
+        !entries.is_empty() && !rest.is_empty(),
+        "hot-text.txt: the entry points first, then the Rust functions"
     );
-    s
+    (entries, rest)
 }

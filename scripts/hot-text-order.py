@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Orders crates/ebbtide-malloc/hot-text.txt by when programs first run each function.
+
+The kernel maps a library's text in 64 KiB windows around the pages a process touches
+(fault-around), so what a short program runs should sit in as few windows as possible at the
+front of the hot functions. This script measures it: a uprobe on every function of `.text.warm`
+(the hot functions after the entry points, which stay first), each program of a fixed set run
+once with the library preloaded, and the first hit of each function noted with its time. Then:
+
+1. the functions run by the short programs (SHORT below: start-up, a few allocations, the
+   runtime thread's first periodic passes; all of them end within about 0.4 s), by the earliest
+   time any program first ran them;
+2. the functions only longer programs run (the pressure sources open after 1 s), by the same
+   time;
+3. the functions no traced program ran, in the list's present order.
+
+The list holds names without their hash, each a prefix pattern for the linker; a name with
+several instances of which only some are run by the short programs (generic functions: one
+`RawVec::grow_one` per element type) gets lines with the hash for those instances, at their
+place, and keeps the bare name at the place of the others. The C and C++ entry points (the
+lines before the first Rust name) keep their place at the head of the list.
+
+usage: scripts/hot-text-order.py [LIB]   (default: cargo build --release -p ebbtide-malloc's)
+needs: root (tracefs uprobes), binutils, cc, python3 (/usr/bin/python3 is traced too).
+Writes the new list over crates/ebbtide-malloc/hot-text.txt; rebuild and check with
+`cargo test --release -p ebbtide-malloc --test hot_text`.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIST = os.path.join(ROOT, 'crates/ebbtide-malloc/hot-text.txt')
+TRACING = '/sys/kernel/tracing/'
+GROUP = 'ebbtide_hot_order'
+SHORT = ['true', 'ls', 'python', 'hold300', 'prodcons', 'pair_small', 'pair_mixed',
+         'live_small', 'larson']
+
+
+def tracefs_write(path, text, append=False):
+    fd = os.open(TRACING + path, os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC))
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def functions(lib):
+    """(address, size, name) of every function in .text.warm, one per address."""
+    out = subprocess.run(['readelf', '-SW', lib], capture_output=True, text=True,
+                         check=True).stdout
+    m = re.search(r'\.text\.warm\s+PROGBITS\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)', out)
+    if not m:
+        sys.exit(f'hot-text-order.py: {lib} has no .text.warm section (built with '
+                 'EBBTIDE_HOT_TEXT=off, or before the split?)')
+    lo = int(m.group(1), 16)
+    hi = lo + int(m.group(2), 16)
+    seen, funcs = set(), []
+    nm = subprocess.run(['nm', '-S', '--defined-only', lib], capture_output=True, text=True,
+                        check=True).stdout
+    for line in sorted(nm.splitlines()):
+        p = line.split()
+        if len(p) == 4 and p[2] in 'tT':
+            a = int(p[0], 16)
+            if lo <= a < hi and a not in seen:
+                seen.add(a)
+                funcs.append((a, int(p[1], 16), p[3]))
+    return funcs
+
+
+def trace(lib, n, cmd):
+    """Runs cmd with lib preloaded and every probe on: {function index: first hit, µs}."""
+    tracefs_write('tracing_on', '0')
+    tracefs_write('trace', '')
+    for i in range(n):
+        tracefs_write(f'events/{GROUP}/f{i}/enable', '1')
+    tracefs_write('tracing_on', '1')
+    subprocess.run(cmd, env=dict(os.environ, LD_PRELOAD=lib), stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=300)
+    tracefs_write('tracing_on', '0')
+    for i in range(n):
+        tracefs_write(f'events/{GROUP}/f{i}/enable', '0')
+    hits, t0 = {}, None
+    with open(TRACING + 'trace') as f:
+        for line in f:
+            m = re.search(r'\s([\d.]+): f(\d+):', line)
+            if m:
+                t, i = float(m.group(1)), int(m.group(2))
+                t0 = t if t0 is None else min(t0, t)
+                hits[i] = min(hits.get(i, t), t)
+    return {i: (t - t0) * 1e6 for i, t in hits.items()}
+
+
+def programs(work):
+    """The traced programs: name -> command."""
+    bench = os.path.join(work, 'mallocbench')
+    subprocess.run(['cc', '-O2', '-std=c11', '-pthread', '-o', bench,
+                    os.path.join(ROOT, 'benches/c/malloc/mallocbench.c'), '-ldl', '-lm'],
+                   check=True)
+    hold = os.path.join(work, 'hold')
+    with open(hold + '.c', 'w') as f:
+        f.write('#include <stdlib.h>\n#include <unistd.h>\n'
+                'int main(int c, char **v) { void *p = malloc(10); '
+                'usleep(atoi(v[1]) * 1000); free(p); return 0; }\n')
+    subprocess.run(['cc', '-O2', '-o', hold, hold + '.c'], check=True)
+    progs = {
+        'true': ['/bin/true'],
+        'ls': ['ls', '-la', '/usr/bin'],
+        'python': ['/usr/bin/python3', '-c',
+                   'import json; print(json.dumps({"a": list(range(100))}))'],
+        'hold300': [hold, '300'],
+        'hold2500': [hold, '2500'],
+    }
+    for case in ['pair_small', 'pair_mixed', 'live_small', 'larson', 'prodcons',
+                 'live_mixed', 'thread_churn', 'fragmentation', 'live_big', 'realloc_grow',
+                 'large']:
+        progs[case] = [bench, '--case', case]
+    return progs
+
+
+def reorder(funcs, first, used_short, text):
+    """The list with its Rust lines in the order `first` (function index -> key, smaller
+    first) gives."""
+    lines = text.split('\n')
+    head, pats = [], []
+    for line in lines:
+        if not pats and (line.startswith('#') or not line.strip()):
+            head.append(line)
+        elif line.strip():
+            pats.append(line.strip())
+    nentry = next(k for k, p in enumerate(pats) if p.startswith(('_ZN', '_R')))
+    owner = {}
+    for i, (_, _, name) in enumerate(funcs):
+        for k, p in enumerate(pats):
+            if name.startswith(p):
+                owner[i] = k
+                break
+    never = float('inf')
+    items = []
+    for k in range(nentry, len(pats)):
+        inst = [i for i in owner if owner[i] == k]
+        early = [i for i in inst if i in used_short]
+        late = [i for i in inst if i not in used_short]
+        if len(inst) > 1 and early and late:
+            for i in early:
+                exact = re.sub(r'\.llvm\.\d+$', '', funcs[i][2])
+                items.append((first[i], k, exact))
+            items.append((min(first.get(i, never) for i in late), k, pats[k]))
+        else:
+            items.append((min([first.get(i, never) for i in inst] or [never]), k, pats[k]))
+    items.sort(key=lambda x: (x[0], x[1]))
+    body = pats[:nentry] + [x[2] for x in items]
+    return '\n'.join(head) + '\n' + '\n'.join(body) + '\n'
+
+
+def main():
+    if os.geteuid() != 0:
+        sys.exit('hot-text-order.py: needs root (uprobes through tracefs)')
+    if len(sys.argv) > 1:
+        built = os.path.realpath(sys.argv[1])
+    else:
+        subprocess.run(['cargo', 'build', '-q', '--release', '-p', 'ebbtide-malloc'],
+                       cwd=ROOT, check=True)
+        built = os.path.join(ROOT, 'target/release/libebbtide_malloc.so')
+    work = tempfile.mkdtemp(prefix='hot-text-order.')
+    lib = os.path.join(work, 'libebbtide_malloc.so')
+    shutil.copy(built, lib)  # the probes stay on this copy, whatever cargo does meanwhile
+    funcs = functions(lib)
+    n = len(funcs)
+    try:
+        for i, (a, _, _) in enumerate(funcs):
+            tracefs_write('uprobe_events', f'p:{GROUP}/f{i} {lib}:{a:#x}', append=True)
+        tracefs_write('buffer_size_kb', '131072')
+        runs = {}
+        for name, cmd in programs(work).items():
+            runs[name] = trace(lib, n, cmd)
+            print(f'{name:14s} {len(runs[name]):4d} functions', file=sys.stderr)
+    finally:
+        tracefs_write('tracing_on', '0')
+        for i in range(n):
+            try:
+                tracefs_write(f'events/{GROUP}/f{i}/enable', '0')
+            except OSError:
+                pass
+        for i in range(n):
+            try:
+                tracefs_write('uprobe_events', f'-:{GROUP}/f{i}', append=True)
+            except OSError:
+                pass
+        shutil.rmtree(work, ignore_errors=True)
+    earliest = {}
+    for hits in runs.values():
+        for i, t in hits.items():
+            earliest[i] = min(earliest.get(i, t), t)
+    short = set()
+    for name in SHORT:
+        short |= set(runs[name])
+    # Short programs' functions first, then the rest, each by earliest first use (µs).
+    first = {i: t + (0 if i in short else 1e12) for i, t in earliest.items()}
+    with open(LIST) as f:
+        text = f.read()
+    # Hashed lines of an earlier run go back to their bare names before the new order is made.
+    text = '\n'.join(re.sub(r'17h[0-9a-f]{16}E$', '', l) if l.startswith('_ZN') else l
+                     for l in text.split('\n'))
+    seen, dedup = set(), []
+    for line in text.split('\n'):
+        if line.strip() and not line.startswith('#'):
+            if line in seen:
+                continue
+            seen.add(line)
+        dedup.append(line)
+    new = reorder(funcs, first, short, '\n'.join(dedup))
+    with open(LIST, 'w') as f:
+        f.write(new)
+    size = sum(s for i, (_, s, _) in enumerate(funcs) if i in short)
+    print(f'hot-text.txt reordered: the short programs run {len(short)} functions '
+          f'({size // 1024} KiB) of .text.warm', file=sys.stderr)
+
+
+if __name__ == '__main__':
+    main()
