@@ -214,33 +214,42 @@ fn exec_rss(pid: u32, lib: &Path) -> (u64, u64) {
     (rss, size)
 }
 
-#[test]
-fn a_preloaded_program_keeps_less_than_half_of_the_text_resident() {
+/// Rss and Size (kB) of the library's executable mapping in `sleep 5` run with the library
+/// preloaded, `after` it started; `None` (saying so) where the kernel's window
+/// (`fault_around_bytes`, debugfs, 64 KiB by default) can be read and is larger: the tests'
+/// bounds assume 64 KiB.
+fn text_of_sleep(after: Duration) -> Option<(u64, u64)> {
     let lib = lib();
-    // The kernel's window (`fault_around_bytes`, debugfs, 64 KiB by default): the bound below
-    // assumes it. Where it can be read and is larger, the test says so and stops.
     if let Ok(s) = std::fs::read_to_string("/sys/kernel/debug/fault_around_bytes") {
         if s.trim().parse::<u64>().is_ok_and(|b| b > 65536) {
             eprintln!(
                 "SKIPPED: fault_around_bytes is {} here, the bound assumes 65536",
                 s.trim()
             );
-            return;
+            return None;
         }
     }
     let mut cmd = support::command("sleep");
     cmd.arg("5").env("LD_PRELOAD", lib);
     let mut child = cmd.spawn().expect("run sleep");
-    // Start-up (the runtime's thread, its pressure sources) is over well within a second.
-    std::thread::sleep(Duration::from_millis(1000));
-    let (rss, size) = exec_rss(child.id(), lib);
+    std::thread::sleep(after);
+    let text = exec_rss(child.id(), lib);
     let _ = child.kill();
     let _ = child.wait();
     assert!(
-        size > 0,
+        text.1 > 0,
         "no executable mapping of {} in sleep",
         lib.display()
     );
+    Some(text)
+}
+
+#[test]
+fn a_preloaded_program_keeps_less_than_half_of_the_text_resident() {
+    // Start-up (the runtime's thread, its pressure sources) is over well within a second.
+    let Some((rss, size)) = text_of_sleep(Duration::from_millis(1000)) else {
+        return;
+    };
     eprintln!("sleep: {rss} of {size} kB of the library's executable mapping resident");
     assert!(
         rss * 2 < size,
@@ -258,26 +267,12 @@ fn a_preloaded_program_keeps_less_than_half_of_the_text_resident() {
 /// start of `.text`).
 #[test]
 fn a_short_program_keeps_the_first_windows_of_the_text() {
-    let lib = lib();
-    if let Ok(s) = std::fs::read_to_string("/sys/kernel/debug/fault_around_bytes") {
-        if s.trim().parse::<u64>().is_ok_and(|b| b != 65536) {
-            eprintln!(
-                "SKIPPED: fault_around_bytes is {} here, the bound assumes 65536",
-                s.trim()
-            );
-            return;
-        }
-    }
-    let mut cmd = support::command("sleep");
-    cmd.arg("5").env("LD_PRELOAD", lib);
-    let mut child = cmd.spawn().expect("run sleep");
-    std::thread::sleep(Duration::from_millis(350));
-    let (rss, _) = exec_rss(child.id(), lib);
-    let _ = child.kill();
-    let _ = child.wait();
+    let Some((rss, _)) = text_of_sleep(Duration::from_millis(350)) else {
+        return;
+    };
     eprintln!("sleep, 350 ms in: {rss} kB of the library's text resident");
     assert!(
-        rss > 0 && rss <= 3 * 64,
+        rss <= 3 * 64,
         "{rss} kB of the library's text resident in `sleep` after 350 ms (at most 3 windows of \
          64 KiB expected): what short programs run is no longer at the front of hot-text.txt \
          (scripts/hot-text-order.py orders it)"
