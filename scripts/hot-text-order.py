@@ -48,6 +48,20 @@ def tracefs_write(path, text, append=False):
         os.close(fd)
 
 
+def remove_probes():
+    """Turns tracing off and removes every probe of GROUP (disabled first, as tracefs wants)."""
+    tracefs_write('tracing_on', '0')
+    with open(TRACING + 'uprobe_events') as f:
+        names = [m.group(1) for m in re.finditer(rf'^p:{GROUP}/(\S+)', f.read(), re.M)]
+    for name in names:
+        try:
+            tracefs_write(f'events/{GROUP}/{name}/enable', '0')
+        except OSError:
+            pass
+    for name in names:
+        tracefs_write('uprobe_events', f'-:{GROUP}/{name}', append=True)
+
+
 def functions(lib):
     """(address, size, name) of every function in .text.warm, one per address."""
     out = subprocess.run(['readelf', '-SW', lib], capture_output=True, text=True,
@@ -170,6 +184,7 @@ def main():
     shutil.copy(built, lib)  # the probes stay on this copy, whatever cargo does meanwhile
     funcs = functions(lib)
     n = len(funcs)
+    remove_probes()  # those a run that was killed may have left
     try:
         for i, (a, _, _) in enumerate(funcs):
             tracefs_write('uprobe_events', f'p:{GROUP}/f{i} {lib}:{a:#x}', append=True)
@@ -179,17 +194,7 @@ def main():
             runs[name] = trace(lib, n, cmd)
             print(f'{name:14s} {len(runs[name]):4d} functions', file=sys.stderr)
     finally:
-        tracefs_write('tracing_on', '0')
-        for i in range(n):
-            try:
-                tracefs_write(f'events/{GROUP}/f{i}/enable', '0')
-            except OSError:
-                pass
-        for i in range(n):
-            try:
-                tracefs_write('uprobe_events', f'-:{GROUP}/f{i}', append=True)
-            except OSError:
-                pass
+        remove_probes()
         shutil.rmtree(work, ignore_errors=True)
     earliest = {}
     for hits in runs.values():
