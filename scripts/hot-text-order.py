@@ -143,7 +143,9 @@ def reorder(funcs, first, used_short, text):
     for line in lines:
         if not pats and (line.startswith('#') or not line.strip()):
             head.append(line)
-        elif line.strip():
+        elif line.strip() and not line.startswith('#'):
+            # A comment inside the list would be sorted as a name: the order is measured now,
+            # and such comments are dropped.
             pats.append(line.strip())
     nentry = next(k for k, p in enumerate(pats) if p.startswith(('_ZN', '_R')))
     owner = {}
