@@ -71,23 +71,96 @@ pub fn page_size() -> usize {
     s
 }
 
-/// Number of CPU ids the kernel may report (`_SC_NPROCESSORS_CONF`): per-CPU arrays are sized by
-/// it, so every id `sched_getcpu` or rseq can return is covered.
+/// Number of CPU ids the kernel may report: one more than the highest CPU in
+/// `/sys/devices/system/cpu/possible` (the kernel's `nr_cpu_ids`; every id `sched_getcpu` or
+/// rseq returns is below it), and never below `_SC_NPROCESSORS_CONF`. Per-CPU arrays are sized
+/// by it, so every id is covered.
 ///
-/// Read once and cached: glibc answers it by reading `/sys/devices/system/cpu/possible`, an
-/// open/read/close per call, and every zone creation asks (a malloc creates its first dozen
-/// zones while a process starts).
+/// Read once and cached: an open/read/close, and every zone creation asks (a malloc creates its
+/// first dozen zones while a process starts). `possible` can list holes ("0-3,8-11"), where a
+/// count of its CPUs (glibc's `_SC_NPROCESSORS_CONF`) would fall short of the highest id.
 pub fn cpu_count() -> usize {
+    cpu_ids().0
+}
+
+/// Whether [`cpu_count`] is known to exceed every CPU id the kernel can report (it was read from
+/// `/sys/devices/system/cpu/possible`). The rseq critical sections index the per-CPU stacks by
+/// the id after testing only that it is not negative (an unregistered thread's), so they are
+/// used only when this holds (`pcpu.rs`, "The CPU id test").
+pub fn cpu_ids_covered() -> bool {
+    cpu_ids().1
+}
+
+/// `(count, covered)` for [`cpu_count`] and [`cpu_ids_covered`], cached.
+fn cpu_ids() -> (usize, bool) {
+    // 0: not read yet; else count << 1 | covered. Relaxed: every thread computes the same value
+    // from the same file, so a race only reads it twice.
     static CPUS: AtomicUsize = AtomicUsize::new(0);
     let c = CPUS.load(Ordering::Relaxed);
     if c != 0 {
-        return c;
+        return (c >> 1, c & 1 == 1);
     }
     // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-    let n = if n > 0 { n as usize } else { 1 };
-    CPUS.store(n, Ordering::Relaxed);
-    n
+    let conf = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    let conf = if conf > 0 { conf as usize } else { 1 };
+    let (n, covered) = match possible_cpu_bound() {
+        Some(bound) => (bound.max(conf), true),
+        None => (conf, false),
+    };
+    CPUS.store(n << 1 | covered as usize, Ordering::Relaxed);
+    (n, covered)
+}
+
+/// One more than the highest CPU id in `/sys/devices/system/cpu/possible`, or `None` when the
+/// file cannot be read or parsed. Reads with `open`/`read` into a stack buffer: no allocation
+/// (a malloc's first zone asks).
+fn possible_cpu_bound() -> Option<usize> {
+    let mut buf = [0u8; 4096];
+    // SAFETY: a NUL-terminated path; the descriptor is closed below on every path.
+    let fd = unsafe {
+        libc::open(
+            c"/sys/devices/system/cpu/possible".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let mut len = 0;
+    while len < buf.len() {
+        // SAFETY: reads into the unused tail of `buf`.
+        let r = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if r <= 0 {
+            break;
+        }
+        len += r as usize;
+    }
+    // SAFETY: our descriptor, closed once.
+    unsafe { libc::close(fd) };
+    parse_possible(&buf[..len])
+}
+
+/// The bound of [`possible_cpu_bound`] from the file's text ("0-1\n", "0", "0-3,8-11\n"): the
+/// last number plus one; `None` unless the text is a non-empty list of numbers and ranges
+/// (a file cut short by the buffer fails here too).
+fn parse_possible(text: &[u8]) -> Option<usize> {
+    let text = text.strip_suffix(b"\n").unwrap_or(text);
+    let mut last: Option<usize> = None;
+    for item in text.split(|&b| b == b',') {
+        for num in item.splitn(2, |&b| b == b'-') {
+            if num.is_empty() || num.len() > 9 || !num.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            last = Some(
+                num.iter()
+                    .fold(0usize, |v, &d| v * 10 + (d - b'0') as usize),
+            );
+        }
+    }
+    last.map(|m| m + 1)
 }
 
 #[cfg(loom)]
@@ -476,6 +549,41 @@ pub fn write_stderr(msg: &[u8]) {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// The possible-CPU list gives one more than its highest id, holes and all; anything else
+    /// is refused (and the per-CPU sections then stay off, `cpu_ids_covered`).
+    #[test]
+    fn possible_cpus_give_the_highest_id_plus_one() {
+        assert_eq!(parse_possible(b"0-1\n"), Some(2));
+        assert_eq!(parse_possible(b"0\n"), Some(1));
+        assert_eq!(parse_possible(b"0"), Some(1));
+        assert_eq!(parse_possible(b"0-3,8-11\n"), Some(12));
+        assert_eq!(parse_possible(b"0,2\n"), Some(3));
+        for bad in [
+            &b""[..],
+            b"\n",
+            b"0-",
+            b"-1",
+            b"0-1,",
+            b"a",
+            b"0-1\n\n",
+            b"0 1",
+            b"0-1,,2",
+        ] {
+            assert_eq!(
+                parse_possible(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // This machine's: the count covers every CPU the process can run on.
+        assert!(
+            cpu_ids_covered(),
+            "/sys/devices/system/cpu/possible unreadable here"
+        );
+        assert!(cpu_count() >= 1 && current_cpu() < cpu_count());
+    }
 
     #[test]
     fn reserve_commit_release_roundtrip() {

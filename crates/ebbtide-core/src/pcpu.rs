@@ -36,6 +36,16 @@
 //! instruction. A thread whose rseq area is not registered sees a CPU id out of range and takes
 //! the slow path, which then bypasses the per-CPU layer.
 //!
+//! **The CPU id test.** A registered thread's id is always below the kernel's `nr_cpu_ids`; an
+//! unregistered one reads -1 or -2. The sections that take their constants from memory (the C
+//! entry points', the malloc's: `rseq_enter_in!`) test only the sign, not `id < ncpu`: the
+//! compare with `ncpu` was a load from the zone on every call, and those paths are bound by
+//! their loads (docs/benchmarks.md, "Loads, not instructions"). That is sound because rseq mode
+//! is used only when `ncpu` covers every possible id: `os::cpu_count` is one more than the
+//! highest id in `/sys/devices/system/cpu/possible`, rseq mode needs that file read
+//! (`os::cpu_ids_covered`), and a `Pcpu` for fewer CPUs is in locked mode (`Pcpu::new`). The
+//! sections whose caller keeps `ncpu` in a register compare with it, which costs no load.
+//!
 //! # Remote drain (rseq mode)
 //! A drainer (the reclaim code, on any thread) takes the `lock` of each header it wants, then
 //! **stops** it: `cap = 0`, `floor = 0xffff` (plain stores to fields no critical section ever
@@ -212,6 +222,11 @@ mod rseq {
             if !crate::os::membarrier_register_rseq() {
                 return None;
             }
+            // The sections index the stacks by any non-negative id (module docs, "The CPU id
+            // test"): only with a CPU count known to cover every id.
+            if !crate::os::cpu_ids_covered() {
+                return None;
+            }
             // The calling thread must see a valid CPU id through the area.
             let cpu = cpu_id(off);
             if (cpu as usize) < crate::os::cpu_count() {
@@ -382,10 +397,10 @@ mod rseq {
         super::Push::Done
     }
 
-    /// The start of a critical section that reads the CPU count and the stacks' base from
-    /// memory (`{r}` points to them, at offsets `{ncpu_at}` and `{base_at}`) instead of
-    /// registers: one register instead of three, for callers that keep nothing in registers
-    /// across calls (the C entry points).
+    /// The start of a critical section that reads the stacks' base from memory (`{r}` points
+    /// to it, at offset `{base_at}`) instead of a register, and tests the CPU id's sign instead
+    /// of comparing it with the CPU count (module docs, "The CPU id test"): for callers that
+    /// keep nothing in registers across calls (the C entry points, the malloc).
     macro_rules! rseq_enter_in {
         () => {
             concat!(
@@ -394,8 +409,9 @@ mod rseq {
                 "movq %rax, %fs:8({off})\n",
                 "3:\n",
                 "movl %fs:4({off}), %eax\n",
-                "cmpl {ncpu_at}({r}), %eax\n",
-                "jae 7f\n",
+                // Negative: unregistered (module docs, "The CPU id test").
+                "testl %eax, %eax\n",
+                "js 7f\n",
                 "shlq ${shift}, %rax\n",
                 "addq {base_at}({r}), %rax\n",
             )
@@ -426,7 +442,6 @@ mod rseq {
                 rseq_exit!("xorl {out:e}, {out:e}\njmp 4b\n"),
                 off = in(reg) off,
                 r = in(reg) r,
-                ncpu_at = const core::mem::offset_of!(super::RseqRef, ncpu),
                 base_at = const core::mem::offset_of!(super::RseqRef, base),
                 shift = const super::STRIDE_SHIFT,
                 out = out(reg) out,
@@ -467,7 +482,6 @@ mod rseq {
                 rseq_exit!("jmp {full}\n"),
                 off = in(reg) off,
                 r = in(reg) r,
-                ncpu_at = const core::mem::offset_of!(super::RseqRef, ncpu),
                 base_at = const core::mem::offset_of!(super::RseqRef, base),
                 shift = const super::STRIDE_SHIFT,
                 item = in(reg) item,
@@ -739,7 +753,14 @@ impl Pcpu {
             stride,
             ncpu: ncpu as u32,
             storage,
-            rseq_off: rseq_offset(),
+            // Stacks for fewer CPUs than the process may run on stay in locked mode: the
+            // in-place sections do not compare the id with `ncpu` (module docs, "The CPU id
+            // test").
+            rseq_off: if ncpu >= os::cpu_count() {
+                rseq_offset()
+            } else {
+                NO_RSEQ
+            },
             map_len,
             // SAFETY: colour() >= 64, so the line before the first header is inside the fresh
             // zeroed mapping, 64-aligned; zero is a valid `Demand` (atomics).
