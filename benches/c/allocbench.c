@@ -303,11 +303,15 @@ static int find_zone(const char *name, struct ebbtide_zone_stats *out) {
     return -1;
 }
 
-/* The per-CPU stacks' base, for the address diagnostics only: the zone handle starts with the
+/* The zone object behind a handle: the library sets bit 0 of the handle of a zone on the fast
+ * paths (crates/ebbtide-capi, `EbbZone`). Diagnostics only. */
+static uintptr_t zone_obj(const ebb_zone *z) { return (uintptr_t)z & ~(uintptr_t)1; }
+
+/* The per-CPU stacks' base, for the address diagnostics only: the zone object starts with the
  * fast-path constants, whose first member (RseqRef: base pointer, CPU count, rseq offset) holds
  * the only word that is a mapped address. Not an API: 0 when no word looks like one. */
 static uintptr_t pcpu_base_guess(const ebb_zone *z) {
-    const uintptr_t *w = (const uintptr_t *)z;
+    const uintptr_t *w = (const uintptr_t *)zone_obj(z);
     for (int i = 0; i < 3; i++)
         if (w[i] > ((uintptr_t)1 << 32) && w[i] < ((uintptr_t)1 << 47) && (w[i] & 4095) == 0)
             return w[i];
@@ -450,7 +454,7 @@ static __attribute__((noinline)) void run_case(const char *c, const struct opts 
                "depot_nitems_after=%llu cached_bytes_pcpu=%llu pages_mapped=%llu buckets_enabled=%llu "
                "squeeze_windows=%llu reclaim_trim=%llu reclaim_drain=%llu reclaim_drain_cpu=%llu "
                "released_bytes=%llu",
-               (unsigned long)((uintptr_t)g_zone & 4095), base ? "" : "unknown:",
+               (unsigned long)(zone_obj(g_zone) & 4095), base ? "" : "unknown:",
                (unsigned long)(base & 4095), cpu1,
                (unsigned long)((uintptr_t)probe & 4095), count,
                count >= 0 ? (unsigned long)((56 + 8 * count) & 4095) : 0ul,
@@ -469,11 +473,11 @@ static __attribute__((noinline)) void run_case(const char *c, const struct opts 
         extern const ptrdiff_t __rseq_offset __attribute__((weak));
         uintptr_t rseq = &__rseq_offset ? (uintptr_t)__builtin_thread_pointer() + __rseq_offset : 0;
         printf(" zone_va=%lx pcpu_va=%lx item_va=%lx rseq_va=%lx live_va=%lx",
-               (unsigned long)(uintptr_t)g_zone,
+               (unsigned long)zone_obj(g_zone),
                (unsigned long)(base ? base + ((uintptr_t)cpu1 << 13) : 0),
                (unsigned long)(uintptr_t)probe, (unsigned long)rseq,
                (unsigned long)(uintptr_t)live);
-        printf(" zone_pfn=%llx pcpu_pfn=%llx item_pfn=%llx", pfn_of((uintptr_t)g_zone),
+        printf(" zone_pfn=%llx pcpu_pfn=%llx item_pfn=%llx", pfn_of(zone_obj(g_zone)),
                pfn_of(base ? base + ((uintptr_t)cpu1 << 13) : 0), pfn_of((uintptr_t)probe));
         ebb_zone_free(g_zone, probe);
     }

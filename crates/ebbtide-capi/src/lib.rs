@@ -23,7 +23,7 @@ use core::ptr::{self, NonNull};
 use ebbtide_rt::options::OptionErrorKind;
 use ebbtide_rt::reclaimer::{HandlerId, LowmemHandler};
 use ebbtide_rt::stats::{GlobalStatsC, PoolStats, PoolStatsC, ZoneStats, ZoneStatsC};
-use ebbtide_rt::zone::{FastFree, FiniHook, InitHook};
+use ebbtide_rt::zone::{FiniHook, InitHook};
 use ebbtide_rt::{
     AllocError, CreateError, Level, LimitMode, PagePool, Request, Zone, ZoneFlags, ZoneOptions,
 };
@@ -148,8 +148,40 @@ impl EbbZoneOptions {
     }
 }
 
-/// Opaque handle of a zone (`ebb_zone *`): the pointer of [`Zone::into_raw`].
+/// Opaque handle of a zone (`ebb_zone *`): the pointer of [`Zone::into_raw`], plus one ([`FAST`])
+/// when the zone takes the fast paths, that is, is not careful (hooks, checked, zeroing, or
+/// the per-CPU layer in locked mode; fixed at creation).
+///
+/// The bit is there for `ebb_zone_alloc` and `ebb_zone_free`: one test of the handle, which
+/// arrives in a register, says both "not NULL" and "not careful" (NULL and a careful zone's
+/// handle have bit 0 clear), where the zone's `careful` word was a load on every call and
+/// those paths are bound by their loads (docs/benchmarks.md, "Loads, not instructions"); the
+/// compiler folds the minus one into the fields' displacements. Zone objects are 1 KiB
+/// aligned (`objects.rs`), so bit 0 of the pointer is free. Every entry point takes the zone
+/// through [`zone_ptr`].
 pub enum EbbZone {}
+
+/// Bit 0 of an [`EbbZone`] handle: the zone takes the fast paths.
+const FAST: usize = 1;
+
+/// The zone object of a handle (its bit 0 cleared).
+#[inline(always)]
+fn zone_ptr(h: *const EbbZone) -> *mut c_void {
+    (h as usize & !FAST) as *mut c_void
+}
+
+/// [`zone_ptr`] of a handle whose bit 0 is set ([`fast_handle`]): minus one, which the compiler
+/// folds into the displacements of the fields' loads.
+#[inline(always)]
+fn fast_zone_ptr(h: *const EbbZone) -> *mut c_void {
+    (h as usize).wrapping_sub(FAST) as *mut c_void
+}
+
+/// Does the handle's zone take the fast paths (bit 0 set: not NULL, not careful)?
+#[inline(always)]
+fn fast_handle(h: *const EbbZone) -> bool {
+    h as usize & FAST != 0
+}
 
 // ---------------------------------------------------------------------------------------------
 // errno and the last error message
@@ -270,7 +302,7 @@ fn live_zones() -> std::sync::MutexGuard<'static, BTreeSet<usize>> {
 /// `z` is a live handle from `ebb_zone_create*`.
 unsafe fn borrow_zone(z: *mut EbbZone) -> ManuallyDrop<Zone> {
     // SAFETY: caller's guarantee; ManuallyDrop keeps the handle's ownership with the caller.
-    ManuallyDrop::new(unsafe { Zone::from_raw(z.cast()) })
+    ManuallyDrop::new(unsafe { Zone::from_raw(zone_ptr(z)) })
 }
 
 fn create_errno(e: &CreateError) -> c_int {
@@ -326,8 +358,12 @@ fn create(func: &str, name: &str, size: usize, o: &EbbZoneOptions) -> *mut EbbZo
     match Zone::new(zo) {
         Ok(z) => {
             let p = z.into_raw();
-            live_zones().insert(p as usize);
-            p.cast()
+            debug_assert_eq!(p as usize & FAST, 0, "zone objects are 1 KiB aligned");
+            // SAFETY: `p` is the zone just made, live.
+            let fast = unsafe { Zone::fast_consts_raw(p) }.is_some();
+            let h = (p as usize | if fast { FAST } else { 0 }) as *mut EbbZone;
+            live_zones().insert(h as usize);
+            h
         }
         Err(e) => {
             fail(create_errno(&e), format!("{func}: {e}"));
@@ -438,10 +474,11 @@ pub unsafe extern "C" fn ebb_zone_create_ex(
 /// `zone` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
-    if !zone.is_null() {
-        // SAFETY: caller's guarantee (a live zone). The fast path cannot panic, so it runs
-        // outside the unwind guard (whose frame would cost more than the path itself).
-        let p = unsafe { Zone::alloc_fast_raw(zone.cast()) };
+    if fast_handle(zone) {
+        // SAFETY: caller's guarantee (a live zone), not careful (the handle's bit). The fast
+        // path cannot panic, so it runs outside the unwind guard (whose frame would cost more
+        // than the path itself).
+        let p = unsafe { Zone::alloc_fast_plain(fast_zone_ptr(zone)) };
         if !p.is_null() {
             return p.cast();
         }
@@ -468,7 +505,7 @@ unsafe extern "C" fn zone_alloc_guarded(zone: *mut EbbZone) -> *mut c_void {
             return ptr::null_mut();
         }
         // SAFETY: caller's guarantee (a live zone).
-        match unsafe { Zone::alloc_raw(zone.cast()) } {
+        match unsafe { Zone::alloc_raw(zone_ptr(zone)) } {
             Ok(p) => p.as_ptr().cast(),
             Err(e) => {
                 let errno = match e {
@@ -492,12 +529,10 @@ unsafe extern "C" fn zone_alloc_guarded(zone: *mut EbbZone) -> *mut c_void {
 /// `zone` is NULL or a live handle; if `item` is an item of `zone`, the caller owns it.
 #[no_mangle]
 pub unsafe extern "C" fn ebb_zone_free(zone: *mut EbbZone, item: *mut c_void) {
-    // SAFETY: caller's guarantee (a live zone, ownership of the item); the fast path checks
-    // the pointer without touching it (NULL fails its item test) and cannot panic, so it runs
-    // outside the guard.
-    if !zone.is_null()
-        && unsafe { Zone::free_fast_raw_ptr(zone.cast(), item.cast()) } == FastFree::Done
-    {
+    // SAFETY: caller's guarantee (a live zone, ownership of the item), not careful (the
+    // handle's bit); the fast path checks the pointer without touching it (NULL fails its item
+    // test) and cannot panic, so it runs outside the guard.
+    if fast_handle(zone) && unsafe { Zone::free_fast_plain(fast_zone_ptr(zone), item.cast()) } {
         return;
     }
     // The fast path changed nothing (full stack, careful zone, invalid pointer, duplicate of
@@ -538,7 +573,7 @@ unsafe extern "C" fn zone_free_guarded(zone: *mut EbbZone, item: *mut c_void) {
         }
         // SAFETY: caller's guarantee (a live zone, ownership of a valid item); invalid pointers
         // are detected by `free_raw` without touching their memory.
-        if let Err(e) = unsafe { Zone::free_raw(zone.cast(), p) } {
+        if let Err(e) = unsafe { Zone::free_raw(zone_ptr(zone), p) } {
             report_invalid_free(F, e);
         }
     })
@@ -568,7 +603,7 @@ pub unsafe extern "C" fn ebb_zone_destroy(zone: *mut EbbZone) -> c_int {
         }
         // SAFETY: a live handle (checked above); the caller guarantees exclusive use, and
         // ownership goes back to the caller on failure (into_raw below).
-        let z = unsafe { Zone::from_raw(zone.cast()) };
+        let z = unsafe { Zone::from_raw(zone_ptr(zone)) };
         match z.destroy() {
             Ok(()) => {
                 live.remove(&(zone as usize));

@@ -2,9 +2,10 @@
 //!
 //! ```text
 //!  arena base (CHUNK_SIZE aligned)                                    base + len
-//!  | chunk 0 | chunk 1 | chunk 2 | ...                       | chunk n-1 |
-//!      ^ owned by a keg: its slab metadata at the start, slabs after it
-//!  chunk map: one 16-byte entry per chunk, readable for every chunk (lazily zero-filled pages):
+//!  | chunk map | chunk 1 | chunk 2 | ...                     | chunk n-1 |
+//!                  ^ owned by a keg: its slab metadata at the start, slabs after it
+//!  chunk map: the arena's first chunk(s), one 16-byte entry per chunk (the map's own entries
+//!  read 0), readable for every chunk (committed at once, its pages zero-filled as touched):
 //!    tag word:
 //!      0            never handed out (above the bump pointer)
 //!      even tag     owned by the keg with that tag (tags are never reused)
@@ -22,6 +23,13 @@
 //! only if the chunk was freed meanwhile, which only the destruction of the owning zone does,
 //! after which a free into it is the caller's error anyway.
 //!
+//! **One word for the arena** ([`Arena::word`]): the base's chunk index in the low 32 bits and
+//! the number of chunks in the high 32. Since the map is at the base, that word alone finds an
+//! address's entry: `idx = (addr >> CHUNK_SHIFT) - low` (outside the arena iff `idx >= high`),
+//! the entry at `(low << CHUNK_SHIFT) + 16 * idx`. A `free` reads it with one load where the
+//! base, the length and the map's address were three; the C entry points and the malloc are
+//! bound by their loads (docs/benchmarks.md, "Loads, not instructions").
+//!
 //! The chunk map is what makes a `free` of any pointer safe to check in O(1) without touching the
 //! pointer's memory: an address outside the arena, or in a chunk another keg owns, is rejected
 //! before anything is written. It is also what a future `malloc`-replacement `free(ptr)` needs.
@@ -32,7 +40,7 @@
 
 use crate::os::{self, OsError};
 use core::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// log2 of the chunk size.
@@ -72,32 +80,20 @@ unsafe impl Sync for Arena {}
 
 static ARENA: OnceLock<Result<Arena, OsError>> = OnceLock::new();
 
-/// The arena's bounds and chunk map as plain words, for [`owner_tag`]: a malloc's `free` reads
-/// them inline on every call, where [`get`] is a call into `OnceLock`. `len` stays 0 until the
-/// arena exists (then every address is "outside"). One static, read through
-/// [`local_ref!`](crate::local_ref): one `lea` for the three, no GOT load (`local.rs`).
-struct View {
-    base: AtomicUsize,
-    len: AtomicUsize,
-    map: AtomicPtr<MapEntry>,
-}
-
-static VIEW: View = View {
-    base: AtomicUsize::new(0),
-    len: AtomicUsize::new(0),
-    map: AtomicPtr::new(core::ptr::null_mut()),
-};
+/// The arena's [`Arena::word`] for [`owner_tag`]: a malloc's `free` reads it inline on every
+/// call, where [`get`] is a call into `OnceLock`. 0 until the arena exists (no chunks: every
+/// address is "outside"). Read through [`local_ref!`](crate::local_ref): no GOT load
+/// (`local.rs`).
+static VIEW: AtomicU64 = AtomicU64::new(0);
 
 /// The process's arena, reserved on first use.
 pub(crate) fn get() -> Result<&'static Arena, OsError> {
     match ARENA.get_or_init(|| {
         let r = Arena::reserve();
         if let Ok(a) = &r {
-            VIEW.base.store(a.base, Ordering::Relaxed);
-            VIEW.map.store(a.map as *mut MapEntry, Ordering::Relaxed);
-            // Release: pairs with the Acquire in `owner_entry`; base and map are visible to a
-            // reader that sees the length.
-            VIEW.len.store(a.len, Ordering::Release);
+            // Release: pairs with the Acquire in `owner_entry`; the committed map is visible to
+            // a reader that sees the word.
+            VIEW.store(a.word(), Ordering::Release);
         }
         r
     }) {
@@ -118,22 +114,31 @@ impl Arena {
         };
         let nchunks = len >> CHUNK_SHIFT;
         let map_len = os::round_up(nchunks * ENTRY, os::page_size());
-        let map = match os::map(map_len) {
-            Ok(m) => m,
-            Err(e) => {
-                // SAFETY: `base` is the reservation made above, unused.
-                unsafe { os::unmap(base, len) };
-                return Err(e);
-            }
-        };
+        // The map in the first chunks, never handed out (`bump` starts after them).
+        let map_chunks = map_len.div_ceil(CHUNK_SIZE);
+        // SAFETY: the first `map_len` bytes of our fresh reservation, page aligned.
+        if let Err(e) = unsafe { os::commit(base, map_len) } {
+            // SAFETY: `base` is the reservation made above, unused.
+            unsafe { os::unmap(base, len) };
+            return Err(e);
+        }
+        // The word's halves: the base's chunk index and the chunk count, both below 2^32 (user
+        // addresses are below 2^57).
+        debug_assert!((base.as_ptr() as usize >> CHUNK_SHIFT) < 1 << 32 && nchunks < 1 << 32);
+        debug_assert!(map_chunks < nchunks);
         Ok(Arena {
             base: base.as_ptr() as usize,
             len,
-            map: map.as_ptr().cast(),
-            bump: AtomicUsize::new(0),
+            map: base.as_ptr().cast(),
+            bump: AtomicUsize::new(map_chunks),
             free: Mutex::new(0),
             next_tag: AtomicU64::new(1),
         })
+    }
+
+    /// The arena in one word (module docs): the base's chunk index | the chunk count << 32.
+    pub(crate) fn word(&self) -> u64 {
+        (self.base >> CHUNK_SHIFT) as u64 | ((self.len >> CHUNK_SHIFT) as u64) << 32
     }
 
     /// A new keg tag: even, non-zero, never reused.
@@ -251,16 +256,10 @@ pub fn owner_tag(addr: usize) -> u64 {
 /// of a later owner: only after the owning zone was destroyed).
 #[inline(always)]
 pub fn owner_entry(addr: usize) -> (u64, u64) {
-    let view = crate::local_ref!(VIEW);
     // Acquire: pairs with the Release store in `get`.
-    let len = view.len.load(Ordering::Acquire);
-    let off = addr.wrapping_sub(view.base.load(Ordering::Relaxed));
-    if off >= len {
+    let Some(e) = map_entry_of(crate::local_ref!(VIEW).load(Ordering::Acquire), addr) else {
         return (0, 0);
-    }
-    // SAFETY: off < len, so the index is inside the chunk map, which lives as long as the
-    // process.
-    let e = unsafe { &*view.map.load(Ordering::Relaxed).add(off >> CHUNK_SHIFT) };
+    };
     // Acquire: as in `Arena::tag_of` (and the hint, stored before the tag, is visible).
     let t = e.tag.load(Ordering::Acquire);
     if t & 1 == 1 {
@@ -268,6 +267,21 @@ pub fn owner_entry(addr: usize) -> (u64, u64) {
     } else {
         (t, e.hint.load(Ordering::Relaxed))
     }
+}
+
+/// The chunk map entry of the chunk holding `addr` in the arena of `word` ([`Arena::word`],
+/// or 0: no arena), `None` outside it. Reads nothing but the word it is given: the caller has
+/// loaded it (the fast paths keep it among a zone's constants).
+#[inline(always)]
+pub(crate) fn map_entry_of(word: u64, addr: usize) -> Option<&'static MapEntry> {
+    let base_idx = word as u32 as usize;
+    let idx = (addr >> CHUNK_SHIFT).wrapping_sub(base_idx);
+    if idx >= (word >> 32) as usize {
+        return None;
+    }
+    // SAFETY: idx < the chunk count, so the entry lies in the chunk map, which starts at the
+    // base (`base_idx << CHUNK_SHIFT`) and lives as long as the process.
+    Some(unsafe { &*((base_idx << CHUNK_SHIFT) as *const MapEntry).add(idx) })
 }
 
 #[cfg(test)]

@@ -93,7 +93,13 @@
 //! hooks, checked/zeroing zones and locked mode to the slow path, arena bounds, chunk tag, slab
 //! geometry) are copied into every `Zone` handle: a handle is immutable plain data, so a loop of
 //! allocations keeps them in registers instead of reloading them through the zone object after
-//! each critical section.
+//! each critical section. A C caller keeps nothing in registers across calls: there every
+//! constant is a load, and the C entry points are bound by their loads, not their instructions
+//! (docs/benchmarks.md, "Loads, not instructions"). Hence constants packed two to a word (the
+//! slabs' range; the slab mask and the item test's bound), the arena as one word whose chunk
+//! map sits at its base (`arena.rs`), the CPU id tested by its sign against stacks sized for
+//! every possible CPU (`pcpu.rs`, "The CPU id test"), and `careful` carried in a bit of the C
+//! API's handle.
 //!
 //! ## Reclaim order
 //! `TRIM` (depot to its working set) → `DRAIN` (whole depot) → `DRAIN_CPU` (depot, then every

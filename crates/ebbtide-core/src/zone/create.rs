@@ -72,19 +72,20 @@ impl Zone {
         if !pcpu.is_rseq() {
             careful |= C_LOCKED;
         }
+        let (magic, bound) = item_check(geo.item_size, geo.items_per_slab);
+        // Below the slab size (`item_check`), which is below the 4 MiB chunk: fits the high
+        // half of `mask_bound`.
+        assert!(bound < 1 << 32 && geo.slab_size <= 1 << 32, "{geo:?}");
         let fast = Fast {
             pcpu: pcpu.rseq_ref(),
             careful,
-            arena_base: arena.base,
-            arena_len: arena.len,
-            chunk_map: arena.map,
+            arena: arena.word(),
             tag: keg.tag,
             // All below the 4 MiB chunk size (`slab.rs`), so u32.
-            first_slab: geo.first_slab as u32,
-            slab_mask: (geo.slab_size - 1) as u32,
-            slabs_end: (geo.slabs_per_chunk << geo.slab_shift) as u32,
-            item_magic: item_check(geo.item_size, geo.items_per_slab).0,
-            item_bound: item_check(geo.item_size, geo.items_per_slab).1,
+            slab_range: geo.first_slab as u64
+                | ((geo.slabs_per_chunk << geo.slab_shift) as u64) << 32,
+            mask_bound: (geo.slab_size - 1) as u64 | bound << 32,
+            item_magic: magic,
         };
         let z = ZoneInner {
             fast,

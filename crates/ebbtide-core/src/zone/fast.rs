@@ -4,7 +4,7 @@
 //! and goes to the slow paths (`slow.rs`) with one test.
 
 use super::{unlikely, Zone, ZoneInner};
-use crate::arena::{MapEntry, CHUNK_SIZE};
+use crate::arena::CHUNK_SIZE;
 use crate::error::{AllocError, InvalidFree};
 use crate::pcpu::{Push, RseqRef};
 use crate::sync::Ordering;
@@ -23,18 +23,20 @@ pub(crate) struct Fast {
     // The item test's fields next (u32 where they fit: offsets within a 4 MiB chunk), so that
     // with an 8-byte key before it (the malloc's table entries, `FastConsts`) everything
     // `malloc` and `free` read of an entry lies in its first 64 bytes.
-    pub(super) first_slab: u32,
-    pub(super) slab_mask: u32,
-    /// End of the last slab relative to `first_slab`: `slabs_per_chunk << slab_shift`.
-    pub(super) slabs_end: u32,
+    /// The slabs' range within a chunk, both ends in one word so that `free` reads them with
+    /// one load (the C entry points are bound by their loads, docs/benchmarks.md, "Loads, not
+    /// instructions"): the offset of the first slab in the low 32 bits, the end of the last
+    /// slab relative to it (`slabs_per_chunk << slab_shift`) in the high 32.
+    pub(super) slab_range: u64,
+    /// `slab_size - 1` in the low 32 bits, `item_check(item_size, items_per_slab).1` (the
+    /// bound, below the slab size, so below 2^32) in the high 32: one load for both.
+    pub(super) mask_bound: u64,
+    /// `item_check(item_size, items_per_slab).0`.
+    pub(super) item_magic: u64,
     /// `C_*` bits: any set bit sends both operations to their careful paths.
     pub(super) careful: u32,
-    /// `item_check(item_size, items_per_slab)`.
-    pub(super) item_magic: u64,
-    pub(super) item_bound: u64,
-    pub(super) arena_base: usize,
-    pub(super) arena_len: usize,
-    pub(super) chunk_map: *const MapEntry,
+    /// The arena's [`crate::arena::Arena::word`]: its bounds and its chunk map in one word.
+    pub(super) arena: u64,
     pub(super) tag: u64,
 }
 
@@ -63,20 +65,13 @@ impl Fast {
     /// O(1) check that `a` is the start of an item of this zone, reading only the chunk map.
     #[inline(always)]
     pub(super) fn is_item(&self, a: usize) -> bool {
-        let off = a.wrapping_sub(self.arena_base);
-        if off >= self.arena_len {
+        let Some(e) = crate::arena::map_entry_of(self.arena, a) else {
             return false;
-        }
-        // SAFETY: off < arena_len, so the index is inside the chunk map, which lives as long as
-        // the process.
-        let tag = unsafe {
-            // Acquire: pairs with the Release store of the tag in `Arena::alloc_chunk` (the chunk's
-            // header is initialised before its tag is published).
-            (*self.chunk_map.add(off >> crate::arena::CHUNK_SHIFT))
-                .tag
-                .load(Ordering::Acquire)
         };
-        if unlikely(tag != self.tag) {
+        // Acquire: pairs with the Release store of the tag in `Arena::alloc_chunk` (the chunk's
+        // header is initialised before its tag is published).
+        let chunk_tag = e.tag.load(Ordering::Acquire);
+        if unlikely(chunk_tag != self.tag) {
             return false;
         }
         self.is_item_in_chunk(a)
@@ -88,13 +83,19 @@ impl Fast {
     pub(super) fn is_item_in_chunk(&self, a: usize) -> bool {
         // Each test its own predictable branch: folded into one flag (`setcc`/`and`) they cost
         // more instructions than they save.
-        let rel = (a & (CHUNK_SIZE - 1)).wrapping_sub(self.first_slab as usize);
-        if unlikely(rel >= self.slabs_end as usize) {
+        // In 32 bits: the offset within the chunk (< 2^22) and the fields are u32 (64-bit
+        // arithmetic on zero-extended fields cost two instructions more). An offset below the
+        // first slab wraps to at least 2^32 - 2^22, far above the slabs' end, so the range
+        // test still refuses it.
+        let range = self.slab_range;
+        let rel = ((a as u32) & (CHUNK_SIZE as u32 - 1)).wrapping_sub(range as u32);
+        if unlikely(rel >= (range >> 32) as u32) {
             return false;
         }
         // One multiply and one compare for "a multiple of the item size, below the slab's last
         // item" (see `item_check`).
-        ((rel & self.slab_mask as usize) as u64).wrapping_mul(self.item_magic) < self.item_bound
+        let mask_bound = self.mask_bound;
+        ((rel & mask_bound as u32) as u64).wrapping_mul(self.item_magic) < mask_bound >> 32
     }
 }
 
@@ -337,6 +338,46 @@ impl Zone {
         // SAFETY: `p` passed the item test, so it is not null; the rest forwarded. The zone's
         // own offset: the C API has the zone in a register (see `RseqRef::pop_in_place`).
         unsafe { push_if_item(f, NonNull::new_unchecked(p), true) }
+    }
+
+    /// [`Zone::alloc_fast_raw`] for a zone its caller knows is not careful (the C API: a bit of
+    /// its handle), without the `careful` test: one load fewer per call.
+    ///
+    /// # Safety
+    /// As [`Zone::alloc_raw`], and the zone is not careful ([`Zone::fast_consts_raw`] gave
+    /// `Some`).
+    #[inline(always)]
+    pub unsafe fn alloc_fast_plain(z: *mut c_void) -> *mut u8 {
+        // SAFETY: a live zone (caller's guarantee).
+        let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
+        debug_assert_eq!(f.careful, 0);
+        // SAFETY: not careful (caller): rseq mode. In-place form: as in `alloc_fast_in`.
+        unsafe { RseqRef::pop_in_place::<false>(&f.pcpu) }
+    }
+
+    /// The fast path of `ebb_zone_free` for a zone its caller knows is not careful: true when
+    /// `p` passed the item check and went onto this CPU's stack; false changed nothing (not an
+    /// item of the zone, the stack full or closed, `p` its top, or NULL), and
+    /// [`Zone::free_raw`] then does the whole free, checking the pointer again. Unlike
+    /// [`Zone::free_fast_raw`] it makes no `careful` test and says nothing of why: one load
+    /// fewer per call. Never panics, runs no hook, takes no lock.
+    ///
+    /// # Safety
+    /// As [`Zone::free_raw`] when `p` is not null, and the zone is not careful
+    /// ([`Zone::fast_consts_raw`] gave `Some`).
+    #[inline(always)]
+    pub unsafe fn free_fast_plain(z: *mut c_void, p: *mut u8) -> bool {
+        // SAFETY: a live zone (caller's guarantee).
+        let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
+        debug_assert_eq!(f.careful, 0);
+        // Null fails the arena test (as in `free_fast_raw_ptr`).
+        if unlikely(!f.is_item(p as usize)) {
+            return false;
+        }
+        // SAFETY: not careful (caller): rseq mode; `p` passed the item test (so it is not
+        // null). In-place form: as in `alloc_fast_in`.
+        let pushed = unsafe { RseqRef::push_in_place::<false>(&f.pcpu, p) };
+        matches!(pushed, Push::Done)
     }
 
     /// A copy of the fast-path constants of a raw zone, for a caller that keeps them in its own
