@@ -1196,6 +1196,45 @@ pub extern "C" fn ebb_last_error() -> *const c_char {
 mod tests {
     use super::*;
 
+    /// Bit 0 of a handle is set exactly for a zone on the fast paths; a careful zone's handle
+    /// (checked, zeroing, hooks) has it clear, and both kinds allocate, free, report an invalid
+    /// or immediate double free, and destroy through the same entry points.
+    #[test]
+    fn the_handle_bit_tells_the_fast_zones() {
+        let plain = unsafe { ebb_zone_create(c"handle-plain".as_ptr(), 48, 0, 0) };
+        let checked =
+            unsafe { ebb_zone_create(c"handle-checked".as_ptr(), 48, 0, EBB_ZONE_CHECKED) };
+        let zeroed = unsafe { ebb_zone_create(c"handle-zero".as_ptr(), 48, 0, EBB_ZONE_ZERO) };
+        assert!(!plain.is_null() && !checked.is_null() && !zeroed.is_null());
+        // SAFETY: a live zone.
+        let rseq = unsafe { Zone::fast_consts_raw(zone_ptr(plain)) }.is_some();
+        assert_eq!(
+            fast_handle(plain),
+            rseq,
+            "plain: on the fast paths where rseq is"
+        );
+        assert!(!fast_handle(checked) && !fast_handle(zeroed));
+        assert!(!fast_handle(ptr::null()));
+        for z in [plain, checked, zeroed] {
+            // SAFETY: live zones; each item freed once, then the invalid frees are refused.
+            unsafe {
+                assert_eq!(ebb_zone_item_size(z), 48);
+                let a = ebb_zone_alloc(z);
+                let b = ebb_zone_alloc(z);
+                assert!(!a.is_null() && !b.is_null() && a != b);
+                a.cast::<u8>().write_bytes(0x5a, 48);
+                ebb_zone_free(z, a);
+                let before = ebb_invalid_frees();
+                ebb_zone_free(z, a); // immediate double free: the top of the stack (or checked)
+                ebb_zone_free(z, b.cast::<u8>().add(8).cast()); // not an item start
+                assert_eq!(ebb_invalid_frees(), before + 2, "both refused");
+                ebb_zone_free(z, b);
+                assert_eq!(ebb_zone_destroy(z), 0);
+                assert_eq!(ebb_zone_destroy(z), -1, "a double destroy is refused");
+            }
+        }
+    }
+
     #[test]
     fn options_sizes_are_member_ends() {
         let v = EbbZoneOptions::valid_sizes();

@@ -318,4 +318,47 @@ mod tests {
         // SAFETY: c2 came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c2) };
     }
+
+    /// The arena's one word finds every address's entry: nothing below the base or from the
+    /// end on, the map's own chunk owned by nobody and never handed out, and a chunk's entry at
+    /// the map (the base) plus 16 bytes per chunk.
+    #[test]
+    fn the_arena_word_bounds_the_arena_and_finds_the_map() {
+        let a = get().unwrap();
+        let w = a.word();
+        assert_eq!((w as u32 as usize) << CHUNK_SHIFT, a.base);
+        assert_eq!((w >> 32) as usize, a.len >> CHUNK_SHIFT);
+        assert_eq!(a.map as usize, a.base, "the map is the arena's first chunk");
+        assert!(map_entry_of(w, a.base - 1).is_none(), "below the base");
+        assert!(map_entry_of(w, a.base + a.len).is_none(), "the end");
+        assert!(map_entry_of(w, usize::MAX).is_none());
+        assert!(map_entry_of(w, 0).is_none());
+        assert!(
+            map_entry_of(0, a.base + CHUNK_SIZE).is_none(),
+            "no arena: nothing inside"
+        );
+        let e0 = map_entry_of(w, a.base + 5).expect("the map's own chunk is inside");
+        assert_eq!(e0 as *const MapEntry, a.map);
+        assert_eq!(
+            e0.tag.load(Ordering::Relaxed),
+            0,
+            "the map's chunk belongs to nobody"
+        );
+        assert_eq!(owner_entry(a.base + 64), (0, 0));
+        let t = a.new_tag();
+        let c = a.alloc_chunk(t, 0x2000).unwrap();
+        let addr = c.as_ptr() as usize;
+        assert!(
+            addr >= a.base + CHUNK_SIZE,
+            "the map's chunk is never handed out"
+        );
+        let e = map_entry_of(w, addr + CHUNK_SIZE - 1).unwrap();
+        assert_eq!(
+            e as *const MapEntry as usize,
+            a.base + ((addr - a.base) >> CHUNK_SHIFT) * ENTRY
+        );
+        assert_eq!(owner_entry(addr + 99), (t, 0x2000));
+        // SAFETY: c came from alloc_chunk and is unused.
+        unsafe { a.free_chunk(c) };
+    }
 }

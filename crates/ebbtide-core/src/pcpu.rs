@@ -37,14 +37,13 @@
 //! the slow path, which then bypasses the per-CPU layer.
 //!
 //! **The CPU id test.** A registered thread's id is always below the kernel's `nr_cpu_ids`; an
-//! unregistered one reads -1 or -2. The sections that take their constants from memory (the C
-//! entry points', the malloc's: `rseq_enter_in!`) test only the sign, not `id < ncpu`: the
-//! compare with `ncpu` was a load from the zone on every call, and those paths are bound by
-//! their loads (docs/benchmarks.md, "Loads, not instructions"). That is sound because rseq mode
-//! is used only when `ncpu` covers every possible id: `os::cpu_count` is one more than the
-//! highest id in `/sys/devices/system/cpu/possible`, rseq mode needs that file read
-//! (`os::cpu_ids_covered`), and a `Pcpu` for fewer CPUs is in locked mode (`Pcpu::new`). The
-//! sections whose caller keeps `ncpu` in a register compare with it, which costs no load.
+//! unregistered one reads -1 or -2. The sections test only the sign, not `id < ncpu`: where the
+//! constants come from memory (the C entry points, the malloc) the compare with `ncpu` was a
+//! load on every call, and those paths are bound by their loads (docs/benchmarks.md, "Loads,
+//! not instructions"). That is sound because rseq mode is used only when `ncpu` covers every
+//! possible id: `os::cpu_count` is one more than the highest id in
+//! `/sys/devices/system/cpu/possible`, rseq mode needs that file read (`os::cpu_ids_covered`),
+//! and a `Pcpu` for fewer CPUs is in locked mode (`Pcpu::new`).
 //!
 //! # Remote drain (rseq mode)
 //! A drainer (the reclaim code, on any thread) takes the `lock` of each header it wants, then
@@ -260,7 +259,7 @@ mod rseq {
     // Every critical section below has the same shape, built from these two pieces:
     //
     //   2: store the address of descriptor 9 into rseq_cs   (re-armed on every restart)
-    //   3: [start_ip] read the CPU id; out of range (unregistered thread) -> 7
+    //   3: [start_ip] read the CPU id; negative (unregistered thread) -> 7
     //      rax = base + (cpu << STRIDE_SHIFT)                 (this CPU's header)
     //      ... the section's own checks (failing -> 7) and moves, committing with one store of
     //      `word` ...
@@ -272,7 +271,7 @@ mod rseq {
     //      7: the section's failure exit (given by the section), jumping back or to a label
     //   9: the descriptor {version 0, flags 0, start_ip 3b, post_commit_offset 4b-3b, abort_ip 5b}
     //
-    // Operands every section passes: `off` (glibc's rseq offset), `ncpu`, `base`, and `shift`
+    // Operands every section passes: `off` (glibc's rseq offset), `base`, and `shift`
     // (= STRIDE_SHIFT); rax is the header pointer and must be declared clobbered.
 
     /// The start of a critical section: arm the descriptor, locate this CPU's header in rax.
@@ -284,8 +283,9 @@ mod rseq {
                 "movq %rax, %fs:8({off})\n",
                 "3:\n",
                 "movl %fs:4({off}), %eax\n",
-                "cmpl {ncpu:e}, %eax\n",
-                "jae 7f\n",
+                // Negative: unregistered (module docs, "The CPU id test").
+                "testl %eax, %eax\n",
+                "js 7f\n",
                 "shlq ${shift}, %rax\n",
                 "addq {base}, %rax\n",
             )
@@ -318,13 +318,15 @@ mod rseq {
     /// Pops the top item of this CPU's stack; null when empty, stopped, or unregistered.
     ///
     /// # Safety
-    /// `base` must point to `ncpu` headers of `1 << STRIDE_SHIFT` bytes, each followed by its item
+    /// `base` must point to one header of `1 << STRIDE_SHIFT` bytes for every CPU id the kernel
+    /// can report (module docs, "The CPU id test"), each followed by its item
     /// slots, and `off` must be glibc's rseq offset.
     #[inline(always)]
-    pub(super) unsafe fn pop(base: *mut u8, ncpu: u32, off: isize) -> *mut u8 {
+    pub(super) unsafe fn pop(base: *mut u8, off: isize) -> *mut u8 {
         let out: usize;
         // SAFETY: an rseq critical section (module docs of `pcpu`). It reads the header and slot
-        // of the CPU it runs on (bounds-checked against `ncpu`; count <= storage by invariant)
+        // of the CPU it runs on (a non-negative id: below the CPU count, which covers every
+        // possible id; count <= storage by invariant)
         // and commits with one store of `word`. The abort handler is preceded by glibc's x86
         // RSEQ_SIG and restarts from the top; the descriptor lives in section __rseq_cs.
         // `floor` is loaded before `word` (module docs, "Load order").
@@ -341,7 +343,6 @@ mod rseq {
                 "movq %rcx, (%rax)",
                 rseq_exit!("xorl {out:e}, {out:e}\njmp 4b\n"),
                 off = in(reg) off,
-                ncpu = in(reg) ncpu,
                 base = in(reg) base,
                 shift = const super::STRIDE_SHIFT,
                 out = out(reg) out,
@@ -360,7 +361,7 @@ mod rseq {
     /// # Safety
     /// As [`pop`].
     #[inline(always)]
-    pub(super) unsafe fn push(base: *mut u8, ncpu: u32, off: isize, item: *mut u8) -> super::Push {
+    pub(super) unsafe fn push(base: *mut u8, off: isize, item: *mut u8) -> super::Push {
         // SAFETY: as in `pop`; the slot written is items[count] with count < cap <= storage.
         // `cap` is loaded before `word`. The slot read is items[count - 1], the header's
         // always-zero `below_items` when count is 0 (count <= storage, so inside the page).
@@ -381,7 +382,6 @@ mod rseq {
                 "movq %rcx, (%rax)",
                 rseq_exit!("jmp {full}\n"),
                 off = in(reg) off,
-                ncpu = in(reg) ncpu,
                 base = in(reg) base,
                 shift = const super::STRIDE_SHIFT,
                 item = in(reg) item,
@@ -504,7 +504,6 @@ mod rseq {
     #[inline(never)]
     pub(super) unsafe fn pop_batch(
         base: *mut u8,
-        ncpu: u32,
         off: isize,
         dst: *mut *mut u8,
         max: usize,
@@ -541,7 +540,6 @@ mod rseq {
                 rseq_exit!("xorl %r8d, %r8d\njmp 4b\n"),
                 "movq %r8, {n}",
                 off = in(reg) off,
-                ncpu = in(reg) ncpu,
                 base = in(reg) base,
                 shift = const super::STRIDE_SHIFT,
                 dst = in(reg) dst,
@@ -567,7 +565,6 @@ mod rseq {
     #[inline(never)]
     pub(super) unsafe fn push_batch(
         base: *mut u8,
-        ncpu: u32,
         off: isize,
         src: *const *mut u8,
         len: usize,
@@ -603,7 +600,6 @@ mod rseq {
                 rseq_exit!("xorl %r8d, %r8d\njmp 4b\n"),
                 "movq %r8, {k}",
                 off = in(reg) off,
-                ncpu = in(reg) ncpu,
                 base = in(reg) base,
                 shift = const super::STRIDE_SHIFT,
                 src = in(reg) src,
@@ -754,8 +750,7 @@ impl Pcpu {
             ncpu: ncpu as u32,
             storage,
             // Stacks for fewer CPUs than the process may run on stay in locked mode: the
-            // in-place sections do not compare the id with `ncpu` (module docs, "The CPU id
-            // test").
+            // sections do not compare the id with `ncpu` (module docs, "The CPU id test").
             rseq_off: if ncpu >= os::cpu_count() {
                 rseq_offset()
             } else {
@@ -968,13 +963,7 @@ impl Pcpu {
         if self.rseq_off != NO_RSEQ {
             // SAFETY: as in `pop`; dst has room for dst.len() pointers.
             return unsafe {
-                rseq::pop_batch(
-                    self.base,
-                    self.ncpu,
-                    self.rseq_off,
-                    dst.as_mut_ptr(),
-                    dst.len(),
-                )
+                rseq::pop_batch(self.base, self.rseq_off, dst.as_mut_ptr(), dst.len())
             };
         }
         let cpu = self.locked_cpu();
@@ -1001,9 +990,7 @@ impl Pcpu {
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
         if self.rseq_off != NO_RSEQ {
             // SAFETY: as in `pop`; src holds src.len() pointers.
-            return unsafe {
-                rseq::push_batch(self.base, self.ncpu, self.rseq_off, src.as_ptr(), src.len())
-            };
+            return unsafe { rseq::push_batch(self.base, self.rseq_off, src.as_ptr(), src.len()) };
         }
         let cpu = self.locked_cpu();
         let h = self.header(cpu);
@@ -1191,7 +1178,7 @@ impl RseqRef {
         {
             // SAFETY: base/ncpu describe the Pcpu's mapping with 1 << STRIDE_SHIFT bytes per CPU
             // (`Pcpu::new`); rseq_off came from glibc (caller: not the sentinel).
-            unsafe { rseq::pop(self.base, self.ncpu, self.rseq_off) }
+            unsafe { rseq::pop(self.base, self.rseq_off) }
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
         unreachable!("rseq mode without rseq support compiled in")
@@ -1255,16 +1242,9 @@ impl RseqRef {
         debug_assert_eq!(hint, this.base as u64);
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
         {
-            // SAFETY: as in `push`: `hint` is this Pcpu's base (caller), `ncpu` its CPU count,
-            // the offset glibc's (`in_place_offset`).
-            unsafe {
-                rseq::push(
-                    hint as *mut u8,
-                    this.ncpu,
-                    this.in_place_offset::<STATIC_OFF>(),
-                    item,
-                )
-            }
+            // SAFETY: as in `push`: `hint` is this Pcpu's base (caller), the offset glibc's
+            // (`in_place_offset`).
+            unsafe { rseq::push(hint as *mut u8, this.in_place_offset::<STATIC_OFF>(), item) }
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
         {
@@ -1306,7 +1286,7 @@ impl RseqRef {
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
         {
             // SAFETY: as in `pop`.
-            unsafe { rseq::push(self.base, self.ncpu, self.rseq_off, item) }
+            unsafe { rseq::push(self.base, self.rseq_off, item) }
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
         {
@@ -1426,6 +1406,32 @@ mod tests {
             let g = lock_header(h);
             p.set_cap(&g, h, cap);
         }
+    }
+
+    /// The critical sections index the stacks by any non-negative CPU id ("The CPU id test"):
+    /// stacks for fewer CPUs than the process may run on never use them (locked mode), and
+    /// stacks for all of them do where rseq is available.
+    #[test]
+    fn only_stacks_for_every_possible_cpu_use_the_critical_sections() {
+        let all = Pcpu::new(8, os::cpu_count()).unwrap();
+        assert_eq!(all.is_rseq(), rseq_offset() != NO_RSEQ);
+        if os::cpu_count() > 1 {
+            let fewer = Pcpu::new(8, os::cpu_count() - 1).unwrap();
+            assert!(
+                !fewer.is_rseq(),
+                "stacks for fewer CPUs than possible in rseq mode"
+            );
+            open(&fewer, 4);
+            // Locked mode still works, on whichever CPU this runs (the id taken modulo ncpu).
+            assert_eq!(fewer.push(8 as *mut u8), Push::Done);
+            assert_eq!(fewer.pop(), 8 as *mut u8);
+            // SAFETY: empty again and never shared.
+            unsafe { fewer.unmap() };
+        } else {
+            eprintln!("one possible CPU: no smaller Pcpu to try");
+        }
+        // SAFETY: empty and never shared.
+        unsafe { all.unmap() };
     }
 
     #[test]
