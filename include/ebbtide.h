@@ -49,6 +49,8 @@ extern "C" {
 /* Most low-memory handlers registered at once (ebb_lowmem_register). */
 #define EBB_LOWMEM_MAX 16
 
+/* Opaque handles. An ebb_zone * is not the zone's address (it carries a flag for the fast
+ * paths beside it): keep it and pass it back as it came; never dereference it. */
 typedef struct ebb_zone ebb_zone;
 typedef struct ebb_pool ebb_pool;
 
