@@ -60,6 +60,8 @@ pub(crate) struct Arena {
     pub(crate) map: *const MapEntry,
     /// Chunks below this index have been handed out at least once (and are committed).
     bump: AtomicUsize,
+    /// The first chunk after the map (`bump`'s first value).
+    first: usize,
     /// Head of the free chunk list (index + 1, 0 = empty), protected by the mutex.
     free: Mutex<usize>,
     next_tag: AtomicU64,
@@ -131,6 +133,7 @@ impl Arena {
             len,
             map: base.as_ptr().cast(),
             bump: AtomicUsize::new(map_chunks),
+            first: map_chunks,
             free: Mutex::new(0),
             next_tag: AtomicU64::new(1),
         })
@@ -208,8 +211,9 @@ impl Arena {
             // SAFETY: the chunk lies inside our reservation and is chunk (hence page) aligned.
             unsafe { os::commit(NonNull::new_unchecked(p as *mut u8), CHUNK_SIZE)? };
             self.bump.store(idx + 1, Ordering::Relaxed);
-            // The chunk map is touched a page at a time as chunks are first used.
-            if (idx * ENTRY).is_multiple_of(os::page_size()) {
+            // The chunk map is touched a page at a time as chunks are first used (the first
+            // chunk's entry shares its page with the map's own entries, never written).
+            if idx == self.first || (idx * ENTRY).is_multiple_of(os::page_size()) {
                 os::add_metadata(os::page_size());
             }
             idx
