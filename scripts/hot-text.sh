@@ -21,7 +21,7 @@ else
   lib=$PWD/target/release/libebbtide_malloc.so
 fi
 command -v perf > /dev/null || { echo "hot-text.sh: perf not found (Debian package linux-perf)" >&2; exit 1; }
-readelf -SW "$lib" | grep -q ' \.text\.hot ' || { echo "hot-text.sh: $lib has no .text.hot section (built with EBBTIDE_HOT_TEXT=off?)" >&2; exit 1; }
+readelf -SW "$lib" | grep ' \.text\.hot ' > /dev/null || { echo "hot-text.sh: $lib has no .text.hot section (built with EBBTIDE_HOT_TEXT=off?)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cc -O2 -std=c11 -pthread -o "$work/mallocbench" benches/c/malloc/mallocbench.c -ldl -lm
