@@ -115,6 +115,16 @@ impl Arena {
             }
         };
         let nchunks = len >> CHUNK_SHIFT;
+        // The arena word's halves: the base's chunk index and the chunk count, both below 2^32
+        // (a reservation without an address hint lies below 2^47, even with 5-level paging).
+        if (base.as_ptr() as usize >> CHUNK_SHIFT) >= 1 << 32 || nchunks >= 1 << 32 {
+            // SAFETY: `base` is the reservation made above, unused.
+            unsafe { os::unmap(base, len) };
+            return Err(OsError {
+                call: "mmap(arena reservation above 2^54: beyond the arena word)",
+                errno: libc::ENOMEM,
+            });
+        }
         let map_len = os::round_up(nchunks * ENTRY, os::page_size());
         // The map in the first chunks, never handed out (`bump` starts after them).
         let map_chunks = map_len.div_ceil(CHUNK_SIZE);
@@ -124,9 +134,6 @@ impl Arena {
             unsafe { os::unmap(base, len) };
             return Err(e);
         }
-        // The word's halves: the base's chunk index and the chunk count, both below 2^32 (user
-        // addresses are below 2^57).
-        debug_assert!((base.as_ptr() as usize >> CHUNK_SHIFT) < 1 << 32 && nchunks < 1 << 32);
         debug_assert!(map_chunks < nchunks);
         Ok(Arena {
             base: base.as_ptr() as usize,

@@ -20,8 +20,8 @@ use core::ptr::{self, NonNull};
 #[repr(C)]
 pub(crate) struct Fast {
     pub(super) pcpu: RseqRef,
-    // The item test's fields next (u32 where they fit: offsets within a 4 MiB chunk), so that
-    // with an 8-byte key before it (the malloc's table entries, `FastConsts`) everything
+    // The item test's fields next (offsets within a 4 MiB chunk, packed two to a word), so
+    // that with an 8-byte key before it (the malloc's table entries, `FastConsts`) everything
     // `malloc` and `free` read of an entry lies in its first 64 bytes.
     /// The slabs' range within a chunk, both ends in one word so that `free` reads them with
     /// one load (the C entry points are bound by their loads, docs/benchmarks.md, "Loads, not
