@@ -268,7 +268,9 @@ pub fn owner_tag(addr: usize) -> u64 {
 #[inline(always)]
 pub fn owner_entry(addr: usize) -> (u64, u64) {
     // Acquire: pairs with the Release store in `get`.
-    let Some(e) = map_entry_of(crate::local_ref!(VIEW).load(Ordering::Acquire), addr) else {
+    let word = crate::local_ref!(VIEW).load(Ordering::Acquire);
+    // SAFETY: VIEW holds 0 until the arena exists, then its word.
+    let Some(e) = (unsafe { map_entry_of(word, addr) }) else {
         return (0, 0);
     };
     // Acquire: as in `Arena::tag_of` (and the hint, stored before the tag, is visible).
@@ -280,18 +282,22 @@ pub fn owner_entry(addr: usize) -> (u64, u64) {
     }
 }
 
-/// The chunk map entry of the chunk holding `addr` in the arena of `word` ([`Arena::word`],
-/// or 0: no arena), `None` outside it. Reads nothing but the word it is given: the caller has
-/// loaded it (the fast paths keep it among a zone's constants).
+/// The chunk map entry of the chunk holding `addr` in the arena of `word`, `None` outside it.
+/// Reads nothing but the word it is given: the caller has loaded it (the fast paths keep it
+/// among a zone's constants).
+///
+/// # Safety
+/// `word` is 0 (no arena: every address is outside) or the process's [`Arena::word`].
 #[inline(always)]
-pub(crate) fn map_entry_of(word: u64, addr: usize) -> Option<&'static MapEntry> {
+pub(crate) unsafe fn map_entry_of(word: u64, addr: usize) -> Option<&'static MapEntry> {
     let base_idx = word as u32 as usize;
     let idx = (addr >> CHUNK_SHIFT).wrapping_sub(base_idx);
     if idx >= (word >> 32) as usize {
         return None;
     }
-    // SAFETY: idx < the chunk count, so the entry lies in the chunk map, which starts at the
-    // base (`base_idx << CHUNK_SHIFT`) and lives as long as the process.
+    // SAFETY: `word` is the arena's (caller) and idx < its chunk count, so the entry lies in
+    // the chunk map, which starts at the base (`base_idx << CHUNK_SHIFT`) and lives as long as
+    // the process.
     Some(unsafe { &*((base_idx << CHUNK_SHIFT) as *const MapEntry).add(idx) })
 }
 
@@ -340,15 +346,17 @@ mod tests {
         assert_eq!((w as u32 as usize) << CHUNK_SHIFT, a.base);
         assert_eq!((w >> 32) as usize, a.len >> CHUNK_SHIFT);
         assert_eq!(a.map as usize, a.base, "the map is the arena's first chunk");
-        assert!(map_entry_of(w, a.base - 1).is_none(), "below the base");
-        assert!(map_entry_of(w, a.base + a.len).is_none(), "the end");
-        assert!(map_entry_of(w, usize::MAX).is_none());
-        assert!(map_entry_of(w, 0).is_none());
+        // SAFETY (every call below): `w` is the arena's word, 0 is "no arena".
+        let entry = |w: u64, a: usize| unsafe { map_entry_of(w, a) };
+        assert!(entry(w, a.base - 1).is_none(), "below the base");
+        assert!(entry(w, a.base + a.len).is_none(), "the end");
+        assert!(entry(w, usize::MAX).is_none());
+        assert!(entry(w, 0).is_none());
         assert!(
-            map_entry_of(0, a.base + CHUNK_SIZE).is_none(),
+            entry(0, a.base + CHUNK_SIZE).is_none(),
             "no arena: nothing inside"
         );
-        let e0 = map_entry_of(w, a.base + 5).expect("the map's own chunk is inside");
+        let e0 = entry(w, a.base + 5).expect("the map's own chunk is inside");
         assert_eq!(e0 as *const MapEntry, a.map);
         assert_eq!(
             e0.tag.load(Ordering::Relaxed),
@@ -363,7 +371,7 @@ mod tests {
             addr >= a.base + CHUNK_SIZE,
             "the map's chunk is never handed out"
         );
-        let e = map_entry_of(w, addr + CHUNK_SIZE - 1).unwrap();
+        let e = entry(w, addr + CHUNK_SIZE - 1).unwrap();
         assert_eq!(
             e as *const MapEntry as usize,
             a.base + ((addr - a.base) >> CHUNK_SHIFT) * ENTRY

@@ -65,7 +65,8 @@ impl Fast {
     /// O(1) check that `a` is the start of an item of this zone, reading only the chunk map.
     #[inline(always)]
     pub(super) fn is_item(&self, a: usize) -> bool {
-        let Some(e) = crate::arena::map_entry_of(self.arena, a) else {
+        // SAFETY: `arena` is the arena's word (copied from it when the zone was made).
+        let Some(e) = (unsafe { crate::arena::map_entry_of(self.arena, a) }) else {
             return false;
         };
         // Acquire: pairs with the Release store of the tag in `Arena::alloc_chunk` (the chunk's
