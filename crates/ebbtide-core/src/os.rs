@@ -130,7 +130,7 @@ fn possible_cpu_bound() -> Option<usize> {
     while len < buf.len() {
         // SAFETY: reads into the unused tail of `buf`.
         let r = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
-        if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+        if r < 0 && last_errno() == libc::EINTR {
             continue;
         }
         if r <= 0 {
