@@ -418,7 +418,7 @@ mod rseq {
         };
     }
 
-    /// [`pop`] with the CPU count and base read from `*r` inside the section.
+    /// [`pop`] with the base read from `*r` inside the section.
     ///
     /// # Safety
     /// `r` points to a `RseqRef` whose fields satisfy [`pop`]'s requirements, immutable for
@@ -455,7 +455,7 @@ mod rseq {
         out as *mut u8
     }
 
-    /// [`push`] with the CPU count and base read from `*r` inside the section.
+    /// [`push`] with the base read from `*r` inside the section.
     ///
     /// # Safety
     /// As [`pop_in`].
@@ -1145,7 +1145,6 @@ fn colour() -> usize {
 #[repr(C)]
 pub(crate) struct RseqRef {
     base: *mut u8,
-    ncpu: u32,
     rseq_off: isize,
 }
 
@@ -1154,7 +1153,6 @@ impl Pcpu {
     pub(crate) fn rseq_ref(&self) -> RseqRef {
         RseqRef {
             base: self.base,
-            ncpu: self.ncpu,
             rseq_off: self.rseq_off,
         }
     }
@@ -1176,8 +1174,8 @@ impl RseqRef {
         debug_assert!(self.rseq_off != NO_RSEQ);
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
         {
-            // SAFETY: base/ncpu describe the Pcpu's mapping with 1 << STRIDE_SHIFT bytes per CPU
-            // (`Pcpu::new`); rseq_off came from glibc (caller: not the sentinel).
+            // SAFETY: base is the Pcpu's mapping with 1 << STRIDE_SHIFT bytes for every possible
+            // CPU (`Pcpu::new`); rseq_off came from glibc (caller: not the sentinel).
             unsafe { rseq::pop(self.base, self.rseq_off) }
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom))))]
@@ -1198,7 +1196,7 @@ impl RseqRef {
         }
     }
 
-    /// [`RseqRef::pop`] reading the CPU count and the base from `*this` inside the critical
+    /// [`RseqRef::pop`] reading the base from `*this` inside the critical
     /// section (fewer registers: for the C entry points, which hold nothing across calls).
     ///
     /// The rseq offset comes from `this` (`STATIC_OFF` false) or from a static
@@ -1224,11 +1222,10 @@ impl RseqRef {
     }
 
     /// [`RseqRef::push`] onto the stacks at `hint`, the [`RseqRef::hint`] of `this`'s
-    /// stacks as the chunk map entry of the item's chunk carries it; the CPU count from `this`,
-    /// the offset as in [`RseqRef::pop_in_place`]. For a `free` that reaches `this` through the
-    /// pointer (chunk map, then a table indexed by the tag): the stack's address then waits for
-    /// the entry's load only, not for the table's (docs/benchmarks.md, "The chunk's hint"); the
-    /// count and the offset feed only the section's range check.
+    /// stacks as the chunk map entry of the item's chunk carries it; the offset as in
+    /// [`RseqRef::pop_in_place`]. For a `free` that reaches `this` through the pointer (chunk
+    /// map, then a table indexed by the tag): the stack's address then waits for the entry's
+    /// load only, not for the table's (docs/benchmarks.md, "The chunk's hint").
     ///
     /// # Safety
     /// As [`RseqRef::pop`], and `hint` is `this`'s stacks' hint.
@@ -1253,7 +1250,7 @@ impl RseqRef {
         }
     }
 
-    /// [`RseqRef::push`] reading the CPU count and the base from `*this` inside the critical
+    /// [`RseqRef::push`] reading the base from `*this` inside the critical
     /// section; the offset as in [`RseqRef::pop_in_place`].
     ///
     /// # Safety

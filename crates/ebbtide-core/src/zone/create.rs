@@ -81,7 +81,7 @@ impl Zone {
             careful,
             arena: arena.word(),
             tag: keg.tag,
-            // All below the 4 MiB chunk size (`slab.rs`), so u32.
+            // Offsets and sizes below the 4 MiB chunk size (`slab.rs`): each fits its 32 bits.
             slab_range: geo.first_slab as u64
                 | ((geo.slabs_per_chunk << geo.slab_shift) as u64) << 32,
             mask_bound: (geo.slab_size - 1) as u64 | bound << 32,

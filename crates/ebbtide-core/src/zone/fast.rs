@@ -147,9 +147,9 @@ unsafe fn alloc_fast_in(f: &Fast) -> *mut u8 {
     if f.careful != 0 {
         return ptr::null_mut();
     }
-    // SAFETY: careful == 0: rseq mode. The in-place form reads the CPU count and base inside
-    // the section: a C call keeps nothing in registers, and fewer live registers spare the
-    // entry point a save and restore.
+    // SAFETY: careful == 0: rseq mode. The in-place form reads the base inside the section: a
+    // C call keeps nothing in registers, and fewer live registers spare the entry point a save
+    // and restore.
     unsafe { RseqRef::pop_in_place::<false>(&f.pcpu) }
 }
 
