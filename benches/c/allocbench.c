@@ -308,13 +308,13 @@ static int find_zone(const char *name, struct ebbtide_zone_stats *out) {
 static uintptr_t zone_obj(const ebb_zone *z) { return (uintptr_t)z & ~(uintptr_t)1; }
 
 /* The per-CPU stacks' base, for the address diagnostics only: the zone object starts with the
- * fast-path constants, whose first member (RseqRef: base pointer, CPU count, rseq offset) holds
- * the only word that is a mapped address. Not an API: 0 when no word looks like one. */
+ * fast-path constants, whose first member (RseqRef: base pointer, rseq offset) holds the base,
+ * a mapped address at a multiple of 64 bytes into its page (the stacks' colour). Not an API: 0
+ * when the first word does not look like one. */
 static uintptr_t pcpu_base_guess(const ebb_zone *z) {
-    const uintptr_t *w = (const uintptr_t *)zone_obj(z);
-    for (int i = 0; i < 3; i++)
-        if (w[i] > ((uintptr_t)1 << 32) && w[i] < ((uintptr_t)1 << 47) && (w[i] & 4095) == 0)
-            return w[i];
+    uintptr_t w = *(const uintptr_t *)zone_obj(z);
+    if (w > ((uintptr_t)1 << 32) && w < ((uintptr_t)1 << 47) && (w & 63) == 0)
+        return w;
     return 0;
 }
 
@@ -444,7 +444,7 @@ static __attribute__((noinline)) void run_case(const char *c, const struct opts 
             die("zone not in ebb_stats_zones");
         uintptr_t base = pcpu_base_guess(g_zone);
         /* This CPU's stack: its header (the commit word, whose low 16 bits are the count)
-         * is at base + cpu * 4096; the fast path's slot is items[count - 1] at +56 + 8 * count. */
+         * is at base + cpu * 8192; the fast path's slot is items[count - 1] at +56 + 8 * count. */
         long count = -1;
         if (base && cpu1 >= 0 && cpu1 < o->ncpu)
             count = (long)(*(volatile uint64_t *)(base + ((uintptr_t)cpu1 << 13)) & 0xffff);
@@ -457,7 +457,7 @@ static __attribute__((noinline)) void run_case(const char *c, const struct opts 
                (unsigned long)(zone_obj(g_zone) & 4095), base ? "" : "unknown:",
                (unsigned long)(base & 4095), cpu1,
                (unsigned long)((uintptr_t)probe & 4095), count,
-               count >= 0 ? (unsigned long)((56 + 8 * count) & 4095) : 0ul,
+               count >= 0 ? (unsigned long)((base + ((uintptr_t)cpu1 << 13) + 56 + 8 * count) & 4095) : 0ul,
                (unsigned long long)(z1.requests - z0.requests),
                (unsigned long long)(z1.frees - z0.frees), (unsigned long long)z1.bucket_size,
                (unsigned long long)z0.depot_nitems, (unsigned long long)z1.depot_nitems,

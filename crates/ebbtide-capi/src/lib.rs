@@ -1201,6 +1201,9 @@ mod tests {
     /// or immediate double free, and destroy through the same entry points.
     #[test]
     fn the_handle_bit_tells_the_fast_zones() {
+        let _serial = INVALID_FREES_TESTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let plain = unsafe { ebb_zone_create(c"handle-plain".as_ptr(), 48, 0, 0) };
         let checked =
             unsafe { ebb_zone_create(c"handle-checked".as_ptr(), 48, 0, EBB_ZONE_CHECKED) };
@@ -1232,6 +1235,55 @@ mod tests {
                 assert_eq!(ebb_zone_destroy(z), 0);
                 assert_eq!(ebb_zone_destroy(z), -1, "a double destroy is refused");
             }
+        }
+    }
+
+    /// Serialises the tests that count `ebb_invalid_frees` (a process-wide counter) around
+    /// their own invalid frees.
+    static INVALID_FREES_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// The fast `free` tests the owner by the chunk's hint (the owning zone's stacks): an item
+    /// of another zone of the same size, which passes the item test, is refused and stays its
+    /// zone's; so is an item of a destroyed zone's given-back chunk (its hint cleared).
+    #[test]
+    fn an_item_of_another_zone_is_refused_by_the_owner_test() {
+        let _serial = INVALID_FREES_TESTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // SAFETY: live zones; every item freed once to its own zone, the rest refused.
+        unsafe {
+            let a = ebb_zone_create(c"owner-a".as_ptr(), 64, 0, 0);
+            let b = ebb_zone_create(c"owner-b".as_ptr(), 64, 0, 0);
+            assert!(!a.is_null() && !b.is_null());
+            let pa = ebb_zone_alloc(a);
+            let pb = ebb_zone_alloc(b);
+            assert!(!pa.is_null() && !pb.is_null());
+            let before = ebb_invalid_frees();
+            ebb_zone_free(a, pb);
+            ebb_zone_free(b, pa);
+            assert_eq!(
+                ebb_invalid_frees(),
+                before + 2,
+                "each refused by the other zone"
+            );
+            // Both still their zones' own: freed there, then handed out again.
+            ebb_zone_free(a, pa);
+            ebb_zone_free(b, pb);
+            assert_eq!(ebb_invalid_frees(), before + 2);
+            assert_eq!(ebb_zone_alloc(a), pa, "a's stack top");
+            assert_eq!(ebb_zone_alloc(b), pb, "b's stack top");
+            ebb_zone_free(a, pa);
+            ebb_zone_free(b, pb);
+            assert_eq!(ebb_zone_destroy(b), 0);
+            // b's chunks are given back (their hints cleared): a pointer into one is no item of
+            // a live zone.
+            ebb_zone_free(a, pb);
+            assert_eq!(
+                ebb_invalid_frees(),
+                before + 3,
+                "a destroyed zone's item refused"
+            );
+            assert_eq!(ebb_zone_destroy(a), 0);
         }
     }
 

@@ -26,9 +26,13 @@
 //! **One word for the arena** ([`Arena::word`]): the base's chunk index in the low 32 bits and
 //! the number of chunks in the high 32. Since the map is at the base, that word alone finds an
 //! address's entry: `idx = (addr >> CHUNK_SHIFT) - low` (outside the arena iff `idx >= high`),
-//! the entry at `(low << CHUNK_SHIFT) + 16 * idx`. A `free` reads it with one load where the
-//! base, the length and the map's address were three; the C entry points and the malloc are
-//! bound by their loads (docs/benchmarks.md, "Loads, not instructions").
+//! the entry at `(low << CHUNK_SHIFT) + 16 * idx`. The malloc's `free` reads it with one load
+//! of a static ([`owner_entry`]) where the base, the length and the map's address were three
+//! (docs/benchmarks.md, "Loads, not instructions"). A zone's fast-path constants keep the base
+//! and the length instead ([`map_entry_in`]): read from the zone as operands of `sub` and
+//! `cmp`, two loads and no shifts measured faster than one load taken apart
+//! (docs/benchmarks.md, "The stacks' address as the owner test"). Either way the map is found
+//! at the base, so no third field.
 //!
 //! The chunk map is what makes a `free` of any pointer safe to check in O(1) without touching the
 //! pointer's memory: an address outside the arena, or in a chunk another keg owns, is rejected
@@ -225,8 +229,9 @@ impl Arena {
             }
             idx
         };
-        // Relaxed: published by the Release store of the tag just below.
-        self.map_entry(idx).hint.store(hint, Ordering::Relaxed);
+        // Release: the C entry points' `free` reads the hint alone (`Zone::free_fast_plain`,
+        // Acquire); for the others it is published by the Release store of the tag just below.
+        self.map_entry(idx).hint.store(hint, Ordering::Release);
         // Release: a thread that reads this tag (tag_of, Acquire) sees the chunk's header, which
         // the keg initialises before publishing any item of the chunk, and the hint.
         self.entry(idx).store(tag, Ordering::Release);
@@ -243,6 +248,9 @@ impl Arena {
         // SAFETY: the caller guarantees the chunk is ours and unused.
         unsafe { os::release(chunk, CHUNK_SIZE) };
         let mut head = crate::sync::lock(&self.free);
+        // The hint first: a free chunk matches no zone's stacks (`Zone::free_fast_plain` tests
+        // the hint alone; a zone made later may get a destroyed zone's stacks' address).
+        self.map_entry(idx).hint.store(0, Ordering::Release);
         // Release: pairs with the Acquire loads in `tag_of` and the fast path's item check; a
         // reader that sees the "free" mark (odd value) sees the chunk given back (no stale
         // header can pass for a keg's). The free-list link in the entry itself is read under
@@ -299,6 +307,30 @@ pub(crate) unsafe fn map_entry_of(word: u64, addr: usize) -> Option<&'static Map
     // the chunk map, which starts at the base (`base_idx << CHUNK_SHIFT`) and lives as long as
     // the process.
     Some(unsafe { &*((base_idx << CHUNK_SHIFT) as *const MapEntry).add(idx) })
+}
+
+/// The chunk map entry of the chunk holding `addr` in the arena at `base` of `len` bytes,
+/// `None` outside it: [`map_entry_of`] for a caller that keeps the base and the length apart
+/// (a zone's fast-path constants: each is then the memory operand of the instruction that
+/// uses it, where the word took three shifts and two moves to take apart; docs/benchmarks.md,
+/// "The stacks' address as the owner test").
+///
+/// # Safety
+/// `(base, len)` is `(0, 0)` (no arena) or the process's arena's [`Arena::base`] and
+/// [`Arena::len`].
+#[inline(always)]
+pub(crate) unsafe fn map_entry_in(
+    base: usize,
+    len: usize,
+    addr: usize,
+) -> Option<&'static MapEntry> {
+    let off = addr.wrapping_sub(base);
+    if off >= len {
+        return None;
+    }
+    // SAFETY: the arena's base and length (caller), and `off` below the length, so the entry
+    // lies in the chunk map, which starts at the base and lives as long as the process.
+    Some(unsafe { &*((base as *const MapEntry).add(off >> CHUNK_SHIFT)) })
 }
 
 #[cfg(test)]
@@ -379,5 +411,48 @@ mod tests {
         assert_eq!(owner_entry(addr + 99), (t, 0x2000));
         // SAFETY: c came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c) };
+    }
+
+    /// The base and the length find the same entries as the word, and nothing outside; a chunk
+    /// given back keeps no hint (the C entry points' `free` tests the hint alone, and a later
+    /// zone's stacks may reuse a destroyed zone's address).
+    #[test]
+    fn base_and_length_find_the_entries_and_a_free_chunk_has_no_hint() {
+        let a = get().unwrap();
+        let w = a.word();
+        // SAFETY (every call below): the arena's base and length, or (0, 0) for "no arena".
+        let entry_in = |b: usize, l: usize, x: usize| unsafe { map_entry_in(b, l, x) };
+        assert!(
+            entry_in(a.base, a.len, a.base - 1).is_none(),
+            "below the base"
+        );
+        assert!(entry_in(a.base, a.len, a.base + a.len).is_none(), "the end");
+        assert!(entry_in(a.base, a.len, 0).is_none(), "NULL");
+        assert!(entry_in(a.base, a.len, usize::MAX).is_none());
+        assert!(entry_in(0, 0, a.base + CHUNK_SIZE).is_none(), "no arena");
+        let c = a.alloc_chunk(a.new_tag(), 0x3000).unwrap();
+        let addr = c.as_ptr() as usize;
+        for x in [
+            a.base,
+            a.base + 7,
+            addr,
+            addr + CHUNK_SIZE / 2,
+            a.base + a.len - 1,
+        ] {
+            let by_len = entry_in(a.base, a.len, x).map(|e| e as *const MapEntry);
+            // SAFETY: the arena's word.
+            let by_word = unsafe { map_entry_of(w, x) }.map(|e| e as *const MapEntry);
+            assert_eq!(by_len, by_word, "address {x:#x}");
+        }
+        let e = entry_in(a.base, a.len, addr + 5).unwrap();
+        assert_eq!(e.hint.load(Ordering::Relaxed), 0x3000);
+        // SAFETY: c came from alloc_chunk and is unused.
+        unsafe { a.free_chunk(c) };
+        assert_eq!(
+            e.hint.load(Ordering::Relaxed),
+            0,
+            "a free chunk matches no zone's stacks"
+        );
+        assert_eq!(e.tag.load(Ordering::Relaxed) & 1, 1, "marked free");
     }
 }

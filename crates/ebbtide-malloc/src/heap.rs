@@ -53,8 +53,8 @@ static TAG_FAST: [FastSlot; TAGS] = [const { FastSlot::empty() }; TAGS];
 
 /// A table entry of [`CLASS_FAST`] / [`TAG_FAST`]: a zone's constants, published by `key`. Two
 /// cache lines, so that no entry shares a line with another's; the key first, so that what
-/// `malloc` and `free` read of an entry (the key, the stacks' base and CPU count, the item
-/// test) lies in its first line (the core's `Fast` puts those fields first).
+/// `malloc` and `free` read of an entry (the key, the stacks' base, the item test, the tag)
+/// lies in its first line (the core's `Fast` puts those fields first).
 #[repr(C, align(128))]
 struct FastSlot {
     /// 0 until `consts` is written; then [`FastSlot::key_of`] of the zone's tag.

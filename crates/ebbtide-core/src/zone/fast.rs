@@ -20,25 +20,35 @@ use core::ptr::{self, NonNull};
 #[repr(C)]
 pub(crate) struct Fast {
     pub(super) pcpu: RseqRef,
-    // The item test's fields next (offsets within a 4 MiB chunk, packed two to a word), so
-    // that with an 8-byte key before it (the malloc's table entries, `FastConsts`) everything
-    // `malloc` and `free` read of an entry lies in its first 64 bytes.
-    /// The slabs' range within a chunk, both ends in one word so that `free` reads them with
-    /// one load (the C entry points are bound by their loads, docs/benchmarks.md, "Loads, not
-    /// instructions"): the offset of the first slab in the low 32 bits, the end of the last
-    /// slab relative to it (`slabs_per_chunk << slab_shift`) in the high 32.
-    pub(super) slab_range: u64,
-    /// `slab_size - 1` in the low 32 bits, `item_check(item_size, items_per_slab).1` (the
-    /// bound, below the slab size, so below 2^32) in the high 32: one load for both.
-    pub(super) mask_bound: u64,
-    /// `item_check(item_size, items_per_slab).0`.
-    pub(super) item_magic: u64,
+    // The item test's fields next, then the tag, so that with an 8-byte key before it (the
+    // malloc's table entries, `FastConsts`) everything `malloc` and `free` read of an entry
+    // lies in its first 64 bytes. Each field is read as an operand of the instruction that
+    // uses it (`sub`, `cmp`, `and`, `imul` with a memory operand): packed two to a word they
+    // took a load and a shift more to take apart (docs/benchmarks.md, "The stacks' address as
+    // the owner test").
+    /// The offset of the first slab within a chunk.
+    pub(super) slab_first: u32,
+    /// The end of the last slab relative to the first (`slabs_per_chunk << slab_shift`).
+    pub(super) slab_span: u32,
+    /// `slab_size - 1`.
+    pub(super) slab_mask: u32,
     /// `C_*` bits: any set bit sends both operations to their careful paths.
     pub(super) careful: u32,
-    /// The arena's [`crate::arena::Arena::word`]: its bounds and its chunk map in one word.
-    pub(super) arena: u64,
+    /// `item_check(item_size, items_per_slab).1` (64 bits, so that the compare reads it as
+    /// its operand).
+    pub(super) item_bound: u64,
+    /// `item_check(item_size, items_per_slab).0`.
+    pub(super) item_magic: u64,
     pub(super) tag: u64,
+    /// The arena's base (where its chunk map starts) and its length in bytes
+    /// ([`crate::arena::map_entry_in`]).
+    pub(super) arena_base: usize,
+    pub(super) arena_len: usize,
 }
+
+// What the malloc reads of a table entry (its 8-byte key, then `Fast` up to the tag) lies in
+// the entry's first 64 bytes.
+const _: () = assert!(core::mem::offset_of!(Fast, tag) + 8 + 8 <= 64);
 
 /// The constants of the item-start test: for `x` below the slab size (< 2^32),
 /// `x * magic (mod 2^64) < bound` iff `x = q * d` with `q < n` (`d` = item size, `n` = items per
@@ -65,8 +75,9 @@ impl Fast {
     /// O(1) check that `a` is the start of an item of this zone, reading only the chunk map.
     #[inline(always)]
     pub(super) fn is_item(&self, a: usize) -> bool {
-        // SAFETY: `arena` is the arena's word (copied from it when the zone was made).
-        let Some(e) = (unsafe { crate::arena::map_entry_of(self.arena, a) }) else {
+        // SAFETY: the arena's base and length (copied from it when the zone was made).
+        let Some(e) = (unsafe { crate::arena::map_entry_in(self.arena_base, self.arena_len, a) })
+        else {
             return false;
         };
         // Acquire: pairs with the Release store of the tag in `Arena::alloc_chunk` (the chunk's
@@ -88,15 +99,13 @@ impl Fast {
         // arithmetic on zero-extended fields cost two instructions more). An offset below the
         // first slab wraps to at least 2^32 - 2^22, far above the slabs' end, so the range
         // test still refuses it.
-        let range = self.slab_range;
-        let rel = ((a as u32) & (CHUNK_SIZE as u32 - 1)).wrapping_sub(range as u32);
-        if unlikely(rel >= (range >> 32) as u32) {
+        let rel = ((a as u32) & (CHUNK_SIZE as u32 - 1)).wrapping_sub(self.slab_first);
+        if unlikely(rel >= self.slab_span) {
             return false;
         }
         // One multiply and one compare for "a multiple of the item size, below the slab's last
         // item" (see `item_check`).
-        let mask_bound = self.mask_bound;
-        ((rel & mask_bound as u32) as u64).wrapping_mul(self.item_magic) < mask_bound >> 32
+        ((rel & self.slab_mask) as u64).wrapping_mul(self.item_magic) < self.item_bound
     }
 }
 
@@ -352,8 +361,11 @@ impl Zone {
         // SAFETY: a live zone (caller's guarantee).
         let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
         debug_assert_eq!(f.careful, 0);
-        // SAFETY: not careful (caller): rseq mode. In-place form: as in `alloc_fast_in`.
-        unsafe { RseqRef::pop_in_place::<false>(&f.pcpu) }
+        // SAFETY: not careful (caller): rseq mode. The stacks' base is loaded before the
+        // section, not inside it (`pop_in_place`): the compiler then reads it from the zone
+        // with a displacement from the handle's register instead of first forming the zone's
+        // address for the section's operand (one instruction fewer).
+        unsafe { f.pcpu.pop() }
     }
 
     /// The fast path of `ebb_zone_free` for a zone its caller knows is not careful: true when
@@ -363,6 +375,17 @@ impl Zone {
     /// [`Zone::free_fast_raw`] it makes no `careful` test and says nothing of why: one load
     /// fewer per call. Never panics, runs no hook, takes no lock.
     ///
+    /// **The owner test by the stacks' address.** Where [`Fast::is_item`] compares the chunk's
+    /// tag with the zone's, this compares the chunk's hint (the owning zone's per-CPU stacks,
+    /// `arena.rs`, "The hint") with the zone's stacks' base, which the push needs anyway: one
+    /// load of the zone fewer, and the push's base in a register (docs/benchmarks.md, "The
+    /// stacks' address as the owner test"). Equal hints mean the same keg: every keg of a zone
+    /// carries its own zone's stacks, which no other live zone shares (each has its own
+    /// mapping), kegs without stacks carry 0, a chunk never handed out reads 0, and a chunk
+    /// given back has its hint cleared before it is marked free (`Arena::free_chunk`), so a
+    /// later zone whose stacks reuse a destroyed zone's address never matches that zone's old
+    /// chunks.
+    ///
     /// # Safety
     /// As [`Zone::free_raw`] when `p` is not null, and the zone is not careful
     /// ([`Zone::fast_consts_raw`] gave `Some`).
@@ -371,13 +394,25 @@ impl Zone {
         // SAFETY: a live zone (caller's guarantee).
         let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
         debug_assert_eq!(f.careful, 0);
-        // Null fails the arena test (as in `free_fast_raw_ptr`).
-        if unlikely(!f.is_item(p as usize)) {
+        // Null lies below the arena (as in `free_fast_raw_ptr`).
+        // SAFETY: the arena's base and length (copied from it when the zone was made).
+        let Some(e) =
+            (unsafe { crate::arena::map_entry_in(f.arena_base, f.arena_len, p as usize) })
+        else {
+            return false;
+        };
+        let base = f.pcpu.hint();
+        // Acquire: pairs with the Release store of the hint in `Arena::alloc_chunk` (as the tag
+        // in `is_item`; the push reads nothing of the chunk, so this is for symmetry only).
+        if unlikely(e.hint.load(Ordering::Acquire) != base) {
             return false;
         }
-        // SAFETY: not careful (caller): rseq mode; `p` passed the item test (so it is not
-        // null). In-place form: as in `alloc_fast_in`.
-        let pushed = unsafe { RseqRef::push_in_place::<false>(&f.pcpu, p) };
+        if unlikely(!f.is_item_in_chunk(p as usize)) {
+            return false;
+        }
+        // SAFETY: not careful (caller): rseq mode; `p` passed the owner and item tests (so it
+        // is not null); `base` is the zone's own stacks' hint.
+        let pushed = unsafe { RseqRef::push_at::<false>(&f.pcpu, base, p) };
         matches!(pushed, Push::Done)
     }
 
