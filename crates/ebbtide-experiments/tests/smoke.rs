@@ -189,26 +189,45 @@ fn blkback_smoke() {
             .find(|v| v["variant"] == n)
             .unwrap_or_else(|| panic!("no variant {n} in {s}"))
     };
+    // The sampler's figures are there for every variant; the child's own (its rate, its
+    // pressure events) only once it has reported, which a child the group's OOM killer ends
+    // in its first second never does (seen once for "before" under this small limit): then
+    // the record must say so, and the child's figures are not checked.
+    let reported = |n: &str| {
+        let v = get(n);
+        if v["mb_per_s"].is_number() {
+            return true;
+        }
+        let killed = v["status"]
+            .as_str()
+            .is_some_and(|s| s.contains("signal: 9"));
+        assert!(
+            killed && v["oom_kills"].as_u64().is_some_and(|k| k > 0),
+            "{n} has no figures of its own and was not OOM-killed: {v}"
+        );
+        eprintln!("note: {n} was OOM-killed before its first report; its own figures not checked");
+        false
+    };
     for n in ["before", "after"] {
         let v = get(n);
-        for k in [
-            "pswpin",
-            "pswpout",
-            "mb_per_s",
-            "peak_mib",
-            "mean_mib",
-            "pressure_events",
-        ] {
+        for k in ["pswpin", "pswpout", "peak_mib", "mean_mib"] {
             assert!(v[k].is_number(), "{n}.{k} missing: {v}");
         }
-        assert!(v["mb_per_s"].as_f64().unwrap() > 0.0);
+        if reported(n) {
+            for k in ["mb_per_s", "pressure_events"] {
+                assert!(v[k].is_number(), "{n}.{k} missing: {v}");
+            }
+            assert!(v["mb_per_s"].as_f64().unwrap() > 0.0);
+        }
     }
     assert_eq!(get("after")["squeeze_ms"], 10);
-    assert_eq!(
-        get("before")["pressure_events"].as_u64(),
-        Some(0),
-        "sources=none must see no events"
-    );
+    if reported("before") {
+        assert_eq!(
+            get("before")["pressure_events"].as_u64(),
+            Some(0),
+            "sources=none must see no events"
+        );
+    }
     // The limit is far below the working set: swap traffic is counted.
     let b = get("before");
     assert!(

@@ -253,6 +253,17 @@ impl FastConsts {
     }
 }
 
+/// `x`, hidden from the optimiser: equal in value, but the compiler cannot tell, so it cannot
+/// replace one by the other (costs at most a register move).
+#[inline(always)]
+fn opaque(mut x: u64) -> u64 {
+    // SAFETY: an empty assembly block: reads and writes nothing but the register it is given.
+    unsafe {
+        core::arch::asm!("/* {0} */", inout(reg) x, options(pure, nomem, nostack, preserves_flags));
+    }
+    x
+}
+
 /// What [`Zone::free_fast_raw`] did; anything but `Done` changed nothing, and
 /// [`Zone::free_raw_resume`] finishes the free from there without repeating the check or the
 /// push.
@@ -404,7 +415,12 @@ impl Zone {
         let base = f.pcpu.hint();
         // Acquire: pairs with the Release store of the hint in `Arena::alloc_chunk` (as the tag
         // in `is_item`; the push reads nothing of the chunk, so this is for symmetry only).
-        if unlikely(e.hint.load(Ordering::Acquire) != base) {
+        // Compared with an opaque copy of the base: past an equality test the compiler may use
+        // either side for the other, and the push must take the base loaded from the zone, not
+        // the one loaded through the pointer (in a pair of calls the pointer comes late, and a
+        // push waiting for it ran 4.83 against 3.30 ns: docs/benchmarks.md, "Loads, not
+        // instructions", last paragraph).
+        if unlikely(e.hint.load(Ordering::Acquire) != opaque(base)) {
             return false;
         }
         if unlikely(!f.is_item_in_chunk(p as usize)) {
