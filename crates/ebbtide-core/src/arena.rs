@@ -30,7 +30,7 @@
 //! of a static ([`owner_entry`]) where the base, the length and the map's address were three
 //! (docs/benchmarks.md, "Loads, not instructions"). A zone's fast-path constants keep the base
 //! and the length instead ([`map_entry_in`]): read from the zone as operands of `sub` and
-//! `cmp`, two loads and no shifts measured faster than one load taken apart
+//! `cmp`, two loads and no shifts ran as fast as one load taken apart or faster
 //! (docs/benchmarks.md, "The stacks' address as the owner test"). Either way the map is found
 //! at the base, so no third field.
 //!

@@ -83,10 +83,9 @@ impl Zone {
             arena_len: arena.len,
             tag: keg.tag,
             // Offsets and sizes below the 4 MiB chunk size (`slab.rs`): each fits its 32 bits.
-            slab_first: geo.first_slab as u32,
-            slab_span: (geo.slabs_per_chunk << geo.slab_shift) as u32,
-            slab_mask: (geo.slab_size - 1) as u32,
-            item_bound: bound,
+            slab_range: geo.first_slab as u64
+                | ((geo.slabs_per_chunk << geo.slab_shift) as u64) << 32,
+            mask_bound: (geo.slab_size - 1) as u64 | bound << 32,
             item_magic: magic,
         };
         let z = ZoneInner {

@@ -20,25 +20,24 @@ use core::ptr::{self, NonNull};
 #[repr(C)]
 pub(crate) struct Fast {
     pub(super) pcpu: RseqRef,
-    // The item test's fields next, then the tag, so that with an 8-byte key before it (the
-    // malloc's table entries, `FastConsts`) everything `malloc` and `free` read of an entry
-    // lies in its first 64 bytes. Each field is read as an operand of the instruction that
-    // uses it (`sub`, `cmp`, `and`, `imul` with a memory operand): packed two to a word they
-    // took a load and a shift more to take apart (docs/benchmarks.md, "The stacks' address as
-    // the owner test").
-    /// The offset of the first slab within a chunk.
-    pub(super) slab_first: u32,
-    /// The end of the last slab relative to the first (`slabs_per_chunk << slab_shift`).
-    pub(super) slab_span: u32,
-    /// `slab_size - 1`.
-    pub(super) slab_mask: u32,
-    /// `C_*` bits: any set bit sends both operations to their careful paths.
-    pub(super) careful: u32,
-    /// `item_check(item_size, items_per_slab).1` (64 bits, so that the compare reads it as
-    /// its operand).
-    pub(super) item_bound: u64,
+    // The item test's fields next (offsets within a 4 MiB chunk, packed two to a word), then
+    // the tag, so that with an 8-byte key before it (the malloc's table entries, `FastConsts`)
+    // everything `malloc` and `free` read of an entry lies in its first 64 bytes.
+    /// The slabs' range within a chunk, both ends in one word so that `free` reads them with
+    /// one load (the C entry points are bound by their loads, docs/benchmarks.md, "Loads, not
+    /// instructions"): the offset of the first slab in the low 32 bits, the end of the last
+    /// slab relative to it (`slabs_per_chunk << slab_shift`) in the high 32. Kept packed
+    /// where the C entry points ran as fast with the four halves apart: the Rust paths keep
+    /// these in registers across a loop, and four more registers cost them spills
+    /// (docs/benchmarks.md, "The stacks' address as the owner test").
+    pub(super) slab_range: u64,
+    /// `slab_size - 1` in the low 32 bits, `item_check(item_size, items_per_slab).1` (the
+    /// bound, below the slab size, so below 2^32) in the high 32: one load for both.
+    pub(super) mask_bound: u64,
     /// `item_check(item_size, items_per_slab).0`.
     pub(super) item_magic: u64,
+    /// `C_*` bits: any set bit sends both operations to their careful paths.
+    pub(super) careful: u32,
     pub(super) tag: u64,
     /// The arena's base (where its chunk map starts) and its length in bytes
     /// ([`crate::arena::map_entry_in`]).
@@ -99,13 +98,15 @@ impl Fast {
         // arithmetic on zero-extended fields cost two instructions more). An offset below the
         // first slab wraps to at least 2^32 - 2^22, far above the slabs' end, so the range
         // test still refuses it.
-        let rel = ((a as u32) & (CHUNK_SIZE as u32 - 1)).wrapping_sub(self.slab_first);
-        if unlikely(rel >= self.slab_span) {
+        let range = self.slab_range;
+        let rel = ((a as u32) & (CHUNK_SIZE as u32 - 1)).wrapping_sub(range as u32);
+        if unlikely(rel >= (range >> 32) as u32) {
             return false;
         }
         // One multiply and one compare for "a multiple of the item size, below the slab's last
         // item" (see `item_check`).
-        ((rel & self.slab_mask) as u64).wrapping_mul(self.item_magic) < self.item_bound
+        let mask_bound = self.mask_bound;
+        ((rel & mask_bound as u32) as u64).wrapping_mul(self.item_magic) < mask_bound >> 32
     }
 }
 
