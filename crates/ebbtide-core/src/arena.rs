@@ -10,7 +10,8 @@
 //!      0            never handed out (above the bump pointer)
 //!      even tag     owned by the keg with that tag (tags are never reused)
 //!      odd          free, value = (next free chunk index << 1) | 1
-//!    hint word: the owning keg's hint (its zone's per-CPU stacks), written before the tag
+//!    hint word: the owning keg's hint (its zone's per-CPU stacks), written before the tag;
+//!      0 for a chunk never handed out or given back (cleared before the free mark)
 //! ```
 //!
 //! **The hint** is the one word a `free` needs after the pointer to reach the stack it pushes
@@ -20,8 +21,11 @@
 //! more load between the pointer and the store (docs/benchmarks.md, "The chunk's hint"). A
 //! keg's hint is fixed before its first chunk and written before the tag (which is stored with
 //! Release), so a reader that saw the tag with Acquire reads that keg's hint: a later owner's
-//! only if the chunk was freed meanwhile, which only the destruction of the owning zone does,
-//! after which a free into it is the caller's error anyway.
+//! (or 0) only if the chunk was freed meanwhile, which only the destruction of the owning zone does,
+//! after which a free into it is the caller's error anyway. The C entry points' `free` tests
+//! the owner by the hint alone (`Zone::free_fast_plain`: equal to its zone's stacks' base), so
+//! a given-back chunk's hint is cleared: a zone made later may get the destroyed zone's stacks'
+//! address.
 //!
 //! **One word for the arena** ([`Arena::word`]): the base's chunk index in the low 32 bits and
 //! the number of chunks in the high 32. Since the map is at the base, that word alone finds an
