@@ -89,17 +89,18 @@
 //! and the push refuses an item that is already the top of this CPU's stack (an immediate double
 //! free, `free(p); free(p)`).
 //!
-//! The fast path's constants (per-CPU base, CPU count, rseq offset, the `careful` bits that send
-//! hooks, checked/zeroing zones and locked mode to the slow path, arena bounds, chunk tag, slab
+//! The fast path's constants (per-CPU base, rseq offset, the `careful` bits that send hooks,
+//! checked/zeroing zones and locked mode to the slow path, arena bounds, chunk tag, slab
 //! geometry) are copied into every `Zone` handle: a handle is immutable plain data, so a loop of
 //! allocations keeps them in registers instead of reloading them through the zone object after
 //! each critical section. A C caller keeps nothing in registers across calls: there every
 //! constant is a load, and the C entry points are bound by their loads, not their instructions
-//! (docs/benchmarks.md, "Loads, not instructions"). Hence constants packed two to a word (the
-//! slabs' range; the slab mask and the item test's bound), the arena as one word whose chunk
-//! map sits at its base (`arena.rs`), the CPU id tested by its sign against stacks sized for
-//! every possible CPU (`pcpu.rs`, "The CPU id test"), and `careful` carried in a bit of the C
-//! API's handle.
+//! or the latency of their checks (docs/benchmarks.md, "Loads, not instructions" and "The
+//! stacks' address as the owner test"). Hence constants packed two to a word (the slabs' range;
+//! the slab mask and the item test's bound), the chunk map at the arena's base (`arena.rs`), the
+//! CPU id tested by its sign against stacks sized for every possible CPU (`pcpu.rs`, "The CPU id
+//! test"), `careful` carried in a bit of the C API's handle, and the C `free`'s owner test made
+//! with the stacks' base the push loads anyway (the chunk's hint) instead of the zone's tag.
 //!
 //! ## Reclaim order
 //! `TRIM` (depot to its working set) → `DRAIN` (whole depot) → `DRAIN_CPU` (depot, then every
