@@ -27,16 +27,13 @@
 //! a given-back chunk's hint is cleared: a zone made later may get the destroyed zone's stacks'
 //! address.
 //!
-//! **One word for the arena** ([`Arena::word`]): the base's chunk index in the low 32 bits and
-//! the number of chunks in the high 32. Since the map is at the base, that word alone finds an
-//! address's entry: `idx = (addr >> CHUNK_SHIFT) - low` (outside the arena iff `idx >= high`),
-//! the entry at `(low << CHUNK_SHIFT) + 16 * idx`. The malloc's `free` reads it with one load
-//! of a static ([`owner_entry`]) where the base, the length and the map's address were three
-//! (docs/benchmarks.md, "Loads, not instructions"). A zone's fast-path constants keep the base
-//! and the length instead ([`map_entry_in`]): read from the zone as operands of `sub` and
-//! `cmp`, two loads and no shifts ran as fast as one load taken apart or faster
-//! (docs/benchmarks.md, "The stacks' address as the owner test"). Either way the map is found
-//! at the base, so no third field.
+//! **The map at the base**: the base and the length alone find an address's entry
+//! ([`map_entry_in`]: `off = addr - base`, outside iff `off >= len`, the entry at
+//! `base + 16 * (off >> CHUNK_SHIFT)`), so a `free` reads two words where the base, the length
+//! and the map's address were three (docs/benchmarks.md, "Loads, not instructions"). A zone's
+//! fast-path constants and the malloc's [`owner_entry`] both keep those two. (One word holding
+//! the base's chunk index and the chunk count was tried: it took three shifts and two moves to
+//! take apart, and ran no faster; docs/benchmarks.md, "The stacks' address as the owner test".)
 //!
 //! The chunk map is what makes a `free` of any pointer safe to check in O(1) without touching the
 //! pointer's memory: an address outside the arena, or in a chunk another keg owns, is rejected
@@ -90,20 +87,29 @@ unsafe impl Sync for Arena {}
 
 static ARENA: OnceLock<Result<Arena, OsError>> = OnceLock::new();
 
-/// The arena's [`Arena::word`] for [`owner_tag`]: a malloc's `free` reads it inline on every
-/// call, where [`get`] is a call into `OnceLock`. 0 until the arena exists (no chunks: every
-/// address is "outside"). Read through [`local_ref!`](crate::local_ref): no GOT load
-/// (`local.rs`).
-static VIEW: AtomicU64 = AtomicU64::new(0);
+/// The arena's base and length for [`owner_tag`]: a malloc's `free` reads them inline on every
+/// call, where [`get`] is a call into `OnceLock`. `len` stays 0 until the arena exists (then
+/// every address is "outside"). One static, read through [`local_ref!`](crate::local_ref): one
+/// `lea` for both, no GOT load (`local.rs`).
+struct View {
+    base: AtomicUsize,
+    len: AtomicUsize,
+}
+
+static VIEW: View = View {
+    base: AtomicUsize::new(0),
+    len: AtomicUsize::new(0),
+};
 
 /// The process's arena, reserved on first use.
 pub(crate) fn get() -> Result<&'static Arena, OsError> {
     match ARENA.get_or_init(|| {
         let r = Arena::reserve();
         if let Ok(a) = &r {
-            // Release: pairs with the Acquire in `owner_entry`; the committed map is visible to
-            // a reader that sees the word.
-            VIEW.store(a.word(), Ordering::Release);
+            VIEW.base.store(a.base, Ordering::Relaxed);
+            // Release: pairs with the Acquire in `owner_entry`; the base and the committed map
+            // are visible to a reader that sees the length.
+            VIEW.len.store(a.len, Ordering::Release);
         }
         r
     }) {
@@ -123,16 +129,6 @@ impl Arena {
             }
         };
         let nchunks = len >> CHUNK_SHIFT;
-        // The arena word's halves: the base's chunk index and the chunk count, both below 2^32
-        // (a reservation without an address hint lies below 2^47, even with 5-level paging).
-        if (base.as_ptr() as usize >> CHUNK_SHIFT) >= 1 << 32 || nchunks >= 1 << 32 {
-            // SAFETY: `base` is the reservation made above, unused.
-            unsafe { os::unmap(base, len) };
-            return Err(OsError {
-                call: "mmap(arena reservation above 2^54: beyond the arena word)",
-                errno: libc::ENOMEM,
-            });
-        }
         let map_len = os::round_up(nchunks * ENTRY, os::page_size());
         // The map in the first chunks, never handed out (`bump` starts after them).
         let map_chunks = map_len.div_ceil(CHUNK_SIZE);
@@ -152,11 +148,6 @@ impl Arena {
             free: Mutex::new(0),
             next_tag: AtomicU64::new(1),
         })
-    }
-
-    /// The arena in one word (module docs): the base's chunk index | the chunk count << 32.
-    pub(crate) fn word(&self) -> u64 {
-        (self.base >> CHUNK_SHIFT) as u64 | ((self.len >> CHUNK_SHIFT) as u64) << 32
     }
 
     /// A new keg tag: even, non-zero, never reused.
@@ -279,10 +270,12 @@ pub fn owner_tag(addr: usize) -> u64 {
 /// of a later owner: only after the owning zone was destroyed).
 #[inline(always)]
 pub fn owner_entry(addr: usize) -> (u64, u64) {
+    let view = crate::local_ref!(VIEW);
     // Acquire: pairs with the Release store in `get`.
-    let word = crate::local_ref!(VIEW).load(Ordering::Acquire);
-    // SAFETY: VIEW holds 0 until the arena exists, then its word.
-    let Some(e) = (unsafe { map_entry_of(word, addr) }) else {
+    let len = view.len.load(Ordering::Acquire);
+    // SAFETY: VIEW holds (0, 0) until the arena exists, then its base and length (the base
+    // stored before the length, which was loaded first).
+    let Some(e) = (unsafe { map_entry_in(view.base.load(Ordering::Relaxed), len, addr) }) else {
         return (0, 0);
     };
     // Acquire: as in `Arena::tag_of` (and the hint, stored before the tag, is visible).
@@ -294,30 +287,10 @@ pub fn owner_entry(addr: usize) -> (u64, u64) {
     }
 }
 
-/// The chunk map entry of the chunk holding `addr` in the arena of `word`, `None` outside it.
-/// Reads nothing but the word it is given: the caller has loaded it (the fast paths keep it
-/// among a zone's constants).
-///
-/// # Safety
-/// `word` is 0 (no arena: every address is outside) or the process's [`Arena::word`].
-#[inline(always)]
-pub(crate) unsafe fn map_entry_of(word: u64, addr: usize) -> Option<&'static MapEntry> {
-    let base_idx = word as u32 as usize;
-    let idx = (addr >> CHUNK_SHIFT).wrapping_sub(base_idx);
-    if idx >= (word >> 32) as usize {
-        return None;
-    }
-    // SAFETY: `word` is the arena's (caller) and idx < its chunk count, so the entry lies in
-    // the chunk map, which starts at the base (`base_idx << CHUNK_SHIFT`) and lives as long as
-    // the process.
-    Some(unsafe { &*((base_idx << CHUNK_SHIFT) as *const MapEntry).add(idx) })
-}
-
 /// The chunk map entry of the chunk holding `addr` in the arena at `base` of `len` bytes,
-/// `None` outside it: [`map_entry_of`] for a caller that keeps the base and the length apart
-/// (a zone's fast-path constants: each is then the memory operand of the instruction that
-/// uses it, where the word took three shifts and two moves to take apart; docs/benchmarks.md,
-/// "The stacks' address as the owner test").
+/// `None` outside it (module docs, "The map at the base"). Reads nothing but the map: the
+/// caller has loaded the base and the length (a zone keeps them among its fast-path
+/// constants, the malloc's `free` in a static).
 ///
 /// # Safety
 /// `(base, len)` is `(0, 0)` (no arena) or the process's arena's [`Arena::base`] and
@@ -372,27 +345,24 @@ mod tests {
         unsafe { a.free_chunk(c2) };
     }
 
-    /// The arena's one word finds every address's entry: nothing below the base or from the
+    /// The base and the length find every address's entry: nothing below the base or from the
     /// end on, the map's own chunk owned by nobody and never handed out, and a chunk's entry at
     /// the map (the base) plus 16 bytes per chunk.
     #[test]
-    fn the_arena_word_bounds_the_arena_and_finds_the_map() {
+    fn the_base_and_length_bound_the_arena_and_find_the_map() {
         let a = get().unwrap();
-        let w = a.word();
-        assert_eq!((w as u32 as usize) << CHUNK_SHIFT, a.base);
-        assert_eq!((w >> 32) as usize, a.len >> CHUNK_SHIFT);
         assert_eq!(a.map as usize, a.base, "the map is the arena's first chunk");
-        // SAFETY (every call below): `w` is the arena's word, 0 is "no arena".
-        let entry = |w: u64, a: usize| unsafe { map_entry_of(w, a) };
-        assert!(entry(w, a.base - 1).is_none(), "below the base");
-        assert!(entry(w, a.base + a.len).is_none(), "the end");
-        assert!(entry(w, usize::MAX).is_none());
-        assert!(entry(w, 0).is_none());
+        // SAFETY (every call below): the arena's base and length, or (0, 0) for "no arena".
+        let entry = |b: usize, l: usize, x: usize| unsafe { map_entry_in(b, l, x) };
+        assert!(entry(a.base, a.len, a.base - 1).is_none(), "below the base");
+        assert!(entry(a.base, a.len, a.base + a.len).is_none(), "the end");
+        assert!(entry(a.base, a.len, usize::MAX).is_none());
+        assert!(entry(a.base, a.len, 0).is_none(), "NULL");
         assert!(
-            entry(0, a.base + CHUNK_SIZE).is_none(),
+            entry(0, 0, a.base + CHUNK_SIZE).is_none(),
             "no arena: nothing inside"
         );
-        let e0 = entry(w, a.base + 5).expect("the map's own chunk is inside");
+        let e0 = entry(a.base, a.len, a.base + 5).expect("the map's own chunk is inside");
         assert_eq!(e0 as *const MapEntry, a.map);
         assert_eq!(
             e0.tag.load(Ordering::Relaxed),
@@ -407,48 +377,32 @@ mod tests {
             addr >= a.base + CHUNK_SIZE,
             "the map's chunk is never handed out"
         );
-        let e = entry(w, addr + CHUNK_SIZE - 1).unwrap();
+        for x in [addr, addr + 99, addr + CHUNK_SIZE - 1] {
+            let e = entry(a.base, a.len, x).unwrap();
+            assert_eq!(
+                e as *const MapEntry as usize,
+                a.base + ((addr - a.base) >> CHUNK_SHIFT) * ENTRY
+            );
+        }
+        let last = entry(a.base, a.len, a.base + a.len - 1).unwrap();
         assert_eq!(
-            e as *const MapEntry as usize,
-            a.base + ((addr - a.base) >> CHUNK_SHIFT) * ENTRY
+            last as *const MapEntry as usize,
+            a.base + ((a.len >> CHUNK_SHIFT) - 1) * ENTRY,
+            "the last chunk's entry"
         );
         assert_eq!(owner_entry(addr + 99), (t, 0x2000));
         // SAFETY: c came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c) };
     }
 
-    /// The base and the length find the same entries as the word, and nothing outside; a chunk
-    /// given back keeps no hint (the C entry points' `free` tests the hint alone, and a later
-    /// zone's stacks may reuse a destroyed zone's address).
+    /// A chunk given back keeps no hint (the C entry points' `free` tests the hint alone, and a
+    /// later zone's stacks may reuse a destroyed zone's address).
     #[test]
-    fn base_and_length_find_the_entries_and_a_free_chunk_has_no_hint() {
+    fn a_free_chunk_has_no_hint() {
         let a = get().unwrap();
-        let w = a.word();
-        // SAFETY (every call below): the arena's base and length, or (0, 0) for "no arena".
-        let entry_in = |b: usize, l: usize, x: usize| unsafe { map_entry_in(b, l, x) };
-        assert!(
-            entry_in(a.base, a.len, a.base - 1).is_none(),
-            "below the base"
-        );
-        assert!(entry_in(a.base, a.len, a.base + a.len).is_none(), "the end");
-        assert!(entry_in(a.base, a.len, 0).is_none(), "NULL");
-        assert!(entry_in(a.base, a.len, usize::MAX).is_none());
-        assert!(entry_in(0, 0, a.base + CHUNK_SIZE).is_none(), "no arena");
         let c = a.alloc_chunk(a.new_tag(), 0x3000).unwrap();
-        let addr = c.as_ptr() as usize;
-        for x in [
-            a.base,
-            a.base + 7,
-            addr,
-            addr + CHUNK_SIZE / 2,
-            a.base + a.len - 1,
-        ] {
-            let by_len = entry_in(a.base, a.len, x).map(|e| e as *const MapEntry);
-            // SAFETY: the arena's word.
-            let by_word = unsafe { map_entry_of(w, x) }.map(|e| e as *const MapEntry);
-            assert_eq!(by_len, by_word, "address {x:#x}");
-        }
-        let e = entry_in(a.base, a.len, addr + 5).unwrap();
+        // SAFETY: the arena's base and length.
+        let e = unsafe { map_entry_in(a.base, a.len, c.as_ptr() as usize + 5) }.unwrap();
         assert_eq!(e.hint.load(Ordering::Relaxed), 0x3000);
         // SAFETY: c came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c) };
