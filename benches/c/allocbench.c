@@ -443,11 +443,11 @@ static __attribute__((noinline)) void run_case(const char *c, const struct opts 
         if (find_zone(zname, &z1) != 0)
             die("zone not in ebb_stats_zones");
         uintptr_t base = pcpu_base_guess(g_zone);
-        /* This CPU's stack: its header (the commit word, whose low 16 bits are the count)
+        /* This CPU's stack: its header (the commit word, whose low 10 bits are the count)
          * is at base + cpu * 8192; the fast path's slot is items[count - 1] at +56 + 8 * count. */
         long count = -1;
         if (base && cpu1 >= 0 && cpu1 < o->ncpu)
-            count = (long)(*(volatile uint64_t *)(base + ((uintptr_t)cpu1 << 13)) & 0xffff);
+            count = (long)(*(volatile uint64_t *)(base + ((uintptr_t)cpu1 << 13)) & 0x3ff);
         void *probe = ebb_zone_alloc(g_zone);
         printf(" zone_lo12=%03lx pcpu_base_lo12=%s%03lx pcpu_hdr_cpu=%d item_lo12=%03lx "
                "pcpu_count=%ld slot_lo12=%03lx requests=%llu frees=%llu bucket_size=%llu depot_nitems_before=%llu "

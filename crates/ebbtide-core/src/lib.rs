@@ -99,8 +99,10 @@
 //! stacks' address as the owner test"). Hence constants packed two to a word (the slabs' range;
 //! the slab mask and the item test's bound), the chunk map at the arena's base (`arena.rs`), the
 //! CPU id tested by its sign against stacks sized for every possible CPU (`pcpu.rs`, "The CPU id
-//! test"), `careful` carried in a bit of the C API's handle, and the C `free`'s owner test made
-//! with the stacks' base the push loads anyway (the chunk's hint) instead of the zone's tag.
+//! test"), `careful` carried in a bit of the C API's handle, the C `free`'s owner test made
+//! with the stacks' base the push loads anyway (the chunk's hint) instead of the zone's tag, and
+//! one header field per critical section: the stack's room and its stop live in the word the
+//! section commits (`pcpu.rs`, "Room, not cap"), not in fields of their own.
 //!
 //! ## Reclaim order
 //! `TRIM` (depot to its working set) → `DRAIN` (whole depot) → `DRAIN_CPU` (depot, then every

@@ -6,11 +6,15 @@
 //!  zone.pcpu.base + (cpu << STRIDE_SHIFT) - 64:   Demand: misses counted by the slow path, the
 //!                                                 grant set by the resize pass (`sizing.rs`)
 //!  zone.pcpu.base + (cpu << STRIDE_SHIFT):        (8 KiB per CPU: two pages)
-//!  +0   word   u64  = count (low 16 bits) | fast allocations (high 48 bits)   <- the commit store
-//!  +8   cap    u32    pushes allowed while count < cap        (0 = stopped / caching off)
-//!  +12  floor  u32    pops allowed while count > floor        (0xffff = stopped)
+//!  +0   word   u64  = count (bits 0-9) | room (bits 10-19) | fast allocations (bits 20-63)
+//!                     the one field the fast path reads and the commit store's target
+//!  +8   cap    u32    the cap the stack was last opened to: count + room when nothing moved
+//!                     since (not read by the fast path; snapshots, the slow path's resync)
+//!  +12  held   u32    0 while open; while stopped, STOPPED | the count the stop took away
 //!  +16  lock   u32    serialises drainers and cap writers (and every op in locked mode)
 //!  +24  idle_mark u64 `word` at the last periodic pass: unchanged means no operation since
+//!  +32  allocs_seen u64  the fast allocations counted at the last periodic pass (the word's
+//!                     44-bit counter widened: see [`Pcpu::fast_allocs`])
 //!  +64  items  [*mut u8; storage]   LIFO: items[count-1] is the hottest; storage <= 1008
 //!                                    (the last line of the stride is the next CPU's Demand)
 //! ```
@@ -21,16 +25,28 @@
 //! zones: about 90 KiB less peak RSS, docs/benchmarks.md, Issue 12, "Peak RSS: where the memory
 //! goes"); and none on a CPU that never uses it: stacks open on their CPU's first slow path,
 //! and no pass over all CPUs writes a stack not in use (`Pcpu::in_use`).
-//! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: `cap = 2 * bucket_size`
-//! plus what the resize pass granted it for its misses (at most 1008, what fits in 8 KiB),
-//! a miss on allocation refills one bucket from the depot, a miss on free flushes one bucket to
-//! it. (UMA's third, cross-domain bucket has no use on a single NUMA domain.)
+//! The stack is UMA's per-CPU alloc + free bucket pair laid end to end: its cap is `2 *
+//! bucket_size` plus what the resize pass granted it for its misses (at most 1008, what fits in
+//! 8 KiB), a miss on allocation refills one bucket from the depot, a miss on free flushes one
+//! bucket to it. (UMA's third, cross-domain bucket has no use on a single NUMA domain.)
 //!
+//! **Room, not cap.** The word carries the free slots left below the cap (`room`), not the cap:
+//! a push needs `room > 0` and a pop `count > 0`, each tested on the word it loaded anyway, so a
+//! critical section loads one header field, not two (the fast path from C is bound by its loads:
+//! docs/benchmarks.md, "The stop in the word"). A push moves one slot from room to count, a pop
+//! one back (and counts an allocation): `count + room`, the stack's capacity, never changes in a
+//! critical section. It changes only by a compare-and-swap of a cap writer (`Pcpu::set_cap`),
+//! which holds the header lock. A critical section that loaded the word before that CAS and
+//! commits after it writes the old capacity back: a cap change from another CPU can be lost,
+//! which leaves the stack at its old capacity (never above its storage). The slow path of the
+//! stack's own CPU finds and mends that on its next miss (`ZoneInner::sync_cap`), and a cap
+//! lowered below the count leaves `room` at 0 until the stack has given back the difference.
+
 //! # Fast path (rseq mode)
 //! glibc registers a restartable sequence area for every thread (`__rseq_offset`). `Pcpu::pop`
 //! and `Pcpu::push` are rseq critical sections in inline assembly: read the CPU id, locate the
-//! header, check `count` against `floor`/`cap`, move the item, and commit with **one 8-byte store
-//! of `word`** (count ± 1, plus the allocation counter). If the thread is preempted, migrated or
+//! header, load `word`, check `count` (pop) or `room` (push) in it, move the item, and commit
+//! with **one 8-byte store of `word`**. If the thread is preempted, migrated or
 //! signalled before that store, the kernel restarts the section from the top, so two threads never
 //! interleave on one CPU's stack and the fast path needs no lock and no `lock`-prefixed
 //! instruction. A thread whose rseq area is not registered sees a CPU id out of range and takes
@@ -47,24 +63,35 @@
 //!
 //! # Remote drain (rseq mode)
 //! A drainer (the reclaim code, on any thread) takes the `lock` of each header it wants, then
-//! **stops** it: `cap = 0`, `floor = 0xffff` (plain stores to fields no critical section ever
-//! writes). It then calls `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, FLAG_CPU, cpu)`, which
-//! returns only after every critical section that was running on that CPU has been aborted or
-//! has committed, and acts as a full barrier there. After it, any critical section on that CPU
-//! starts after the stop stores and so fails its check: the drainer owns the stack, empties it
-//! and restarts it with `floor = 0` and the new `cap` (Release; the next critical section that
-//! reads them sees the emptied stack). One membarrier covers every zone stopped on that CPU, so
-//! `DRAIN_CPU` makes one IPI per CPU, not per zone (the review point of seed 002). The owning
-//! thread never cooperates: an idle, descheduled or exited thread's cache drains the same way.
+//! **stops** it: one compare-and-swap sets `count` and `room` in `word` to 0 (every section then
+//! fails: nothing to pop, no room to push) and the count it took goes to `held`. It then calls
+//! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, FLAG_CPU, cpu)`, which returns only after
+//! every critical section that was running on that CPU has been aborted or has committed, and
+//! acts as a full barrier there.
 //!
-//! **Load order.** Every critical section loads its stop field (`floor` for pops, `cap` for
-//! pushes) *before* `word`. A section that starts after the fence may still straddle the
-//! drainer's "store `word` = 0, then reopen" (nothing aborts it: the fence is over). Loading the
-//! stop field first makes that safe on x86 (loads are not reordered with loads, stores not with
-//! stores): a section that sees the reopened field also sees the emptied `word`. The opposite
-//! order (word first) let a section combine the pre-drain count with the reopened floor and pop
-//! an item the drainer had already given to the slabs — handed out twice (found by
-//! `tests/stress.rs` under concurrent `DRAIN_CPU` and by the loom model `tests/loom_pcpu.rs`).
+//! **A stop a section wrote over.** A section that loaded `word` before the CAS and commits
+//! after it stores its own word over the stop (a plain store, not a CAS): that section's
+//! operation happened, and the stack is open again. The fence cannot prevent it, only end it:
+//! after the fence no section that started before the CAS is still running. So the drainer looks
+//! again: if `count` and `room` are still 0, the stop held and the stack is the drainer's (no
+//! commit can recreate that word: a push commits `count >= 1`, a pop `room >= 1`); if not, it
+//! stops again with the count now there and fences again, until a stop holds
+//! ([`Pcpu::stop_fenced`]; the pass over all zones of a CPU does the same per CPU,
+//! `zone/drain.rs`). Each repetition needs a section that started in the few nanoseconds
+//! between a load and a store, on that CPU, just before the CAS.
+//!
+//! The drainer then owns the stack: empties it (or keeps part, or only reads it) and reopens it
+//! with one Release store of `word` carrying the count left and the room of the new cap; the
+//! next section that loads it sees the stack as the drainer left it. One membarrier covers every
+//! zone stopped on that CPU, so `DRAIN_CPU` makes one IPI per CPU, not per zone (the review point
+//! of seed 002). The owning thread never cooperates: an idle, descheduled or exited thread's
+//! cache drains the same way.
+//!
+//! With one field for the sections to load there is no load order to get right. Before
+//! (docs/benchmarks.md, "The stop in the word") the stop lived in two fields of its own (`cap` for pushes, `floor` for pops), every section
+//! had to load its stop field before `word` (the other order let a section combine a pre-drain
+//! count with a reopened floor and hand out an item twice: found by `tests/stress.rs` and the
+//! loom model), and each section paid one load more.
 //!
 //! # Locked mode
 //! Without rseq (old glibc, valgrind, `EBBTIDE_RSEQ=0`, or under loom/miri) every operation takes
@@ -72,7 +99,7 @@
 //!
 //! # What the fast path may never do
 //! Lock, make a system call, allocate, or write anything but its own CPU's stack; it reads the
-//! header line and one item slot, and writes one slot and the header word.
+//! header word and one item slot, and writes one slot and the header word.
 
 use crate::os::{self, OsError};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -95,20 +122,67 @@ pub(crate) const STRIDE_SHIFT: u32 = 13;
 pub(crate) const STORAGE_MAX: u32 = (((1usize << STRIDE_SHIFT) - HDR - DEMAND) / 8) as u32;
 /// Bytes of a [`Demand`] line, just before its CPU's header.
 const DEMAND: usize = 64;
-const FLOOR_STOPPED: u32 = 0xffff;
-const COUNT_MASK: u64 = 0xffff;
-const ALLOC_ONE: u64 = 1 << 16;
+/// `word`'s count field: items on the stack (at most [`STORAGE_MAX`]).
+pub(crate) const COUNT_MASK: u64 = (1 << ROOM_SHIFT) - 1;
+/// Where `word`'s room field starts: free slots below the cap.
+const ROOM_SHIFT: u32 = 10;
+const ROOM_ONE: u64 = 1 << ROOM_SHIFT;
+const ROOM_MASK: u64 = COUNT_MASK << ROOM_SHIFT;
+/// Where `word`'s allocation counter starts: the fast allocations, modulo 2^[`ALLOC_BITS`].
+const ALLOC_SHIFT: u32 = 2 * ROOM_SHIFT;
+const ALLOC_ONE: u64 = 1 << ALLOC_SHIFT;
+/// Width of `word`'s allocation counter.
+const ALLOC_BITS: u32 = 64 - ALLOC_SHIFT;
+/// `count` and `room`: both 0 in a stopped stack (and in a closed empty one).
+const STOP_MASK: u64 = COUNT_MASK | ROOM_MASK;
+/// `held`'s flag: the stack is stopped (the low bits: the count the stop took).
+const HELD_STOPPED: u32 = 1 << 31;
+const _: () = assert!(STORAGE_MAX as u64 <= COUNT_MASK);
+// The sections' immediates are 32-bit: the room test's mask and the pop's addend fit.
+const _: () = assert!(ROOM_MASK < 1 << 31 && ROOM_ONE + ALLOC_ONE - 1 < 1 << 31);
+
+/// A word's count.
+#[inline]
+fn count_of(w: u64) -> u32 {
+    (w & COUNT_MASK) as u32
+}
+
+/// A word's room.
+#[inline]
+fn room_of(w: u64) -> u32 {
+    ((w & ROOM_MASK) >> ROOM_SHIFT) as u32
+}
+
+/// `w` with `count` items and the room of `cap` (0 when the count is at or above it).
+#[inline]
+fn with_count_and_cap(w: u64, count: u32, cap: u32) -> u64 {
+    debug_assert!(count as u64 <= COUNT_MASK && cap as u64 <= COUNT_MASK);
+    (w & !STOP_MASK) | count as u64 | ((cap.saturating_sub(count) as u64) << ROOM_SHIFT)
+}
+
+/// The fast allocations counted so far, from the total at the last fold (`seen`) and the word's
+/// counter now (`now`, the low [`ALLOC_BITS`] bits of the total): exact while fewer than
+/// 2^44 allocations (about 12 hours of one CPU allocating from one zone without a pause, at
+/// 2.5 ns each) happen between two folds. A pure function, tested across the wrap.
+pub(crate) fn allocs_since(seen: u64, now: u64) -> u64 {
+    let mask = (1u64 << ALLOC_BITS) - 1;
+    seen.wrapping_add(now.wrapping_sub(seen) & mask)
+}
 
 /// One CPU's header (see the module docs for the layout).
 #[repr(C, align(64))]
 pub(crate) struct Header {
     pub(crate) word: AtomicU64,
+    /// The cap last set (see the module docs, "Room, not cap").
     pub(crate) cap: AtomicU32,
-    pub(crate) floor: AtomicU32,
+    /// 0 while open; `HELD_STOPPED | count` while stopped (written under the lock).
+    held: AtomicU32,
     pub(crate) lock: AtomicU32,
     /// The `word` seen by the last periodic pass (idle detection; written by the reclaim code).
     pub(crate) idle_mark: AtomicU64,
-    _pad: [u64; 3],
+    /// Fast allocations at the last fold ([`Pcpu::fold_allocs`]).
+    allocs_seen: AtomicU64,
+    _pad: [u64; 2],
     /// Always 0, never written: the slot "below" item 0, which the push section's duplicate
     /// check (`items[count - 1] == item`) reads when the stack is empty, so the check needs no
     /// branch on `count > 0`. Zero is never an item.
@@ -329,27 +403,28 @@ mod rseq {
         // possible id; count <= storage by invariant)
         // and commits with one store of `word`. The abort handler is preceded by glibc's x86
         // RSEQ_SIG and restarts from the top; the descriptor lives in section __rseq_cs.
-        // `floor` is loaded before `word` (module docs, "Load order").
+        // `word` is the only header field loaded (module docs, "Room, not cap"): count 0 means
+        // empty, closed or stopped.
         unsafe {
             core::arch::asm!(
                 rseq_enter!(),
-                "movl 12(%rax), %r8d",
                 "movq (%rax), %rcx",
-                "movzwl %cx, %edx",
-                "cmpl %r8d, %edx",
-                "jbe 7f",
+                "movl %ecx, %edx",
+                "andl ${count_mask}, %edx",
+                "jz 7f",
                 "movq 56(%rax,%rdx,8), {out}",
-                "addq $0xffff, %rcx",
+                "addq ${pop_add}, %rcx",
                 "movq %rcx, (%rax)",
                 rseq_exit!("xorl {out:e}, {out:e}\njmp 4b\n"),
                 off = in(reg) off,
                 base = in(reg) base,
                 shift = const super::STRIDE_SHIFT,
+                count_mask = const super::COUNT_MASK,
+                pop_add = const super::ROOM_ONE + super::ALLOC_ONE - 1,
                 out = out(reg) out,
                 out("rax") _,
                 out("rcx") _,
                 out("rdx") _,
-                out("r8") _,
                 options(att_syntax, nostack),
             );
         }
@@ -362,33 +437,36 @@ mod rseq {
     /// As [`pop`].
     #[inline(always)]
     pub(super) unsafe fn push(base: *mut u8, off: isize, item: *mut u8) -> super::Push {
-        // SAFETY: as in `pop`; the slot written is items[count] with count < cap <= storage.
-        // `cap` is loaded before `word`. The slot read is items[count - 1], the header's
-        // always-zero `below_items` when count is 0 (count <= storage, so inside the page).
+        // SAFETY: as in `pop`; the slot written is items[count] with room > 0, so count <
+        // count + room <= storage. The slot read is items[count - 1], the header's always-zero
+        // `below_items` when count is 0 (count <= storage, so inside the page; a stopped stack
+        // reads count 0 too).
         // Success falls through; a full stack leaves through the `full` label (asm goto) from the
         // out-of-line exit, a duplicate of the top through `dup`, before any store.
         unsafe {
             core::arch::asm!(
                 rseq_enter!(),
-                "movl 8(%rax), %r8d",
                 "movq (%rax), %rcx",
-                "movzwl %cx, %edx",
+                "movl %ecx, %edx",
+                "andl ${count_mask}, %edx",
                 "cmpq {item}, 56(%rax,%rdx,8)",
                 "je {dup}",
-                "cmpl %r8d, %edx",
-                "jae 7f",
+                "testl ${room_mask}, %ecx",
+                "jz 7f",
                 "movq {item}, 64(%rax,%rdx,8)",
-                "addq $1, %rcx",
+                "subq ${push_sub}, %rcx",
                 "movq %rcx, (%rax)",
                 rseq_exit!("jmp {full}\n"),
                 off = in(reg) off,
                 base = in(reg) base,
                 shift = const super::STRIDE_SHIFT,
                 item = in(reg) item,
+                count_mask = const super::COUNT_MASK,
+                room_mask = const super::ROOM_MASK,
+                push_sub = const super::ROOM_ONE - 1,
                 out("rax") _,
                 out("rcx") _,
                 out("rdx") _,
-                out("r8") _,
                 full = label { return super::Push::Full; },
                 dup = label { return super::Push::Duplicate; },
                 options(att_syntax, nostack),
@@ -431,24 +509,24 @@ mod rseq {
         unsafe {
             core::arch::asm!(
                 rseq_enter_in!(),
-                "movl 12(%rax), %r8d",
                 "movq (%rax), %rcx",
-                "movzwl %cx, %edx",
-                "cmpl %r8d, %edx",
-                "jbe 7f",
+                "movl %ecx, %edx",
+                "andl ${count_mask}, %edx",
+                "jz 7f",
                 "movq 56(%rax,%rdx,8), {out}",
-                "addq $0xffff, %rcx",
+                "addq ${pop_add}, %rcx",
                 "movq %rcx, (%rax)",
                 rseq_exit!("xorl {out:e}, {out:e}\njmp 4b\n"),
                 off = in(reg) off,
                 r = in(reg) r,
                 base_at = const core::mem::offset_of!(super::RseqRef, base),
                 shift = const super::STRIDE_SHIFT,
+                count_mask = const super::COUNT_MASK,
+                pop_add = const super::ROOM_ONE + super::ALLOC_ONE - 1,
                 out = out(reg) out,
                 out("rax") _,
                 out("rcx") _,
                 out("rdx") _,
-                out("r8") _,
                 options(att_syntax, nostack),
             );
         }
@@ -469,15 +547,15 @@ mod rseq {
         unsafe {
             core::arch::asm!(
                 rseq_enter_in!(),
-                "movl 8(%rax), %r8d",
                 "movq (%rax), %rcx",
-                "movzwl %cx, %edx",
+                "movl %ecx, %edx",
+                "andl ${count_mask}, %edx",
                 "cmpq {item}, 56(%rax,%rdx,8)",
                 "je {dup}",
-                "cmpl %r8d, %edx",
-                "jae 7f",
+                "testl ${room_mask}, %ecx",
+                "jz 7f",
                 "movq {item}, 64(%rax,%rdx,8)",
-                "addq $1, %rcx",
+                "subq ${push_sub}, %rcx",
                 "movq %rcx, (%rax)",
                 rseq_exit!("jmp {full}\n"),
                 off = in(reg) off,
@@ -485,10 +563,12 @@ mod rseq {
                 base_at = const core::mem::offset_of!(super::RseqRef, base),
                 shift = const super::STRIDE_SHIFT,
                 item = in(reg) item,
+                count_mask = const super::COUNT_MASK,
+                room_mask = const super::ROOM_MASK,
+                push_sub = const super::ROOM_ONE - 1,
                 out("rax") _,
                 out("rcx") _,
                 out("rdx") _,
-                out("r8") _,
                 full = label { return super::Push::Full; },
                 dup = label { return super::Push::Duplicate; },
                 options(att_syntax, nostack),
@@ -509,17 +589,17 @@ mod rseq {
         max: usize,
     ) -> usize {
         let n: usize;
-        // SAFETY: as in `pop`; copies n <= count - floor slots below `count` into `dst` and
-        // commits `word - n` (allocation counter unchanged: a batch move is not an allocation).
+        // SAFETY: as in `pop`; copies n <= count slots below `count` into `dst` and commits
+        // count - n and room + n (allocation counter unchanged: a batch move is not an
+        // allocation).
         unsafe {
             core::arch::asm!(
                 rseq_enter!(),
-                "movl 12(%rax), %r9d",
                 "movq (%rax), %rcx",
-                "movzwl %cx, %edx",
-                "movl %edx, %r8d",
-                "subl %r9d, %r8d",
-                "jbe 7f",
+                "movl %ecx, %edx",
+                "andl ${count_mask}, %edx",
+                "jz 7f",
+                "movq %rdx, %r8",
                 "cmpq {max}, %r8",
                 "jbe 10f",
                 "movq {max}, %r8",
@@ -536,6 +616,9 @@ mod rseq {
                 "jmp 11b",
                 "12:",
                 "subq %r8, %rcx",
+                "movq %r8, %r9",
+                "shlq ${room_shift}, %r9",
+                "addq %r9, %rcx",
                 "movq %rcx, (%rax)",
                 rseq_exit!("xorl %r8d, %r8d\njmp 4b\n"),
                 "movq %r8, {n}",
@@ -544,6 +627,8 @@ mod rseq {
                 shift = const super::STRIDE_SHIFT,
                 dst = in(reg) dst,
                 max = in(reg) max,
+                count_mask = const super::COUNT_MASK,
+                room_shift = const super::ROOM_SHIFT,
                 n = out(reg) n,
                 out("rax") _,
                 out("rcx") _,
@@ -570,17 +655,18 @@ mod rseq {
         len: usize,
     ) -> usize {
         let k: usize;
-        // SAFETY: as in `pop`; writes k <= cap - count slots at items[count..] and commits
-        // `word + k`.
+        // SAFETY: as in `pop`; writes k <= room slots at items[count..] (count + room <=
+        // storage) and commits count + k and room - k.
         unsafe {
             core::arch::asm!(
                 rseq_enter!(),
-                "movl 8(%rax), %r8d",
                 "movq (%rax), %rcx",
-                "movzwl %cx, %edx",
-                "cmpl %r8d, %edx",
-                "jae 7f",
-                "subl %edx, %r8d",
+                "movq %rcx, %r8",
+                "shrq ${room_shift}, %r8",
+                "andl ${count_mask}, %r8d",
+                "jz 7f",
+                "movl %ecx, %edx",
+                "andl ${count_mask}, %edx",
                 "cmpq {len}, %r8",
                 "jbe 10f",
                 "movq {len}, %r8",
@@ -596,6 +682,9 @@ mod rseq {
                 "jmp 11b",
                 "12:",
                 "addq %r8, %rcx",
+                "movq %r8, %r9",
+                "shlq ${room_shift}, %r9",
+                "subq %r9, %rcx",
                 "movq %rcx, (%rax)",
                 rseq_exit!("xorl %r8d, %r8d\njmp 4b\n"),
                 "movq %r8, {k}",
@@ -604,6 +693,8 @@ mod rseq {
                 shift = const super::STRIDE_SHIFT,
                 src = in(reg) src,
                 len = in(reg) len,
+                count_mask = const super::COUNT_MASK,
+                room_shift = const super::ROOM_SHIFT,
                 k = out(reg) k,
                 out("rax") _,
                 out("rcx") _,
@@ -792,10 +883,11 @@ impl Pcpu {
                 p.base.add(cpu * p.stride).cast::<Header>().write(Header {
                     word: AtomicU64::new(0),
                     cap: AtomicU32::new(0),
-                    floor: AtomicU32::new(0),
+                    held: AtomicU32::new(0),
                     lock: AtomicU32::new(0),
                     idle_mark: AtomicU64::new(0),
-                    _pad: [0; 3],
+                    allocs_seen: AtomicU64::new(0),
+                    _pad: [0; 2],
                     below_items: 0,
                 })
             };
@@ -828,7 +920,7 @@ impl Pcpu {
         // Relaxed: a hint whose staleness is harmless (see above).
         h.word.load(Ordering::Relaxed) != 0
             || h.cap.load(Ordering::Relaxed) != 0
-            || h.floor.load(Ordering::Relaxed) != 0
+            || h.held.load(Ordering::Relaxed) != 0
             || h.lock.load(Ordering::Relaxed) != UNLOCKED
             || (!self.demand.is_null() && self.demand(cpu).grant.load(Ordering::Relaxed) != 0)
     }
@@ -927,13 +1019,14 @@ impl Pcpu {
         let h = self.header(cpu);
         let _g = lock_header(h);
         let w = h.word.load(Ordering::Relaxed);
-        let c = (w & COUNT_MASK) as u32;
-        if c <= h.floor.load(Ordering::Relaxed) {
+        let c = count_of(w);
+        if c == 0 {
             return ptr::null_mut();
         }
         // SAFETY: c - 1 < count <= storage; we hold the header lock.
         let item = unsafe { *self.slot(cpu, c as usize - 1) };
-        h.word.store(w - 1 + ALLOC_ONE, Ordering::Relaxed);
+        h.word
+            .store(w - 1 + ROOM_ONE + ALLOC_ONE, Ordering::Relaxed);
         item
     }
 
@@ -943,17 +1036,17 @@ impl Pcpu {
         let h = self.header(cpu);
         let _g = lock_header(h);
         let w = h.word.load(Ordering::Relaxed);
-        let c = (w & COUNT_MASK) as u32;
+        let c = count_of(w);
         // SAFETY: c - 1 < count <= storage; we hold the header lock.
         if c > 0 && unsafe { *self.slot(cpu, c as usize - 1) } == item {
             return Push::Duplicate;
         }
-        if c >= h.cap.load(Ordering::Relaxed) {
+        if room_of(w) == 0 {
             return Push::Full;
         }
-        // SAFETY: c < cap <= storage; we hold the header lock.
+        // SAFETY: c < count + room <= storage; we hold the header lock.
         unsafe { *self.slot(cpu, c as usize) = item };
-        h.word.store(w + 1, Ordering::Relaxed);
+        h.word.store(w + 1 - ROOM_ONE, Ordering::Relaxed);
         Push::Done
     }
 
@@ -970,17 +1063,14 @@ impl Pcpu {
         let h = self.header(cpu);
         let _g = lock_header(h);
         let w = h.word.load(Ordering::Relaxed);
-        let c = (w & COUNT_MASK) as usize;
-        let floor = h.floor.load(Ordering::Relaxed) as usize;
-        if c <= floor {
-            return 0;
-        }
-        let n = (c - floor).min(dst.len());
+        let c = count_of(w) as usize;
+        let n = c.min(dst.len());
         for (i, d) in dst.iter_mut().take(n).enumerate() {
             // SAFETY: c - 1 - i < count <= storage; header lock held.
             *d = unsafe { *self.slot(cpu, c - 1 - i) };
         }
-        h.word.store(w - n as u64, Ordering::Relaxed);
+        h.word
+            .store(w - n as u64 + n as u64 * ROOM_ONE, Ordering::Relaxed);
         n
     }
 
@@ -996,52 +1086,161 @@ impl Pcpu {
         let h = self.header(cpu);
         let _g = lock_header(h);
         let w = h.word.load(Ordering::Relaxed);
-        let c = (w & COUNT_MASK) as usize;
-        let cap = h.cap.load(Ordering::Relaxed) as usize;
-        if c >= cap {
-            return 0;
-        }
-        let k = (cap - c).min(src.len());
+        let c = count_of(w) as usize;
+        let k = (room_of(w) as usize).min(src.len());
         for (i, s) in src.iter().take(k).enumerate() {
-            // SAFETY: c + i < cap <= storage; header lock held.
+            // SAFETY: c + i < count + room <= storage; header lock held.
             unsafe { *self.slot(cpu, c + i) = *s };
         }
-        h.word.store(w + k as u64, Ordering::Relaxed);
+        h.word
+            .store(w + k as u64 - k as u64 * ROOM_ONE, Ordering::Relaxed);
         k
     }
 
-    /// Sets a CPU's cap (raising or lowering it needs no fence: a lower cap only sends more
-    /// pushes to the slow path). Never re-opens a stopped stack: callers hold the header lock,
-    /// which drainers hold while a stack is stopped.
+    /// Sets a CPU's cap: `room` in the word becomes what the cap leaves above the count, by a
+    /// compare-and-swap (no fence: a lower cap only sends more pushes to the slow path). A
+    /// critical section on the stack's CPU that loaded the word before the CAS may write the
+    /// old room back (module docs, "Room, not cap"); [`Pcpu::cap_holds`]
+    /// tells the stack's own CPU whether it did. Never on a stopped stack: callers hold the
+    /// header lock, which drainers hold while a stack is stopped.
     pub(crate) fn set_cap(&self, g: &HeaderGuard<'_>, h: &Header, cap: u32) {
         debug_assert!(core::ptr::eq(g.0, &h.lock));
-        h.cap.store(cap.min(self.storage), Ordering::Release);
+        debug_assert_eq!(
+            h.held.load(Ordering::Relaxed),
+            0,
+            "set_cap on a stopped stack"
+        );
+        let cap = cap.min(self.storage);
+        h.cap.store(cap, Ordering::Relaxed);
+        let mut w = h.word.load(Ordering::Relaxed);
+        loop {
+            let new = with_count_and_cap(w, count_of(w), cap);
+            if new == w {
+                return;
+            }
+            // Release: the slots and count written before (a new stack's items, `BareStacks`)
+            // are visible to the first critical section that sees the room. Relaxed on failure:
+            // the loop retries with the word seen.
+            match h
+                .word
+                .compare_exchange(w, new, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(now) => w = now,
+            }
+        }
     }
 
-    /// Items on a CPU's stack now (racy read, for statistics and idle detection).
+    /// Does this stack's word carry the room its cap `cap` leaves (or is it stopped, which its
+    /// drainer reopens)? False after a cap change a critical section wrote over (see
+    /// [`Pcpu::set_cap`]) or a cap lowered below the count that pops have since opened room
+    /// under. Racy read: for the slow path of the stack's own CPU, which then sets the cap.
+    pub(crate) fn cap_holds(&self, h: &Header, cap: u32) -> bool {
+        let w = h.word.load(Ordering::Relaxed);
+        let cap = cap.min(self.storage);
+        h.held.load(Ordering::Relaxed) != 0
+            || (h.cap.load(Ordering::Relaxed) == cap
+                && room_of(w) == cap.saturating_sub(count_of(w)))
+    }
+
+    /// Items on a CPU's stack now (racy read, for statistics and idle detection; a stopped
+    /// stack's count is the one its stop took).
     pub(crate) fn count(&self, cpu: usize) -> usize {
-        (self.header(cpu).word.load(Ordering::Relaxed) & COUNT_MASK) as usize
+        let h = self.header(cpu);
+        match h.held.load(Ordering::Relaxed) {
+            0 => count_of(h.word.load(Ordering::Relaxed)) as usize,
+            held => (held & !HELD_STOPPED) as usize,
+        }
     }
 
-    /// Fast-path allocations served by a CPU's stack (racy read; merged on read for statistics).
+    /// Free slots below a CPU's cap now (racy read: for sizing a refill).
+    pub(crate) fn room(&self, cpu: usize) -> usize {
+        room_of(self.header(cpu).word.load(Ordering::Relaxed)) as usize
+    }
+
+    /// Fast-path allocations served by a CPU's stack: the total at the last fold widened by
+    /// the word's counter since (`allocs_since`). Racy read, for statistics.
     pub(crate) fn fast_allocs(&self, cpu: usize) -> u64 {
-        self.header(cpu).word.load(Ordering::Relaxed) >> 16
+        let h = self.header(cpu);
+        // Acquire: pairs with the Release in `fold_allocs`, so the word loaded next is at least
+        // the one that fold read (a counter behind the fold would look like a wrap).
+        let seen = h.allocs_seen.load(Ordering::Acquire);
+        allocs_since(seen, h.word.load(Ordering::Relaxed) >> ALLOC_SHIFT)
     }
 
-    /// Stops a CPU's stack (the caller holds its header lock). A fence of that CPU
-    /// ([`fence_cpu`]) must follow before [`Pcpu::take_stopped`].
+    /// Folds the word's allocation counter into the 64-bit total, so the total stays exact
+    /// across the counter's wrap (see [`allocs_since`]). For the periodic pass, which runs one
+    /// at a time (the reclaim lock): the only writer of `allocs_seen`.
+    pub(crate) fn fold_allocs(&self, cpu: usize) {
+        let h = self.header(cpu);
+        let seen = h.allocs_seen.load(Ordering::Relaxed);
+        let total = allocs_since(seen, h.word.load(Ordering::Relaxed) >> ALLOC_SHIFT);
+        // Release: see `fast_allocs`.
+        h.allocs_seen.store(total, Ordering::Release);
+    }
+
+    /// Stops a CPU's stack (the caller holds its header lock): `count` and `room` to 0 by a
+    /// compare-and-swap, the count kept in `held`. A fence of that CPU ([`fence_cpu`]) must
+    /// follow, and then [`Pcpu::stop_holds`] decides whether the stack is the caller's or must
+    /// be stopped again (module docs, "A stop a section wrote over"); [`Pcpu::stop_fenced`]
+    /// does all three.
     pub(crate) fn stop(&self, h: &Header) {
-        h.cap.store(0, Ordering::Relaxed);
-        // SeqCst: the stop stores must be visible to the target CPU before the fence's IPI; the
-        // membarrier system call is itself a full barrier on the caller's side too.
-        h.floor.store(FLOOR_STOPPED, Ordering::SeqCst);
+        let mut w = h.word.load(Ordering::Relaxed);
+        loop {
+            // SeqCst: the stop must be visible to the target CPU before the fence's IPI (the
+            // membarrier system call is a full barrier on the caller's side too). Relaxed on
+            // failure: retried with the word seen.
+            match h
+                .word
+                .compare_exchange(w, w & !STOP_MASK, Ordering::SeqCst, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => w = now,
+            }
+        }
+        // Relaxed: read only by holders of the header lock (and racy statistics).
+        h.held.store(HELD_STOPPED | count_of(w), Ordering::Relaxed);
+    }
+
+    /// After [`Pcpu::stop`] and a fence of the stack's CPU: did the stop hold? If not, a
+    /// critical section that loaded the word before the stop committed over it, and the caller
+    /// must stop and fence again.
+    pub(crate) fn stop_holds(&self, h: &Header) -> bool {
+        // Acquire: pairs with the fence (membarrier, then `fence_cpu`'s SeqCst fence): a commit
+        // over the stop made before the fence returned is seen here.
+        h.word.load(Ordering::Acquire) & STOP_MASK == 0
+    }
+
+    /// Stops a CPU's stack (header lock held), fences the CPU, and repeats until the stop
+    /// holds: afterwards the stack is the caller's until it reopens it. Returns the fences
+    /// issued (1 unless a stop was written over).
+    pub(crate) fn stop_fenced(&self, cpu: usize, h: &Header) -> usize {
+        let mut fences = 0;
+        loop {
+            self.stop(h);
+            fence_cpu(cpu);
+            fences += 1;
+            if self.stop_holds(h) {
+                return fences;
+            }
+        }
+    }
+
+    /// The count of a stopped stack (what the stop that held took away).
+    fn held_count(&self, h: &Header) -> usize {
+        // Relaxed: written by this thread's `stop` (the caller holds the header lock).
+        let held = h.held.load(Ordering::Relaxed);
+        debug_assert!(held & HELD_STOPPED != 0, "not a stopped stack");
+        let c = (held & !HELD_STOPPED) as usize;
+        debug_assert!(c <= self.storage as usize);
+        c
     }
 
     /// Visits the items of a stopped (and fenced) stack, coldest first, without changing it.
     pub(crate) fn peek_stopped(&self, cpu: usize, h: &Header, mut f: impl FnMut(*mut u8)) -> usize {
-        // Acquire: pairs with the commit of the last critical section on that CPU (ordered before
-        // us by the fence) so we see its slot writes.
-        let c = (h.word.load(Ordering::Acquire) & COUNT_MASK) as usize;
+        // The slots: ordered before us by `stop_holds`'s Acquire load after the fence (the last
+        // critical section's commit, after its slot write, was seen by it).
+        let c = self.held_count(h);
         for i in 0..c {
             // SAFETY: i < count <= storage; the stack is stopped and fenced, so it is ours.
             f(unsafe { *self.slot(cpu, i) });
@@ -1049,12 +1248,25 @@ impl Pcpu {
         c
     }
 
-    /// Reopens a stopped stack with `cap` (and `floor = 0`), leaving its items in place.
+    /// Reopens a stopped stack with its items in place, with `cap`.
     pub(crate) fn reopen(&self, h: &Header, cap: u32) {
-        h.cap.store(cap.min(self.storage), Ordering::Relaxed);
-        // Release: pairs with the next critical section's loads (and HeaderGuard's release): every
-        // write to the stack made while it was stopped is visible before it is open.
-        h.floor.store(0, Ordering::Release);
+        let c = self.held_count(h) as u32;
+        self.reopen_with(h, c, cap);
+    }
+
+    /// Reopens a stopped stack holding `count` items (its slots below `count`) with `cap`: one
+    /// store of the word.
+    fn reopen_with(&self, h: &Header, count: u32, cap: u32) {
+        let cap = cap.min(self.storage);
+        h.cap.store(cap, Ordering::Relaxed);
+        h.held.store(0, Ordering::Relaxed);
+        // Relaxed: the stack is stopped and fenced, so no one else writes the word now.
+        let w = h.word.load(Ordering::Relaxed);
+        // Release: pairs with the next critical section's load of the word (and HeaderGuard's
+        // release): every write to the stack made while it was stopped is visible before it is
+        // open.
+        h.word
+            .store(with_count_and_cap(w, count, cap), Ordering::Release);
     }
 
     /// Empties a stopped (and fenced) stack into `f`, hottest first, and reopens it with `cap`.
@@ -1064,19 +1276,9 @@ impl Pcpu {
         cpu: usize,
         h: &Header,
         cap: u32,
-        mut f: impl FnMut(*mut u8),
+        f: impl FnMut(*mut u8),
     ) -> usize {
-        // Acquire: pairs with the fence after `stop` (membarrier in rseq mode, the header lock in
-        // locked mode): every push that committed before the stop is visible with its slot.
-        let w = h.word.load(Ordering::Acquire);
-        let c = (w & COUNT_MASK) as usize;
-        for i in (0..c).rev() {
-            // SAFETY: i < count <= storage; the stack is stopped and fenced, so it is ours.
-            f(unsafe { *self.slot(cpu, i) });
-        }
-        h.word.store(w & !COUNT_MASK, Ordering::Relaxed);
-        self.reopen(h, cap);
-        c
+        self.take_stopped_above(cpu, h, 0, cap, f)
     }
 
     /// Takes the items of a stopped (and fenced) stack above `keep` into `f`, hottest first, and
@@ -1089,17 +1291,14 @@ impl Pcpu {
         cap: u32,
         mut f: impl FnMut(*mut u8),
     ) -> usize {
-        // Acquire: as in `take_stopped`.
-        let w = h.word.load(Ordering::Acquire);
-        let c = (w & COUNT_MASK) as usize;
+        // The slots: as in `peek_stopped`.
+        let c = self.held_count(h);
         let keep = keep.min(c);
         for i in (keep..c).rev() {
             // SAFETY: i < count <= storage; the stack is stopped and fenced, so it is ours.
             f(unsafe { *self.slot(cpu, i) });
         }
-        h.word
-            .store((w & !COUNT_MASK) | keep as u64, Ordering::Relaxed);
-        self.reopen(h, cap);
+        self.reopen_with(h, keep as u32, cap);
         c - keep
     }
 
@@ -1466,8 +1665,7 @@ mod tests {
         for cpu in 0..p.ncpu() {
             let h = p.header(cpu);
             let _g = lock_header(h);
-            p.stop(h);
-            fence_cpu(cpu);
+            p.stop_fenced(cpu, h);
             p.take_stopped(cpu, h, 4, |x| rest.push(x as usize));
         }
         got.extend(rest);
@@ -1519,8 +1717,7 @@ mod tests {
         for cpu in 0..p.ncpu() {
             let h = p.header(cpu);
             let _g = lock_header(h);
-            p.stop(h);
-            fence_cpu(cpu);
+            p.stop_fenced(cpu, h);
             p.take_stopped(cpu, h, 16, |x| {
                 dst[n] = x;
                 n += 1;
@@ -1530,6 +1727,148 @@ mod tests {
         let mut got: Vec<usize> = dst[..n].iter().map(|&x| x as usize).collect();
         got.sort();
         assert_eq!(got, (1..=k).map(|i| i * 16).collect::<Vec<_>>());
+        // SAFETY: empty and unused.
+        unsafe { p.unmap() };
+    }
+
+    /// Pins this thread to the CPU it runs on (its operations then use one stack) and returns
+    /// that CPU.
+    fn pin_here() -> usize {
+        // SAFETY: sched_getcpu has no preconditions; a zeroed cpu_set_t is a valid empty set and
+        // CPU_SET takes an index below CPU_SETSIZE (a CPU the kernel reported).
+        unsafe {
+            let cpu = libc::sched_getcpu();
+            assert!(cpu >= 0, "sched_getcpu");
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+                0,
+                "sched_setaffinity to CPU {cpu}"
+            );
+            cpu as usize
+        }
+    }
+
+    fn item(i: usize) -> *mut u8 {
+        (i * 8) as *mut u8
+    }
+
+    /// The word's room follows the cap: pushes stop at the cap, a cap lowered below the count
+    /// leaves no room, pops under it open room that `cap_holds` reports and `set_cap` takes back,
+    /// a stopped stack refuses both operations and keeps its count, and a drainer reopens it with
+    /// the room of its new cap.
+    #[test]
+    fn room_follows_the_cap_and_a_stop_refuses_everything() {
+        let cpu = pin_here();
+        let p = Pcpu::new(16, os::cpu_count()).unwrap();
+        let h = p.header(cpu);
+        let set = |cap: u32| {
+            let g = lock_header(h);
+            p.set_cap(&g, h, cap);
+        };
+        set(8);
+        assert_eq!((p.count(cpu), p.room(cpu)), (0, 8));
+        for i in 1..=8 {
+            assert_eq!(p.push(item(i)), Push::Done, "push {i} of 8");
+        }
+        assert_eq!(p.push(item(9)), Push::Full, "at the cap");
+        assert_eq!(
+            p.push(item(8)),
+            Push::Duplicate,
+            "the top again, even when full"
+        );
+        assert_eq!((p.count(cpu), p.room(cpu)), (8, 0));
+        assert!(p.cap_holds(h, 8));
+        // Lowered below the count: no room, and the cap holds.
+        set(4);
+        assert_eq!((p.count(cpu), p.room(cpu)), (8, 0));
+        assert!(p.cap_holds(h, 4));
+        assert!(!p.cap_holds(h, 8), "the cap set is 4");
+        // A pop opens a slot of room the lowered cap does not leave: found, and taken back.
+        assert_eq!(p.pop(), item(8));
+        assert_eq!((p.count(cpu), p.room(cpu)), (7, 1));
+        assert!(!p.cap_holds(h, 4));
+        set(4);
+        assert_eq!((p.count(cpu), p.room(cpu)), (7, 0));
+        assert_eq!(p.push(item(8)), Push::Full);
+        for want in (4..=7).rev() {
+            assert_eq!(p.pop(), item(want));
+        }
+        set(4);
+        assert_eq!((p.count(cpu), p.room(cpu)), (3, 1));
+        assert_eq!(p.push(item(4)), Push::Done);
+        assert_eq!(p.push(item(5)), Push::Full);
+        // Raised: room up to the new cap, never above the storage.
+        set(100);
+        assert_eq!(
+            (p.count(cpu), p.room(cpu)),
+            (4, 12),
+            "the cap is clamped to 16"
+        );
+        assert_eq!(h.cap.load(Ordering::Relaxed), 16);
+        // Stopped: nothing to pop, no room to push, the count kept in `held`.
+        let g = lock_header(h);
+        assert_eq!(p.stop_fenced(cpu, h), 1, "no section wrote over the stop");
+        assert_eq!(h.word.load(Ordering::Relaxed) & STOP_MASK, 0);
+        assert_eq!(p.count(cpu), 4);
+        assert!(p.in_use(cpu));
+        assert!(p.pop().is_null(), "a stopped stack pops nothing");
+        assert_eq!(p.push(item(9)), Push::Full, "a stopped stack takes nothing");
+        let mut got = Vec::new();
+        assert_eq!(p.take_stopped_above(cpu, h, 1, 6, |x| got.push(x)), 3);
+        assert_eq!(got, vec![item(4), item(3), item(2)], "hottest first");
+        drop(g);
+        assert_eq!((p.count(cpu), p.room(cpu)), (1, 5), "reopened with cap 6");
+        assert_eq!(p.pop(), item(1));
+        assert!(p.pop().is_null());
+        // SAFETY: empty and unused.
+        unsafe { p.unmap() };
+    }
+
+    /// The allocation counter in the word is 44 bits; the total survives its wrap as long as a
+    /// fold comes in between (`allocs_since`, `fold_allocs`).
+    #[test]
+    fn the_allocation_total_survives_the_counter_wrap() {
+        let top = 1u64 << ALLOC_BITS;
+        assert_eq!(allocs_since(0, 5), 5);
+        assert_eq!(allocs_since(top - 2, 1), top + 1, "across the wrap");
+        assert_eq!(
+            allocs_since(3 * top + 7, 9),
+            3 * top + 9,
+            "after three wraps"
+        );
+        assert_eq!(allocs_since(3 * top + 7, 7), 3 * top + 7, "nothing since");
+        let cpu = pin_here();
+        let p = Pcpu::new(16, os::cpu_count()).unwrap();
+        let h = p.header(cpu);
+        {
+            let g = lock_header(h);
+            p.set_cap(&g, h, 16);
+        }
+        for i in 1..=3 {
+            assert_eq!(p.push(item(i)), Push::Done);
+        }
+        // Two allocations before the counter wraps (the stack is this test's alone).
+        let w = h.word.load(Ordering::Relaxed);
+        h.word.store(
+            (w & STOP_MASK) | ((top - 2) << ALLOC_SHIFT),
+            Ordering::Relaxed,
+        );
+        p.fold_allocs(cpu);
+        assert_eq!(p.fast_allocs(cpu), top - 2);
+        for _ in 0..3 {
+            assert!(!p.pop().is_null());
+        }
+        assert_eq!(h.word.load(Ordering::Relaxed) >> ALLOC_SHIFT, 1, "wrapped");
+        assert_eq!(p.fast_allocs(cpu), top + 1);
+        p.fold_allocs(cpu);
+        assert_eq!(p.fast_allocs(cpu), top + 1);
+        assert_eq!(
+            (p.count(cpu), p.room(cpu)),
+            (0, 16),
+            "the wrap left count and room alone"
+        );
         // SAFETY: empty and unused.
         unsafe { p.unmap() };
     }
@@ -1625,8 +1964,7 @@ mod loom_tests {
                 thread::spawn(move || {
                     let h = p.header(0);
                     let _g = lock_header(h);
-                    p.stop(h);
-                    fence_cpu(0);
+                    p.stop_fenced(0, h);
                     let mut got = Vec::new();
                     p.take_stopped(0, h, 2, |x| got.push(x));
                     got

@@ -1,4 +1,5 @@
-//! A loom model of the per-CPU stack protocol of `src/pcpu.rs` against a concurrent remote drain.
+//! A loom model of the per-CPU stack protocol of `src/pcpu.rs` against a concurrent remote drain
+//! and a concurrent cap change.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test --release -p ebbtide-core --test loom_pcpu`
 //! (`LOOM_MAX_PREEMPTIONS` bounds the search; the default here is 3.)
@@ -6,26 +7,35 @@
 //! loom cannot run the rseq assembly, so the model restates the protocol with loom types and makes
 //! the kernel's guarantees explicit:
 //!
-//! * **CPU**: a `Cpu` holds the header (`word`, `cap`, `floor`, `lock`, as in `pcpu::Header`) and
-//!   `STORAGE` item slots. Slots are `loom::cell::UnsafeCell`s, so loom reports any unordered
-//!   access between a critical section and the drainer as a data race.
-//! * **rseq critical section**: a section is "loads" then "one commit store of `word`". The kernel
-//!   guarantees that sections on one CPU never interleave (a preempted section restarts) and that
-//!   `membarrier(PRIVATE_EXPEDITED_RSEQ, FLAG_CPU, cpu)` returns only once every section running
-//!   there has committed or been aborted. Modelled by a per-CPU `kernel: Mutex<()>` and an abort
-//!   `epoch`: a section records the epoch, does its loads and slot accesses, and commits only if
-//!   the epoch is unchanged; every commit and every fence bumps the epoch (another section that
-//!   ran in between = this one was preempted = restart). The loads are `Acquire` because x86 loads
-//!   are (TSO); the commit is a plain (`Relaxed`) store, as the real one is a `movq`.
+//! * **CPU**: a `Cpu` holds the header (`word` = count | room | allocations, `cap`, `held`,
+//!   `lock`, as in `pcpu::Header`) and `STORAGE` item slots. Slots are `loom::cell::UnsafeCell`s,
+//!   so loom reports any unordered access between a critical section and the drainer as a data
+//!   race.
+//! * **rseq critical section**: a section is "one load of `word`, the slot access, one commit
+//!   store of `word`". The kernel guarantees that sections on one CPU never interleave (a
+//!   preempted section restarts) and that `membarrier(PRIVATE_EXPEDITED_RSEQ, FLAG_CPU, cpu)`
+//!   returns only once every section running there has committed or been aborted. Modelled by a
+//!   per-CPU `kernel: Mutex<()>` and an abort `epoch`: a section records the epoch, does its load
+//!   and slot access, and commits only if the epoch is unchanged; every commit and every fence
+//!   bumps the epoch (another section that ran in between = this one was preempted = restart).
+//!   What the kernel does *not* order is another CPU's compare-and-swap (a drainer's stop, a cap
+//!   writer's change) between a section's load and its commit: the model lets those happen there.
+//!   The load is `Acquire` because x86 loads are (TSO); the commit writes unconditionally
+//!   (`Release`, as x86 stores are), not a CAS, as the real one is a `movq` (see `commit` for why
+//!   the model writes it with a `swap`).
 //! * **locked mode**: every operation takes the header spin lock (`pcpu::lock_header`, Acquire CAS
 //!   / Release store) and no fence is needed.
-//! * **drainer** (`reclaim::drain_zone_cpus` / `zone::validate`): lock → `stop` (cap = 0 Relaxed,
-//!   floor = 0xffff SeqCst) → `fence_cpu` → `take_stopped` (Acquire load of word, read the slots,
-//!   store count 0) → `reopen` (cap Relaxed, floor = 0 Release) → unlock.
+//! * **drainer** (`ZoneInner::drain_cpus`, `validate`, the resize pass): lock → `stop_fenced`
+//!   (CAS count and room to 0, `held` = the count taken; fence; look again, and stop and fence
+//!   again while a commit wrote over the stop) → `take_stopped` (read the slots below the held
+//!   count) → reopen (one Release store of `word` with count 0 and the room of the new cap) →
+//!   unlock.
+//! * **cap writer** (`Pcpu::set_cap`, from the resize pass on another CPU): lock → CAS `word`'s
+//!   room to `cap - count` → unlock; a section may write the old room back (lossy by design).
 //!
 //! Items circulate between a "keg" (a `Mutex<Vec>` standing for the slow path: depot and slabs),
-//! the stacks, and the threads; at the end every item must be in exactly one place, and no item
-//! may be handed to two threads at once.
+//! the stacks, and the threads; at the end every item must be in exactly one place, no item
+//! may be handed to two threads at once, and no stack's count + room exceeds its storage.
 #![cfg(loom)]
 
 use loom::cell::UnsafeCell;
@@ -40,16 +50,32 @@ use loom::sync::{Arc, Mutex};
 use loom::thread;
 
 const STORAGE: usize = 2;
-const FLOOR_STOPPED: u32 = 0xffff;
-const COUNT_MASK: u64 = 0xffff;
-const ALLOC_ONE: u64 = 1 << 16;
+const COUNT_MASK: u64 = 0x3ff; // pcpu.rs COUNT_MASK
+const ROOM_SHIFT: u32 = 10;
+const ROOM_ONE: u64 = 1 << ROOM_SHIFT;
+const ROOM_MASK: u64 = COUNT_MASK << ROOM_SHIFT;
+const ALLOC_ONE: u64 = 1 << 20;
+const STOP_MASK: u64 = COUNT_MASK | ROOM_MASK;
+
+fn count_of(w: u64) -> u64 {
+    w & COUNT_MASK
+}
+
+fn room_of(w: u64) -> u64 {
+    (w & ROOM_MASK) >> ROOM_SHIFT
+}
+
+/// pcpu.rs `with_count_and_cap`.
+fn with_count_and_cap(w: u64, count: u64, cap: u64) -> u64 {
+    (w & !STOP_MASK) | count | (cap.saturating_sub(count) << ROOM_SHIFT)
+}
 
 /// `pcpu::Header` + its slots, plus the modelled kernel state of that CPU.
 struct Cpu {
-    word: AtomicU64,  // pcpu.rs: `word: AtomicU64` (count | allocs << 16)
-    cap: AtomicU32,   // pcpu.rs: `cap`
-    floor: AtomicU32, // pcpu.rs: `floor`
-    lock: Mutex<()>,  // pcpu.rs: `lock`, a spin lock (Acquire CAS / Release store); a loom Mutex
+    word: AtomicU64, // pcpu.rs: `word` (count | room << 10 | allocs << 20)
+    cap: AtomicU32,  // pcpu.rs: `cap` (the cap last set; not read by sections)
+    held: AtomicU32, // pcpu.rs: `held` (the count a stop took; 0 = open)
+    lock: Mutex<()>, // pcpu.rs: `lock`, a spin lock (Acquire CAS / Release store); a loom Mutex
     // has the same ordering and spares loom the spinning
     items: [UnsafeCell<usize>; STORAGE], // pcpu.rs: `items[storage]` at +64
     kernel: Mutex<()>,                   // model: the CPU itself (sections on it never interleave)
@@ -59,9 +85,9 @@ struct Cpu {
 impl Cpu {
     fn new(cap: u32) -> Cpu {
         Cpu {
-            word: AtomicU64::new(0),
+            word: AtomicU64::new(with_count_and_cap(0, 0, cap as u64)),
             cap: AtomicU32::new(cap),
-            floor: AtomicU32::new(0),
+            held: AtomicU32::new(0),
             lock: Mutex::new(()),
             items: [UnsafeCell::new(0), UnsafeCell::new(0)],
             kernel: Mutex::new(()),
@@ -72,8 +98,18 @@ impl Cpu {
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
-    Rseq(LoadOrder),
+    Rseq(Drain),
     Locked,
+}
+
+/// What a drainer does after its fence.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Drain {
+    /// As pcpu.rs does (`stop_fenced`): look again, stop and fence again while a section's
+    /// commit wrote over the stop.
+    LookAgain,
+    /// Trust the first stop (hands out items twice: see the test at the end).
+    TrustTheStop,
 }
 
 struct World {
@@ -90,77 +126,63 @@ fn lock_header(c: &Cpu) -> loom::sync::MutexGuard<'_, ()> {
 }
 
 // ---- rseq mode: pcpu.rs `rseq::pop` / `rseq::push` ----
-/// Which header field a section loads first.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum LoadOrder {
-    /// As pcpu.rs does now: the stop field (`floor` / `cap`), then `word`.
-    StopFieldFirst,
-    /// As pcpu.rs did before: `word`, then the stop field (duplicates items; see the test below).
-    WordFirst,
+/// A section's commit: the real one is a plain store (`movq %rcx, (%rax)`), modelled as a
+/// `swap` whose old value is ignored. loom 0.7 lets a plain store take a place in the
+/// modification order between the read and the write of another thread's read-modify-write
+/// (tokio-rs/loom#254 and #389; the fix, PR #391, is not released), so a plain-store commit
+/// racing the drainer's stop CAS made loom report a stop that held while the commit had landed
+/// after it: an execution C++ forbids (an RMW reads the last value before its write) and x86
+/// cannot produce (its locked CAS and the commit take places in one total store order). A
+/// `swap` is an RMW, which loom orders correctly, and writes what the store writes, at the place
+/// in the order the store must take: after every write it follows.
+fn commit(c: &Cpu, w: u64) {
+    c.word.swap(w, X86_STORE);
 }
 
-fn rseq_pop(c: &Cpu, order: LoadOrder) -> Option<usize> {
+fn rseq_pop(c: &Cpu) -> Option<usize> {
     loop {
         // "2: leaq 9f / movq %rax, %fs:8": enter the section
         let k = c.kernel.lock().unwrap();
         let epoch = c.epoch.load(Ordering::Relaxed);
-        let (w, floor) = match order {
-            LoadOrder::StopFieldFirst => {
-                let f = c.floor.load(X86_LOAD); // movl 12(%rax), %r8d
-                (c.word.load(X86_LOAD), f) // movq (%rax), %rcx
-            }
-            LoadOrder::WordFirst => {
-                let w = c.word.load(X86_LOAD);
-                (w, c.floor.load(X86_LOAD))
-            }
-        };
-        let n = (w & COUNT_MASK) as usize; // movzwl %cx, %edx
-        if n as u32 <= floor {
-            // cmpl %r8d, %edx ; jbe 7f
+        let w = c.word.load(X86_LOAD); // movq (%rax), %rcx
+        let n = count_of(w) as usize; // movl %ecx, %edx ; andl $0x3ff, %edx
+        if n == 0 {
+            // jz 7f
             return None;
         }
         // movq 56(%rax,%rdx,8), out
         // SAFETY (model): n - 1 < count <= STORAGE.
         let item = c.items[n - 1].with(|p| unsafe { *p });
         drop(k);
-        // <- preemption / fence point inside the section
+        // <- preemption / fence point inside the section; another CPU's CAS may land here
         let _k = c.kernel.lock().unwrap();
         if c.epoch.load(Ordering::Relaxed) != epoch {
             continue; // aborted: "5: jmp 2b"
         }
-        c.word.store(w - 1 + ALLOC_ONE, X86_STORE); // addq $0xffff ; movq %rcx, (%rax)
+        commit(c, w - 1 + ROOM_ONE + ALLOC_ONE); // addq ; movq %rcx, (%rax)
         c.epoch.fetch_add(1, Ordering::Relaxed);
         return Some(item);
     }
 }
 
-fn rseq_push(c: &Cpu, item: usize, order: LoadOrder) -> bool {
+fn rseq_push(c: &Cpu, item: usize) -> bool {
     loop {
         let k = c.kernel.lock().unwrap();
         let epoch = c.epoch.load(Ordering::Relaxed);
-        let (w, cap) = match order {
-            LoadOrder::StopFieldFirst => {
-                let cap = c.cap.load(X86_LOAD); // movl 8(%rax), %r8d
-                (c.word.load(X86_LOAD), cap) // movq (%rax), %rcx
-            }
-            LoadOrder::WordFirst => {
-                let w = c.word.load(X86_LOAD);
-                (w, c.cap.load(X86_LOAD))
-            }
-        };
-        let n = (w & COUNT_MASK) as usize;
-        if n as u32 >= cap {
-            // cmpl %r8d, %edx ; jae 7f
+        let w = c.word.load(X86_LOAD); // movq (%rax), %rcx
+        let n = count_of(w) as usize;
+        if room_of(w) == 0 {
+            // testl $ROOM_MASK, %ecx ; jz 7f
             return false;
         }
-        // movq {item}, 64(%rax,%rdx,8)   (n < cap <= STORAGE)
+        // movq {item}, 64(%rax,%rdx,8)   (n < count + room <= STORAGE)
         c.items[n].with_mut(|p| unsafe { *p = item });
         drop(k);
         let _k = c.kernel.lock().unwrap();
         if c.epoch.load(Ordering::Relaxed) != epoch {
             continue;
         }
-        c.word.store(w + 1, X86_STORE); // addq $1 ; movq %rcx, (%rax)
+        commit(c, w + 1 - ROOM_ONE); // subq $0x3ff ; movq %rcx, (%rax)
         c.epoch.fetch_add(1, Ordering::Relaxed);
         return true;
     }
@@ -170,12 +192,13 @@ fn rseq_push(c: &Cpu, item: usize, order: LoadOrder) -> bool {
 fn locked_pop(c: &Cpu) -> Option<usize> {
     let g = lock_header(c);
     let w = c.word.load(Ordering::Relaxed);
-    let n = (w & COUNT_MASK) as u32;
-    let r = if n <= c.floor.load(Ordering::Relaxed) {
+    let n = count_of(w) as usize;
+    let r = if n == 0 {
         None
     } else {
-        let item = c.items[n as usize - 1].with(|p| unsafe { *p });
-        c.word.store(w - 1 + ALLOC_ONE, Ordering::Relaxed);
+        let item = c.items[n - 1].with(|p| unsafe { *p });
+        c.word
+            .store(w - 1 + ROOM_ONE + ALLOC_ONE, Ordering::Relaxed);
         Some(item)
     };
     drop(g);
@@ -185,17 +208,17 @@ fn locked_pop(c: &Cpu) -> Option<usize> {
 fn locked_push(c: &Cpu, item: usize) -> bool {
     let g = lock_header(c);
     let w = c.word.load(Ordering::Relaxed);
-    let n = (w & COUNT_MASK) as u32;
-    let ok = n < c.cap.load(Ordering::Relaxed);
+    let n = count_of(w) as usize;
+    let ok = room_of(w) > 0;
     if ok {
-        c.items[n as usize].with_mut(|p| unsafe { *p = item });
-        c.word.store(w + 1, Ordering::Relaxed);
+        c.items[n].with_mut(|p| unsafe { *p = item });
+        c.word.store(w + 1 - ROOM_ONE, Ordering::Relaxed);
     }
     drop(g);
     ok
 }
 
-// ---- the drainer: reclaim.rs `drain_zone_cpus` with pcpu.rs stop / fence_cpu / take_stopped ----
+// ---- the drainer: pcpu.rs stop / fence_cpu / stop_holds / take_stopped ----
 fn fence_cpu(w: &World, cpu: usize) {
     if w.mode != Mode::Locked {
         // membarrier: every section on `cpu` has committed or will abort.
@@ -205,40 +228,81 @@ fn fence_cpu(w: &World, cpu: usize) {
     fence(Ordering::SeqCst); // pcpu.rs fence_cpu: crate::sync::fence(SeqCst)
 }
 
+/// pcpu.rs `stop`: count and room to 0 by CAS (SeqCst), the count taken into `held`.
+fn stop(c: &Cpu) {
+    let mut w = c.word.load(Ordering::Relaxed);
+    loop {
+        match c
+            .word
+            .compare_exchange(w, w & !STOP_MASK, Ordering::SeqCst, Ordering::Relaxed)
+        {
+            Ok(_) => break,
+            Err(now) => w = now,
+        }
+    }
+    c.held
+        .store((1 << 31) | count_of(w) as u32, Ordering::Relaxed);
+}
+
 fn drain(w: &World, cpu: usize, reopen_cap: u32) -> usize {
     let c = &w.cpus[cpu];
     let g = lock_header(c); // let _g = lock_header(h);
-                            // pcpu.rs orderings; in rseq mode (x86 only) every store is a release store.
-    let relaxed = if w.mode == Mode::Locked {
-        Ordering::Relaxed
-    } else {
-        X86_STORE
-    };
-    c.cap.store(0, relaxed); // stop: cap = 0 (Relaxed)
-    c.floor.store(FLOOR_STOPPED, Ordering::SeqCst); // stop: floor = 0xffff (SeqCst)
-    fence_cpu(w, cpu);
-    // take_stopped:
-    let word = c.word.load(Ordering::Acquire); // h.word.load(Acquire)
-    let n = (word & COUNT_MASK) as usize;
+                            // stop_fenced:
+    loop {
+        stop(c);
+        fence_cpu(w, cpu);
+        // stop_holds: h.word.load(Acquire) & STOP_MASK == 0
+        if w.mode == Mode::Rseq(Drain::TrustTheStop)
+            || c.word.load(Ordering::Acquire) & STOP_MASK == 0
+        {
+            break;
+        }
+    }
+    // take_stopped: the slots below the held count.
+    let n = (c.held.load(Ordering::Relaxed) & !(1 << 31)) as usize;
     let mut taken = Vec::new();
     for i in (0..n).rev() {
         taken.push(c.items[i].with(|p| unsafe { *p })); // f(*self.slot(cpu, i))
     }
-    c.word.store(word & !COUNT_MASK, relaxed); // h.word.store(w & !COUNT_MASK, Relaxed)
-                                               // reopen:
-    c.cap.store(reopen_cap, relaxed); // h.cap.store(cap, Relaxed)
-    c.floor.store(0, Ordering::Release); // h.floor.store(0, Release)
-                                         // return_to_keg (still under the header lock, as in drain_zone_cpus)
+    // reopen_with(h, 0, cap): cap and held Relaxed, the word Release.
+    c.cap.store(reopen_cap, Ordering::Relaxed);
+    c.held.store(0, Ordering::Relaxed);
+    let word = c.word.load(Ordering::Relaxed);
+    c.word.store(
+        with_count_and_cap(word, 0, reopen_cap as u64),
+        Ordering::Release,
+    );
+    // return_to_keg (still under the header lock, as in drain_cpus)
     w.keg.lock().unwrap().extend(taken);
     drop(g);
     n
+}
+
+// ---- the cap writer: pcpu.rs `set_cap` (the resize pass, on another CPU) ----
+fn set_cap(c: &Cpu, cap: u32) {
+    let _g = lock_header(c);
+    c.cap.store(cap, Ordering::Relaxed);
+    let mut w = c.word.load(Ordering::Relaxed);
+    loop {
+        let new = with_count_and_cap(w, count_of(w), cap as u64);
+        if new == w {
+            return;
+        }
+        match c
+            .word
+            .compare_exchange(w, new, Ordering::Release, Ordering::Relaxed)
+        {
+            Ok(_) => return,
+            Err(now) => w = now,
+        }
+    }
 }
 
 // ---- a user thread: Zone::alloc / Zone::free reduced to stack + keg ----
 fn alloc(w: &World, cpu: usize) -> usize {
     let c = &w.cpus[cpu];
     let got = match w.mode {
-        Mode::Rseq(o) => rseq_pop(c, o),
+        Mode::Rseq(_) => rseq_pop(c),
         Mode::Locked => locked_pop(c),
     };
     let item = got.unwrap_or_else(|| w.keg.lock().unwrap().pop().expect("keg empty"));
@@ -259,7 +323,7 @@ fn free(w: &World, cpu: usize, item: usize) {
     }
     let c = &w.cpus[cpu];
     let ok = match w.mode {
-        Mode::Rseq(o) => rseq_push(c, item, o),
+        Mode::Rseq(_) => rseq_push(c, item),
         Mode::Locked => locked_push(c, item),
     };
     if !ok {
@@ -280,8 +344,14 @@ fn check_conservation(w: &World, items: usize) {
         "items lost or duplicated"
     );
     for c in &w.cpus {
-        assert_eq!(c.word.load(Ordering::Relaxed) & COUNT_MASK, 0);
-        assert_eq!(c.floor.load(Ordering::Relaxed), 0, "a stack left stopped");
+        let word = c.word.load(Ordering::Relaxed);
+        assert_eq!(count_of(word), 0);
+        assert_eq!(
+            room_of(word),
+            STORAGE as u64,
+            "the drain reopens with its cap's room"
+        );
+        assert_eq!(c.held.load(Ordering::Relaxed), 0, "a stack left stopped");
         assert!(c.lock.try_lock().is_ok(), "a header left locked");
     }
 }
@@ -297,9 +367,10 @@ fn world(mode: Mode, items: usize, cpu0_preload: &[usize]) -> Arc<World> {
     for (i, &it) in cpu0_preload.iter().enumerate() {
         w.cpus[0].items[i].with_mut(|p| unsafe { *p = it });
     }
-    w.cpus[0]
-        .word
-        .store(cpu0_preload.len() as u64, Ordering::Relaxed);
+    w.cpus[0].word.store(
+        with_count_and_cap(0, cpu0_preload.len() as u64, STORAGE as u64),
+        Ordering::Relaxed,
+    );
     let mut keg = w.keg.lock().unwrap();
     for it in 1..=items {
         if !cpu0_preload.contains(&it) {
@@ -347,7 +418,7 @@ fn users_vs_drainer(mode: Mode) {
 
 #[test]
 fn rseq_mode_users_vs_remote_drain() {
-    users_vs_drainer(Mode::Rseq(LoadOrder::StopFieldFirst));
+    users_vs_drainer(Mode::Rseq(Drain::LookAgain));
 }
 
 #[test]
@@ -377,7 +448,7 @@ fn drain_full_stack(mode: Mode) {
 
 #[test]
 fn rseq_mode_full_stack_drain() {
-    drain_full_stack(Mode::Rseq(LoadOrder::StopFieldFirst));
+    drain_full_stack(Mode::Rseq(Drain::LookAgain));
 }
 
 #[test]
@@ -390,7 +461,7 @@ fn locked_mode_full_stack_drain() {
 #[test]
 fn rseq_mode_two_drainers() {
     builder().check(|| {
-        let w = world(Mode::Rseq(LoadOrder::StopFieldFirst), 4, &[1]);
+        let w = world(Mode::Rseq(Drain::LookAgain), 4, &[1]);
         let d = {
             let w = w.clone();
             thread::spawn(move || {
@@ -411,12 +482,62 @@ fn rseq_mode_two_drainers() {
     });
 }
 
-/// The load order pcpu.rs used before its fix (`word` first): loom finds an execution where a
-/// section started after the fence reads the pre-drain `word`, then the reopened `floor`, and pops
-/// an item the drainer already gave to the keg. Kept as a regression check of the model itself:
-/// the model must be able to see that bug.
+/// A cap change from another CPU (the resize pass lowering a cap) while a user pops and pushes:
+/// the change may be lost (a section writes the old room back), but no stack ever has more
+/// count + room than its storage, and every item stays in one place.
+fn cap_change_vs_user(mode: Mode) {
+    builder().check(move || {
+        let w = world(mode, 5, &[1]);
+        let u = {
+            let w = w.clone();
+            thread::spawn(move || {
+                let x = alloc(&w, 0);
+                let y = alloc(&w, 0);
+                free(&w, 0, y);
+                free(&w, 0, x);
+            })
+        };
+        set_cap(&w.cpus[0], 1);
+        u.join().unwrap();
+        let word = w.cpus[0].word.load(Ordering::Relaxed);
+        assert!(
+            count_of(word) + room_of(word) <= STORAGE as u64,
+            "count {} + room {} above storage",
+            count_of(word),
+            room_of(word)
+        );
+        check_conservation(&w, 5);
+    });
+}
+
 #[test]
-#[should_panic(expected = "items lost or duplicated")]
-fn word_first_load_order_hands_out_items_twice() {
-    drain_full_stack(Mode::Rseq(LoadOrder::WordFirst));
+fn rseq_mode_cap_change_vs_user() {
+    cap_change_vs_user(Mode::Rseq(Drain::LookAgain));
+}
+
+#[test]
+fn locked_mode_cap_change_vs_user() {
+    cap_change_vs_user(Mode::Locked);
+}
+
+/// A drainer that trusts its first stop: loom finds an execution where a section that loaded
+/// the word before the stop commits over it, and the drainer then works on a stack that is open
+/// again: it reads a slot a section writes (a data race on the slot, which loom reports first),
+/// or takes an item a section popped (handed out twice). Kept as a regression check of the model
+/// itself: the model must be able to see that bug.
+#[test]
+fn trusting_the_first_stop_is_caught() {
+    let r = std::panic::catch_unwind(|| drain_full_stack(Mode::Rseq(Drain::TrustTheStop)));
+    let e = r.expect_err("loom found no execution where a drainer trusting its stop fails");
+    let msg = e
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(
+        msg.contains("Concurrent read and write accesses to `UnsafeCell`")
+            || msg.contains("handed out twice")
+            || msg.contains("items lost or duplicated"),
+        "the model failed for another reason: {msg}"
+    );
 }

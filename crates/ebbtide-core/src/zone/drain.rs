@@ -74,7 +74,9 @@ impl ZoneInner {
             let h = self.pcpu.header(cpu);
             let w = h.word.load(Ordering::Relaxed);
             let mark = h.idle_mark.swap(w, Ordering::Relaxed);
-            if w == mark && (w & 0xffff) != 0 {
+            // The word's allocation counter wraps; the pass keeps the total (`Pcpu::fast_allocs`).
+            self.pcpu.fold_allocs(cpu);
+            if w == mark && (w & pcpu::COUNT_MASK) != 0 {
                 idle |= 1u64 << (cpu % 64);
             }
         }
@@ -214,8 +216,7 @@ impl ZoneInner {
             }
             let h = self.pcpu.header(cpu);
             let _g = lock_header(h);
-            self.pcpu.stop(h);
-            pcpu::fence_cpu(cpu);
+            self.pcpu.stop_fenced(cpu, h);
             let cap = self.cap_for(cpu);
             moved += self.empty_stopped(cpu, cap, &mut buf, sink.reborrow());
         }
@@ -253,6 +254,13 @@ impl ZoneInner {
 
 /// Room for one full per-CPU stack.
 const STACK_BUF: usize = crate::pcpu::STORAGE_MAX as usize;
+
+/// Is `z`'s stack on `cpu` one [`drain_cpu_locked`]'s first walk stopped? One that came into use
+/// since (opened by its CPU's first slow path) is not that pass's to empty or unlock. Relaxed:
+/// the pass wrote this value itself, and no one else writes a lock word they do not hold.
+fn stopped_by_drain_all(z: &ZoneInner, cpu: usize) -> bool {
+    z.pcpu.header(cpu).lock.load(Ordering::Relaxed) == pcpu::LOCKED_BY_DRAIN_ALL
+}
 
 /// DRAIN_CPU over every zone, as the one reclaim in progress: depots, then one loop over CPUs
 /// (each stopping every zone's stack on that CPU, one fence, then emptying them), then depots
@@ -302,14 +310,28 @@ pub(crate) fn drain_cpu_locked(
         if !any {
             continue;
         }
-        pcpu::fence_cpu(cpu);
+        // One fence for every zone's stack on this CPU; a stop a critical section wrote over
+        // (`pcpu.rs`, "A stop a section wrote over") is made again, and fenced again, until
+        // every stop holds.
+        loop {
+            pcpu::fence_cpu(cpu);
+            let mut again = false;
+            reg.for_each(|z: &ZoneInner| {
+                if cpu < z.pcpu.ncpu() && stopped_by_drain_all(z, cpu) {
+                    let h = z.pcpu.header(cpu);
+                    if !z.pcpu.stop_holds(h) {
+                        z.pcpu.stop(h);
+                        again = true;
+                    }
+                }
+            });
+            if !again {
+                break;
+            }
+        }
         reg.for_each(|z: &ZoneInner| {
-            // The stacks the first walk stopped, and only those: one that came into use since
-            // (opened by its CPU's first slow path) is not ours to empty or unlock. Relaxed: we
-            // wrote this value ourselves, and no one else writes a lock word they do not hold.
-            if cpu < z.pcpu.ncpu()
-                && z.pcpu.header(cpu).lock.load(Ordering::Relaxed) == pcpu::LOCKED_BY_DRAIN_ALL
-            {
+            // The stacks the first walk stopped, and only those.
+            if cpu < z.pcpu.ncpu() && stopped_by_drain_all(z, cpu) {
                 let h = z.pcpu.header(cpu);
                 let cap = z.cap_for(cpu);
                 z.empty_stopped(cpu, cap, &mut buf, Sink::Slabs(Some(&mut *sess)));

@@ -529,16 +529,18 @@ impl ZoneInner {
         }
     }
 
-    /// Brings this CPU's cap to the target if it drifted (bucket size changed, caching re-enabled).
+    /// Brings this CPU's cap to the target if it drifted (bucket size changed, caching
+    /// re-enabled, a grant changed), or if its word no longer carries the room of its cap (a
+    /// cap change a critical section wrote over, or pops under a cap lowered below the count:
+    /// `pcpu.rs`, "Room, not cap").
     fn sync_cap(&self) {
         let cpu = self.pcpu.this_cpu();
         let h = self.pcpu.header(cpu);
         let want = self.cap_for(cpu);
-        if h.cap.load(Ordering::Relaxed) != want && h.floor.load(Ordering::Relaxed) == 0 {
+        if !self.pcpu.cap_holds(h, want) {
             let g = lock_header(h);
-            if h.floor.load(Ordering::Relaxed) == 0 {
-                self.pcpu.set_cap(&g, h, want);
-            }
+            // Under the lock the stack is not stopped (drainers hold the lock while it is).
+            self.pcpu.set_cap(&g, h, want);
         }
     }
 

@@ -150,11 +150,8 @@ pub(crate) fn resize_locked(
             let cap = z.cap_for(cpu);
             let h = z.pcpu.header(cpu);
             let g = lock_header(h);
-            // A stopped stack (floor = stopped) is being drained: its drainer reopens it with
-            // the cap it reads, which is this one.
-            if h.floor.load(Ordering::Relaxed) == 0 {
-                z.pcpu.set_cap(&g, h, cap);
-            }
+            // (A stack is stopped only while its drainer holds this lock: never here.)
+            z.pcpu.set_cap(&g, h, cap);
             drop(g);
             if z.pcpu.count(cpu) > cap as usize {
                 excess = true;
@@ -174,8 +171,7 @@ pub(crate) fn resize_locked(
             }
             let h = z.pcpu.header(cpu);
             let _g = lock_header(h);
-            z.pcpu.stop(h);
-            pcpu::fence_cpu(cpu);
+            z.pcpu.stop_fenced(cpu, h);
             let cap = z.cap_for(cpu);
             let mut n = 0;
             z.pcpu.take_stopped_above(cpu, h, cap as usize, cap, |p| {

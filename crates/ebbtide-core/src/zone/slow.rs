@@ -164,9 +164,7 @@ impl ZoneInner {
         }
         // Racy reads (the thread may move to another CPU): `push_batch` takes what fits and the
         // caller returns the rest to the slabs.
-        let cpu = self.pcpu.this_cpu();
-        let room = (self.pcpu.header(cpu).cap.load(Ordering::Relaxed) as usize)
-            .saturating_sub(self.pcpu.count(cpu));
+        let room = self.pcpu.room(self.pcpu.this_cpu());
         crate::sizing::pool_refill(bs, room)
     }
 
@@ -316,6 +314,9 @@ impl ZoneInner {
                         Bucket::free(b);
                     }
                 }
+                // The flush opened room in the word; under a cap lowered below the count it
+                // opened more than the cap leaves (`pcpu.rs`, "Room, not cap"): set it again.
+                self.sync_cap();
                 match self.pcpu.push(p) {
                     Push::Done => return Ok(()),
                     Push::Duplicate => return Err(self.duplicate_now(p as usize)),

@@ -195,8 +195,7 @@ impl ZoneInner {
             let h = self.pcpu.header(cpu);
             let _g = lock_header(h);
             let cap = h.cap.load(Ordering::Relaxed);
-            self.pcpu.stop(h);
-            pcpu::fence_cpu(cpu);
+            self.pcpu.stop_fenced(cpu, h);
             let c = self.pcpu.count(cpu);
             if c > self.pcpu.storage as usize {
                 // Leave the stack open (items untouched): a failed check must not stop a CPU.
