@@ -24,16 +24,12 @@ mod relr_link;
 #[path = "../ebbtide-malloc/unwind_link.rs"]
 mod unwind_link;
 
-/// The entry points every allocation from C goes through, in the order they are laid out.
-const FAST: [&str; 4] = [
-    "ebb_zone_alloc",
-    "ebb_zone_free",
-    "ebb_pool_get",
-    "ebb_pool_put",
-];
+#[path = "fast_entries.rs"]
+mod fast_entries;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=fast_entries.rs");
     println!("cargo:rerun-if-changed=../ebbtide-malloc/hot_text_link.rs");
     println!("cargo:rerun-if-changed=../ebbtide-malloc/relr_link.rs");
     println!("cargo:rerun-if-changed=../ebbtide-malloc/unwind_link.rs");
@@ -42,6 +38,10 @@ fn main() {
     if !hot_text_link::wanted() {
         return;
     }
-    let body: String = FAST.iter().map(|n| format!("    *(.text.{n})\n")).collect();
-    hot_text_link::link("crates/ebbtide-capi/build.rs", "fast-entry.ld", &body, "");
+    hot_text_link::link(
+        "crates/ebbtide-capi/build.rs",
+        "fast-entry.ld",
+        &fast_entries::script_body(),
+        "",
+    );
 }

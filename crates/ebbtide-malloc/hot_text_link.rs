@@ -4,7 +4,8 @@
 //! output section `.text.hot` before `.text` (`INSERT BEFORE`, which keeps the linker's default
 //! script) with every input section in it at a 64-byte boundary (`SUBALIGN(64)`: the entry
 //! points), and after it `.text.warm` with the other functions a program runs at the compiler's
-//! alignment (see [`link`]). GNU ld and LLD read it. Only the cdylib is linked with it.
+//! alignment (see [`link`]). GNU ld and LLD read it. Only the cdylibs are linked with it, and
+//! the benchmark binaries that link the C API's rlib with its entry points' part ([`link_bins`]).
 //!
 //! With it, the library's segments are laid out on 64 KiB boundaries (`-z max-page-size=0x10000`,
 //! `-z separate-code`): the executable segment, and with it `.text.hot`, starts at one, and the
@@ -41,7 +42,27 @@ pub fn wanted() -> bool {
 /// alignment (16 bytes: a 64-byte boundary for each of its few hundred functions cost 11 KB of
 /// padding, most of a 64 KiB window), with a comment naming `generator`; and links the cdylib
 /// with it.
+#[allow(dead_code)] // each build script that includes this file uses one of the two
 pub fn link(generator: &str, file: &str, entries: &str, rest: &str) {
+    let path = write_script(generator, file, entries, rest);
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-T,{}", path.display());
+    // 64 KiB windows (see the module docs).
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,max-page-size=0x10000");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,separate-code");
+}
+
+/// Links the package's binaries with `entries` at 64-byte boundaries in `.text.hot`, as [`link`]
+/// does for a cdylib, without its 64 KiB segments: for a benchmark that links the C API's rlib
+/// and calls its entry points, so that they start where they start in `libebbtide.so`
+/// (`crates/ebbtide-bench/build.rs`).
+#[allow(dead_code)] // each build script that includes this file uses one of the two
+pub fn link_bins(generator: &str, file: &str, entries: &str) {
+    let path = write_script(generator, file, entries, "");
+    println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", path.display());
+}
+
+/// Writes the script of [`link`] to `OUT_DIR/file` and returns its path.
+fn write_script(generator: &str, file: &str, entries: &str, rest: &str) -> PathBuf {
     let warm = if rest.is_empty() {
         String::new()
     } else {
@@ -53,8 +74,5 @@ pub fn link(generator: &str, file: &str, entries: &str, rest: &str) {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
     let path = out.join(file);
     std::fs::write(&path, script).unwrap_or_else(|e| panic!("write {file}: {e}"));
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-T,{}", path.display());
-    // 64 KiB windows (see the module docs).
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,max-page-size=0x10000");
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,separate-code");
+    path
 }

@@ -88,10 +88,11 @@
 //! cache drains the same way.
 //!
 //! With one field for the sections to load there is no load order to get right. Before
-//! (docs/benchmarks.md, "The stop in the word") the stop lived in two fields of its own (`cap` for pushes, `floor` for pops), every section
-//! had to load its stop field before `word` (the other order let a section combine a pre-drain
-//! count with a reopened floor and hand out an item twice: found by `tests/stress.rs` and the
-//! loom model), and each section paid one load more.
+//! (docs/benchmarks.md, "The stop in the word") the stop lived in two fields of its own (`cap`
+//! for pushes, `floor` for pops), every section had to load its stop field before `word` (the
+//! other order let a section combine a pre-drain count with a reopened floor and hand out an
+//! item twice: found by `tests/stress.rs` and the loom model), and each section paid one load
+//! more.
 //!
 //! # Locked mode
 //! Without rseq (old glibc, valgrind, `EBBTIDE_RSEQ=0`, or under loom/miri) every operation takes
@@ -237,7 +238,7 @@ const _: () = assert!(core::mem::size_of::<Demand>() == DEMAND);
 pub enum Push {
     /// The item is on this CPU's stack.
     Done,
-    /// The stack is full, stopped or closed (cap 0): nothing changed.
+    /// The stack has no room (full, stopped, or closed: cap 0): nothing changed.
     Full,
     /// The item is already the top of this CPU's stack: an immediate double free
     /// (`free(p); free(p)`), refused; nothing changed.
@@ -814,7 +815,7 @@ pub(crate) fn lock_header_as(h: &Header, holder: u32) {
 
 impl Pcpu {
     /// Per-CPU stacks of `storage` slots each (at most [`STORAGE_MAX`]), for `ncpu` CPUs, every
-    /// stack stopped at cap 0 until [`Pcpu::set_cap`] opens it. Stacks are `1 << STRIDE_SHIFT`
+    /// stack closed (count and room 0) until [`Pcpu::set_cap`] opens it. Stacks are `1 << STRIDE_SHIFT`
     /// bytes apart whatever `storage` is (the critical sections rely on it).
     pub(crate) fn new(storage: u32, ncpu: usize) -> Result<Pcpu, OsError> {
         assert!(
