@@ -426,20 +426,23 @@ fn locked_mode_users_vs_remote_drain() {
     users_vs_drainer(Mode::Locked);
 }
 
+/// A user on CPU 0 that allocates two items and frees them again, the second first.
+fn two_out_two_back(w: &Arc<World>) -> thread::JoinHandle<()> {
+    let w = w.clone();
+    thread::spawn(move || {
+        let x = alloc(&w, 0);
+        let y = alloc(&w, 0);
+        free(&w, 0, y);
+        free(&w, 0, x);
+    })
+}
+
 /// A full stack being drained while a user pops and pushes back (items cross the stop), and the
 /// drainer reopens with a smaller cap.
 fn drain_full_stack(mode: Mode) {
     builder().check(move || {
         let w = world(mode, 5, &[1, 2]);
-        let u = {
-            let w = w.clone();
-            thread::spawn(move || {
-                let x = alloc(&w, 0);
-                let y = alloc(&w, 0);
-                free(&w, 0, y);
-                free(&w, 0, x);
-            })
-        };
+        let u = two_out_two_back(&w);
         drain(&w, 0, 1);
         u.join().unwrap();
         check_conservation(&w, 5);
@@ -488,15 +491,7 @@ fn rseq_mode_two_drainers() {
 fn cap_change_vs_user(mode: Mode) {
     builder().check(move || {
         let w = world(mode, 5, &[1]);
-        let u = {
-            let w = w.clone();
-            thread::spawn(move || {
-                let x = alloc(&w, 0);
-                let y = alloc(&w, 0);
-                free(&w, 0, y);
-                free(&w, 0, x);
-            })
-        };
+        let u = two_out_two_back(&w);
         set_cap(&w.cpus[0], 1);
         u.join().unwrap();
         let word = w.cpus[0].word.load(Ordering::Relaxed);
