@@ -39,9 +39,11 @@
 //! which holds the header lock. A critical section that loaded the word before that CAS and
 //! commits after it writes the old capacity back: a cap change from another CPU can be lost,
 //! which leaves the stack at its old capacity (never above its storage). The slow path of the
-//! stack's own CPU finds and mends that on its next miss (`ZoneInner::sync_cap`), and a cap
-//! lowered below the count leaves `room` at 0 until the stack has given back the difference.
-
+//! stack's own CPU finds and mends that on its next miss (`ZoneInner::sync_cap`). A cap lowered
+//! below the count leaves `room` at 0; pops under it then open room the cap does not leave,
+//! which the next miss takes back the same way, and the resize pass moves what a stack holds
+//! above its cap to the slabs (stop, fence, `Pcpu::take_stopped_above`).
+//!
 //! # Fast path (rseq mode)
 //! glibc registers a restartable sequence area for every thread (`__rseq_offset`). `Pcpu::pop`
 //! and `Pcpu::push` are rseq critical sections in inline assembly: read the CPU id, locate the
