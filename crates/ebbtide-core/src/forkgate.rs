@@ -5,7 +5,7 @@
 //!
 //! Every path that may take a core lock (the slow and careful paths of allocation and free,
 //! zone creation and destruction, every reclaim entry point, snapshots, the release helper's
-//! passes) runs inside [`enter`]; the lock-free rseq fast paths do not (a critical section is
+//! passes) runs inside `enter`; the lock-free rseq fast paths do not (a critical section is
 //! committed by one store, so the child's copy of memory holds it done or not started).
 //! [`prepare`] (before the fork) closes the gate to new entries and waits until no thread is
 //! inside; [`parent`] and [`child`] (after it) open it again. The child, whose only thread is

@@ -78,7 +78,7 @@
 //! again: if `count` and `room` are still 0, the stop held and the stack is the drainer's (no
 //! commit can recreate that word: a push commits `count >= 1`, a pop `room >= 1`); if not, it
 //! stops again with the count now there and fences again, until a stop holds
-//! ([`Pcpu::stop_fenced`]; the pass over all zones of a CPU does the same per CPU,
+//! (`Pcpu::stop_fenced`; the pass over all zones of a CPU does the same per CPU,
 //! `zone/drain.rs`). Each repetition needs a section that started in the few nanoseconds
 //! between a load and a store, on that CPU, just before the CAS.
 //!

@@ -7,7 +7,7 @@
 //! back from classes that stopped missing). A *miss* is a trip of the slow path past this CPU's
 //! stack while caching is on: an allocation that found the stack empty (underflow) or a free
 //! that found it full (overflow). The slow path counts them (plain counters in the
-//! zone's per-CPU [`crate::pcpu::Demand`] line); the reclaim thread's resize pass
+//! zone's per-CPU `pcpu::Demand` line); the reclaim thread's resize pass
 //! (`reclaim::resize_pcpu`, every `pool_shrink_interval_ms`) reads the counters and applies the
 //! functions below, one CPU at a time over every zone:
 //!

@@ -387,7 +387,7 @@ impl Zone {
     /// [`Zone::free_fast_raw`] it makes no `careful` test and says nothing of why: one load
     /// fewer per call. Never panics, runs no hook, takes no lock.
     ///
-    /// **The owner test by the stacks' address.** Where [`Fast::is_item`] compares the chunk's
+    /// **The owner test by the stacks' address.** Where `Fast::is_item` compares the chunk's
     /// tag with the zone's, this compares the chunk's hint (the owning zone's per-CPU stacks,
     /// `arena.rs`, "The hint") with the zone's stacks' base, which the push needs anyway: one
     /// load of the zone fewer, and the push's base in a register (docs/benchmarks.md, "The
