@@ -65,22 +65,21 @@
 //!
 //! # Remote drain (rseq mode)
 //! A drainer (the reclaim code, on any thread) takes the `lock` of each header it wants, then
-//! **stops** it: one compare-and-swap sets `count` and `room` in `word` to 0 (every section then
+//! **stops** it: one atomic `fetch_and` sets `count` and `room` in `word` to 0 (every section then
 //! fails: nothing to pop, no room to push) and the count it took goes to `held`. It then calls
 //! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, FLAG_CPU, cpu)`, which returns only after
 //! every critical section that was running on that CPU has been aborted or has committed, and
 //! acts as a full barrier there.
 //!
-//! **A stop a section wrote over.** A section that loaded `word` before the CAS and commits
-//! after it stores its own word over the stop (a plain store, not a CAS): that section's
-//! operation happened, and the stack is open again. The fence cannot prevent it, only end it:
-//! after the fence no section that started before the CAS is still running. So the drainer looks
-//! again: if `count` and `room` are still 0, the stop held and the stack is the drainer's (no
-//! commit can recreate that word: a push commits `count >= 1`, a pop `room >= 1`); if not, it
-//! stops again with the count now there and fences again, until a stop holds
-//! (`Pcpu::stop_fenced`; the pass over all zones of a CPU does the same per CPU,
-//! `zone/drain.rs`). Each repetition needs a section that started in the few nanoseconds
-//! between a load and a store, on that CPU, just before the CAS.
+//! **A stop a section wrote over.** A section that loaded `word` before the stop and commits after
+//! it stores its own word over the stop (a plain store, not a read-modify-write): that section's
+//! operation happened, and the stack is open again. The fence cannot prevent it, only end it: after
+//! the fence no section that started before the stop is still running. So the drainer looks again:
+//! if `count` and `room` are still 0, the stop held and the stack is the drainer's (no commit can
+//! recreate that word: a push commits `count >= 1`, a pop `room >= 1`); if not, it stops again with
+//! the count now there and fences again, until a stop holds (`Pcpu::stop_fenced`; the pass over all
+//! zones of a CPU does the same per CPU, `zone/drain.rs`). Each repetition needs a section that
+//! started in the few nanoseconds between a load and a store, on that CPU, just before the stop.
 //!
 //! The drainer then owns the stack: empties it (or keeps part, or only reads it) and reopens it
 //! with one Release store of `word` carrying the count left and the room of the new cap; the
@@ -817,8 +816,8 @@ pub(crate) fn lock_header_as(h: &Header, holder: u32) {
 
 impl Pcpu {
     /// Per-CPU stacks of `storage` slots each (at most [`STORAGE_MAX`]), for `ncpu` CPUs, every
-    /// stack closed (count and room 0) until [`Pcpu::set_cap`] opens it. Stacks are `1 << STRIDE_SHIFT`
-    /// bytes apart whatever `storage` is (the critical sections rely on it).
+    /// stack closed (count and room 0) until [`Pcpu::set_cap`] opens it. Stacks are
+    /// `1 << STRIDE_SHIFT` bytes apart whatever `storage` is (the critical sections rely on it).
     pub(crate) fn new(storage: u32, ncpu: usize) -> Result<Pcpu, OsError> {
         assert!(
             storage <= STORAGE_MAX,
@@ -1115,23 +1114,15 @@ impl Pcpu {
         );
         let cap = cap.min(self.storage);
         h.cap.store(cap, Ordering::Relaxed);
-        let mut w = h.word.load(Ordering::Relaxed);
-        loop {
-            let new = with_count_and_cap(w, count_of(w), cap);
-            if new == w {
-                return;
-            }
-            // Release: the slots and count written before (a new stack's items, `BareStacks`)
-            // are visible to the first critical section that sees the room. Relaxed on failure:
-            // the loop retries with the word seen.
-            match h
-                .word
-                .compare_exchange(w, new, Ordering::Release, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(now) => w = now,
-            }
-        }
+        // Release: the slots and count written before (a new stack's items, `BareStacks`) are
+        // visible to the first critical section that sees the room. Relaxed loads: the update
+        // retries with the word seen. `None` (the room already right) leaves the word alone.
+        let _ = h
+            .word
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+                let new = with_count_and_cap(w, count_of(w), cap);
+                (new != w).then_some(new)
+            });
     }
 
     /// Does this stack's word carry the room its cap `cap` leaves (or is it stopped, which its
@@ -1182,25 +1173,15 @@ impl Pcpu {
         h.allocs_seen.store(total, Ordering::Release);
     }
 
-    /// Stops a CPU's stack (the caller holds its header lock): `count` and `room` to 0 by a
-    /// compare-and-swap, the count kept in `held`. A fence of that CPU ([`fence_cpu`]) must
+    /// Stops a CPU's stack (the caller holds its header lock): `count` and `room` to 0 by one
+    /// atomic read-modify-write, the count kept in `held`. A fence of that CPU ([`fence_cpu`]) must
     /// follow, and then [`Pcpu::stop_holds`] decides whether the stack is the caller's or must
     /// be stopped again (module docs, "A stop a section wrote over"); [`Pcpu::stop_fenced`]
     /// does all three.
     pub(crate) fn stop(&self, h: &Header) {
-        let mut w = h.word.load(Ordering::Relaxed);
-        loop {
-            // SeqCst: the stop must be visible to the target CPU before the fence's IPI (the
-            // membarrier system call is a full barrier on the caller's side too). Relaxed on
-            // failure: retried with the word seen.
-            match h
-                .word
-                .compare_exchange(w, w & !STOP_MASK, Ordering::SeqCst, Ordering::Relaxed)
-            {
-                Ok(_) => break,
-                Err(now) => w = now,
-            }
-        }
+        // SeqCst: the stop must be visible to the target CPU before the fence's IPI (the
+        // membarrier system call is a full barrier on the caller's side too).
+        let w = h.word.fetch_and(!STOP_MASK, Ordering::SeqCst);
         // Relaxed: read only by holders of the header lock (and racy statistics).
         h.held.store(HELD_STOPPED | count_of(w), Ordering::Relaxed);
     }

@@ -18,7 +18,7 @@
 //!   per-CPU `kernel: Mutex<()>` and an abort `epoch`: a section records the epoch, does its load
 //!   and slot access, and commits only if the epoch is unchanged; every commit and every fence
 //!   bumps the epoch (another section that ran in between = this one was preempted = restart).
-//!   What the kernel does *not* order is another CPU's compare-and-swap (a drainer's stop, a cap
+//!   What the kernel does *not* order is another CPU's read-modify-write (a drainer's stop, a cap
 //!   writer's change) between a section's load and its commit: the model lets those happen there.
 //!   The load is `Acquire` because x86 loads are (TSO); the commit writes unconditionally
 //!   (`Release`, as x86 stores are), not a CAS, as the real one is a `movq` (see `commit` for why
@@ -26,9 +26,9 @@
 //! * **locked mode**: every operation takes the header spin lock (`pcpu::lock_header`, Acquire CAS
 //!   / Release store) and no fence is needed.
 //! * **drainer** (`ZoneInner::drain_cpus`, `validate`, the resize pass): lock → `stop_fenced`
-//!   (CAS count and room to 0, `held` = the count taken; fence; look again, and stop and fence
-//!   again while a commit wrote over the stop) → `take_stopped` (read the slots below the held
-//!   count) → reopen (one Release store of `word` with count 0 and the room of the new cap) →
+//!   (`fetch_and` count and room to 0, `held` = the count taken; fence; look again, and stop and
+//!   fence again while a commit wrote over the stop) → `take_stopped` (read the slots below the
+//!   held count) → reopen (one Release store of `word` with count 0 and the room of the new cap) →
 //!   unlock.
 //! * **cap writer** (`Pcpu::set_cap`, from the resize pass on another CPU): lock → CAS `word`'s
 //!   room to `cap - count` → unlock; a section may write the old room back (lossy by design).
@@ -130,9 +130,9 @@ fn lock_header(c: &Cpu) -> loom::sync::MutexGuard<'_, ()> {
 /// `swap` whose old value is ignored. loom 0.7 lets a plain store take a place in the
 /// modification order between the read and the write of another thread's read-modify-write
 /// (tokio-rs/loom#254 and #389; the fix, PR #391, is not released), so a plain-store commit
-/// racing the drainer's stop CAS made loom report a stop that held while the commit had landed
-/// after it: an execution C++ forbids (an RMW reads the last value before its write) and x86
-/// cannot produce (its locked CAS and the commit take places in one total store order). A
+/// racing the drainer's stop (an RMW) made loom report a stop that held while the commit had
+/// landed after it: an execution C++ forbids (an RMW reads the last value before its write) and x86
+/// cannot produce (its locked RMW and the commit take places in one total store order). A
 /// `swap` is an RMW, which loom orders correctly, and writes what the store writes, at the place
 /// in the order the store must take: after every write it follows.
 fn commit(c: &Cpu, w: u64) {
@@ -154,7 +154,7 @@ fn rseq_pop(c: &Cpu) -> Option<usize> {
         // SAFETY (model): n - 1 < count <= STORAGE.
         let item = c.items[n - 1].with(|p| unsafe { *p });
         drop(k);
-        // <- preemption / fence point inside the section; another CPU's CAS may land here
+        // <- preemption / fence point inside the section; another CPU's RMW may land here
         let _k = c.kernel.lock().unwrap();
         if c.epoch.load(Ordering::Relaxed) != epoch {
             continue; // aborted: "5: jmp 2b"
@@ -228,18 +228,9 @@ fn fence_cpu(w: &World, cpu: usize) {
     fence(Ordering::SeqCst); // pcpu.rs fence_cpu: crate::sync::fence(SeqCst)
 }
 
-/// pcpu.rs `stop`: count and room to 0 by CAS (SeqCst), the count taken into `held`.
+/// pcpu.rs `stop`: count and room to 0 by one RMW (SeqCst), the count taken into `held`.
 fn stop(c: &Cpu) {
-    let mut w = c.word.load(Ordering::Relaxed);
-    loop {
-        match c
-            .word
-            .compare_exchange(w, w & !STOP_MASK, Ordering::SeqCst, Ordering::Relaxed)
-        {
-            Ok(_) => break,
-            Err(now) => w = now,
-        }
-    }
+    let w = c.word.fetch_and(!STOP_MASK, Ordering::SeqCst);
     c.held
         .store((1 << 31) | count_of(w) as u32, Ordering::Relaxed);
 }
@@ -282,20 +273,12 @@ fn drain(w: &World, cpu: usize, reopen_cap: u32) -> usize {
 fn set_cap(c: &Cpu, cap: u32) {
     let _g = lock_header(c);
     c.cap.store(cap, Ordering::Relaxed);
-    let mut w = c.word.load(Ordering::Relaxed);
-    loop {
-        let new = with_count_and_cap(w, count_of(w), cap as u64);
-        if new == w {
-            return;
-        }
-        match c
-            .word
-            .compare_exchange(w, new, Ordering::Release, Ordering::Relaxed)
-        {
-            Ok(_) => return,
-            Err(now) => w = now,
-        }
-    }
+    let _ = c
+        .word
+        .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+            let new = with_count_and_cap(w, count_of(w), cap as u64);
+            (new != w).then_some(new)
+        });
 }
 
 // ---- a user thread: Zone::alloc / Zone::free reduced to stack + keg ----
