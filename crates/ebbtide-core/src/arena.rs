@@ -4,7 +4,7 @@
 //!  arena base (CHUNK_SIZE aligned)                                    base + len
 //!  | chunk map | chunk 1 | chunk 2 | ...                     | chunk n-1 |
 //!                  ^ owned by a keg: its slab metadata at the start, slabs after it
-//!  chunk map: the arena's first chunk(s), one 16-byte entry per chunk (the map's own entries
+//!  chunk map: the arena's first chunk(s), one 32-byte entry per chunk (the map's own entries
 //!  read 0), readable for every chunk (committed at once, its pages zero-filled as touched):
 //!    tag word:
 //!      0            never handed out (above the bump pointer)
@@ -12,7 +12,18 @@
 //!      odd          free, value = (next free chunk index << 1) | 1
 //!    hint word: the owning keg's hint (its zone's per-CPU stacks), written before the tag;
 //!      0 for a chunk never handed out or given back (cleared before the free mark)
+//!    start word: the address of the chunk's first slab (the owning keg's `first_slab` bytes
+//!      in), written before the tag; 0 for a chunk never handed out or given back
 //! ```
+//!
+//! **The start word** spares the malloc's `free`, which reads the entry for the tag anyway, the
+//! range test's arithmetic: `p - start` is `p`'s offset from the chunk's first slab, compared
+//! with the slabs' length as one word ([`crate::zone::FastConsts`]), where the offset within the
+//! chunk took a mask, the first slab's offset a load and a shift out of a packed word, and the
+//! compare 32-bit halves (4 instructions fewer with the start word's load; docs/benchmarks.md,
+//! "The start word"). It is
+//! meaningful only with the tag it was read with: the tag names the keg, the start word where
+//! that keg's slabs begin in this chunk.
 //!
 //! **The hint** is the one word a `free` needs after the pointer to reach the stack it pushes
 //! onto: the owning zone's per-CPU stacks ([`crate::zone::FastConsts::stacks_hint`]). It sits
@@ -73,10 +84,11 @@ pub(crate) struct Arena {
 }
 
 /// One chunk's entry in the chunk map (see the module docs).
-#[repr(C, align(16))]
+#[repr(C, align(32))]
 pub(crate) struct MapEntry {
     pub(crate) tag: AtomicU64,
     pub(crate) hint: AtomicU64,
+    pub(crate) start: AtomicU64,
 }
 
 // SAFETY: `map` points to a mapping owned by the arena for the life of the process; it is only
@@ -186,9 +198,15 @@ impl Arena {
         }
     }
 
-    /// Hands a committed chunk to the keg with `tag` and `hint` (see the module docs). The
-    /// chunk's memory reads as zeros.
-    pub(crate) fn alloc_chunk(&self, tag: u64, hint: u64) -> Result<NonNull<u8>, OsError> {
+    /// Hands a committed chunk to the keg with `tag` and `hint` whose first slab lies
+    /// `first_slab` bytes into a chunk (see the module docs). The chunk's memory reads as zeros.
+    pub(crate) fn alloc_chunk(
+        &self,
+        tag: u64,
+        hint: u64,
+        first_slab: usize,
+    ) -> Result<NonNull<u8>, OsError> {
+        debug_assert!(first_slab > 0 && first_slab < CHUNK_SIZE);
         debug_assert!(tag != 0 && tag & 1 == 0);
         // Injected failures hit every chunk acquisition, also a reused chunk that needs no commit.
         if os::fault::should_fail() {
@@ -224,14 +242,19 @@ impl Arena {
             }
             idx
         };
+        let chunk = self.base + (idx << CHUNK_SHIFT);
+        let e = self.map_entry(idx);
         // Release: the C entry points' `free` reads the hint alone (`Zone::free_fast_plain`,
         // Acquire); for the others it is published by the Release store of the tag just below.
-        self.map_entry(idx).hint.store(hint, Ordering::Release);
+        e.hint.store(hint, Ordering::Release);
+        // Relaxed: read only with the tag (`owner_entry`), which publishes it.
+        e.start
+            .store((chunk + first_slab) as u64, Ordering::Relaxed);
         // Release: a thread that reads this tag (tag_of, Acquire) sees the chunk's header, which
         // the keg initialises before publishing any item of the chunk, and the hint.
         self.entry(idx).store(tag, Ordering::Release);
         // SAFETY: inside the reservation, non-null.
-        Ok(unsafe { NonNull::new_unchecked((self.base + (idx << CHUNK_SHIFT)) as *mut u8) })
+        Ok(unsafe { NonNull::new_unchecked(chunk as *mut u8) })
     }
 
     /// Takes a chunk back: its pages are given back to the OS and it goes on the free list.
@@ -245,7 +268,10 @@ impl Arena {
         let mut head = crate::sync::lock(&self.free);
         // The hint first: a free chunk matches no zone's stacks (`Zone::free_fast_plain` tests
         // the hint alone; a zone made later may get a destroyed zone's stacks' address).
-        self.map_entry(idx).hint.store(0, Ordering::Release);
+        let e = self.map_entry(idx);
+        e.hint.store(0, Ordering::Release);
+        // Relaxed: read only with an owner's tag, which the store below replaces.
+        e.start.store(0, Ordering::Relaxed);
         // Release: pairs with the Acquire loads in `tag_of` and the fast path's item check; a
         // reader that sees the "free" mark (odd value) sees the chunk given back (no stale
         // header can pass for a keg's). The free-list link in the entry itself is read under
@@ -262,28 +288,46 @@ impl Arena {
 /// [`crate::Zone::tag_raw`] giving each zone's tag. 0 too when the arena could not be reserved.
 #[inline(always)]
 pub fn owner_tag(addr: usize) -> u64 {
-    owner_entry(addr).0
+    owner_entry(addr).tag
 }
 
-/// [`owner_tag`] and the owning keg's hint (see the module docs): `(0, 0)` where `owner_tag`
-/// gives 0. The hint is that of the keg the tag names (or, if the chunk changed hands since,
-/// of a later owner: only after the owning zone was destroyed).
+/// What the chunk map says of the chunk holding an address ([`owner_entry`]; module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChunkOwner {
+    /// The owning keg's tag ([`owner_tag`]), 0 for none.
+    pub tag: u64,
+    /// The owning keg's hint (its zone's per-CPU stacks), 0 for none.
+    pub hint: u64,
+    /// The chunk's start word ("The start word"), for
+    /// [`FastConsts::free_fast_owned`](crate::zone::FastConsts::free_fast_owned); 0 for none.
+    pub start: u64,
+}
+
+/// [`owner_tag`], the owning keg's hint and the chunk's start word (see the module docs); all
+/// 0 where `owner_tag` gives 0. The hint and the start word are those of the keg the tag names
+/// (or, if the chunk changed hands since, of a later owner: only after the owning zone was
+/// destroyed).
 #[inline(always)]
-pub fn owner_entry(addr: usize) -> (u64, u64) {
+pub fn owner_entry(addr: usize) -> ChunkOwner {
     let view = crate::local_ref!(VIEW);
     // Acquire: pairs with the Release store in `get`.
     let len = view.len.load(Ordering::Acquire);
     // SAFETY: VIEW holds (0, 0) until the arena exists, then its base and length (the base
     // stored before the length, which was loaded first).
     let Some(e) = (unsafe { map_entry_in(view.base.load(Ordering::Relaxed), len, addr) }) else {
-        return (0, 0);
+        return ChunkOwner::default();
     };
-    // Acquire: as in `Arena::tag_of` (and the hint, stored before the tag, is visible).
+    // Acquire: as in `Arena::tag_of` (and the hint and start word, stored before the tag, are
+    // visible).
     let t = e.tag.load(Ordering::Acquire);
     if t & 1 == 1 {
-        (0, 0)
+        ChunkOwner::default()
     } else {
-        (t, e.hint.load(Ordering::Relaxed))
+        ChunkOwner {
+            tag: t,
+            hint: e.hint.load(Ordering::Relaxed),
+            start: e.start.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -320,17 +364,17 @@ mod tests {
         let t1 = a.new_tag();
         let t2 = a.new_tag();
         assert!(t1 != t2 && t1 & 1 == 0 && t2 & 1 == 0);
-        let c1 = a.alloc_chunk(t1, 0x1000).unwrap();
+        let c1 = a.alloc_chunk(t1, 0x1000, 4096).unwrap();
         assert_eq!(c1.as_ptr() as usize % CHUNK_SIZE, 0);
         assert_eq!(a.tag_of(c1.as_ptr() as usize + 12345), t1);
         assert_eq!(a.tag_of(0x1000), 0, "outside the arena");
         let inside = c1.as_ptr() as usize + 777;
         assert_eq!(
-            owner_entry(inside),
+            (owner_entry(inside).tag, owner_entry(inside).hint),
             (t1, 0x1000),
             "the tag and the keg's hint"
         );
-        assert_eq!(owner_entry(0x1000), (0, 0));
+        assert_eq!(owner_entry(0x1000), ChunkOwner::default());
         // SAFETY: c1 came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c1) };
         assert_eq!(
@@ -338,8 +382,12 @@ mod tests {
             0,
             "free chunks belong to nobody"
         );
-        assert_eq!(owner_entry(inside), (0, 0), "nor their hints");
-        let c2 = a.alloc_chunk(t2, 0).unwrap();
+        assert_eq!(
+            owner_entry(inside),
+            ChunkOwner::default(),
+            "nor their hints"
+        );
+        let c2 = a.alloc_chunk(t2, 0, 4096).unwrap();
         assert_eq!(a.tag_of(c2.as_ptr() as usize), t2);
         // SAFETY: c2 came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c2) };
@@ -347,7 +395,7 @@ mod tests {
 
     /// The base and the length find every address's entry: nothing below the base or from the
     /// end on, the map's own chunk owned by nobody and never handed out, and a chunk's entry at
-    /// the map (the base) plus 16 bytes per chunk.
+    /// the map (the base) plus 32 bytes per chunk.
     #[test]
     fn the_base_and_length_bound_the_arena_and_find_the_map() {
         let a = get().unwrap();
@@ -369,9 +417,9 @@ mod tests {
             0,
             "the map's chunk belongs to nobody"
         );
-        assert_eq!(owner_entry(a.base + 64), (0, 0));
+        assert_eq!(owner_entry(a.base + 64), ChunkOwner::default());
         let t = a.new_tag();
-        let c = a.alloc_chunk(t, 0x2000).unwrap();
+        let c = a.alloc_chunk(t, 0x2000, 4096).unwrap();
         let addr = c.as_ptr() as usize;
         assert!(
             addr >= a.base + CHUNK_SIZE,
@@ -390,7 +438,14 @@ mod tests {
             a.base + ((a.len >> CHUNK_SHIFT) - 1) * ENTRY,
             "the last chunk's entry"
         );
-        assert_eq!(owner_entry(addr + 99), (t, 0x2000));
+        assert_eq!(
+            owner_entry(addr + 99),
+            ChunkOwner {
+                tag: t,
+                hint: 0x2000,
+                start: addr as u64 + 4096
+            }
+        );
         // SAFETY: c came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c) };
     }
@@ -400,7 +455,7 @@ mod tests {
     #[test]
     fn a_free_chunk_has_no_hint() {
         let a = get().unwrap();
-        let c = a.alloc_chunk(a.new_tag(), 0x3000).unwrap();
+        let c = a.alloc_chunk(a.new_tag(), 0x3000, 4096).unwrap();
         // SAFETY: the arena's base and length.
         let e = unsafe { map_entry_in(a.base, a.len, c.as_ptr() as usize + 5) }.unwrap();
         assert_eq!(e.hint.load(Ordering::Relaxed), 0x3000);
@@ -412,5 +467,25 @@ mod tests {
             "a free chunk matches no zone's stacks"
         );
         assert_eq!(e.tag.load(Ordering::Relaxed) & 1, 1, "marked free");
+    }
+
+    /// A chunk handed out carries its first slab's address as its start word; given back, 0.
+    #[test]
+    fn a_chunk_carries_its_start_word_until_given_back() {
+        let a = get().unwrap();
+        let t = a.new_tag();
+        let c = a
+            .alloc_chunk(t, 0x4000, 3 * crate::os::page_size())
+            .unwrap();
+        let chunk = c.as_ptr() as usize;
+        // SAFETY: the arena's base and length.
+        let e = unsafe { map_entry_in(a.base, a.len, chunk + 5) }.unwrap();
+        let start = e.start.load(Ordering::Relaxed);
+        assert_eq!(start, (chunk + 3 * crate::os::page_size()) as u64);
+        assert_eq!(owner_entry(chunk + CHUNK_SIZE - 1).start, start);
+        // SAFETY: c came from alloc_chunk and is unused.
+        unsafe { a.free_chunk(c) };
+        assert_eq!(e.start.load(Ordering::Relaxed), 0);
+        assert_eq!(owner_entry(chunk).start, 0, "no owner, no start");
     }
 }

@@ -590,7 +590,9 @@ impl Keg {
     /// Only when the newest chunk has no slab left to carve.
     fn grow(&self, g: &mut KegInner) -> Result<(), OsError> {
         debug_assert_eq!(g.uncarved, 0);
-        let chunk = self.arena.alloc_chunk(self.tag, self.chunk_hint)?;
+        let chunk = self
+            .arena
+            .alloc_chunk(self.tag, self.chunk_hint, self.geo.first_slab)?;
         let hdr = chunk.as_ptr() as *mut ChunkHeader;
         // SAFETY: the chunk is committed, zeroed and ours; the header lies in its first
         // `first_slab` bytes, which no item overlaps.

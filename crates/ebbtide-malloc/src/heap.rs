@@ -8,10 +8,12 @@
 //! ([`ebbtide_core::owner_entry`], one load, never touching `p`); a table of 4096 bytes maps
 //! tags to classes, and [`TAG_FAST`] tags to the zones' constants. The push onto this CPU's
 //! stack takes the stacks' address from the entry's hint, so it waits for one load after the
-//! pointer, not two (the constants feed only tests that branch). Tags are handed out in order
-//! of keg creation and never reused; the first zones of a process have small tags. A tag past
-//! the table (more than 4095 kegs made before a class's zone: possible only in a program that
-//! also makes thousands of zones itself) is found by comparing the classes' tags one by one.
+//! pointer, not two (the constants feed only tests that branch); the item test takes the
+//! pointer's offset from the chunk's first slab from the entry's start word, read with them.
+//! Tags are handed out in order of keg creation and never reused; the first zones of a process
+//! have small tags. A tag past the table (more than 4095 kegs made before a class's zone:
+//! possible only in a program that also makes thousands of zones itself) is found by comparing
+//! the classes' tags one by one.
 //!
 //! ## Creating a class's zone inside an allocation
 //! The zone is created on the first request for its class, under one mutex, without the
@@ -586,15 +588,15 @@ pub fn alloc_aligned(align: usize, n: usize) -> *mut u8 {
 /// block of ours is indistinguishable from a block start only if it is one).
 #[inline(always)]
 pub unsafe fn free(p: *mut u8) {
-    let (tag, hint) = ebbtide_core::owner_entry(p as usize);
-    let i = (tag >> 1) as usize;
+    let o = ebbtide_core::owner_entry(p as usize);
+    let (tag, i) = (o.tag, (o.tag >> 1) as usize);
     if i < TAGS {
         // The table through `local_ref!`, as `CLASS_FAST` in `alloc`.
         if let Some(f) = ebbtide_core::local_ref!(TAG_FAST)[i].get(FastSlot::key_of(tag)) {
             // SAFETY: p is non-null and in a chunk whose tag is this zone's (the entry's key is
-            // the tag's: tag 0, for addresses nobody owns, has no entry), and `hint` came with
-            // that tag; the zone is published and never destroyed.
-            if !unsafe { f.free_fast_owned(NonNull::new_unchecked(p), hint) } {
+            // the tag's: tag 0, for addresses nobody owns, has no entry), and the hint and
+            // start word came with that tag; the zone is published and never destroyed.
+            if !unsafe { f.free_fast_owned(NonNull::new_unchecked(p), o.hint, o.start) } {
                 // SAFETY: forwarded (the fast path changed nothing).
                 unsafe { free_again_tag(i, p) };
             }
@@ -867,7 +869,8 @@ mod tests {
         let hint = by_class.stacks_hint();
         assert_ne!(hint, 0);
         assert_eq!(by_tag.stacks_hint(), hint);
-        assert_eq!(ebbtide_core::owner_entry(p as usize), (tag, hint));
+        let o = ebbtide_core::owner_entry(p as usize);
+        assert_eq!((o.tag, o.hint), (tag, hint));
         // SAFETY: ours, from `alloc`.
         unsafe { free(p) };
     }
