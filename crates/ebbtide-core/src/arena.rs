@@ -331,6 +331,27 @@ pub fn owner_entry(addr: usize) -> ChunkOwner {
     }
 }
 
+/// [`owner_entry`] without its test for a free chunk: the entry's words as stored, so the tag
+/// is odd for a chunk on the free list (its link: module docs) and 0 for one never handed out
+/// or outside the arena. For a caller that looks the tag up in a table whose keys are even
+/// tags (the malloc's `free`): an odd value finds no entry, and the test is one branch less.
+#[inline(always)]
+pub fn owner_entry_raw(addr: usize) -> ChunkOwner {
+    let view = crate::local_ref!(VIEW);
+    // Acquire: pairs with the Release store in `get`.
+    let len = view.len.load(Ordering::Acquire);
+    // SAFETY: as in `owner_entry`.
+    let Some(e) = (unsafe { map_entry_in(view.base.load(Ordering::Relaxed), len, addr) }) else {
+        return ChunkOwner::default();
+    };
+    ChunkOwner {
+        // Acquire: as in `owner_entry`.
+        tag: e.tag.load(Ordering::Acquire),
+        hint: e.hint.load(Ordering::Relaxed),
+        start: e.start.load(Ordering::Relaxed),
+    }
+}
+
 /// The chunk map entry of the chunk holding `addr` in the arena at `base` of `len` bytes,
 /// `None` outside it (module docs, "The map at the base"). Reads nothing but the map: the
 /// caller has loaded the base and the length (a zone keeps them among its fast-path

@@ -214,7 +214,7 @@ pub mod wss;
 pub mod zone;
 
 #[cfg(not(loom))]
-pub use arena::{owner_entry, owner_tag, ChunkOwner};
+pub use arena::{owner_entry, owner_entry_raw, owner_tag, ChunkOwner};
 #[cfg(not(loom))]
 pub use bucket::{bucket_size_for, BUCKET_MAX};
 #[cfg(not(loom))]

@@ -59,7 +59,7 @@ static TAG_FAST: [FastSlot; TAGS] = [const { FastSlot::empty() }; TAGS];
 /// lies in its first line (the core's `Fast` puts those fields first).
 #[repr(C, align(128))]
 struct FastSlot {
-    /// 0 until `consts` is written; then [`FastSlot::key_of`] of the zone's tag.
+    /// [`FastSlot::EMPTY`] until `consts` is written; then the zone's tag.
     key: AtomicU64,
     consts: UnsafeCell<MaybeUninit<FastConsts>>,
 }
@@ -73,16 +73,17 @@ impl FastSlot {
     const fn empty() -> FastSlot {
         FastSlot {
             consts: UnsafeCell::new(MaybeUninit::uninit()),
-            key: AtomicU64::new(0),
+            key: AtomicU64::new(Self::EMPTY),
         }
     }
 
-    /// The key of a zone with chunk tag `tag`: never 0, and never equal to the key of another
-    /// tag (`owner_tag` gives 0 for memory nobody owns, and keg tags are below 2^63).
-    #[inline(always)]
-    fn key_of(tag: u64) -> u64 {
-        tag | 1 << 63
-    }
+    /// The key of an entry not published: no word of the chunk map ever reads so (keg tags are
+    /// even; a free chunk's odd word holds the next free chunk's index, far below 2^63; 0 is
+    /// memory nobody owns), so `free` looks the map's word up as it is ([`owner_entry_raw`]),
+    /// with no test of its own for 0 or odd.
+    ///
+    /// [`owner_entry_raw`]: ebbtide_core::owner_entry_raw
+    const EMPTY: u64 = u64::MAX;
 
     /// Publishes the constants (once, under the creation lock).
     fn publish(&self, c: FastConsts) {
@@ -90,15 +91,18 @@ impl FastSlot {
         // only after seeing the key (see the `Sync` impl).
         unsafe { (*self.consts.get()).write(c) };
         // Release: pairs with the Acquire in `get`.
-        self.key.store(Self::key_of(c.tag()), Ordering::Release);
+        debug_assert!(c.tag() != 0 && c.tag() & 1 == 0);
+        self.key.store(c.tag(), Ordering::Release);
     }
 
-    /// The constants, if published with key `key`.
+    /// The constants, if published with key `key` (a chunk map word: [`FastSlot::EMPTY`]
+    /// never is one).
     #[inline(always)]
     fn get(&self, key: u64) -> Option<&FastConsts> {
+        debug_assert_ne!(key, Self::EMPTY);
         // Acquire: pairs with the Release in `publish` (the constants are written).
         if self.key.load(Ordering::Acquire) == key {
-            // SAFETY: published (the key is never 0 once set, and `key` is a nonzero key).
+            // SAFETY: published (the key is EMPTY until then, and `key` is not EMPTY).
             Some(unsafe { (*self.consts.get()).assume_init_ref() })
         } else {
             None
@@ -109,7 +113,7 @@ impl FastSlot {
     #[inline(always)]
     fn get_any(&self) -> Option<&FastConsts> {
         // Acquire: as in `get`.
-        if self.key.load(Ordering::Acquire) != 0 {
+        if self.key.load(Ordering::Acquire) != Self::EMPTY {
             // SAFETY: as in `get`.
             Some(unsafe { (*self.consts.get()).assume_init_ref() })
         } else {
@@ -588,14 +592,17 @@ pub fn alloc_aligned(align: usize, n: usize) -> *mut u8 {
 /// block of ours is indistinguishable from a block start only if it is one).
 #[inline(always)]
 pub unsafe fn free(p: *mut u8) {
-    let o = ebbtide_core::owner_entry(p as usize);
+    // The map's words as they are: a free chunk's odd word or nobody's 0 finds no entry (the
+    // keys are even tags), and `free_tagged` takes both for nobody's.
+    let o = ebbtide_core::owner_entry_raw(p as usize);
     let (tag, i) = (o.tag, (o.tag >> 1) as usize);
     if i < TAGS {
         // The table through `local_ref!`, as `CLASS_FAST` in `alloc`.
-        if let Some(f) = ebbtide_core::local_ref!(TAG_FAST)[i].get(FastSlot::key_of(tag)) {
+        if let Some(f) = ebbtide_core::local_ref!(TAG_FAST)[i].get(tag) {
             // SAFETY: p is non-null and in a chunk whose tag is this zone's (the entry's key is
-            // the tag's: tag 0, for addresses nobody owns, has no entry), and the hint and
-            // start word came with that tag; the zone is published and never destroyed.
+            // the tag: 0, for addresses nobody owns, and a free chunk's odd word match no
+            // entry), and the hint and start word came with that tag; the zone is published
+            // and never destroyed.
             if !unsafe { f.free_fast_owned(NonNull::new_unchecked(p), o.hint, o.start) } {
                 // SAFETY: forwarded (the fast path changed nothing).
                 unsafe { free_again_tag(i, p) };
@@ -614,6 +621,8 @@ pub unsafe fn free(p: *mut u8) {
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn free_tagged(p: *mut u8, tag: u64) {
+    // An odd word is a free chunk's (`owner_entry_raw`): nobody's, as 0.
+    let tag = if tag & 1 == 1 { 0 } else { tag };
     if let Some(c) = class_of_tag(tag) {
         let z = ZONES[c].load(Ordering::Acquire);
         // SAFETY: p is non-null (its chunk has a tag); the zone is published and never
@@ -832,19 +841,54 @@ mod tests {
         unsafe { free(p) };
     }
 
+    /// `free` of a pointer into a chunk the arena took back (its map word odd, the free list's
+    /// link: `free` reads the word as it is) is a bad pointer, reported and not applied, like
+    /// one into memory nobody owns.
+    #[test]
+    fn free_into_a_chunk_given_back_is_a_bad_pointer() {
+        // A zone of the core's own, destroyed: its chunk goes back onto the arena's free list.
+        let z = Zone::new(ZoneOptions::new("given-back", 4000)).unwrap();
+        let item = z.alloc().unwrap();
+        let a = item.as_ptr() as usize;
+        // SAFETY: allocated just above, freed once.
+        unsafe { z.free(item).unwrap() };
+        let tag = ebbtide_core::owner_tag(a);
+        assert!(tag != 0 && tag & 1 == 0);
+        z.destroy().map_err(|(_, e)| e).unwrap();
+        let word = ebbtide_core::owner_entry_raw(a).tag;
+        if word & 1 == 0 {
+            // Another test's zone took the chunk meanwhile (tests run in parallel): what this
+            // test is about cannot be set up now.
+            assert_ne!(word, tag, "a chunk given back keeps no tag");
+            return;
+        }
+        assert_eq!(
+            ebbtide_core::owner_entry(a),
+            ebbtide_core::ChunkOwner::default()
+        );
+        // No other test of this library reports a bad pointer, so the count is this test's.
+        let before = crate::report::bad_pointers();
+        // SAFETY: an address in a chunk nobody owns; `free` only reads the chunk map for it.
+        unsafe { free(a as *mut u8) };
+        assert_eq!(
+            crate::report::bad_pointers(),
+            before + 1,
+            "reported as not ours, not applied"
+        );
+    }
+
     /// The constants tables: an entry is found only under its own tag's key, and the entries
     /// of a class's zone are published with it and match it.
     #[test]
     fn a_constants_entry_is_found_only_under_its_own_key() {
-        assert_ne!(
-            FastSlot::key_of(0),
-            0,
-            "tag 0 (nobody's memory) must not match an empty entry"
-        );
-        assert_ne!(FastSlot::key_of(2), FastSlot::key_of(4));
         let empty = FastSlot::empty();
         assert!(empty.get_any().is_none());
-        assert!(empty.get(FastSlot::key_of(0)).is_none());
+        for word in [0, 1, 2, 3, (1 << 19) | 1] {
+            assert!(
+                empty.get(word).is_none(),
+                "no chunk map word ({word:#x}: nobody's, a free chunk's, a tag) finds an empty entry"
+            );
+        }
 
         let p = alloc(200);
         assert!(!p.is_null());
@@ -860,11 +904,9 @@ mod tests {
         assert_eq!(by_class.tag(), tag);
         let i = (tag >> 1) as usize;
         assert!(i < TAGS);
-        let by_tag = TAG_FAST[i]
-            .get(FastSlot::key_of(tag))
-            .expect("the tag's entry is published");
+        let by_tag = TAG_FAST[i].get(tag).expect("the tag's entry is published");
         assert_eq!(by_tag.tag(), tag);
-        assert!(TAG_FAST[i].get(FastSlot::key_of(tag ^ 2)).is_none());
+        assert!(TAG_FAST[i].get(tag ^ 2).is_none());
         // The hint: the chunk map entry carries the zone's stacks.
         let hint = by_class.stacks_hint();
         assert_ne!(hint, 0);
@@ -892,8 +934,8 @@ mod tests {
         let tag = unsafe { Zone::tag_raw(z) };
         let i = (tag >> 1) as usize;
         // What a forked child finds when the parent's creator was between its stores.
-        CLASS_FAST[c].key.store(0, Ordering::Relaxed);
-        TAG_FAST[i].key.store(0, Ordering::Relaxed);
+        CLASS_FAST[c].key.store(FastSlot::EMPTY, Ordering::Relaxed);
+        TAG_FAST[i].key.store(FastSlot::EMPTY, Ordering::Relaxed);
         assert!(CLASS_FAST[c].get_any().is_none());
         assert!(TAG_FAST[i].get_any().is_none());
         let q = alloc(n);
@@ -902,7 +944,7 @@ mod tests {
         let f = CLASS_FAST[c].get_any().expect("published by the fixup");
         assert_eq!(f.tag(), tag);
         let f = TAG_FAST[i]
-            .get(FastSlot::key_of(tag))
+            .get(tag)
             .expect("the tag's entry published by the fixup");
         assert_eq!(f.tag(), tag);
         // SAFETY: ours, from `alloc`.
