@@ -309,25 +309,12 @@ pub struct ChunkOwner {
 /// destroyed).
 #[inline(always)]
 pub fn owner_entry(addr: usize) -> ChunkOwner {
-    let view = crate::local_ref!(VIEW);
-    // Acquire: pairs with the Release store in `get`.
-    let len = view.len.load(Ordering::Acquire);
-    // SAFETY: VIEW holds (0, 0) until the arena exists, then its base and length (the base
-    // stored before the length, which was loaded first).
-    let Some(e) = (unsafe { map_entry_in(view.base.load(Ordering::Relaxed), len, addr) }) else {
-        return ChunkOwner::default();
-    };
-    // Acquire: as in `Arena::tag_of` (and the hint and start word, stored before the tag, are
-    // visible).
-    let t = e.tag.load(Ordering::Acquire);
-    if t & 1 == 1 {
+    let o = owner_entry_raw(addr);
+    // An odd word is a free chunk's link (module docs): nobody's.
+    if o.tag & 1 == 1 {
         ChunkOwner::default()
     } else {
-        ChunkOwner {
-            tag: t,
-            hint: e.hint.load(Ordering::Relaxed),
-            start: e.start.load(Ordering::Relaxed),
-        }
+        o
     }
 }
 
@@ -340,12 +327,14 @@ pub fn owner_entry_raw(addr: usize) -> ChunkOwner {
     let view = crate::local_ref!(VIEW);
     // Acquire: pairs with the Release store in `get`.
     let len = view.len.load(Ordering::Acquire);
-    // SAFETY: as in `owner_entry`.
+    // SAFETY: VIEW holds (0, 0) until the arena exists, then its base and length (the base
+    // stored before the length, which was loaded first).
     let Some(e) = (unsafe { map_entry_in(view.base.load(Ordering::Relaxed), len, addr) }) else {
         return ChunkOwner::default();
     };
     ChunkOwner {
-        // Acquire: as in `owner_entry`.
+        // Acquire: as in `Arena::tag_of` (and the hint and start word, stored before the tag,
+        // are visible).
         tag: e.tag.load(Ordering::Acquire),
         hint: e.hint.load(Ordering::Relaxed),
         start: e.start.load(Ordering::Relaxed),
