@@ -64,6 +64,13 @@ pub(crate) fn item_check(d: usize, n: usize) -> (u64, u64) {
     }
 }
 
+/// The item-start test with [`item_check`]'s constants: is the offset `x` within a slab the
+/// start of one of its items?
+#[inline(always)]
+pub(crate) fn passes_item_check(x: u32, magic: u64, bound: u64) -> bool {
+    (x as u64).wrapping_mul(magic) < bound
+}
+
 impl Fast {
     /// O(1) check that `a` is the start of an item of this zone, reading only the chunk map.
     #[inline(always)]
@@ -100,7 +107,7 @@ impl Fast {
         // One multiply and one compare for "a multiple of the item size, below the slab's last
         // item" (see `item_check`).
         let mask_bound = self.mask_bound;
-        ((rel & mask_bound as u32) as u64).wrapping_mul(self.item_magic) < mask_bound >> 32
+        passes_item_check(rel & mask_bound as u32, self.item_magic, mask_bound >> 32)
     }
 }
 
@@ -277,7 +284,11 @@ impl FastConsts {
             return false;
         }
         // The offset in the slab in 32 bits: `rel` is below the slabs' length, so below 2^22.
-        (((rel as u32) & self.slab_mask) as u64).wrapping_mul(self.item_magic) < self.item_bound
+        passes_item_check(
+            (rel as u32) & self.slab_mask,
+            self.item_magic,
+            self.item_bound,
+        )
     }
 
     /// The word the chunk map entries of this zone's chunks carry beside the tag (its per-CPU
@@ -545,7 +556,7 @@ impl Zone {
 #[cfg(all(test, not(loom)))]
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::item_check;
+    use super::{item_check, passes_item_check};
     use crate::slab::Geometry;
     use crate::zone::{Zone, ZoneFlags, ZoneOptions};
     use core::ptr::NonNull;
@@ -616,7 +627,7 @@ mod tests {
             let g = Geometry::for_item(d);
             let (magic, bound) = item_check(g.item_size, g.items_per_slab);
             for x in 0..g.slab_size {
-                let fast = (x as u64).wrapping_mul(magic) < bound;
+                let fast = passes_item_check(x as u32, magic, bound);
                 let slow = x % d == 0 && x / d < g.items_per_slab;
                 assert_eq!(fast, slow, "size {d}, offset {x}, slab {}", g.slab_size);
             }
