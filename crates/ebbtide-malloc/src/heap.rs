@@ -5,7 +5,7 @@
 //! ## Finding a block's class
 //! `free(p)` has no size and no zone: the core's chunk map gives the tag of the keg owning the
 //! 4 MiB chunk around `p` and, beside it, the zone's per-CPU stacks' hint
-//! ([`ebbtide_core::owner_entry`], one load, never touching `p`); a table of 4096 bytes maps
+//! ([`ebbtide_core::owner_entry_raw`], one load, never touching `p`); a table of 4096 bytes maps
 //! tags to classes, and [`TAG_FAST`] tags to the zones' constants. The push onto this CPU's
 //! stack takes the stacks' address from the entry's hint, so it waits for one load after the
 //! pointer, not two (the constants feed only tests that branch); the item test takes the
@@ -56,7 +56,7 @@ static TAG_FAST: [FastSlot; TAGS] = [const { FastSlot::empty() }; TAGS];
 /// A table entry of [`CLASS_FAST`] / [`TAG_FAST`]: a zone's constants, published by `key`. Two
 /// cache lines, so that no entry shares a line with another's; the key first, so that what
 /// `malloc` and `free` read of an entry (the key, the stacks' base, the item test, the tag)
-/// lies in its first line (the core's `Fast` puts those fields first).
+/// lies in its first line (the core's `FastConsts` keeps them within 56 bytes).
 #[repr(C, align(128))]
 struct FastSlot {
     /// [`FastSlot::EMPTY`] until `consts` is written; then the zone's tag.
@@ -416,9 +416,14 @@ pub fn zones() -> impl Iterator<Item = (usize, *mut c_void)> {
     })
 }
 
-/// The class of the zone whose keg has `tag`, if it is one of ours.
+/// The class of the zone whose keg has `tag`, if it is one of ours. `tag` may be any word of the
+/// chunk map ([`ebbtide_core::owner_entry_raw`]): 0 and a free chunk's odd word are nobody's.
 #[inline(always)]
 fn class_of_tag(tag: u64) -> Option<usize> {
+    // An odd word would find the class of the even tag below it.
+    if tag & 1 == 1 {
+        return None;
+    }
     let i = (tag >> 1) as usize;
     if i < TAGS {
         let c = TAG_CLASS[i].load(Ordering::Relaxed);
@@ -621,8 +626,7 @@ pub unsafe fn free(p: *mut u8) {
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn free_tagged(p: *mut u8, tag: u64) {
-    // An odd word is a free chunk's (`owner_entry_raw`): nobody's, as 0.
-    let tag = if tag & 1 == 1 { 0 } else { tag };
+    // `tag` is the chunk map's word as `free` read it (`class_of_tag` takes any).
     if let Some(c) = class_of_tag(tag) {
         let z = ZONES[c].load(Ordering::Acquire);
         // SAFETY: p is non-null (its chunk has a tag); the zone is published and never
