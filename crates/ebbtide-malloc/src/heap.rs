@@ -6,7 +6,7 @@
 //! `free(p)` has no size and no zone: the core's chunk map gives the tag of the keg owning the
 //! 4 MiB chunk around `p` and, beside it, the zone's per-CPU stacks' hint
 //! ([`ebbtide_core::owner_entry_raw`], one load, never touching `p`); a table of 4096 bytes maps
-//! tags to classes, and [`TAG_FAST`] tags to the zones' constants. The push onto this CPU's
+//! tags to classes, and `TAG_FAST` tags to the zones' constants. The push onto this CPU's
 //! stack takes the stacks' address from the entry's hint, so it waits for one load after the
 //! pointer, not two (the constants feed only tests that branch); the item test takes the
 //! pointer's offset from the chunk's first slab from the entry's start word, read with them.
