@@ -129,12 +129,17 @@ pub(crate) const COUNT_MASK: u64 = (1 << ROOM_SHIFT) - 1;
 /// Where `word`'s room field starts: free slots below the cap.
 const ROOM_SHIFT: u32 = 10;
 const ROOM_ONE: u64 = 1 << ROOM_SHIFT;
-const ROOM_MASK: u64 = COUNT_MASK << ROOM_SHIFT;
+pub(crate) const ROOM_MASK: u64 = COUNT_MASK << ROOM_SHIFT;
 /// Where `word`'s allocation counter starts: the fast allocations, modulo 2^[`ALLOC_BITS`].
 const ALLOC_SHIFT: u32 = 2 * ROOM_SHIFT;
 const ALLOC_ONE: u64 = 1 << ALLOC_SHIFT;
 /// Width of `word`'s allocation counter.
 const ALLOC_BITS: u32 = 64 - ALLOC_SHIFT;
+/// What a push subtracts from `word`: one slot from the room, one item onto the count.
+pub(crate) const PUSH_SUB: u64 = ROOM_ONE - 1;
+/// What a pop adds to `word`: one item off the count, one slot back to the room, one fast
+/// allocation counted.
+pub(crate) const POP_ADD: u64 = ROOM_ONE + ALLOC_ONE - 1;
 /// `count` and `room`: both 0 in a stopped stack (and in a closed empty one).
 const STOP_MASK: u64 = COUNT_MASK | ROOM_MASK;
 /// `held`'s flag: the stack is stopped (the low bits: the count the stop took).
@@ -422,7 +427,7 @@ mod rseq {
                 base = in(reg) base,
                 shift = const super::STRIDE_SHIFT,
                 count_mask = const super::COUNT_MASK,
-                pop_add = const super::ROOM_ONE + super::ALLOC_ONE - 1,
+                pop_add = const super::POP_ADD,
                 out = out(reg) out,
                 out("rax") _,
                 out("rcx") _,
@@ -465,7 +470,7 @@ mod rseq {
                 item = in(reg) item,
                 count_mask = const super::COUNT_MASK,
                 room_mask = const super::ROOM_MASK,
-                push_sub = const super::ROOM_ONE - 1,
+                push_sub = const super::PUSH_SUB,
                 out("rax") _,
                 out("rcx") _,
                 out("rdx") _,
@@ -524,7 +529,7 @@ mod rseq {
                 base_at = const core::mem::offset_of!(super::RseqRef, base),
                 shift = const super::STRIDE_SHIFT,
                 count_mask = const super::COUNT_MASK,
-                pop_add = const super::ROOM_ONE + super::ALLOC_ONE - 1,
+                pop_add = const super::POP_ADD,
                 out = out(reg) out,
                 out("rax") _,
                 out("rcx") _,
@@ -567,7 +572,7 @@ mod rseq {
                 item = in(reg) item,
                 count_mask = const super::COUNT_MASK,
                 room_mask = const super::ROOM_MASK,
-                push_sub = const super::ROOM_ONE - 1,
+                push_sub = const super::PUSH_SUB,
                 out("rax") _,
                 out("rcx") _,
                 out("rdx") _,
@@ -1330,6 +1335,11 @@ pub(crate) struct RseqRef {
     base: *mut u8,
     rseq_off: isize,
 }
+
+/// Where an [`RseqRef`] keeps the stacks' base and glibc's rseq offset (for the C entry points
+/// in assembly, `zone/entry.rs`).
+pub(crate) const RSEQ_REF_BASE: usize = core::mem::offset_of!(RseqRef, base);
+pub(crate) const RSEQ_REF_OFF: usize = core::mem::offset_of!(RseqRef, rseq_off);
 
 impl Pcpu {
     /// The fast-path view; only meaningful in rseq mode ([`Pcpu::is_rseq`]).

@@ -14,6 +14,7 @@
 
 mod create;
 mod drain;
+mod entry;
 mod fast;
 mod limit;
 mod objects;
@@ -25,6 +26,7 @@ mod stash;
 pub(crate) use drain::{
     decay_lazy_locked, drain_cpu_all, make_room, purge_lazy_locked, release_excess_locked,
 };
+pub use entry::CEntry;
 pub use fast::{FastConsts, FastFree};
 pub(crate) use resize::resize_locked;
 pub use resize::ResizeReport;
