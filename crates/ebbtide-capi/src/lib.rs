@@ -35,6 +35,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+mod entry;
+pub use entry::{ebb_zone_alloc, ebb_zone_free};
+
 /// `EBB_ZONE_NOTRIM`: never trim the depot to its working set.
 pub const EBB_ZONE_NOTRIM: c_uint = ZoneFlags::NOTRIM.0;
 /// `EBB_ZONE_NOBUCKET`: no per-CPU caches or depot.
@@ -148,7 +151,7 @@ impl EbbZoneOptions {
     }
 }
 
-/// Opaque handle of a zone (`ebb_zone *`): the pointer of [`Zone::into_raw`], plus one ([`FAST`])
+/// Opaque handle of a zone (`ebb_zone *`): the pointer of [`Zone::into_raw`], plus one (`FAST`)
 /// when the zone takes the fast paths, that is, is not careful (hooks, checked, zeroing, or
 /// the per-CPU layer in locked mode; fixed at creation).
 ///
@@ -156,9 +159,9 @@ impl EbbZoneOptions {
 /// arrives in a register, says both "not NULL" and "not careful" (NULL and a careful zone's
 /// handle have bit 0 clear), where the zone's `careful` word was a load on every call and
 /// those paths are bound by their loads (docs/benchmarks.md, "Loads, not instructions"); the
-/// compiler folds the minus one into the fields' displacements. Zone objects are 1 KiB
-/// aligned (`objects.rs`), so bit 0 of the pointer is free. Every entry point takes the zone
-/// through [`zone_ptr`].
+/// minus one is in the fields' displacements (`entry.rs`). Zone objects are 1 KiB aligned
+/// (`objects.rs`), so bit 0 of the pointer is free. Every other entry point takes the zone
+/// through `zone_ptr`.
 pub enum EbbZone {}
 
 /// Bit 0 of an [`EbbZone`] handle: the zone takes the fast paths.
@@ -170,14 +173,13 @@ fn zone_ptr(h: *const EbbZone) -> *mut c_void {
     (h as usize & !FAST) as *mut c_void
 }
 
-/// [`zone_ptr`] of a handle whose bit 0 is set ([`fast_handle`]): minus one, which the compiler
-/// folds into the displacements of the fields' loads.
-#[inline(always)]
-fn fast_zone_ptr(h: *const EbbZone) -> *mut c_void {
-    (h as usize).wrapping_sub(FAST) as *mut c_void
-}
-
-/// Does the handle's zone take the fast paths (bit 0 set: not NULL, not careful)?
+/// Does the handle's zone take the fast paths (bit 0 set: not NULL, not careful)? The entry
+/// points in assembly test the bit themselves (`entry.rs`); the tests, and the entry points of
+/// other targets, ask here.
+#[cfg_attr(
+    all(target_arch = "x86_64", target_os = "linux", not(test)),
+    allow(dead_code)
+)]
 #[inline(always)]
 fn fast_handle(h: *const EbbZone) -> bool {
     h as usize & FAST != 0
@@ -466,27 +468,6 @@ pub unsafe extern "C" fn ebb_zone_create_ex(
     })
 }
 
-/// Allocates one item. NULL with errno: ENOMEM (no memory, or the zone's limit reached in
-/// `EBB_LIMIT_FAIL` mode), ECANCELED (an init or ctor hook refused the item), EINVAL (NULL
-/// zone), EIO (internal error).
-///
-/// # Safety
-/// `zone` is NULL or a live handle.
-#[no_mangle]
-pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
-    if fast_handle(zone) {
-        // SAFETY: caller's guarantee (a live zone), not careful (the handle's bit). The fast
-        // path cannot panic, so it runs outside the unwind guard (whose frame would cost more
-        // than the path itself).
-        let p = unsafe { Zone::alloc_fast_plain(fast_zone_ptr(zone)) };
-        if !p.is_null() {
-            return p.cast();
-        }
-    }
-    // SAFETY: forwarded.
-    unsafe { zone_alloc_guarded(zone) }
-}
-
 /// `ebb_zone_alloc` beyond this CPU's stack: the slow paths, hooks, errors, all under the guard.
 ///
 /// `extern "C"` (cannot unwind: the guard catches every panic) so that the entry point's call
@@ -499,6 +480,8 @@ pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
 #[inline(never)]
 unsafe extern "C" fn zone_alloc_guarded(zone: *mut EbbZone) -> *mut c_void {
     const F: &str = "ebb_zone_alloc";
+    #[cfg(test)]
+    entry::tests::count_slow_alloc();
     guard(F, ptr::null_mut(), || {
         if zone.is_null() {
             fail(libc::EINVAL, format!("{F}: zone is NULL"));
@@ -521,30 +504,6 @@ unsafe extern "C" fn zone_alloc_guarded(zone: *mut EbbZone) -> *mut c_void {
     })
 }
 
-/// Frees an item. `item` NULL does nothing. An invalid free (not an item of this zone, not at
-/// an item's start, a double free caught in checked mode) is printed on stderr, counted and
-/// not applied; errno is set to EINVAL.
-///
-/// # Safety
-/// `zone` is NULL or a live handle; if `item` is an item of `zone`, the caller owns it.
-#[no_mangle]
-pub unsafe extern "C" fn ebb_zone_free(zone: *mut EbbZone, item: *mut c_void) {
-    // SAFETY: caller's guarantee (a live zone, ownership of the item), not careful (the
-    // handle's bit); the fast path checks the pointer without touching it (NULL fails its item
-    // test) and cannot panic, so it runs outside the guard.
-    if fast_handle(zone) && unsafe { Zone::free_fast_plain(fast_zone_ptr(zone), item.cast()) } {
-        return;
-    }
-    // The fast path changed nothing (full stack, careful zone, invalid pointer, duplicate of
-    // the stack's top, NULL item) or did not apply (NULL zone): the whole free, the pointer
-    // checked again.
-    // Passing on where the fast path stopped cost it an instruction per outcome (a register
-    // set before each test); every outcome now leaves by the same conditional tail call, the
-    // arguments untouched.
-    // SAFETY: forwarded.
-    unsafe { zone_free_guarded(zone, item) }
-}
-
 fn report_invalid_free(f: &str, e: ebbtide_rt::InvalidFree) {
     INVALID_FREES.fetch_add(1, Ordering::Relaxed);
     let _ = writeln!(std::io::stderr(), "{e}; not freed");
@@ -558,6 +517,8 @@ fn report_invalid_free(f: &str, e: ebbtide_rt::InvalidFree) {
 #[inline(never)]
 unsafe extern "C" fn zone_free_guarded(zone: *mut EbbZone, item: *mut c_void) {
     const F: &str = "ebb_zone_free";
+    #[cfg(test)]
+    entry::tests::count_slow_free();
     guard_abort(F, || {
         let Some(p) = NonNull::new(item.cast::<u8>()) else {
             return;
@@ -1240,7 +1201,7 @@ mod tests {
 
     /// Serialises the tests that count `ebb_invalid_frees` (a process-wide counter) around
     /// their own invalid frees.
-    static INVALID_FREES_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    pub(crate) static INVALID_FREES_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// The fast `free` tests the owner by the chunk's hint (the owning zone's stacks): an item
     /// of another zone of the same size, which passes the item test, is refused and stays its
