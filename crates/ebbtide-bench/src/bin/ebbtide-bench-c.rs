@@ -8,7 +8,8 @@
 //! `tcmalloc`: `malloc`/`free` with the Debian library in `LD_PRELOAD`), the starting allocator
 //! rotating from round to round. A fresh process per run means a fresh address-space layout
 //! (ASLR) per sample. Prints the environment, a markdown table of medians [min–max] with the
-//! ratio ebbtide / fastest peer, a table of spreads (max/min) and, with `--diag`, what the
+//! ratio ebbtide / fastest peer, a table of ebbtide / each peer paired by round (median and
+//! quartiles of the per-round ratio), a table of spreads (max/min) and, with `--diag`, what the
 //! ebbtide processes saw per run (see `docs/benchmarks.md`).
 
 use std::collections::BTreeMap;
@@ -364,6 +365,20 @@ fn max(v: &[f64]) -> f64 {
     v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
 }
 
+/// Ratios of `a` to `b` taken round by round (`a[r] / b[r]`: two processes of one round, which
+/// ran within about a second of each other), as (median, first quartile, third quartile). On a
+/// host whose clock moves between seconds, a round's processes share most of what moved, so the
+/// paired ratio is steadier than the ratio of two medians over all rounds.
+fn paired_ratio(a: &[f64], b: &[f64]) -> (f64, f64, f64) {
+    let mut r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    r.sort_by(f64::total_cmp);
+    if r.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    let q = |f: f64| r[(f * (r.len() - 1) as f64).round() as usize];
+    (median(&r), q(0.25), q(0.75))
+}
+
 /// The threshold between a fast and a slow mode, if the samples have a slow mode: twice the
 /// median of the faster half (the fast mode's typical value), when at least one sample reaches
 /// it. Samples below the threshold are fast. None: one mode.
@@ -525,6 +540,25 @@ fn print_tables(a: &Args, rs: &[Runner], samples: &BTreeMap<String, Vec<Vec<f64>
         a.reps
     );
     println!();
+    if let (Some(e), false) = (eb, peers.is_empty()) {
+        println!("ebbtide / each peer, paired by round (median [q25–q75] over the rounds of the ratio of the two processes of one round):");
+        println!();
+        let pn: Vec<&str> = peers.iter().map(|i| names[*i]).collect();
+        println!("| case | {} |", pn.join(" | "));
+        println!("|---|{}", "---:|".repeat(pn.len()));
+        for c in &a.cases {
+            let s = &samples[c];
+            let cells: Vec<String> = peers
+                .iter()
+                .map(|i| {
+                    let (m, lo, hi) = paired_ratio(&s[e], &s[*i]);
+                    format!("{m:.3} [{lo:.3}–{hi:.3}]")
+                })
+                .collect();
+            println!("| {c} | {} |", cells.join(" | "));
+        }
+        println!();
+    }
     println!("Spread between runs (max / min):");
     println!();
     println!(
@@ -635,6 +669,19 @@ mod tests {
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(min(&[3.0, 1.0]), 1.0);
         assert_eq!(max(&[3.0, 1.0]), 3.0);
+    }
+
+    #[test]
+    fn paired_ratio_pairs_the_rounds() {
+        // A clock that halves every other round: the medians' ratio sees the rounds mixed, the
+        // paired ratio the 0.9 of every round.
+        let b = [4.0, 8.0, 4.0, 8.0, 4.0];
+        let a: Vec<f64> = b.iter().map(|x| x * 0.9).collect();
+        let (m, lo, hi) = paired_ratio(&a, &b);
+        assert!((m - 0.9).abs() < 1e-12 && (lo - 0.9).abs() < 1e-12 && (hi - 0.9).abs() < 1e-12);
+        let (m, lo, hi) = paired_ratio(&[1.0, 2.0, 3.0, 4.0, 5.0], &[1.0; 5]);
+        assert_eq!((m, lo, hi), (3.0, 2.0, 4.0));
+        assert!(paired_ratio(&[], &[]).0.is_nan());
     }
 
     #[test]
