@@ -37,6 +37,56 @@ mod asm {
     use core::ffi::c_void;
     use ebbtide_rt::zone::CEntry;
 
+    // Both sections have `pcpu.rs`'s shape and these registers: r8 the stacks' base, r9
+    // glibc's rseq offset (both loaded from the zone before the section), rcx this CPU's
+    // header, rdx its word, r10 the count; rax is the descriptor's address while arming.
+
+    /// The start of a section: arm the descriptor, read the CPU id (negative: unregistered,
+    /// out), find this CPU's header, load its word once and take the count from it.
+    macro_rules! section_head {
+        () => {
+            concat!(
+                "2:\n",
+                "leaq 9f(%rip), %rax\n",
+                "movq %rax, %fs:{rseq_cs}(%r9)\n",
+                "3:\n",
+                "movl %fs:{cpu_id}(%r9), %ecx\n",
+                "testl %ecx, %ecx\n",
+                "js 7f\n",
+                "shlq ${shift}, %rcx\n",
+                "addq %r8, %rcx\n",
+                "movq {word}(%rcx), %rdx\n",
+                "movl %edx, %r10d\n",
+                "andl ${count_mask}, %r10d\n",
+            )
+        };
+    }
+
+    /// Right after the commit store: the post-commit label and the return, then out of line
+    /// the abort handler after glibc's signature (restart from the arming), the failure exit
+    /// (a tail jump to the slow path, the arguments as they came), and the descriptor.
+    macro_rules! section_tail {
+        () => {
+            concat!(
+                "4:\n",
+                "ret\n",
+                ".pushsection __rseq_failure, \"ax\"\n",
+                ".long {sig}\n",
+                "5:\n",
+                "jmp 2b\n",
+                "7:\n",
+                "jmp {slow}\n",
+                ".popsection\n",
+                ".pushsection __rseq_cs, \"aw\"\n",
+                ".balign 32\n",
+                "9:\n",
+                ".long 0, 0\n",
+                ".quad 3b, 4b - 3b, 5b\n",
+                ".popsection\n",
+            )
+        };
+    }
+
     /// Allocates one item. NULL with errno: ENOMEM (no memory, or the zone's limit reached in
     /// `EBB_LIMIT_FAIL` mode), ECANCELED (an init or ctor hook refused the item), EINVAL (NULL
     /// zone), EIO (internal error).
@@ -49,8 +99,7 @@ mod asm {
     #[no_mangle]
     #[unsafe(naked)]
     pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
-        // Registers: rdi the handle (kept for the tail jump), rsi the stacks' base, rdx glibc's
-        // rseq offset, rcx the header, r8 its word, r9 the count, rax the item.
+        // rdi: the handle (kept for the tail jump); rax: the item.
         //
         // SAFETY (what the assembly relies on): 1. a handle with bit 0 set is a live zone that
         // is not careful (the caller's contract; `create` sets the bit only then), so the
@@ -65,41 +114,15 @@ mod asm {
         core::arch::naked_asm!(
             "testb ${fast}, %dil",
             "jz {slow}",
-            "movq {stacks}(%rdi), %rsi",
-            "movq {rseq_off}(%rdi), %rdx",
-            // The section (as `Pcpu::pop`).
-            "2:",
-            "leaq 9f(%rip), %rax",
-            "movq %rax, %fs:{rseq_cs}(%rdx)",
-            "3:",
-            "movl %fs:{cpu_id}(%rdx), %ecx",
-            "testl %ecx, %ecx",
-            "js 7f",
-            "shlq ${shift}, %rcx",
-            "addq %rsi, %rcx",
-            "movq {word}(%rcx), %r8",
-            "movl %r8d, %r9d",
-            "andl ${count_mask}, %r9d",
+            "movq {stacks}(%rdi), %r8",
+            "movq {rseq_off}(%rdi), %r9",
+            section_head!(),
+            // Empty (or stopped, or closed): out.
             "jz 7f",
-            "movq {top}(%rcx,%r9,8), %rax",
-            "addq ${pop_add}, %r8",
-            "movq %r8, {word}(%rcx)",
-            "4:",
-            "ret",
-            // Out of line: the abort handler, the failure exit, the descriptor.
-            ".pushsection __rseq_failure, \"ax\"",
-            ".long {sig}",
-            "5:",
-            "jmp 2b",
-            "7:",
-            "jmp {slow}",
-            ".popsection",
-            ".pushsection __rseq_cs, \"aw\"",
-            ".balign 32",
-            "9:",
-            ".long 0, 0",
-            ".quad 3b, 4b - 3b, 5b",
-            ".popsection",
+            "movq {top}(%rcx,%r10,8), %rax",
+            "addq ${pop_add}, %rdx",
+            "movq %rdx, {word}(%rcx)",
+            section_tail!(),
             fast = const FAST,
             slow = sym zone_alloc_guarded,
             stacks = const CEntry::STACKS as isize - FAST as isize,
@@ -131,9 +154,8 @@ mod asm {
     #[no_mangle]
     #[unsafe(naked)]
     pub unsafe extern "C" fn ebb_zone_free(zone: *mut EbbZone, item: *mut c_void) {
-        // Registers: rdi the handle and rsi the item (both kept for the tail jump), r8 the
-        // stacks' base, r9 glibc's rseq offset, rax and rcx the tests' scratch, then rax the
-        // header, rcx its word, rdx the count.
+        // rdi: the handle, rsi: the item (both kept for the tail jump); rax and rcx: the tests'
+        // scratch before the section.
         //
         // SAFETY (what the assembly relies on): 1. as in `ebb_zone_alloc`, a handle with bit 0
         // set is a live zone, not careful, in rseq mode. 2. The map entry read is inside the
@@ -176,41 +198,16 @@ mod asm {
             "cmpq %rcx, %rax",
             "jae {slow}",
             "movq {rseq_off}(%rdi), %r9",
-            // The section (as `Pcpu::push`).
-            "2:",
-            "leaq 9f(%rip), %rax",
-            "movq %rax, %fs:{rseq_cs}(%r9)",
-            "3:",
-            "movl %fs:{cpu_id}(%r9), %eax",
-            "testl %eax, %eax",
-            "js 7f",
-            "shlq ${shift}, %rax",
-            "addq %r8, %rax",
-            "movq {word}(%rax), %rcx",
-            "movl %ecx, %edx",
-            "andl ${count_mask}, %edx",
-            "cmpq %rsi, {top}(%rax,%rdx,8)",
+            section_head!(),
+            // The stack's top (an immediate double free) or no room (full, stopped): out.
+            "cmpq %rsi, {top}(%rcx,%r10,8)",
             "je 7f",
-            "testl ${room_mask}, %ecx",
+            "testl ${room_mask}, %edx",
             "jz 7f",
-            "movq %rsi, {slot}(%rax,%rdx,8)",
-            "subq ${push_sub}, %rcx",
-            "movq %rcx, {word}(%rax)",
-            "4:",
-            "ret",
-            ".pushsection __rseq_failure, \"ax\"",
-            ".long {sig}",
-            "5:",
-            "jmp 2b",
-            "7:",
-            "jmp {slow}",
-            ".popsection",
-            ".pushsection __rseq_cs, \"aw\"",
-            ".balign 32",
-            "9:",
-            ".long 0, 0",
-            ".quad 3b, 4b - 3b, 5b",
-            ".popsection",
+            "movq %rsi, {slot}(%rcx,%r10,8)",
+            "subq ${push_sub}, %rdx",
+            "movq %rdx, {word}(%rcx)",
+            section_tail!(),
             fast = const FAST,
             slow = sym zone_free_guarded,
             arena_base = const CEntry::ARENA_BASE as isize - FAST as isize,
