@@ -37,55 +37,10 @@ mod asm {
     use core::ffi::c_void;
     use ebbtide_rt::zone::CEntry;
 
-    // Both sections have `pcpu.rs`'s shape and these registers: r8 the stacks' base, r9
-    // glibc's rseq offset (both loaded from the zone before the section), rcx this CPU's
-    // header, rdx its word, r10 the count; rax is the descriptor's address while arming.
-
-    /// The start of a section: arm the descriptor, read the CPU id (negative: unregistered,
-    /// out), find this CPU's header, load its word once and take the count from it.
-    macro_rules! section_head {
-        () => {
-            concat!(
-                "2:\n",
-                "leaq 9f(%rip), %rax\n",
-                "movq %rax, %fs:{rseq_cs}(%r9)\n",
-                "3:\n",
-                "movl %fs:{cpu_id}(%r9), %ecx\n",
-                "testl %ecx, %ecx\n",
-                "js 7f\n",
-                "shlq ${shift}, %rcx\n",
-                "addq %r8, %rcx\n",
-                "movq {word}(%rcx), %rdx\n",
-                "movl %edx, %r10d\n",
-                "andl ${count_mask}, %r10d\n",
-            )
-        };
-    }
-
-    /// Right after the commit store: the post-commit label and the return, then out of line
-    /// the abort handler after glibc's signature (restart from the arming), the failure exit
-    /// (a tail jump to the slow path, the arguments as they came), and the descriptor.
-    macro_rules! section_tail {
-        () => {
-            concat!(
-                "4:\n",
-                "ret\n",
-                ".pushsection __rseq_failure, \"ax\"\n",
-                ".long {sig}\n",
-                "5:\n",
-                "jmp 2b\n",
-                "7:\n",
-                "jmp {slow}\n",
-                ".popsection\n",
-                ".pushsection __rseq_cs, \"aw\"\n",
-                ".balign 32\n",
-                "9:\n",
-                ".long 0, 0\n",
-                ".quad 3b, 4b - 3b, 5b\n",
-                ".popsection\n",
-            )
-        };
-    }
+    // Both sections are `ebbtide_core`'s `entry_section_head!` and `entry_section_tail!`
+    // (`pcpu.rs`'s shape; registers: r8 the stacks' base, r9 glibc's rseq offset, both loaded
+    // from the zone before the section, rcx this CPU's header, rdx its word, r10 the count).
+    use ebbtide_rt::{entry_section_head as section_head, entry_section_tail as section_tail};
 
     /// Allocates one item. NULL with errno: ENOMEM (no memory, or the zone's limit reached in
     /// `EBB_LIMIT_FAIL` mode), ECANCELED (an init or ctor hook refused the item), EINVAL (NULL
@@ -122,7 +77,7 @@ mod asm {
             "movq {top}(%rcx,%r10,8), %rax",
             "addq ${pop_add}, %rdx",
             "movq %rdx, {word}(%rcx)",
-            section_tail!(),
+            section_tail!("jmp {slow}\n"),
             fast = const FAST,
             slow = sym zone_alloc_guarded,
             stacks = const CEntry::STACKS as isize - FAST as isize,
@@ -207,7 +162,7 @@ mod asm {
             "movq %rsi, {slot}(%rcx,%r10,8)",
             "subq ${push_sub}, %rdx",
             "movq %rdx, {word}(%rcx)",
-            section_tail!(),
+            section_tail!("jmp {slow}\n"),
             fast = const FAST,
             slow = sym zone_free_guarded,
             arena_base = const CEntry::ARENA_BASE as isize - FAST as isize,
@@ -297,51 +252,28 @@ pub(crate) mod tests {
         ebb_invalid_frees, ebb_zone_alloc, ebb_zone_create, ebb_zone_destroy, ebb_zone_free,
         fast_handle, EbbZone,
     };
-    use core::cell::Cell;
     use core::ffi::c_void;
+    use core::sync::atomic::{AtomicU64, Ordering};
 
     thread_local! {
         /// This thread's calls of the slow paths (`zone_alloc_guarded`, `zone_free_guarded`):
         /// how a test sees whether the entry points' fast paths took a call.
-        static SLOW: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+        ///
+        /// Atomics, though each is this thread's: the optimiser does not see the assembly's
+        /// jumps to the slow paths that count, and it keeps no atomic's value across a call.
+        static SLOW: [AtomicU64; 2] = const { [AtomicU64::new(0), AtomicU64::new(0)] };
     }
 
     pub(crate) fn count_slow_alloc() {
-        SLOW.with(|c| c.set((c.get().0 + 1, c.get().1)));
+        SLOW.with(|c| c[0].fetch_add(1, Ordering::Relaxed));
     }
 
     pub(crate) fn count_slow_free() {
-        SLOW.with(|c| c.set((c.get().0, c.get().1 + 1)));
+        SLOW.with(|c| c[1].fetch_add(1, Ordering::Relaxed));
     }
 
     fn slow() -> (u64, u64) {
-        SLOW.with(Cell::get)
-    }
-
-    /// Pins the calling thread to the CPU it is on (the stack a free pushes onto is the one the
-    /// next allocation pops), and unpins it when dropped.
-    struct Pinned(libc::cpu_set_t);
-
-    impl Pinned {
-        fn here() -> Pinned {
-            // SAFETY: plain system calls on a zeroed `cpu_set_t` of this thread.
-            unsafe {
-                let mut old: libc::cpu_set_t = core::mem::zeroed();
-                let size = core::mem::size_of::<libc::cpu_set_t>();
-                assert_eq!(libc::sched_getaffinity(0, size, &mut old), 0);
-                let mut one: libc::cpu_set_t = core::mem::zeroed();
-                libc::CPU_SET(libc::sched_getcpu() as usize, &mut one);
-                assert_eq!(libc::sched_setaffinity(0, size, &one), 0);
-                Pinned(old)
-            }
-        }
-    }
-
-    impl Drop for Pinned {
-        fn drop(&mut self) {
-            // SAFETY: restores this thread's mask taken in `here`.
-            unsafe { libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &self.0) };
-        }
+        SLOW.with(|c| (c[0].load(Ordering::Relaxed), c[1].load(Ordering::Relaxed)))
     }
 
     /// Every live item is taken by the fast paths of both entry points (its free pushes it
@@ -355,7 +287,8 @@ pub(crate) mod tests {
         let _serial = INVALID_FREES_TESTS
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let _pin = Pinned::here();
+        // The test thread is the harness's for this test only: pinned until it ends.
+        ebbtide_core::os::pin_to_current_cpu();
         // SAFETY: a valid name; the zone is destroyed at the end.
         let other = unsafe { ebb_zone_create(c"entry-other".as_ptr(), 64, 0, 0) };
         assert!(!other.is_null());
@@ -446,7 +379,8 @@ pub(crate) mod tests {
         let _serial = INVALID_FREES_TESTS
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let _pin = Pinned::here();
+        // The test thread is the harness's for this test only: pinned until it ends.
+        ebbtide_core::os::pin_to_current_cpu();
         // SAFETY: a valid name; the zone is used by this thread only and destroyed below.
         let z: *mut EbbZone = unsafe { ebb_zone_create(c"entry-leave".as_ptr(), 128, 0, 0) };
         assert!(!z.is_null());

@@ -102,13 +102,21 @@ static ARENA: OnceLock<Result<Arena, OsError>> = OnceLock::new();
 /// The arena's base and length for [`owner_tag`]: a malloc's `free` reads them inline on every
 /// call, where [`get`] is a call into `OnceLock`. `len` stays 0 until the arena exists (then
 /// every address is "outside"). One static, read through [`local_ref!`](crate::local_ref): one
-/// `lea` for both, no GOT load (`local.rs`).
-struct View {
+/// `lea` for both, no GOT load (`local.rs`). Public (hidden) for the malloc's `free` in
+/// assembly, which reads both with its own RIP-relative loads (`zone::CEntry::VIEW_BASE`).
+#[doc(hidden)]
+#[repr(C)]
+pub struct View {
     base: AtomicUsize,
     len: AtomicUsize,
 }
 
-static VIEW: View = View {
+/// Offsets of [`View`]'s fields, for `zone::CEntry`.
+pub(crate) const VIEW_BASE: usize = core::mem::offset_of!(View, base);
+pub(crate) const VIEW_LEN: usize = core::mem::offset_of!(View, len);
+
+#[doc(hidden)]
+pub static VIEW: View = View {
     base: AtomicUsize::new(0),
     len: AtomicUsize::new(0),
 };

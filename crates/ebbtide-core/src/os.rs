@@ -197,6 +197,23 @@ pub fn current_cpu() -> usize {
     }
 }
 
+/// Pins the calling thread to the CPU it runs on and returns that CPU: for tests and
+/// benchmarks whose next allocation must pop the stack their last free pushed. Never called by
+/// the allocator itself.
+#[cfg(not(any(miri, loom)))]
+pub fn pin_to_current_cpu() -> usize {
+    let cpu = current_cpu();
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET on an index below CPU_SETSIZE
+    // (a CPU id the kernel reported); sched_setaffinity reads the set only.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, core::mem::size_of_val(&set), &set)
+    };
+    assert_eq!(rc, 0, "sched_setaffinity to CPU {cpu}");
+    cpu
+}
+
 /// Monotonic time in nanoseconds (`CLOCK_MONOTONIC`): the core's one time base (squeeze
 /// windows, idle detection). Tests may replace it with a fake clock ([`fault::set_fake_clock`]).
 #[inline]

@@ -263,6 +263,12 @@ pub enum Mode {
 /// Sentinel for "no rseq" in [`Pcpu::rseq_off`].
 const NO_RSEQ: isize = isize::MIN;
 
+/// glibc's rseq offset as a static, valid once a zone in rseq mode exists (`rseq::fast_offset`):
+/// what the malloc's `malloc` and `free` in assembly read, RIP-relative.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+#[doc(hidden)]
+pub use rseq::OFF_FAST;
+
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
 mod rseq {
     use core::sync::atomic::{AtomicIsize, Ordering};
@@ -270,8 +276,9 @@ mod rseq {
 
     static OFFSET: OnceLock<Option<isize>> = OnceLock::new();
 
-    /// [`offset`]'s value once it is `Some` (0 before), for [`fast_offset`].
-    static OFF_FAST: AtomicIsize = AtomicIsize::new(0);
+    /// `offset`'s value once it is `Some` (0 before), for `fast_offset` and the malloc's entry
+    /// points in assembly (`pcpu::OFF_FAST`).
+    pub static OFF_FAST: AtomicIsize = AtomicIsize::new(0);
 
     /// The rseq offset, for the in-place critical sections of a malloc's `free`
     /// (`RseqRef::pop_in_place::<true>`), read from a static rather than from the zone's

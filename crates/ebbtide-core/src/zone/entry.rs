@@ -1,7 +1,9 @@
 //! The C entry points' view of a zone, as numbers.
 //!
 //! `libebbtide.so`'s `ebb_zone_alloc` and `ebb_zone_free` are naked functions written in
-//! assembly (`ebbtide-capi`, `src/entry.rs`): the handle's bit test, the owner and item tests
+//! assembly (`ebbtide-capi`, `src/entry.rs`), and so are `libebbtide_malloc.so`'s `malloc` and
+//! `free` (`ebbtide-malloc`, `src/entry.rs`, which read a [`FastConsts`] in the malloc's own
+//! tables where these read the zone). The C API's: the handle's bit test, the owner and item tests
 //! of [`Zone::free_fast_plain`](super::Zone::free_fast_plain) and the critical sections of
 //! `pcpu.rs`, with nothing the compiler would add around them (a register copy to keep the push
 //! on the zone's stacks' base, the test of a popped item for null that stands for the section's
@@ -15,9 +17,9 @@
 //! the owner test is the chunk's hint (`arena.rs`, "The hint"), the item test
 //! [`item_check`](super::fast)'s.
 
-use super::fast::Fast;
+use super::fast::{Fast, FastConsts};
 use super::ZoneInner;
-use crate::arena::{MapEntry, CHUNK_SHIFT, CHUNK_SIZE};
+use crate::arena::{self, MapEntry, CHUNK_SHIFT, CHUNK_SIZE};
 use crate::pcpu::{self, Header};
 use core::mem::{offset_of, size_of};
 
@@ -60,6 +62,10 @@ impl CEntry {
     pub const MAP_MASK: i32 = -(size_of::<MapEntry>() as i32);
     /// Offset of the hint within a chunk map entry.
     pub const MAP_HINT: usize = offset_of!(MapEntry, hint);
+    /// Offset of the tag within a chunk map entry.
+    pub const MAP_TAG: usize = offset_of!(MapEntry, tag);
+    /// Offset of the start word (the chunk's first slab) within a chunk map entry.
+    pub const MAP_START: usize = offset_of!(MapEntry, start);
     /// A chunk's offset bits (an `i32` immediate).
     pub const CHUNK_MASK: i32 = (CHUNK_SIZE - 1) as i32;
 
@@ -80,6 +86,20 @@ impl CEntry {
     pub const TOP: usize = pcpu::HDR - 8;
     /// `header + SLOT + 8 * count` is the slot a push writes.
     pub const SLOT: usize = pcpu::HDR;
+
+    /// The malloc's view: offsets within a [`FastConsts`] (the copy of a zone's constants a
+    /// malloc keeps in its own tables) of the stacks' base, ...
+    pub const CONSTS_STACKS: usize = offset_of!(FastConsts, pcpu) + pcpu::RSEQ_REF_BASE;
+    /// ... of the slabs' length within a chunk (a `u64`), ...
+    pub const CONSTS_SLABS_LEN: usize = offset_of!(FastConsts, slabs_len);
+    /// ... of the item test's multiplier and bound (`u64`s), ...
+    pub const CONSTS_ITEM_MAGIC: usize = offset_of!(FastConsts, item_magic);
+    pub const CONSTS_ITEM_BOUND: usize = offset_of!(FastConsts, item_bound);
+    /// ... and of `slab_size - 1` (a `u32`).
+    pub const CONSTS_SLAB_MASK: usize = offset_of!(FastConsts, slab_mask);
+    /// Offsets of the arena's base and length in [`ARENA_VIEW`](crate::ARENA_VIEW).
+    pub const VIEW_BASE: usize = arena::VIEW_BASE;
+    pub const VIEW_LEN: usize = arena::VIEW_LEN;
 
     /// Offset of `cpu_id` in glibc's (the kernel's) `struct rseq`.
     pub const RSEQ_CPU_ID: usize = 4;
@@ -102,6 +122,64 @@ const _: () = assert!(pcpu::COUNT_MASK <= u32::MAX as u64 && pcpu::ROOM_MASK < 1
 const _: () = assert!(pcpu::PUSH_SUB < 1 << 31 && pcpu::POP_ADD < 1 << 31);
 // The word the sections load and commit is the header's first.
 const _: () = assert!(offset_of!(Header, word) == 0);
-// The fields the assembly reads as 32-bit halves are 64-bit words.
+// The fields the assembly reads as 32-bit halves are 64-bit words; the malloc's `u32` is one.
 const _: () = assert!(offset_of!(Fast, slab_range) % 8 == 0);
 const _: () = assert!(offset_of!(Fast, mask_bound) % 8 == 0);
+const _: () = assert!(offset_of!(FastConsts, slab_mask) % 4 == 0);
+
+/// The start of an entry point's critical section in assembly (`pcpu.rs`'s shape, in the
+/// registers every entry point uses): arm the descriptor (label `2`, `rax` scratch), read the
+/// CPU id (label `3`, the section's start; negative: unregistered, out to `7f`), find this
+/// CPU's header in `rcx` from the stacks' base in `r8` and glibc's rseq offset in `r9`, load
+/// its word once into `rdx` and its count into `r10`. The caller's template names the operands
+/// `rseq_cs`, `cpu_id`, `shift`, `word` and `count_mask` ([`CEntry`]'s constants of the same
+/// meaning), and goes on with its test of the count's flags.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! entry_section_head {
+    () => {
+        concat!(
+            "2:\n",
+            "leaq 9f(%rip), %rax\n",
+            "movq %rax, %fs:{rseq_cs}(%r9)\n",
+            "3:\n",
+            "movl %fs:{cpu_id}(%r9), %ecx\n",
+            "testl %ecx, %ecx\n",
+            "js 7f\n",
+            "shlq ${shift}, %rcx\n",
+            "addq %r8, %rcx\n",
+            "movq {word}(%rcx), %rdx\n",
+            "movl %edx, %r10d\n",
+            "andl ${count_mask}, %r10d\n",
+        )
+    };
+}
+
+/// The end of an entry point's critical section, right after its commit store: the
+/// post-commit label `4` and the return, then out of line (section `__rseq_failure`) the abort
+/// handler after glibc's signature (operand `sig`), which restarts from the arming, the failure
+/// exit at label `7` (`$fail`: the caller's way to its slow path, the arguments as the slow
+/// path wants them), and the descriptor (label `9`, section `__rseq_cs`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! entry_section_tail {
+    ($fail:expr) => {
+        concat!(
+            "4:\n",
+            "ret\n",
+            ".pushsection __rseq_failure, \"ax\"\n",
+            ".long {sig}\n",
+            "5:\n",
+            "jmp 2b\n",
+            "7:\n",
+            $fail,
+            ".popsection\n",
+            ".pushsection __rseq_cs, \"aw\"\n",
+            ".balign 32\n",
+            "9:\n",
+            ".long 0, 0\n",
+            ".quad 3b, 4b - 3b, 5b\n",
+            ".popsection\n",
+        )
+    };
+}

@@ -213,16 +213,16 @@ unsafe fn push_if_item(f: &Fast, p: NonNull<u8>, is_item: bool) -> FastFree {
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct FastConsts {
-    pcpu: RseqRef,
+    pub(super) pcpu: RseqRef,
     // Everything the malloc's `malloc` and `free` read, so that with an 8-byte key before it
     // (its table entries) all of it lies in an entry's first 64 bytes.
     /// Bytes of a chunk's slabs (`slabs_per_chunk << slab_shift`).
-    slabs_len: u64,
+    pub(super) slabs_len: u64,
     /// `item_check(item_size, items_per_slab)`.
-    item_magic: u64,
-    item_bound: u64,
+    pub(super) item_magic: u64,
+    pub(super) item_bound: u64,
     /// `slab_size - 1`.
-    slab_mask: u32,
+    pub(super) slab_mask: u32,
     /// `C_*` bits: always 0 (only a zone that is not careful has these constants).
     careful: u32,
     tag: u64,
