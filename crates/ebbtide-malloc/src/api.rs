@@ -10,25 +10,8 @@
 use crate::heap;
 use core::ffi::{c_int, c_void};
 
-/// `malloc(3)`.
-///
-/// # Safety
-/// None beyond C's: the result is a fresh block or NULL.
-#[no_mangle]
-pub unsafe extern "C" fn malloc(n: usize) -> *mut c_void {
-    heap::alloc(n).cast()
-}
-
-/// `free(3)`.
-///
-/// # Safety
-/// `p` is NULL or a live block of this allocator, not used afterwards (anything else is
-/// reported and not applied).
-#[no_mangle]
-pub unsafe extern "C" fn free(p: *mut c_void) {
-    // SAFETY: forwarded.
-    unsafe { heap::free(p.cast()) }
-}
+/// `malloc(3)` and `free(3)`: the fast paths, in assembly on x86-64 Linux (`entry.rs`).
+pub use crate::entry::{free, malloc};
 
 /// `calloc(3)`.
 ///

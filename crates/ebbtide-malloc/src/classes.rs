@@ -27,7 +27,7 @@ pub const NCLASSES: usize = 9 + 13 * 8;
 /// The largest class (the core's largest item).
 pub const MAX_CLASS_SIZE: usize = 1 << 20;
 /// Requests up to this size take the table.
-const TABLE_MAX: usize = 1024;
+pub(crate) const TABLE_MAX: usize = 1024;
 
 const fn size_of_class(c: usize) -> usize {
     if c < 9 {
@@ -68,7 +68,7 @@ pub static SIZES: [u32; NCLASSES] = {
 };
 
 /// Class of every request up to 1 KiB, indexed by `(n + 7) / 8`.
-static SMALL: [u8; TABLE_MAX / 8 + 1] = {
+pub(crate) static SMALL: [u8; TABLE_MAX / 8 + 1] = {
     let mut t = [0u8; TABLE_MAX / 8 + 1];
     let mut i = 0;
     while i <= TABLE_MAX / 8 {

@@ -42,7 +42,7 @@ pub const SMALL_MAX: usize = 64 << 10;
 
 static ZONES: [AtomicPtr<c_void>; NCLASSES] = [const { AtomicPtr::new(ptr::null_mut()) }; NCLASSES];
 
-const TAGS: usize = 4096;
+pub(crate) const TAGS: usize = 4096;
 /// `class + 1` for the keg tag `2 * i`; 0 = no class of ours.
 static TAG_CLASS: [AtomicU8; TAGS] = [const { AtomicU8::new(0) }; TAGS];
 /// The fast-path constants of every class's zone, and of the zone of each keg tag: `malloc` and
@@ -50,15 +50,15 @@ static TAG_CLASS: [AtomicU8; TAGS] = [const { AtomicU8::new(0) }; TAGS];
 /// not through the zone's address loaded from `ZONES` first: one dependent load less on each
 /// path (see [`FastConsts`]). A tag's entry is published after `TAG_CLASS` and `ZONES`, so
 /// whoever sees it finds the zone as `ZONES[TAG_CLASS[i] - 1]` (the slow paths past `free`'s).
-static CLASS_FAST: [FastSlot; NCLASSES] = [const { FastSlot::empty() }; NCLASSES];
-static TAG_FAST: [FastSlot; TAGS] = [const { FastSlot::empty() }; TAGS];
+pub(crate) static CLASS_FAST: [FastSlot; NCLASSES] = [const { FastSlot::empty() }; NCLASSES];
+pub(crate) static TAG_FAST: [FastSlot; TAGS] = [const { FastSlot::empty() }; TAGS];
 
 /// A table entry of [`CLASS_FAST`] / [`TAG_FAST`]: a zone's constants, published by `key`. Two
 /// cache lines, so that no entry shares a line with another's; the key first, so that what
 /// `malloc` and `free` read of an entry (the key, the stacks' base, the item test, the tag)
 /// lies in its first line (the core's `FastConsts` keeps them within 56 bytes).
 #[repr(C, align(128))]
-struct FastSlot {
+pub(crate) struct FastSlot {
     /// [`FastSlot::EMPTY`] until `consts` is written; then the zone's tag.
     key: AtomicU64,
     consts: UnsafeCell<MaybeUninit<FastConsts>>,
@@ -68,6 +68,14 @@ struct FastSlot {
 // is stored with Release; it is read only after `key` was seen set with Acquire, and never
 // written again (a zone is never destroyed, a class or tag never gets a second zone).
 unsafe impl Sync for FastSlot {}
+
+/// What the entry points in assembly (`entry.rs`) read of a [`FastSlot`]: the entry of index
+/// `i` is `1 << SLOT_SHIFT` bytes times `i` into its table, its key at `SLOT_KEY`, its
+/// [`FastConsts`] at `SLOT_CONSTS`.
+pub(crate) const SLOT_SHIFT: u32 = 7;
+pub(crate) const SLOT_KEY: usize = core::mem::offset_of!(FastSlot, key);
+pub(crate) const SLOT_CONSTS: usize = core::mem::offset_of!(FastSlot, consts);
+const _: () = assert!(core::mem::size_of::<FastSlot>() == 1 << SLOT_SHIFT);
 
 impl FastSlot {
     const fn empty() -> FastSlot {
@@ -83,7 +91,7 @@ impl FastSlot {
     /// with no test of its own for 0 or odd.
     ///
     /// [`owner_entry_raw`]: ebbtide_core::owner_entry_raw
-    const EMPTY: u64 = u64::MAX;
+    pub(crate) const EMPTY: u64 = u64::MAX;
 
     /// Publishes the constants (once, under the creation lock).
     fn publish(&self, c: FastConsts) {
@@ -498,11 +506,23 @@ pub fn alloc(n: usize) -> *mut u8 {
     alloc_huge(n, 0)
 }
 
+/// `malloc(n)` for `n` above the size table's range, for `malloc` in assembly (`entry.rs`),
+/// which handles the table's sizes itself. `extern "C"` (cannot unwind): reached by a tail
+/// jump.
+#[inline(never)]
+pub(crate) extern "C" fn alloc_beyond_table(n: usize) -> *mut u8 {
+    #[cfg(test)]
+    crate::slowcount::count_slow_alloc();
+    alloc(n)
+}
+
 /// An item of class `c`, past the fast path. `extern "C"` (it cannot unwind) so that the fast
 /// paths reach it by a tail call and need no stack frame of their own.
 #[cold]
 #[inline(never)]
 pub extern "C" fn alloc_class_slow(c: usize) -> *mut u8 {
+    #[cfg(test)]
+    crate::slowcount::count_slow_alloc();
     match zone(c) {
         // SAFETY: a published zone, never destroyed.
         Get::Zone(z) => match unsafe { Zone::alloc_raw(z) } {
@@ -625,7 +645,9 @@ pub unsafe fn free(p: *mut u8) {
 /// As [`free`].
 #[cold]
 #[inline(never)]
-unsafe extern "C" fn free_tagged(p: *mut u8, tag: u64) {
+pub(crate) unsafe extern "C" fn free_tagged(p: *mut u8, tag: u64) {
+    #[cfg(test)]
+    crate::slowcount::count_slow_free();
     // `tag` is the chunk map's word as `free` read it (`class_of_tag` takes any).
     if let Some(c) = class_of_tag(tag) {
         let z = ZONES[c].load(Ordering::Acquire);
@@ -651,7 +673,9 @@ unsafe extern "C" fn free_tagged(p: *mut u8, tag: u64) {
 /// As [`free`]; `p` is in a chunk with the tag of entry `i`.
 #[cold]
 #[inline(never)]
-unsafe extern "C" fn free_again_tag(i: usize, p: *mut u8) {
+pub(crate) unsafe extern "C" fn free_again_tag(i: usize, p: *mut u8) {
+    #[cfg(test)]
+    crate::slowcount::count_slow_free();
     // Relaxed: `TAG_CLASS[i]` and `ZONES[c]` were stored before the tag's entry was published
     // (Release), which the caller saw (Acquire).
     let c = TAG_CLASS[i].load(Ordering::Relaxed) as usize - 1;
@@ -870,7 +894,10 @@ mod tests {
             ebbtide_core::owner_entry(a),
             ebbtide_core::ChunkOwner::default()
         );
-        // No other test of this library reports a bad pointer, so the count is this test's.
+        // The tests that report bad pointers take turns, so the count is this test's.
+        let _serial = crate::report::tests::BAD_POINTER_TESTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let before = crate::report::bad_pointers();
         // SAFETY: an address in a chunk nobody owns; `free` only reads the chunk map for it.
         unsafe { free(a as *mut u8) };

@@ -54,6 +54,7 @@ pub mod api;
 pub mod bootstrap;
 pub mod classes;
 pub mod cpp;
+mod entry;
 pub mod env;
 pub mod fork;
 pub mod global;
@@ -61,6 +62,8 @@ pub mod heap;
 pub mod huge;
 pub mod pageheap;
 pub mod report;
+#[cfg(test)]
+mod slowcount;
 pub mod stats;
 
 pub use global::EbbtideMalloc;

@@ -54,3 +54,10 @@ pub fn line(args: fmt::Arguments<'_>) {
     b.b[b.n] = b'\n';
     ebbtide_core::os::write_stderr(&b.b[..b.n + 1]);
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    /// Serialises the tests that count [`super::bad_pointers`] (a process-wide count) around
+    /// their own bad pointers.
+    pub(crate) static BAD_POINTER_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+}
