@@ -40,7 +40,10 @@ mod asm {
     // Both sections are `ebbtide_core`'s `entry_section_head!` and `entry_section_tail!`
     // (`pcpu.rs`'s shape; registers: r8 the stacks' base, r9 glibc's rseq offset, both loaded
     // from the zone before the section, rcx this CPU's header, rdx its word, r10 the count).
-    use ebbtide_rt::{entry_section_head as section_head, entry_section_tail as section_tail};
+    use ebbtide_rt::{
+        entry_naked_asm as naked_asm, entry_section_head as section_head,
+        entry_section_tail as section_tail,
+    };
 
     /// Allocates one item. NULL with errno: ENOMEM (no memory, or the zone's limit reached in
     /// `EBB_LIMIT_FAIL` mode), ECANCELED (an init or ctor hook refused the item), EINVAL (NULL
@@ -66,7 +69,7 @@ mod asm {
         // inside the stack), one commit store; the kernel restarts it from the arming on
         // preemption, migration or a signal, before the commit. 3. Every other outcome jumps
         // to the slow path before any store, with rdi as it came and no stack frame.
-        core::arch::naked_asm!(
+        naked_asm!(
             "testb ${fast}, %dil",
             "jz {slow}",
             "movq {stacks}(%rdi), %r8",
@@ -82,15 +85,7 @@ mod asm {
             slow = sym zone_alloc_guarded,
             stacks = const CEntry::STACKS as isize - FAST as isize,
             rseq_off = const CEntry::RSEQ_OFFSET as isize - FAST as isize,
-            rseq_cs = const CEntry::RSEQ_CS,
-            cpu_id = const CEntry::RSEQ_CPU_ID,
-            shift = const CEntry::STRIDE_SHIFT,
-            word = const CEntry::WORD,
-            count_mask = const CEntry::COUNT_MASK,
-            top = const CEntry::TOP,
             pop_add = const CEntry::POP_ADD,
-            sig = const CEntry::RSEQ_SIG,
-            options(att_syntax),
         )
     }
 
@@ -124,7 +119,7 @@ mod asm {
         // storage; the top compared is `items[count - 1]` or the always-zero `below_items`.
         // 5. Every other outcome jumps to the slow path before any store, rdi and rsi as they
         // came, no stack frame.
-        core::arch::naked_asm!(
+        naked_asm!(
             "testb ${fast}, %dil",
             "jz {slow}",
             // In the arena: `item - base < len` (NULL wraps above).
@@ -178,17 +173,9 @@ mod asm {
             magic = const CEntry::ITEM_MAGIC as isize - FAST as isize,
             bound = const CEntry::ITEM_BOUND as isize - FAST as isize,
             rseq_off = const CEntry::RSEQ_OFFSET as isize - FAST as isize,
-            rseq_cs = const CEntry::RSEQ_CS,
-            cpu_id = const CEntry::RSEQ_CPU_ID,
-            shift = const CEntry::STRIDE_SHIFT,
-            word = const CEntry::WORD,
-            count_mask = const CEntry::COUNT_MASK,
-            top = const CEntry::TOP,
             room_mask = const CEntry::ROOM_MASK,
             slot = const CEntry::SLOT,
             push_sub = const CEntry::PUSH_SUB,
-            sig = const CEntry::RSEQ_SIG,
-            options(att_syntax),
         )
     }
 }

@@ -41,7 +41,10 @@ mod asm {
     };
     use core::ffi::c_void;
     use ebbtide_core::zone::CEntry;
-    use ebbtide_core::{entry_section_head as section_head, entry_section_tail as section_tail};
+    use ebbtide_core::{
+        entry_naked_asm as naked_asm, entry_section_head as section_head,
+        entry_section_tail as section_tail,
+    };
 
     /// `malloc(3)`.
     ///
@@ -64,7 +67,7 @@ mod asm {
         // (only zones in rseq mode have constants). 4. The section is `Pcpu::pop`'s (as in
         // `ebb_zone_alloc`); every other outcome jumps to a slow path before any store, with
         // no stack frame.
-        core::arch::naked_asm!(
+        naked_asm!(
             "cmpq ${table_max}, %rdi",
             "ja {beyond}",
             // The class: SMALL[(n + 7) / 8].
@@ -97,15 +100,7 @@ mod asm {
             slow = sym alloc_class_slow,
             stacks = const SLOT_CONSTS + CEntry::CONSTS_STACKS,
             off_fast = sym ebbtide_core::pcpu::OFF_FAST,
-            rseq_cs = const CEntry::RSEQ_CS,
-            cpu_id = const CEntry::RSEQ_CPU_ID,
-            shift = const CEntry::STRIDE_SHIFT,
-            word = const CEntry::WORD,
-            count_mask = const CEntry::COUNT_MASK,
-            top = const CEntry::TOP,
             pop_add = const CEntry::POP_ADD,
-            sig = const CEntry::RSEQ_SIG,
-            options(att_syntax),
         )
     }
 
@@ -133,7 +128,7 @@ mod asm {
         // is never read. 5. The section is `Pcpu::push`'s onto the stacks the hint names (as
         // in `ebb_zone_free`); every other outcome jumps to a slow path before any store, with
         // no stack frame.
-        core::arch::naked_asm!(
+        naked_asm!(
             // In the arena: `p - base < len` (NULL and every address outside wrap above). The
             // length first: it is stored after the base (Release), so a length seen comes with
             // its base (`owner_entry_raw`'s Acquire; x86 keeps two loads in order).
@@ -206,18 +201,10 @@ mod asm {
             bound = const SLOT_CONSTS + CEntry::CONSTS_ITEM_BOUND,
             map_hint = const CEntry::MAP_HINT,
             off_fast = sym ebbtide_core::pcpu::OFF_FAST,
-            rseq_cs = const CEntry::RSEQ_CS,
-            cpu_id = const CEntry::RSEQ_CPU_ID,
-            shift = const CEntry::STRIDE_SHIFT,
-            word = const CEntry::WORD,
-            count_mask = const CEntry::COUNT_MASK,
-            top = const CEntry::TOP,
             room_mask = const CEntry::ROOM_MASK,
             slot = const CEntry::SLOT,
             push_sub = const CEntry::PUSH_SUB,
             again = sym free_again_tag,
-            sig = const CEntry::RSEQ_SIG,
-            options(att_syntax),
         )
     }
 }

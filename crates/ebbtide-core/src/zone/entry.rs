@@ -127,6 +127,28 @@ const _: () = assert!(offset_of!(Fast, slab_range) % 8 == 0);
 const _: () = assert!(offset_of!(Fast, mask_bound) % 8 == 0);
 const _: () = assert!(offset_of!(FastConsts, slab_mask) % 4 == 0);
 
+/// `naked_asm!` for an entry point with the operands every one of them uses added after the
+/// caller's templates and operands (which end with a comma): the constants the section macros
+/// below name (`rseq_cs`, `cpu_id`, `shift`, `word`, `count_mask`, `sig`) and the stack's `top`
+/// slot, from [`CEntry`]; AT&T syntax.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! entry_naked_asm {
+    ($($t:tt)*) => {
+        ::core::arch::naked_asm!(
+            $($t)*
+            rseq_cs = const $crate::zone::CEntry::RSEQ_CS,
+            cpu_id = const $crate::zone::CEntry::RSEQ_CPU_ID,
+            shift = const $crate::zone::CEntry::STRIDE_SHIFT,
+            word = const $crate::zone::CEntry::WORD,
+            count_mask = const $crate::zone::CEntry::COUNT_MASK,
+            top = const $crate::zone::CEntry::TOP,
+            sig = const $crate::zone::CEntry::RSEQ_SIG,
+            options(att_syntax),
+        )
+    };
+}
+
 /// The start of an entry point's critical section in assembly (`pcpu.rs`'s shape, in the
 /// registers every entry point uses): arm the descriptor (label `2`, `rax` scratch), read the
 /// CPU id (label `3`, the section's start; negative: unregistered, out to `7f`), find this
