@@ -269,6 +269,33 @@ const NO_RSEQ: isize = isize::MIN;
 #[doc(hidden)]
 pub use rseq::OFF_FAST;
 
+/// Right after the commit store: the post-commit label, then (out of line) the abort handler,
+/// the failure exit `$fail`, and the descriptor. Exported (hidden) for the C entry points in
+/// assembly (`zone/entry.rs`, `entry_section_tail!`): one text of the abort handler and the
+/// descriptor for every section.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! rseq_exit {
+    ($fail:expr) => {
+        concat!(
+            "4:\n",
+            ".pushsection __rseq_failure, \"ax\"\n",
+            ".long 0x53053053\n",
+            "5:\n",
+            "jmp 2b\n",
+            "7:\n",
+            $fail,
+            ".popsection\n",
+            ".pushsection __rseq_cs, \"aw\"\n",
+            ".balign 32\n",
+            "9:\n",
+            ".long 0, 0\n",
+            ".quad 3b, 4b - 3b, 5b\n",
+            ".popsection\n",
+        )
+    };
+}
+
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
 mod rseq {
     use core::sync::atomic::{AtomicIsize, Ordering};
@@ -380,28 +407,6 @@ mod rseq {
         };
     }
 
-    /// Right after the commit store: the post-commit label, then (out of line) the abort handler,
-    /// the failure exit `$fail`, and the descriptor.
-    macro_rules! rseq_exit {
-        ($fail:expr) => {
-            concat!(
-                "4:\n",
-                ".pushsection __rseq_failure, \"ax\"\n",
-                ".long 0x53053053\n",
-                "5:\n",
-                "jmp 2b\n",
-                "7:\n",
-                $fail,
-                ".popsection\n",
-                ".pushsection __rseq_cs, \"aw\"\n",
-                ".balign 32\n",
-                "9:\n",
-                ".long 0, 0\n",
-                ".quad 3b, 4b - 3b, 5b\n",
-                ".popsection\n",
-            )
-        };
-    }
 
     /// Pops the top item of this CPU's stack; null when empty, stopped, or unregistered.
     ///

@@ -105,8 +105,6 @@ impl CEntry {
     pub const RSEQ_CPU_ID: usize = 4;
     /// Offset of `rseq_cs` in `struct rseq`.
     pub const RSEQ_CS: usize = 8;
-    /// glibc's x86 `RSEQ_SIG`, the four bytes before every abort handler.
-    pub const RSEQ_SIG: u32 = 0x5305_3053;
 }
 
 // What the assembly assumes beyond the offsets.
@@ -129,8 +127,8 @@ const _: () = assert!(offset_of!(FastConsts, slab_mask) % 4 == 0);
 
 /// `naked_asm!` for an entry point with the operands every one of them uses added after the
 /// caller's templates and operands (which end with a comma): the constants the section macros
-/// below name (`rseq_cs`, `cpu_id`, `shift`, `word`, `count_mask`, `sig`) and the stack's `top`
-/// slot, from [`CEntry`]; AT&T syntax.
+/// below name (`rseq_cs`, `cpu_id`, `shift`, `word`, `count_mask`) and the stack's `top` slot,
+/// from [`CEntry`]; AT&T syntax.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! entry_naked_asm {
@@ -143,7 +141,6 @@ macro_rules! entry_naked_asm {
             word = const $crate::zone::CEntry::WORD,
             count_mask = const $crate::zone::CEntry::COUNT_MASK,
             top = const $crate::zone::CEntry::TOP,
-            sig = const $crate::zone::CEntry::RSEQ_SIG,
             options(att_syntax),
         )
     };
@@ -177,31 +174,16 @@ macro_rules! entry_section_head {
     };
 }
 
-/// The end of an entry point's critical section, right after its commit store: the
-/// post-commit label `4` and the return, then out of line (section `__rseq_failure`) the abort
-/// handler after glibc's signature (operand `sig`), which restarts from the arming, the failure
-/// exit at label `7` (`$fail`: the caller's way to its slow path, the arguments as the slow
-/// path wants them), and the descriptor (label `9`, section `__rseq_cs`).
+/// The end of an entry point's critical section, right after its commit store: `pcpu.rs`'s
+/// `rseq_exit!` (the post-commit label `4`, then out of line in section `__rseq_failure` the
+/// abort handler after glibc's signature, which restarts from the arming, the failure exit at
+/// label `7` — `$fail`: the caller's way to its slow path, the arguments as the slow path wants
+/// them — and the descriptor, label `9`, section `__rseq_cs`), then the return, which lands
+/// right after label `4` (the out-of-line parts are other sections).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! entry_section_tail {
     ($fail:expr) => {
-        concat!(
-            "4:\n",
-            "ret\n",
-            ".pushsection __rseq_failure, \"ax\"\n",
-            ".long {sig}\n",
-            "5:\n",
-            "jmp 2b\n",
-            "7:\n",
-            $fail,
-            ".popsection\n",
-            ".pushsection __rseq_cs, \"aw\"\n",
-            ".balign 32\n",
-            "9:\n",
-            ".long 0, 0\n",
-            ".quad 3b, 4b - 3b, 5b\n",
-            ".popsection\n",
-        )
+        concat!($crate::rseq_exit!($fail), "ret\n")
     };
 }
