@@ -407,7 +407,6 @@ mod rseq {
         };
     }
 
-
     /// Pops the top item of this CPU's stack; null when empty, stopped, or unregistered.
     ///
     /// # Safety
