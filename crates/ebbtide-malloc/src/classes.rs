@@ -91,9 +91,18 @@ pub fn class_of(n: usize) -> usize {
         // `pair_mixed` (16 B-32 KiB, half of them above the table) ran 6-9 % faster
         // (docs/benchmarks.md, "The start word", last paragraphs).
         large_class();
-        let k = (usize::BITS - 1 - (n - 1).leading_zeros()) as usize;
-        9 + (k - 7) * 8 + ((n - 1 - (1 << k)) >> (k - 3))
+        class_above_table(n)
     }
+}
+
+/// [`class_of`] for `n` above the table's sizes (`TABLE_MAX < n <= MAX_CLASS_SIZE`): the
+/// formula, eight classes per power of two. Called as well by `malloc` in assembly's way out
+/// for those sizes (`heap::alloc_beyond_table`), which knows `n` is above the table.
+#[inline(always)]
+pub fn class_above_table(n: usize) -> usize {
+    debug_assert!(n > TABLE_MAX && n <= MAX_CLASS_SIZE);
+    let k = (usize::BITS - 1 - (n - 1).leading_zeros()) as usize;
+    9 + (k - 7) * 8 + ((n - 1 - (1 << k)) >> (k - 3))
 }
 
 /// Marks the branch of [`class_of`] above the table as the unlikely one (a call to a `#[cold]`

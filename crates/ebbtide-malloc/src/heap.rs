@@ -486,34 +486,45 @@ pub fn owner(p: usize) -> Owner {
 #[inline(always)]
 pub fn alloc(n: usize) -> *mut u8 {
     if n <= SMALL_MAX {
-        let c = classes::class_of(n);
-        debug_assert!(c < classes::NCLASSES);
-        // SAFETY: `class_of` maps every size up to `MAX_CLASS_SIZE` (above SMALL_MAX) to a class
-        // below NCLASSES (`classes.rs`, `table_and_formula_agree_and_fit`, checks every size).
-        // Unchecked because the bounds check's panic call gave `malloc` a stack frame (a push
-        // and a pop on every call) and a compare on its chain.
-        // The table through `local_ref!`: no GOT load for its address (`ebbtide_core::local`).
-        let slot = unsafe { ebbtide_core::local_ref!(CLASS_FAST).get_unchecked(c) };
-        if let Some(f) = slot.get_any() {
-            // SAFETY: the constants of a published zone, never destroyed.
-            let p = unsafe { f.alloc_fast() };
-            if !p.is_null() {
-                return p;
-            }
-        }
-        return alloc_class_slow(c);
+        return alloc_in_class(classes::class_of(n));
     }
     alloc_huge(n, 0)
 }
 
+/// A block of class `c`: this CPU's stack of the class's zone, else the slow path.
+#[inline(always)]
+fn alloc_in_class(c: usize) -> *mut u8 {
+    debug_assert!(c < classes::NCLASSES);
+    // SAFETY: the callers take `c` from `class_of` or `class_above_table`, which map every
+    // size up to `MAX_CLASS_SIZE` (above SMALL_MAX) to a class below NCLASSES (`classes.rs`,
+    // `table_and_formula_agree_and_fit`, checks every size). Unchecked because the bounds
+    // check's panic call gave `malloc` a stack frame (a push and a pop on every call) and a
+    // compare on its chain.
+    // The table through `local_ref!`: no GOT load for its address (`ebbtide_core::local`).
+    let slot = unsafe { ebbtide_core::local_ref!(CLASS_FAST).get_unchecked(c) };
+    if let Some(f) = slot.get_any() {
+        // SAFETY: the constants of a published zone, never destroyed.
+        let p = unsafe { f.alloc_fast() };
+        if !p.is_null() {
+            return p;
+        }
+    }
+    alloc_class_slow(c)
+}
+
 /// `malloc(n)` for `n` above the size table's range, for `malloc` in assembly (`entry.rs`),
-/// which handles the table's sizes itself. `extern "C"` (cannot unwind): reached by a tail
+/// which handles the table's sizes itself: the class by the formula (no second test against
+/// the table), or a large block. `extern "C"` (cannot unwind): reached by a tail
 /// jump.
 #[inline(never)]
 pub(crate) extern "C" fn alloc_beyond_table(n: usize) -> *mut u8 {
     #[cfg(test)]
     crate::slowcount::count_slow_alloc();
-    alloc(n)
+    if n <= SMALL_MAX {
+        // `malloc` came here only for `n` above the table.
+        return alloc_in_class(classes::class_above_table(n));
+    }
+    alloc_huge(n, 0)
 }
 
 /// An item of class `c`, past the fast path. `extern "C"` (it cannot unwind) so that the fast
