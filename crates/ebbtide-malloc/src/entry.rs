@@ -8,8 +8,8 @@
 //!
 //! - `malloc(n)`, `n` within the size table (1 KiB): the class from the table, the class's
 //!   entry in `CLASS_FAST`, unpublished → `alloc_class_slow(c)`; pop this CPU's stack of the
-//!   class's zone, empty → `alloc_class_slow(c)`. Larger `n` → `alloc_beyond_table(n)`
-//!   (`heap::alloc`).
+//!   class's zone, empty → `alloc_class_slow(c)`. Larger `n` → `alloc_beyond_table(n)` (the
+//!   class by the formula and the same steps in Rust, or a large block).
 //! - `free(p)`: outside the arena → `free_tagged(p, 0)`; the chunk map entry's tag, no entry of
 //!   `TAG_FAST` for it (not a tag of a class zone, a free chunk's odd word, nobody's 0) →
 //!   `free_tagged(p, tag)`; the range and item tests by the entry's start word
