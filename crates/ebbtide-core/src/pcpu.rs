@@ -1736,25 +1736,6 @@ mod tests {
         unsafe { p.unmap() };
     }
 
-    /// Pins this thread to the CPU it runs on (its operations then use one stack) and returns
-    /// that CPU.
-    fn pin_here() -> usize {
-        // SAFETY: sched_getcpu has no preconditions; a zeroed cpu_set_t is a valid empty set and
-        // CPU_SET takes an index below CPU_SETSIZE (a CPU the kernel reported).
-        unsafe {
-            let cpu = libc::sched_getcpu();
-            assert!(cpu >= 0, "sched_getcpu");
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu as usize, &mut set);
-            assert_eq!(
-                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
-                0,
-                "sched_setaffinity to CPU {cpu}"
-            );
-            cpu as usize
-        }
-    }
-
     fn item(i: usize) -> *mut u8 {
         (i * 8) as *mut u8
     }
@@ -1765,7 +1746,7 @@ mod tests {
     /// the room of its new cap.
     #[test]
     fn room_follows_the_cap_and_a_stop_refuses_everything() {
-        let cpu = pin_here();
+        let cpu = os::pin_to_current_cpu();
         let p = Pcpu::new(16, os::cpu_count()).unwrap();
         let h = p.header(cpu);
         let set = |cap: u32| {
@@ -1844,7 +1825,7 @@ mod tests {
             "after three wraps"
         );
         assert_eq!(allocs_since(3 * top + 7, 7), 3 * top + 7, "nothing since");
-        let cpu = pin_here();
+        let cpu = os::pin_to_current_cpu();
         let p = Pcpu::new(16, os::cpu_count()).unwrap();
         let h = p.header(cpu);
         {

@@ -25,9 +25,5 @@ pub fn pin_last_cpu() -> usize {
 
 /// Pins this thread to the CPU it runs on and returns it.
 pub fn pin_here() -> usize {
-    // SAFETY: sched_getcpu has no preconditions.
-    let cpu = unsafe { libc::sched_getcpu() };
-    assert!(cpu >= 0);
-    pin(cpu as usize);
-    cpu as usize
+    ebbtide_core::os::pin_to_current_cpu()
 }
