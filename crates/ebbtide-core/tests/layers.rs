@@ -10,3 +10,30 @@ mod layers;
 fn modules_only_reach_down() {
     layers::check(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
 }
+
+#[test]
+fn the_checker_reads_past_test_items() {
+    let src = "use crate::a;\n\
+               #[cfg(test)]\n\
+               mod tests {\n\
+                   fn f() { let s = \"}\"; let c = '{'; }\n\
+                   use crate::b;\n\
+               }\n\
+               use crate::c;\n\
+               #[cfg(test)]\n\
+               #[allow(dead_code)]\n\
+               fn g() {\n\
+                   crate::d();\n\
+               }\n\
+               #[cfg(test)]\n\
+               mod more;\n\
+               fn h() { crate::e(); }\n";
+    let code: Vec<String> = layers::code_lines(src)
+        .into_iter()
+        .map(|(_, l)| l.trim().to_string())
+        .collect();
+    assert_eq!(
+        code,
+        ["use crate::a;", "use crate::c;", "fn h() { crate::e(); }"]
+    );
+}

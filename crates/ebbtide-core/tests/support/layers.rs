@@ -19,14 +19,40 @@ fn documented_order(lib: &str) -> Vec<String> {
         .collect()
 }
 
-/// Code lines of a file: no comments, nothing from a `#[cfg(test)]`/`#[cfg(all(test …` item on.
-fn code_lines(src: &str) -> Vec<(usize, String)> {
+/// Braces that open (positive) or close (negative) code blocks on a line, not counting those in
+/// string or character literals.
+fn brace_delta(code: &str) -> i64 {
+    let b = code.as_bytes();
+    let (mut d, mut i) = (0i64, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            // A character literal `'{'`, `'}'` or `'\''` (a lifetime has no closing quote).
+            b'\'' if b.get(i + 2) == Some(&b'\'') => i += 2,
+            b'\'' if b.get(i + 1) == Some(&b'\\') && b.get(i + 3) == Some(&b'\'') => i += 3,
+            b'{' => d += 1,
+            b'}' => d -= 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    d
+}
+
+/// Code lines of a file: no comments, and no item under `#[cfg(test)]`/`#[cfg(all(test …`
+/// (only that item: the code after it is read again).
+pub fn code_lines(src: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
+    // Set by a test-only attribute until its item ends: the depth of braces seen in it so far,
+    // and whether its body has opened.
+    let mut skipping: Option<(i64, bool)> = None;
     for (i, l) in src.lines().enumerate() {
         let t = l.trim_start();
-        if t.starts_with("#[cfg(test)]") || t.starts_with("#[cfg(all(test") {
-            break;
-        }
         if t.starts_with("//") {
             continue;
         }
@@ -34,6 +60,26 @@ fn code_lines(src: &str) -> Vec<(usize, String)> {
             Some(k) => &l[..k],
             None => l,
         };
+        if skipping.is_none() && (t.starts_with("#[cfg(test)]") || t.starts_with("#[cfg(all(test"))
+        {
+            skipping = Some((0, false));
+            continue;
+        }
+        if let Some((depth, opened)) = skipping.as_mut() {
+            let ct = code.trim();
+            if !*opened && ct.starts_with("#[") {
+                continue; // further attributes of the same item
+            }
+            let delta = brace_delta(code);
+            *depth += delta;
+            *opened |= code.contains('{');
+            // The item ends where its braces close, or at its `;` when it has no body
+            // (`mod tests;`, a `use`).
+            if (*opened && *depth <= 0) || (!*opened && ct.ends_with(';')) {
+                skipping = None;
+            }
+            continue;
+        }
         out.push((i + 1, code.to_string()));
     }
     out
