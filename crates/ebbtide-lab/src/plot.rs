@@ -228,11 +228,12 @@ impl LinePlot {
                 });
         }
         let grey = RGBColor(120, 120, 120);
+        let line_grey = RGBColor(175, 175, 175);
         for (i, m) in self.marks.iter().enumerate() {
             let series = chart
                 .draw_series(LineSeries::new(
                     vec![(m.x, y0), (m.x, y1)],
-                    grey.stroke_width(k),
+                    line_grey.stroke_width(1),
                 ))
                 .map_err(e)?;
             if i == 0 {
@@ -244,7 +245,7 @@ impl LinePlot {
                 };
                 series.label(name).legend(move |(x, y)| {
                     let (x, h) = (x + 10 * k as i32, 6 * k as i32);
-                    PathElement::new(vec![(x, y - h), (x, y + h)], grey.stroke_width(k))
+                    PathElement::new(vec![(x, y - h), (x, y + h)], line_grey.stroke_width(k))
                 });
             }
         }
@@ -257,7 +258,7 @@ impl LinePlot {
         let (_, top) = chart.backend_coord(&(x0, y1));
         let (left, _) = chart.backend_coord(&(x0, y0));
         let (right, _) = chart.backend_coord(&(x1, y0));
-        for m in &self.marks {
+        for m in self.marks.iter().filter(|m| !m.label.trim().is_empty()) {
             let (px, _) = chart.backend_coord(&(m.x, y1));
             let (w, h) = root.estimate_text_size(&m.label, &font).map_err(e)?;
             let (w, h) = (w as i32, h as i32);
@@ -367,6 +368,11 @@ pub fn swap_plot(title: &str, variants: &[(&str, &Series)]) -> LinePlot {
 
 fn add_marks(mut p: LinePlot, variant: &str, s: &Series, prefix: bool) -> LinePlot {
     for m in &s.marks {
+        if m.label.is_empty() {
+            // A line without a label stays one (no bare "variant: ").
+            p = p.mark(m.t_ms / 1e3, "");
+            continue;
+        }
         let mut label = if prefix {
             format!("{variant}: {}", m.label)
         } else {

@@ -37,14 +37,26 @@ impl std::fmt::Display for RasterError {
 
 impl std::error::Error for RasterError {}
 
-/// The glyph scale for a font of `size` pixels: the whole factor closest to it, at least 1.
+/// Pixels of font size per vertical glyph scale: an 8×8 glyph's capitals are 7 pixels high, as
+/// a vector font's of about 11 pixels.
+const SIZE_PER_SCALE: f64 = 11.0;
+
+/// The vertical glyph scale for a font of `size` pixels: the whole factor closest to it, at
+/// least 1.
 pub(crate) fn glyph_scale(size: f64) -> i32 {
-    ((size / GLYPH as f64).round() as i32).max(1)
+    ((size / SIZE_PER_SCALE).round() as i32).max(1)
 }
 
-/// Width in pixels of `text` at `size`: every glyph is one cell wide.
+/// Width of one character cell at `size`: the advance plotters' layout assumes (its estimate
+/// for fonts it cannot measure, `0.7 × size / 1.24²`), so legends and labels it sizes fit what
+/// is drawn. The glyph's 8 columns are stretched over the cell.
+pub(crate) fn cell_width(size: f64) -> i32 {
+    ((size / 1.24 / 1.24 * 0.7).round() as i32).max(GLYPH / 2)
+}
+
+/// Width in pixels of `text` at `size`.
 pub(crate) fn text_width(text: &str, size: f64) -> i32 {
-    text.chars().count() as i32 * GLYPH * glyph_scale(size)
+    text.chars().count() as i32 * cell_width(size)
 }
 
 /// The 8×8 bitmap of `c` (rows top down, bit 0 the leftmost pixel).
@@ -157,6 +169,7 @@ impl DrawingBackend for Raster<'_> {
             VPos::Bottom => -h,
         };
         let trans = style.transform();
+        let cell = cell_width(style.size());
         for (n, c) in text.chars().enumerate() {
             let rows = glyph(c);
             for (gy, row) in rows.iter().enumerate() {
@@ -164,9 +177,11 @@ impl DrawingBackend for Raster<'_> {
                     if row & (1 << gx) == 0 {
                         continue;
                     }
+                    // Column gx covers [gx·cell/8, (gx+1)·cell/8) of the cell.
+                    let (c0, c1) = (gx * cell / GLYPH, (gx + 1) * cell / GLYPH);
                     for sy in 0..s {
-                        for sx in 0..s {
-                            let x = dx + (n as i32 * GLYPH + gx) * s + sx;
+                        for cx in c0..c1 {
+                            let x = dx + n as i32 * cell + cx;
                             let y = dy + gy as i32 * s + sy;
                             let (x, y) = trans.transform(x, y);
                             self.draw_pixel((pos.0 + x, pos.1 + y), color)?;
@@ -199,7 +214,8 @@ mod tests {
         assert_eq!(glyph('–'), glyph('-'));
         assert_eq!(glyph('☃'), glyph('?'));
         assert_ne!(glyph('A'), glyph(' '));
-        assert_eq!(text_width("abc", 16.0), 3 * 16);
+        assert_eq!(text_width("abc", 24.0), 3 * 11);
+        assert_eq!(glyph_scale(24.0), 2);
         assert_eq!(glyph_scale(3.0), 1);
     }
 
