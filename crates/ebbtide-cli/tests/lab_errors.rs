@@ -6,7 +6,11 @@ use std::process::Command;
 const EBBTIDE: &str = env!("CARGO_BIN_EXE_ebbtide");
 
 fn lab(args: &[&str]) -> (i32, String) {
-    let o = Command::new(EBBTIDE).arg("lab").args(args).output().unwrap();
+    let o = Command::new(EBBTIDE)
+        .arg("lab")
+        .args(args)
+        .output()
+        .unwrap();
     (
         o.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&o.stderr).into_owned(),

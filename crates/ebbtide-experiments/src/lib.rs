@@ -565,7 +565,9 @@ pub fn cli_main_as(prog: &str, argv: Vec<String>) -> i32 {
         }
     }
     let Some(what) = what else {
-        eprintln!("{prog}: error: which experiment? (blkback, uma, idle, malloc or all)\n\n{USAGE}");
+        eprintln!(
+            "{prog}: error: which experiment? (blkback, uma, idle, malloc or all)\n\n{USAGE}"
+        );
         return 2;
     };
     let list: Vec<&str> = match what.as_str() {

@@ -493,7 +493,9 @@ mod tests {
                 let i = t.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
                 t[i..i + t[i..].find('"').unwrap()].to_string()
             };
-            let text = t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()].trim().to_string();
+            let text = t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()]
+                .trim()
+                .to_string();
             labels.push((
                 attr("x").parse().unwrap(),
                 attr("y").parse().unwrap(),
@@ -506,7 +508,11 @@ mod tests {
         // Each label's extent at a lower bound of 4 px a character (the SVG's 9.7 px font).
         let span = |(x, _, a, t): &(f64, f64, String, String)| {
             let w = t.chars().count() as f64 * 4.0;
-            if a == "end" { (x - w, *x) } else { (*x, x + w) }
+            if a == "end" {
+                (x - w, *x)
+            } else {
+                (*x, x + w)
+            }
         };
         for (i, l) in labels.iter().enumerate() {
             for m in &labels[i + 1..] {

@@ -18,9 +18,20 @@ fn figures(line: &str) -> Vec<f64> {
 fn the_example_reports_in_use_within_mapped_and_gives_memory_back() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     // The example in this test's profile, so no second profile gets built.
-    let profile: &[&str] = if cfg!(debug_assertions) { &[] } else { &["--release"] };
+    let profile: &[&str] = if cfg!(debug_assertions) {
+        &[]
+    } else {
+        &["--release"]
+    };
     let out = Command::new(cargo)
-        .args(["run", "--quiet", "-p", "ebbtide-malloc", "--example", "global_allocator"])
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "ebbtide-malloc",
+            "--example",
+            "global_allocator",
+        ])
         .args(profile)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
