@@ -69,7 +69,9 @@ fn main() -> ExitCode {
         Command::Exporter(a) => cmd::exporter::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Lab { args } => {
-            return ExitCode::from(ebbtide_experiments::cli_main(args).clamp(0, 255) as u8)
+            return ExitCode::from(
+                ebbtide_experiments::cli_main_as("ebbtide", args).clamp(0, 255) as u8,
+            )
         }
     };
     match r {

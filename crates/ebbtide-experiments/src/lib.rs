@@ -514,16 +514,22 @@ leftovers of an interrupted earlier run are removed at the start.";
 /// The lab's command line: `args` without the program name. Returns the process exit code.
 /// Call [`child_main_if_requested`] first thing in `main`: variants re-execute the binary.
 pub fn cli_main(argv: Vec<String>) -> i32 {
+    cli_main_as("ebbtide-lab", argv)
+}
+
+/// [`cli_main`] for a program that prefixes its errors with `prog` (`ebbtide` for `ebbtide lab`),
+/// so the lab's errors read as the rest of that program's: `PROG: error: WHAT`.
+pub fn cli_main_as(prog: &str, argv: Vec<String>) -> i32 {
     if argv.first().map(String::as_str) == Some("replot") {
         // ebbtide-lab replot <blkback|uma> DIR: redraw the SVGs from series-*.json.
         let (Some(e), Some(d)) = (argv.get(1), argv.get(2)) else {
-            eprintln!("usage: ebbtide lab replot <blkback|uma> DIR");
+            eprintln!("{prog}: error: replot needs an experiment and a folder\nusage: ebbtide lab replot <blkback|uma> DIR");
             return 2;
         };
         match replot(e, std::path::Path::new(d)) {
             Ok(files) => files.iter().for_each(|f| println!("wrote {}", f.display())),
             Err(err) => {
-                eprintln!("replot: {err}");
+                eprintln!("{prog}: error: {err}");
                 return 1;
             }
         }
@@ -543,7 +549,7 @@ pub fn cli_main(argv: Vec<String>) -> i32 {
             "--runs" => {
                 runs = args.next().and_then(|v| v.parse().ok());
                 if runs.is_none() {
-                    eprintln!("--runs needs a number\n\n{USAGE}");
+                    eprintln!("{prog}: error: --runs needs a number\n\n{USAGE}");
                     return 2;
                 }
             }
@@ -553,20 +559,22 @@ pub fn cli_main(argv: Vec<String>) -> i32 {
             }
             x if !x.starts_with('-') && what.is_none() => what = Some(x.to_string()),
             x => {
-                eprintln!("unknown argument {x:?}\n\n{USAGE}");
+                eprintln!("{prog}: error: unknown argument {x:?}\n\n{USAGE}");
                 return 2;
             }
         }
     }
     let Some(what) = what else {
-        eprintln!("{USAGE}");
+        eprintln!(
+            "{prog}: error: which experiment? (blkback, uma, idle, malloc or all)\n\n{USAGE}"
+        );
         return 2;
     };
     let list: Vec<&str> = match what.as_str() {
         "all" => vec!["blkback", "uma", "idle", "malloc"],
         "blkback" | "uma" | "idle" | "malloc" => vec![what.as_str()],
         x => {
-            eprintln!("unknown experiment {x:?}\n\n{USAGE}");
+            eprintln!("{prog}: error: unknown experiment {x:?} (expected blkback, uma, idle, malloc or all)\n\n{USAGE}");
             return 2;
         }
     };
@@ -589,7 +597,7 @@ pub fn cli_main(argv: Vec<String>) -> i32 {
             _ => run_idle(&opts),
         };
         if let Err(err) = r {
-            eprintln!("ebbtide-lab {e}: {err}");
+            eprintln!("{prog}: error: lab {e}: {err}");
             failed = true;
         }
     }

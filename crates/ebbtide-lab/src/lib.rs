@@ -19,7 +19,7 @@
 //! | [`stats`]                      | `stats.rs`     | min/max/median/mean/stddev, Welch and ministat t-tests, the verdict |
 //! | [`Table`]                      | `table.rs`     | the seed's aligned text tables with `76,672` separators             |
 //! | [`Summary`]                    | `summary.rs`   | `summary.json`: machine + one record of named figures per variant   |
-//! | [`LinePlot`]                   | `plot.rs`      | SVG plots of memory and swap over time with event marks             |
+//! | [`LinePlot`]                   | `plot.rs`      | SVG and PNG plots of memory and swap over time with event marks     |
 //! | [`malloc_lib`]                 | `malloc_lib.rs` | where `libebbtide_malloc.so` is (found, or built in a cargo tree)  |
 //! | [`Progress`]                   | `progress.rs`  | progress lines on stderr with elapsed time and ETA                  |
 //!
@@ -97,6 +97,7 @@ pub mod plot;
 pub mod privilege;
 pub mod progress;
 pub mod psi;
+mod raster;
 pub mod sampler;
 pub mod stats;
 pub mod summary;

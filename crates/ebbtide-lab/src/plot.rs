@@ -1,5 +1,6 @@
-//! SVG line plots (plotters' SVG backend only: no system fonts or freetype needed; text is
-//! written as SVG `<text>` and laid out with estimated glyph widths).
+//! Line plots as SVG and PNG (plotters' SVG backend, and `raster`'s PNG backend with a built-in
+//! bitmap font: no system fonts or freetype needed). In the SVG, text is `<text>` laid out with
+//! estimated glyph widths; the PNG is the same layout at twice the size.
 //!
 //! [`LinePlot`] is the generic form: named series of (x, y) points, vertical marks with
 //! labels (pressure events), title, axis labels, legend. [`memory_plot`] and [`swap_plot`]
@@ -7,8 +8,11 @@
 
 use std::path::Path;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::raster::{self, Raster};
 
 use crate::error::{Error, Result};
 use crate::sampler::Series;
@@ -151,85 +155,168 @@ impl LinePlot {
         (x0, x1, y0, y1 + (y1 - y0) * 0.25)
     }
 
-    /// Draws the plot into an SVG file.
+    /// Draws the plot into an SVG file, and the same plot as a PNG beside it (`path` with the
+    /// extension `png`), so every plot can be shown where SVG cannot.
     pub fn write_svg(&self, path: &Path) -> Result<()> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
         }
-        let (x0, x1, y0, y1) = self.bounds();
         let root = SVGBackend::new(path, self.size).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err(path))?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(&self.title, ("sans-serif", 22))
-            .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(70)
+        self.draw(&root, 1).map_err(plot_err(path))?;
+        root.present().map_err(plot_err(path))?;
+        drop(root);
+        self.write_png(&path.with_extension("png"))
+    }
+
+    /// Draws the plot into a PNG file at twice the SVG's size (the same layout, every length
+    /// doubled), text in a built-in bitmap font.
+    pub fn write_png(&self, path: &Path) -> Result<()> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        }
+        let (w, h) = (self.size.0 * PNG_SCALE, self.size.1 * PNG_SCALE);
+        let mut pixels = raster::white(w, h);
+        {
+            let root = Raster::new(w, h, &mut pixels).into_drawing_area();
+            self.draw(&root, PNG_SCALE).map_err(plot_err(path))?;
+        }
+        raster::write_png(path, w, h, &pixels).map_err(plot_err(path))
+    }
+
+    /// Draws the plot on `root`, every length (margins, fonts, strokes) times `k`.
+    fn draw<DB: DrawingBackend>(
+        &self,
+        root: &DrawingArea<DB, Shift>,
+        k: u32,
+    ) -> std::result::Result<(), String> {
+        let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+        let kf = k as f64;
+        let (x0, x1, y0, y1) = self.bounds();
+        root.fill(&WHITE).map_err(e)?;
+        let mut chart = ChartBuilder::on(root)
+            .caption(&self.title, ("sans-serif", 22.0 * kf))
+            .margin(12 * k)
+            .x_label_area_size(45 * k)
+            .y_label_area_size(70 * k)
             .build_cartesian_2d(x0..x1, y0..y1)
-            .map_err(plot_err(path))?;
+            .map_err(e)?;
         chart
             .configure_mesh()
             .x_desc(self.x_label.as_str())
             .y_desc(self.y_label.as_str())
+            .label_style(("sans-serif", 12.0 * kf))
+            .axis_desc_style(("sans-serif", 14.0 * kf))
             .x_label_formatter(&tick)
             .y_label_formatter(&tick)
             .draw()
-            .map_err(plot_err(path))?;
+            .map_err(e)?;
         for (i, s) in self.series.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
+            let width = 2 * k;
             chart
                 .draw_series(LineSeries::new(
                     s.points.iter().copied(),
-                    color.stroke_width(2),
+                    color.stroke_width(width),
                 ))
-                .map_err(plot_err(path))?
+                .map_err(e)?
                 .label(s.name.as_str())
                 .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                    PathElement::new(
+                        vec![(x, y), (x + 20 * k as i32, y)],
+                        color.stroke_width(width),
+                    )
                 });
         }
         let grey = RGBColor(120, 120, 120);
+        let line_grey = RGBColor(175, 175, 175);
         for (i, m) in self.marks.iter().enumerate() {
             let series = chart
                 .draw_series(LineSeries::new(
                     vec![(m.x, y0), (m.x, y1)],
-                    grey.stroke_width(1),
+                    line_grey.stroke_width(1),
                 ))
-                .map_err(plot_err(path))?;
+                .map_err(e)?;
             if i == 0 {
-                series.label("events").legend(move |(x, y)| {
-                    PathElement::new(vec![(x + 10, y - 6), (x + 10, y + 6)], grey)
+                let n = self.marks.len();
+                let name = if n == 1 {
+                    "event".to_string()
+                } else {
+                    format!("{n} events")
+                };
+                series.label(name).legend(move |(x, y)| {
+                    let (x, h) = (x + 10 * k as i32, 6 * k as i32);
+                    PathElement::new(vec![(x, y - h), (x, y + h)], line_grey.stroke_width(k))
                 });
             }
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    m.label.clone(),
-                    // Staggered in four rows so labels of nearby marks do not overprint.
-                    (m.x, y1 - (y1 - y0) * 0.04 * (i % 4) as f64),
-                    // Labels right of the middle end at their line, so they stay inside.
-                    ("sans-serif", 12).into_font().color(&grey).pos(Pos::new(
-                        if m.x > (x0 + x1) / 2.0 {
-                            HPos::Right
-                        } else {
-                            HPos::Left
-                        },
-                        VPos::Top,
-                    )),
-                )))
-                .map_err(plot_err(path))?;
+        }
+        // The marks' labels, in pixel coordinates: each in the first of LABEL_ROWS rows under
+        // the top where it overlaps no label already there; a label with no room is left out
+        // (its line stays), so labels never overprint however dense the events.
+        let font = ("sans-serif", 12.0 * kf).into_font().color(&grey);
+        let mut rows: Vec<Vec<(i32, i32)>> = vec![Vec::new(); LABEL_ROWS];
+        let gap = 6 * k as i32;
+        let (_, top) = chart.backend_coord(&(x0, y1));
+        let (left, _) = chart.backend_coord(&(x0, y0));
+        let (right, _) = chart.backend_coord(&(x1, y0));
+        for m in self.marks.iter().filter(|m| !m.label.trim().is_empty()) {
+            let (px, _) = chart.backend_coord(&(m.x, y1));
+            let (w, h) = root.estimate_text_size(&m.label, &font).map_err(e)?;
+            let (w, h) = (w as i32, h as i32);
+            // Labels right of the middle end at their line, so they stay inside.
+            let right_of_middle = m.x > (x0 + x1) / 2.0;
+            let (a, b) = if right_of_middle {
+                (px - w - 2, px)
+            } else {
+                (px, px + w + 2)
+            };
+            if a < left || b > right {
+                continue;
+            }
+            let Some(row) = rows
+                .iter()
+                .position(|r| r.iter().all(|&(c, d)| b + gap <= c || d + gap <= a))
+            else {
+                continue;
+            };
+            rows[row].push((a, b));
+            let y = top + 2 * k as i32 + row as i32 * (h + 3 * k as i32);
+            let anchor = Pos::new(
+                if right_of_middle {
+                    HPos::Right
+                } else {
+                    HPos::Left
+                },
+                VPos::Top,
+            );
+            let x = if right_of_middle { px - 2 } else { px + 2 };
+            root.draw(&Text::new(
+                m.label.clone(),
+                (x, y),
+                font.clone().pos(anchor),
+            ))
+            .map_err(e)?;
         }
         if !self.series.is_empty() || !self.marks.is_empty() {
             chart
                 .configure_series_labels()
                 .position(self.legend.to_plotters())
+                .label_font(("sans-serif", 12.0 * kf))
+                .legend_area_size(30 * k)
+                .margin(10 * k)
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK)
                 .draw()
-                .map_err(plot_err(path))?;
+                .map_err(e)?;
         }
-        root.present().map_err(plot_err(path))?;
         Ok(())
     }
 }
+
+/// How much larger a PNG is than its SVG, in each dimension.
+const PNG_SCALE: u32 = 2;
+
+/// Rows of mark labels under the top of the plot area.
+const LABEL_ROWS: usize = 4;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -281,6 +368,11 @@ pub fn swap_plot(title: &str, variants: &[(&str, &Series)]) -> LinePlot {
 
 fn add_marks(mut p: LinePlot, variant: &str, s: &Series, prefix: bool) -> LinePlot {
     for m in &s.marks {
+        if m.label.is_empty() {
+            // A line without a label stays one (no bare "variant: ").
+            p = p.mark(m.t_ms / 1e3, "");
+            continue;
+        }
         let mut label = if prefix {
             format!("{variant}: {}", m.label)
         } else {
@@ -351,10 +443,87 @@ mod tests {
         swap_plot("swap", &[("v1", &a)]).write_svg(&sw).unwrap();
         let svg = std::fs::read_to_string(&sw).unwrap();
         assert!(svg.contains("v1 pswpout") && svg.contains("v1 pswpin"));
+        for png in ["memory.png", "swap.png"] {
+            let (w, h) = decode_png(&dir.join(png));
+            assert_eq!((w, h), (1920, 1080), "{png}");
+        }
         // An empty plot still renders.
         LinePlot::new("empty", "x", "y")
             .write_svg(&dir.join("empty.svg"))
             .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Width and height of a PNG file, decoding all of it (so a broken file fails here).
+    fn decode_png(path: &Path) -> (u32, u32) {
+        let dec = png::Decoder::new(std::fs::File::open(path).unwrap());
+        let mut reader = dec.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        // Not a blank canvas: lines and text were drawn.
+        let dark = buf[..info.buffer_size()]
+            .chunks(3)
+            .filter(|p| p.iter().all(|&c| c < 128))
+            .count();
+        assert!(dark > 1000, "{}: {dark} dark pixels", path.display());
+        (info.width, info.height)
+    }
+
+    /// Mark labels at one height never overlap, however dense the marks (the blkback sweep's
+    /// swap plot had hundreds of pressure events in 20 s, their labels printed over each other).
+    #[test]
+    fn dense_marks_labels_do_not_overlap() {
+        let dir =
+            std::env::temp_dir().join(format!("ebbtide-lab-unit-marks-{}", std::process::id()));
+        let mut p = LinePlot::new("dense marks", "time (s)", "pages")
+            .line("a", (0..100).map(|i| (i as f64 * 0.2, i as f64)).collect());
+        for i in 0..300 {
+            p = p.mark(i as f64 * 0.066, &format!("10 ms: psi ({})", i % 3));
+        }
+        let svg_path = dir.join("marks.svg");
+        p.write_svg(&svg_path).unwrap();
+        let svg = std::fs::read_to_string(&svg_path).unwrap();
+        // (x, y, anchor, text) of the grey labels.
+        let mut labels: Vec<(f64, f64, String, String)> = Vec::new();
+        for t in svg.split("<text").skip(1) {
+            if !t.contains("fill=\"#787878\"") {
+                continue;
+            }
+            let attr = |name: &str| {
+                let i = t.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+                t[i..i + t[i..].find('"').unwrap()].to_string()
+            };
+            let text = t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()]
+                .trim()
+                .to_string();
+            labels.push((
+                attr("x").parse().unwrap(),
+                attr("y").parse().unwrap(),
+                attr("text-anchor"),
+                text,
+            ));
+        }
+        assert!(labels.len() >= 4, "some labels are drawn: {}", labels.len());
+        assert!(labels.len() < 100, "not all 300 fit: {}", labels.len());
+        // Each label's extent at a lower bound of 4 px a character (the SVG's 9.7 px font).
+        let span = |(x, _, a, t): &(f64, f64, String, String)| {
+            let w = t.chars().count() as f64 * 4.0;
+            if a == "end" {
+                (x - w, *x)
+            } else {
+                (*x, x + w)
+            }
+        };
+        for (i, l) in labels.iter().enumerate() {
+            for m in &labels[i + 1..] {
+                if l.1 == m.1 {
+                    let ((a, b), (c, d)) = (span(l), span(m));
+                    assert!(b <= c || d <= a, "overlap: {l:?} {m:?}");
+                }
+            }
+        }
+        let (w, h) = decode_png(&dir.join("marks.png"));
+        assert_eq!((w, h), (1920, 1080));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -90,10 +90,58 @@ pub(crate) fn snapshot(s: &Snapshot) -> String {
         table(&mut out, &s.sources.iter().collect::<Vec<_>>());
     }
     out.push('\n');
-    table(&mut out, &s.zones.iter().collect::<Vec<_>>());
+    table(&mut out, &zone_rows(s));
     if !s.pools.is_empty() {
         out.push('\n');
-        table(&mut out, &s.pools.iter().collect::<Vec<_>>());
+        let mut pools: Vec<_> = s.pools.iter().collect();
+        pools.sort_by(|a, b| a.zone.name.cmp(&b.zone.name));
+        table(&mut out, &pools);
     }
     out
+}
+
+/// The zones in the table's order: by item size, then by name, so a malloc's size classes read
+/// from the smallest up whatever order the process created them in (the snapshot keeps the
+/// creation order, which is the registry's).
+fn zone_rows(s: &Snapshot) -> Vec<&super::ZoneStats> {
+    let mut zones: Vec<_> = s.zones.iter().collect();
+    zones.sort_by(|a, b| a.size.cmp(&b.size).then_with(|| a.name.cmp(&b.name)));
+    zones
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first column of the zone table's rows, in order.
+    fn zone_names(table: &str) -> Vec<String> {
+        let block = table.split("\n\n").find(|b| b.starts_with("ITEM")).unwrap();
+        block
+            .lines()
+            .skip(1)
+            .map(|l| l.split(':').next().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn zone_rows_are_sorted_by_size_then_name() {
+        let mut s = Snapshot::sample();
+        let proto = s.zones[0].clone();
+        let zone = |name: &str, size: u64| super::super::ZoneStats {
+            name: name.into(),
+            size,
+            ..proto.clone()
+        };
+        s.zones = vec![
+            zone("malloc-1024", 1024),
+            zone("malloc-16", 16),
+            zone("b-64", 64),
+            zone("malloc-256", 256),
+            zone("a-64", 64),
+        ];
+        assert_eq!(
+            zone_names(&s.to_table()),
+            ["malloc-16", "a-64", "b-64", "malloc-256", "malloc-1024"]
+        );
+    }
 }
