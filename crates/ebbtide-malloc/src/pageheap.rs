@@ -1,9 +1,9 @@
-//! The page heap: runs of pages for the blocks above the size classes, carved from one
-//! reservation of address space, and the free runs kept resident for reuse by any size.
+//! The page heap: runs of pages for the blocks above the size classes, carved from one span of
+//! address space mapped as it fills, and the free runs kept resident for reuse by any size.
 //!
 //! ```text
 //!  base                                        top                committed            end
-//!  | block | dirty | block | clean | dirty | block |  (zero pages)     |  (PROT_NONE)     |
+//!  | block | dirty | block | clean | dirty | block |  (zero pages)     |  (not mapped)    |
 //!          └ free runs: sorted by address, coalesced with neighbours of the same kind ┘
 //! ```
 //!
@@ -16,8 +16,14 @@
 //!   read as zeros and fault in when touched again).
 //! * Above `top` nothing was ever handed out or everything went back: all zero pages. `top`
 //!   never rests on a clean run (a clean run ending at `top` lowers `top` instead), and the
-//!   range `[base, committed)` is readable and writable (`mprotect`ed in steps of
-//!   [`COMMIT_STEP`] as `top` grows), the rest of the reservation inaccessible.
+//!   range `[base, committed)` is mapped readable and writable (in steps of [`COMMIT_STEP`] as
+//!   `top` grows), the rest of the span not mapped at all: address space on demand
+//!   (docs/design/address-space.md), so an `RLIMIT_AS` lowered at run time stops the heap
+//!   where it stands, and `VSZ` counts what is in use. The span is found once far from other
+//!   mappings ([`ebbtide_core::os::reserve_span`]); should another mapping take the piece
+//!   above `committed`, the heap ends there (`end` lowered) and larger blocks are mappings of
+//!   their own. The heap's pages are `MADV_NOHUGEPAGE` ([`HEAP_THP`],
+//!   docs/design/thp-policy.md).
 //!
 //! Invariants (checked by [`PageHeap::validate`], which the tests run after every step):
 //! the runs are sorted, disjoint, inside `[base, top)`, page-aligned, and two adjacent runs
@@ -53,12 +59,16 @@
 //! Nothing here locks: the one caller holds the block table's mutex around every call.
 
 use core::ptr::{self, NonNull};
+use ebbtide_core::os::{MapAt, Thp};
 
-/// The most address space reserved (when no address-space limit is set).
+/// The heap's span: the most address space it grows to (none of it mapped up front).
 pub const RESERVE_MAX: usize = 64 << 30;
-/// The least worth reserving; under a tighter `ulimit -v` the heap stays off (blocks are
-/// mappings of their own, as above [`crate::huge::HEAP_MAX`]).
+/// The least span worth having; where no free stretch that large is found (a `ulimit -v` set
+/// before start, tighter than that) the heap stays off (blocks are mappings of their own, as
+/// above [`crate::huge::HEAP_MAX`]).
 pub const RESERVE_MIN: usize = 256 << 20;
+/// Huge pages for the heap's pages (docs/design/thp-policy.md).
+const HEAP_THP: Thp = Thp::Never;
 /// `top` is made accessible in steps of this many bytes.
 pub const COMMIT_STEP: usize = 4 << 20;
 /// Free runs tracked at most (32 bytes each, in a mapping touched as it fills).
@@ -147,20 +157,6 @@ fn page() -> usize {
     ebbtide_core::os::page_size()
 }
 
-/// The address-space limit (`ulimit -v`), if any.
-fn as_limit() -> Option<usize> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct we pass.
-    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } != 0 || r.rlim_cur == libc::RLIM_INFINITY
-    {
-        return None;
-    }
-    Some(r.rlim_cur as usize)
-}
-
 impl PageHeap {
     /// A heap that reserves up to `reserve_len` bytes on first use.
     pub const fn new(reserve_len: usize) -> PageHeap {
@@ -182,7 +178,9 @@ impl PageHeap {
         }
     }
 
-    /// Reserves the address space and the run table; false if the heap is off.
+    /// Finds the heap's span and maps the run table; false if the heap is off. Nothing of the
+    /// span stays mapped: [`PageHeap::take`] maps it in steps of [`COMMIT_STEP`] as `top`
+    /// grows (address space on demand, module docs).
     fn ready(&mut self) -> bool {
         if self.base != 0 {
             return true;
@@ -190,27 +188,27 @@ impl PageHeap {
         if self.off {
             return false;
         }
-        // Under an address-space limit the heap takes at most a sixteenth of it: the
-        // reservation counts against `ulimit -v` though it costs no memory.
-        let mut len = match as_limit() {
-            Some(l) => self.reserve_len.min(l / 16),
-            None => self.reserve_len,
+        let Ok(runs) = ebbtide_core::os::map(MAX_RUNS * core::mem::size_of::<Run>()) else {
+            // Tried again on the next request.
+            return false;
         };
+        // Under an address-space limit set before start the span found is at most what is
+        // left of the limit; the heap then stops where the limit does.
+        let mut len = self.reserve_len;
         let base = loop {
             if len < RESERVE_MIN.min(self.reserve_len) {
                 self.off = true;
+                // SAFETY: the run table just mapped, unused.
+                unsafe { ebbtide_core::os::unmap(runs, MAX_RUNS * core::mem::size_of::<Run>()) };
                 return false;
             }
-            match ebbtide_core::os::reserve(len, COMMIT_STEP) {
+            match ebbtide_core::os::reserve_span(len, COMMIT_STEP) {
                 Ok(p) => break p,
                 Err(_) => len /= 2,
             }
         };
-        let Ok(runs) = ebbtide_core::os::map(MAX_RUNS * core::mem::size_of::<Run>()) else {
-            // SAFETY: the reservation just made, unused. Tried again on the next request.
-            unsafe { ebbtide_core::os::unmap(base, len) };
-            return false;
-        };
+        // SAFETY: the reservation just made, unused: only its place is kept.
+        unsafe { ebbtide_core::os::unmap(base, len) };
         self.runs = runs.as_ptr().cast();
         self.base = base.as_ptr() as usize;
         self.end = self.base + len;
@@ -219,9 +217,10 @@ impl PageHeap {
         true
     }
 
-    /// Whether `addr` is inside the reservation (a block of this heap, if it is a block).
+    /// Whether `addr` is inside the heap's mapped part (a block of this heap, if it is a
+    /// block): a mapping of another kind may lie in the span beyond it.
     pub fn contains(&self, addr: usize) -> bool {
-        addr.wrapping_sub(self.base) < self.end - self.base
+        addr.wrapping_sub(self.base) < self.committed - self.base
     }
 
     /// Bytes of dirty runs: resident free memory, the cache.
@@ -346,17 +345,25 @@ impl PageHeap {
         }
         if b > self.committed {
             let c = b.next_multiple_of(COMMIT_STEP).min(self.end);
-            // SAFETY: [committed, c) lies inside the reservation and is page aligned.
-            let ok = unsafe {
-                ebbtide_core::os::commit(
+            // SAFETY: [committed, c) lies inside the span, page aligned, and nothing of ours is
+            // mapped there (the heap maps only below `committed`).
+            let r = unsafe {
+                ebbtide_core::os::map_at(
                     NonNull::new_unchecked(self.committed as *mut u8),
                     c - self.committed,
+                    HEAP_THP,
                 )
             };
-            if ok.is_err() {
-                return None;
+            match r {
+                Ok(MapAt::Mapped) => self.committed = c,
+                Ok(MapAt::Taken) => {
+                    // Another mapping lies in the way: the heap ends here.
+                    self.end = self.committed;
+                    return None;
+                }
+                // The limit (RLIMIT_AS) reached: the request is a mapping of its own or fails.
+                Err(_) => return None,
             }
-            self.committed = c;
         }
         let old_top = self.top;
         let mut zeroed = true;
