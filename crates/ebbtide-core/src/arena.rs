@@ -53,7 +53,11 @@
 //! **Address space on demand** (docs/design/address-space.md): the arena's span is found once
 //! with [`os::reserve_span`] (far from other mappings), then everything of it but the map is unmapped at once; a chunk is
 //! mapped ([`os::map_at`]) when first handed out and never unmapped: giving memory back is
-//! done per slab with `MADV_DONTNEED` (see [`crate::os`]). So `RLIMIT_AS` counts the chunks in
+//! done per slab with `MADV_DONTNEED` (see [`crate::os`]). Within a chunk too, only what its
+//! keg uses is mapped: the metadata area when the chunk is handed out, then the slabs in steps
+//! of [`CHUNK_STEP`] as the keg carves them ([`Arena::map_through`]; the entry's `mapped`
+//! word says how far), so a size class that holds a few items costs 256 KiB of address space,
+//! not 4 MiB. So `RLIMIT_AS` counts the chunks in
 //! use, not the span: a limit lowered at run time stops the arena where it stands, as it stops
 //! glibc's heap. A chunk of the span that another mapping took meanwhile is skipped: its entry
 //! stays 0 (nobody's), so a pointer into it goes the way of any foreign pointer. The span is
@@ -97,6 +101,9 @@ pub(crate) fn span_for(ram: u64, swap: u64) -> usize {
         .unwrap_or(SPAN_MAX)
         .clamp(SPAN_MIN, SPAN_MAX)
 }
+/// A chunk is mapped in steps of this many bytes as its owner carves slabs
+/// ([`Arena::map_through`]).
+pub(crate) const CHUNK_STEP: usize = 256 << 10;
 /// Bytes of a chunk map entry.
 const ENTRY: usize = core::mem::size_of::<MapEntry>();
 
@@ -127,6 +134,10 @@ pub(crate) struct MapEntry {
     pub(crate) tag: AtomicU64,
     pub(crate) hint: AtomicU64,
     pub(crate) start: AtomicU64,
+    /// Bytes of the chunk mapped, from its start ([`Arena::map_through`]); 0 for a chunk never
+    /// handed out. Written by the chunk's one owner (under its keg's lock) or by `alloc_chunk`
+    /// (under the arena's mutex) before the tag is published.
+    pub(crate) mapped: AtomicU64,
 }
 
 // SAFETY: `map` points to a mapping owned by the arena for the life of the process; it is only
@@ -255,8 +266,10 @@ impl Arena {
         }
     }
 
-    /// Hands a committed chunk to the keg with `tag` and `hint` whose first slab lies
-    /// `first_slab` bytes into a chunk (see the module docs). The chunk's memory reads as zeros.
+    /// Hands a chunk to the keg with `tag` and `hint` whose first slab lies `first_slab` bytes
+    /// into a chunk (see the module docs), mapped through its first `first_slab` bytes at least
+    /// (the keg maps its slabs with [`Arena::map_through`] before carving them). The chunk's
+    /// memory reads as zeros.
     pub(crate) fn alloc_chunk(
         &self,
         tag: u64,
@@ -292,6 +305,16 @@ impl Arena {
             idx
         };
         let chunk = self.base + (idx << CHUNK_SHIFT);
+        // The owner's metadata area (its first `first_slab` bytes) mapped before it is handed
+        // out; a chunk back from the free list keeps what it had mapped.
+        if let Err(e) = self.map_through(chunk, chunk + first_slab) {
+            // Back on the free list, as it was (a new chunk: its first step mapped, unowned).
+            // Release: as in `free_chunk` (hint and start word are 0: never set, or cleared).
+            self.entry(idx)
+                .store(((free.head as u64) << 1) | 1, Ordering::Release);
+            free.head = idx + 1;
+            return Err(e);
+        }
         let e = self.map_entry(idx);
         // Release: the C entry points' `free` reads the hint alone (`Zone::free_fast_plain`,
         // Acquire); for the others it is published by the Release store of the tag just below.
@@ -306,8 +329,9 @@ impl Arena {
         Ok(unsafe { NonNull::new_unchecked(chunk as *mut u8) })
     }
 
-    /// Maps the next chunk of the span never handed out, skipping chunks another mapping took;
-    /// its index. The caller holds the mutex (`bump` changes only under it).
+    /// Maps the first step of the next chunk of the span never handed out, skipping chunks
+    /// another mapping took; its index. The caller holds the mutex (`bump` changes only under
+    /// it).
     fn map_new_chunk(&self, nchunks: usize) -> Result<usize, OsError> {
         loop {
             let idx = self.bump.load(Ordering::Relaxed);
@@ -324,15 +348,54 @@ impl Arena {
             let r = unsafe {
                 os::map_at(
                     NonNull::new_unchecked(p as *mut u8),
-                    CHUNK_SIZE,
+                    CHUNK_STEP,
                     os::Thp::Never,
                 )?
             };
             self.bump.store(idx + 1, Ordering::Relaxed);
             if r == os::MapAt::Mapped {
+                self.map_entry(idx)
+                    .mapped
+                    .store(CHUNK_STEP as u64, Ordering::Relaxed);
                 return Ok(idx);
             }
         }
+    }
+
+    /// Maps the chunk at `chunk` (one of this arena's, handed out or being handed out) from its
+    /// start through `end` at least, in steps of [`CHUNK_STEP`]: the owner calls it before it
+    /// carves a slab (address space on demand, module docs). Memory past what is mapped is
+    /// not: nothing may touch a slab before it was carved. An error when the limit
+    /// (`RLIMIT_AS`) is reached, or when another mapping lies in the chunk's way (never in
+    /// practice: the span is far from the kernel's other mappings, `os::reserve_span`).
+    pub(crate) fn map_through(&self, chunk: usize, end: usize) -> Result<(), OsError> {
+        debug_assert!(chunk.is_multiple_of(CHUNK_SIZE) && end > chunk && end - chunk <= CHUNK_SIZE);
+        let e = self.map_entry((chunk - self.base) >> CHUNK_SHIFT);
+        // Relaxed: the chunk's one owner (or `alloc_chunk` before it publishes the chunk) is
+        // the only writer, serialised by its lock; see the field's docs.
+        let have = e.mapped.load(Ordering::Relaxed) as usize;
+        if end - chunk <= have {
+            return Ok(());
+        }
+        let want = os::round_up(end - chunk, CHUNK_STEP).min(CHUNK_SIZE);
+        // SAFETY: [chunk + have, chunk + want) is a page-aligned piece of the chunk, which is
+        // ours (handed out by this arena); nothing of ours is mapped there (`mapped` says how
+        // far the chunk's mapping reaches).
+        let r = unsafe {
+            os::map_at(
+                NonNull::new_unchecked((chunk + have) as *mut u8),
+                want - have,
+                os::Thp::Never,
+            )?
+        };
+        if r == os::MapAt::Taken {
+            return Err(OsError {
+                call: "arena chunk (its next pages taken by another mapping)",
+                errno: libc::ENOMEM,
+            });
+        }
+        e.mapped.store(want as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Takes a chunk back: its pages are given back to the OS and it goes on the free list.
@@ -341,8 +404,10 @@ impl Arena {
     /// `chunk` must have come from [`Arena::alloc_chunk`] and nothing may use it any more.
     pub(crate) unsafe fn free_chunk(&self, chunk: NonNull<u8>) {
         let idx = (chunk.as_ptr() as usize - self.base) >> CHUNK_SHIFT;
-        // SAFETY: the caller guarantees the chunk is ours and unused.
-        unsafe { os::release(chunk, CHUNK_SIZE) };
+        let mapped = self.map_entry(idx).mapped.load(Ordering::Relaxed) as usize;
+        // SAFETY: the caller guarantees the chunk is ours and unused; its first `mapped` bytes
+        // are mapped.
+        unsafe { os::release(chunk, mapped) };
         let mut free = crate::sync::lock(&self.free);
         // The hint first: a free chunk matches no zone's stacks (`Zone::free_fast_plain` tests
         // the hint alone; a zone made later may get a destroyed zone's stacks' address).
@@ -608,12 +673,51 @@ mod tests {
         unsafe {
             for c in got {
                 assert_ne!(c.as_ptr() as usize, foreign, "the foreign chunk is skipped");
-                c.as_ptr().add(CHUNK_SIZE - 1).write(7);
+                c.as_ptr().add(CHUNK_STEP - 1).write(7);
+                assert!(
+                    a.map_entry((c.as_ptr() as usize - a.base) >> CHUNK_SHIFT)
+                        .mapped
+                        .load(Ordering::Relaxed)
+                        >= CHUNK_STEP as u64
+                );
                 assert_eq!(a.tag_of(c.as_ptr() as usize), t);
                 a.free_chunk(c);
             }
             os::unmap(NonNull::new_unchecked(foreign as *mut u8), ps);
         }
+    }
+
+    /// A chunk is mapped through its metadata when handed out, then in steps as its owner asks
+    /// ([`Arena::map_through`]); what lies beyond is not mapped, and a chunk given back and
+    /// handed out again keeps its mapping.
+    #[test]
+    fn a_chunk_is_mapped_in_steps_as_its_owner_asks() {
+        let a = get().unwrap();
+        let ps = os::page_size();
+        let mapped = |p: usize| {
+            // SAFETY: msync on an unmapped range only reports ENOMEM.
+            unsafe { libc::msync(p as *mut libc::c_void, ps, libc::MS_ASYNC) == 0 }
+        };
+        let first = CHUNK_STEP + 3 * ps; // a metadata area beyond the first step
+        let c = a.alloc_chunk(a.new_tag(), 0x6000, first).unwrap();
+        let chunk = c.as_ptr() as usize;
+        assert!(
+            mapped(chunk) && mapped(chunk + first - ps),
+            "the metadata area"
+        );
+        assert!(mapped(chunk + 2 * CHUNK_STEP - ps), "in whole steps");
+        assert!(!mapped(chunk + 2 * CHUNK_STEP), "nothing beyond");
+        a.map_through(chunk, chunk + 2 * CHUNK_STEP + 1).unwrap();
+        assert!(mapped(chunk + 3 * CHUNK_STEP - ps) && !mapped(chunk + 3 * CHUNK_STEP));
+        a.map_through(chunk, chunk + ps).unwrap(); // already: nothing to do
+        a.map_through(chunk, chunk + CHUNK_SIZE).unwrap();
+        assert!(mapped(chunk + CHUNK_SIZE - ps), "all of it");
+        // SAFETY: c came from alloc_chunk and is unused.
+        unsafe { a.free_chunk(c) };
+        assert!(
+            mapped(chunk + CHUNK_SIZE - ps),
+            "a chunk given back stays mapped"
+        );
     }
 
     /// A chunk handed out carries its first slab's address as its start word; given back, 0.

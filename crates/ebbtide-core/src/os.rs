@@ -8,7 +8,7 @@
 //! | [`no_huge_pages`] | keep a sparse region off transparent huge pages (`MADV_NOHUGEPAGE`) | range mapped |
 //! | [`release`] | give the pages of a free slab back (`MADV_DONTNEED`) | range inside a committed chunk, page aligned |
 //! | [`release_lazy`] | offer the pages of a free slab to the kernel (`MADV_FREE`), see [`crate::lazy`] | as `release` |
-//! | [`map`] / [`unmap`] | metadata pages (zone objects, per-CPU arrays; never huge) | length a multiple of the page size |
+//! | [`map`] / [`remap`] / [`unmap`] | metadata pages (zone objects, per-CPU arrays, tables that grow; never huge) | length a multiple of the page size |
 //! | `futex_wait` / `futex_wake` | the page release helper's sleep (`release.rs`) | a process-private word |
 //! | [`page_size`], [`cpu_count`], [`current_cpu`], [`now_ns`] | facts | none |
 //!
@@ -677,6 +677,35 @@ pub fn map(len: usize) -> Result<NonNull<u8>, OsError> {
     // SAFETY: a successful mmap never returns null here (we did not ask for address 0).
     let m = unsafe { NonNull::new_unchecked(p.cast()) };
     no_huge_pages(m, len);
+    Ok(m)
+}
+
+/// Grows a mapping obtained from [`map`] from `old` to `new` bytes (multiples of the page
+/// size), moving it where it does not fit in place (`mremap`, `MREMAP_MAYMOVE`: the pages
+/// move, nothing is copied); its contents are kept, the rest reads as zeros, never huge.
+///
+/// # Safety
+/// `[ptr, ptr+old)` is exactly a mapping of ours from [`map`] (or this function); on success
+/// it is no longer valid and the returned address is used instead.
+pub unsafe fn remap(ptr: NonNull<u8>, old: usize, new: usize) -> Result<NonNull<u8>, OsError> {
+    if fault::should_fail() {
+        return Err(OsError {
+            call: "mremap",
+            errno: libc::ENOMEM,
+        });
+    }
+    // SAFETY: the caller guarantees the range is exactly one of our mappings.
+    let p = unsafe { libc::mremap(ptr.as_ptr().cast(), old, new, libc::MREMAP_MAYMOVE) };
+    if p == libc::MAP_FAILED {
+        return Err(OsError {
+            call: "mremap",
+            errno: last_errno(),
+        });
+    }
+    // SAFETY: a successful mremap never returns null (the old mapping was not at 0).
+    let m = unsafe { NonNull::new_unchecked(p.cast::<u8>()) };
+    // The moved VMA keeps its flags; the grown part is marked too (one VMA).
+    no_huge_pages(m, new);
     Ok(m)
 }
 

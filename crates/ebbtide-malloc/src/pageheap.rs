@@ -70,9 +70,12 @@ pub const RESERVE_MIN: usize = 256 << 20;
 /// Huge pages for the heap's pages (docs/design/thp-policy.md).
 const HEAP_THP: Thp = Thp::Never;
 /// `top` is made accessible in steps of this many bytes.
-pub const COMMIT_STEP: usize = 4 << 20;
-/// Free runs tracked at most (32 bytes each, in a mapping touched as it fills).
+pub const COMMIT_STEP: usize = 1 << 20;
+/// Free runs tracked at most (32 bytes each, in a mapping grown as it fills).
 pub const MAX_RUNS: usize = 1 << 16;
+/// Free runs the table has room for at first (128 KiB of address space; doubled with
+/// `mremap` as it fills, up to [`MAX_RUNS`]).
+pub const FIRST_RUNS: usize = 1 << 12;
 /// A dirty run unused for this long goes back at the next periodic pass (the zones' idle
 /// give-back aims at 2 s).
 pub const IDLE_NS: u64 = 1_000_000_000;
@@ -133,8 +136,9 @@ pub struct PageHeap {
     committed: usize,
     /// The reservation failed at every size: stay off.
     off: bool,
-    /// The free runs, sorted by address (a mapping of `MAX_RUNS` entries).
+    /// The free runs, sorted by address (a mapping of `runs_cap` entries).
     runs: *mut Run,
+    runs_cap: usize,
     n: usize,
     /// Pages of `runs` counted as metadata so far.
     runs_pages: usize,
@@ -168,6 +172,7 @@ impl PageHeap {
             committed: 0,
             off: false,
             runs: ptr::null_mut(),
+            runs_cap: 0,
             n: 0,
             runs_pages: 0,
             dirty: 0,
@@ -188,7 +193,8 @@ impl PageHeap {
         if self.off {
             return false;
         }
-        let Ok(runs) = ebbtide_core::os::map(MAX_RUNS * core::mem::size_of::<Run>()) else {
+        let table = FIRST_RUNS * core::mem::size_of::<Run>();
+        let Ok(runs) = ebbtide_core::os::map(table) else {
             // Tried again on the next request.
             return false;
         };
@@ -199,7 +205,7 @@ impl PageHeap {
             if len < RESERVE_MIN.min(self.reserve_len) {
                 self.off = true;
                 // SAFETY: the run table just mapped, unused.
-                unsafe { ebbtide_core::os::unmap(runs, MAX_RUNS * core::mem::size_of::<Run>()) };
+                unsafe { ebbtide_core::os::unmap(runs, table) };
                 return false;
             }
             match ebbtide_core::os::reserve_span(len, COMMIT_STEP) {
@@ -210,6 +216,7 @@ impl PageHeap {
         // SAFETY: the reservation just made, unused: only its place is kept.
         unsafe { ebbtide_core::os::unmap(base, len) };
         self.runs = runs.as_ptr().cast();
+        self.runs_cap = FIRST_RUNS;
         self.base = base.as_ptr() as usize;
         self.end = self.base + len;
         self.top = self.base;
@@ -264,9 +271,35 @@ impl PageHeap {
         r
     }
 
+    /// Doubles the run table (`mremap`); false at [`MAX_RUNS`] or when no address space is
+    /// left (`RLIMIT_AS`).
+    fn grow_table(&mut self) -> bool {
+        if self.runs_cap >= MAX_RUNS {
+            return false;
+        }
+        let size = core::mem::size_of::<Run>();
+        // SAFETY: `runs` is the table's mapping of `runs_cap` entries (from `os::map` or an
+        // earlier `remap`), replaced by the new one on success.
+        let r = unsafe {
+            ebbtide_core::os::remap(
+                NonNull::new_unchecked(self.runs.cast()),
+                self.runs_cap * size,
+                2 * self.runs_cap * size,
+            )
+        };
+        match r {
+            Ok(p) => {
+                self.runs = p.as_ptr().cast();
+                self.runs_cap *= 2;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Inserts `r` at `i` as it is (no merging); false if the table is full.
     fn insert(&mut self, i: usize, r: Run) -> bool {
-        if self.n == MAX_RUNS {
+        if self.n == self.runs_cap && !self.grow_table() {
             return false;
         }
         // SAFETY: entries i..n move up by one; n < MAX_RUNS, so the last lands inside.
@@ -319,8 +352,8 @@ impl PageHeap {
             at: if dirty { at } else { 0 },
         };
         if !self.insert(i, r) {
-            // The table is full (65 536 runs between blocks): the pages go back, the address
-            // space stays unused.
+            // The table is full (65 536 runs between blocks, or no address space left to grow
+            // it): the pages go back, the address space stays unused.
             if dirty {
                 release(addr, len);
             }
@@ -645,6 +678,43 @@ mod tests {
     fn write(addr: usize, len: usize, v: u8) {
         // SAFETY: a block of the heap under test, `len` bytes, handed out to the test.
         unsafe { ptr::write_bytes(addr as *mut u8, v, len) };
+    }
+
+    /// Only what `top` needs is mapped, in steps of [`COMMIT_STEP`]: the rest of the span is
+    /// not, and is not the heap's ([`PageHeap::contains`]).
+    #[test]
+    fn the_span_is_mapped_as_top_grows() {
+        let mapped = |p: usize| {
+            // SAFETY: msync on an unmapped range only reports ENOMEM.
+            unsafe { libc::msync(p as *mut libc::c_void, page(), libc::MS_ASYNC) == 0 }
+        };
+        let mut h = heap();
+        let (a, _) = h.alloc(3 * page(), page()).unwrap();
+        assert!(mapped(a) && mapped(a + COMMIT_STEP - page()));
+        assert!(!mapped(a + COMMIT_STEP), "one step mapped");
+        assert!(h.contains(a + COMMIT_STEP - 1) && !h.contains(a + COMMIT_STEP));
+        let (b, _) = h.alloc(COMMIT_STEP, page()).unwrap();
+        assert!(mapped(b + COMMIT_STEP - page()) && !mapped(a + 3 * COMMIT_STEP));
+        write(b, COMMIT_STEP, 1);
+        h.validate().unwrap();
+    }
+
+    /// The run table starts small and grows (`mremap`) as runs are added, keeping them.
+    #[test]
+    fn the_run_table_grows_as_it_fills() {
+        let mut h = heap();
+        let n = FIRST_RUNS + 100;
+        let blocks: Vec<usize> = (0..2 * n)
+            .map(|_| h.alloc(page(), page()).unwrap().0)
+            .collect();
+        assert_eq!(h.runs_cap, FIRST_RUNS, "no run yet: the first table");
+        for &b in blocks.iter().step_by(2) {
+            h.free(b, page(), 1, true);
+        }
+        assert_eq!(h.runs().len(), n, "every other page a run of its own");
+        assert!(h.runs_cap > FIRST_RUNS && h.runs_cap <= MAX_RUNS);
+        assert_eq!(h.lost, 0);
+        h.validate().unwrap();
     }
 
     #[test]
