@@ -354,7 +354,7 @@ pub fn reserve_span(len: usize, align: usize) -> Result<NonNull<u8>, OsError> {
     } else {
         now_ns().wrapping_mul(0x9E37_79B9_7F4A_7C15)
     };
-    let hint = SPAN_HINT_LO + (x as usize % SPAN_HINT_SLOTS << 40);
+    let hint = SPAN_HINT_LO + ((x as usize % SPAN_HINT_SLOTS) << 40);
     reserve_near(hint, len, align)
 }
 

@@ -79,7 +79,10 @@ fn check(when: &str) {
     let ours = run(&exe, when, true);
     eprintln!("RLIMIT_AS {LIMIT_MIB} MiB set {when} start: glibc {glibc:?}, ebbtide {ours:?}");
     assert_eq!(glibc.thread, "created", "glibc: {glibc:?}");
-    assert_eq!(ours.thread, "created", "ebbtide: the thread, as under glibc");
+    assert_eq!(
+        ours.thread, "created",
+        "ebbtide: the thread, as under glibc"
+    );
     assert!(
         ours.blocks as f64 >= SHARE * glibc.blocks as f64,
         "ebbtide got {} blocks of 1 MiB, glibc {}: fewer than {SHARE} of glibc's",
