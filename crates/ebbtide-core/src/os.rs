@@ -2,7 +2,7 @@
 //!
 //! | call | used for | precondition |
 //! |---|---|---|
-//! | [`reserve`] | find a free stretch of address space (`PROT_NONE`, `MAP_NORESERVE`, never huge) | none |
+//! | [`reserve`] / [`reserve_span`] | find a free stretch of address space (`PROT_NONE`, `MAP_NORESERVE`, never huge; a span far from other mappings) | none |
 //! | [`map_at`] | map a piece of such a stretch readable and writable when first needed (`MAP_FIXED_NOREPLACE`) | page aligned |
 //! | [`commit`] | make part of a reservation readable and writable (`mprotect`) | range inside a reservation, page aligned |
 //! | [`no_huge_pages`] | keep a sparse region off transparent huge pages (`MADV_NOHUGEPAGE`) | range mapped |
@@ -10,7 +10,7 @@
 //! | [`release_lazy`] | offer the pages of a free slab to the kernel (`MADV_FREE`), see [`crate::lazy`] | as `release` |
 //! | [`map`] / [`remap`] / [`unmap`] | metadata pages (zone objects, per-CPU arrays, tables that grow; never huge) | length a multiple of the page size |
 //! | `futex_wait` / `futex_wake` | the page release helper's sleep (`release.rs`) | a process-private word |
-//! | [`page_size`], [`cpu_count`], [`current_cpu`], [`now_ns`] | facts | none |
+//! | [`page_size`], [`cpu_count`], [`current_cpu`], [`now_ns`], [`memory_and_swap`] | facts | none |
 //!
 //! **Why `MADV_DONTNEED` and not `munmap` to give memory back.** Both drop the pages at once
 //! (about 75 ms per GiB here, anchors §5) and both lower RSS and the cgroup charge immediately.
@@ -25,7 +25,7 @@
 //!
 //! **Address space on demand** (docs/design/address-space.md). Every range the process maps
 //! counts against `RLIMIT_AS`, `PROT_NONE` reservations included, so a large region is found
-//! with [`reserve`], everything of it not needed yet is unmapped again at once, and its pieces
+//! with [`reserve_span`], everything of it not needed yet is unmapped again at once, and its pieces
 //! are mapped with [`map_at`] as they are first needed: a limit lowered at run time is then
 //! met where the heap grows, as under glibc, and `VSZ` is what is in use. A piece someone else
 //! mapped meanwhile is [`MapAt::Taken`]; the caller skips it.
@@ -819,6 +819,83 @@ mod tests {
             commit(r, ps).unwrap();
             unmap(r, ps);
         }
+    }
+
+    /// The `VmFlags` of the mapping holding `addr` in `/proc/self/smaps` (`nh`: never huge).
+    fn vm_flags(addr: usize) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ') {
+                if let Some((a, b)) = range.split_once('-') {
+                    if let (Ok(a), Ok(b)) =
+                        (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                    {
+                        inside = a <= addr && addr < b;
+                        continue;
+                    }
+                }
+            }
+            if inside {
+                if let Some(f) = line.strip_prefix("VmFlags:") {
+                    return f.to_string();
+                }
+            }
+        }
+        panic!("{addr:#x} not in /proc/self/smaps")
+    }
+
+    /// `map_at` maps exactly where asked and only there, refuses a place taken, and marks
+    /// the range never huge unless asked otherwise; `map`, `remap` and a reservation are never
+    /// huge (docs/design/thp-policy.md).
+    #[test]
+    fn map_at_and_the_huge_page_marks() {
+        let ps = page_size();
+        let never = |a: usize| vm_flags(a).split_whitespace().any(|f| f == "nh");
+        let span = reserve_span(64 * ps, ps).unwrap();
+        assert!(never(span.as_ptr() as usize), "a reservation");
+        // SAFETY: the reservation just made, unused; its place is ours.
+        unsafe { unmap(span, 64 * ps) };
+        let at = |i: usize| {
+            // SAFETY: inside the span found above.
+            unsafe { NonNull::new_unchecked(span.as_ptr().add(i * ps)) }
+        };
+        // SAFETY: pieces of the span just unmapped; nobody else maps there (the test's own).
+        unsafe {
+            assert_eq!(map_at(at(0), 4 * ps, Thp::Never), Ok(MapAt::Mapped));
+            assert_eq!(
+                map_at(at(2), 4 * ps, Thp::Never),
+                Ok(MapAt::Taken),
+                "overlaps"
+            );
+            assert_eq!(map_at(at(8), 4 * ps, Thp::Eligible), Ok(MapAt::Mapped));
+            at(3).as_ptr().write(1);
+            at(11).as_ptr().write(1);
+        }
+        assert!(never(at(0).as_ptr() as usize));
+        assert!(
+            !never(at(8).as_ptr() as usize),
+            "eligible: the system's policy"
+        );
+        let m = map(2 * ps).unwrap();
+        assert!(never(m.as_ptr() as usize), "metadata");
+        // SAFETY: `m` is a mapping from `map`, replaced by the result.
+        let m = unsafe { remap(m, 2 * ps, 64 * ps) }.unwrap();
+        assert!(never(m.as_ptr() as usize + 63 * ps), "grown metadata");
+        // SAFETY: the mappings made above, unused now.
+        unsafe {
+            unmap(m, 64 * ps);
+            unmap(at(0), 4 * ps);
+            unmap(at(8), 4 * ps);
+        }
+    }
+
+    /// Memory and swap are facts of the machine: some memory, and no more than 2^50 bytes.
+    #[test]
+    fn memory_and_swap_are_read() {
+        let (ram, swap) = memory_and_swap();
+        assert!(ram > 1 << 20 && ram < 1 << 50, "{ram}");
+        assert!(swap < 1 << 50, "{swap}");
     }
 
     #[test]
