@@ -50,9 +50,24 @@
 //! pointer's memory: an address outside the arena, or in a chunk another keg owns, is rejected
 //! before anything is written. It is also what a future `malloc`-replacement `free(ptr)` needs.
 //!
-//! Chunks are committed (`mprotect` RW) when first handed out and never decommitted; giving
-//! memory back is done per slab with `MADV_DONTNEED` (see [`crate::os`]). A chunk freed by a
-//! destroyed zone is released whole and goes on the free list for reuse.
+//! **Address space on demand** (docs/design/address-space.md): the arena's span is found once
+//! with [`os::reserve_span`] (far from other mappings), then everything of it but the map is unmapped at once; a chunk is
+//! mapped ([`os::map_at`]) when first handed out and never unmapped: giving memory back is
+//! done per slab with `MADV_DONTNEED` (see [`crate::os`]). Within a chunk too, only what its
+//! keg uses is mapped: the metadata area when the chunk is handed out, then the slabs in steps
+//! of [`CHUNK_STEP`] as the keg carves them ([`Arena::map_through`]; the entry's `mapped`
+//! word says how far), so a size class that holds a few items costs 256 KiB of address space,
+//! not 4 MiB. So `RLIMIT_AS` counts the chunks in
+//! use, not the span: a limit lowered at run time stops the arena where it stands, as it stops
+//! glibc's heap. A chunk of the span that another mapping took meanwhile is skipped: its entry
+//! stays 0 (nobody's), so a pointer into it goes the way of any foreign pointer. The span is
+//! four times the machine's memory and swap ([`span_for`]), which bounds the map (32 bytes per
+//! 4 MiB: 1 MiB for 128 GiB) that every chunk, used or not, has an entry in.
+//!
+//! All of the arena is `MADV_NOHUGEPAGE` (docs/design/thp-policy.md): a keg touches its chunk
+//! sparsely (the header, a slab or two), and on THP `always` each first touch of a 2 MiB
+//! stretch would fault in 2 MiB. A chunk freed by a destroyed zone is released whole and goes
+//! on the free list for reuse.
 
 use crate::os::{self, OsError};
 use core::ptr::NonNull;
@@ -64,8 +79,31 @@ pub(crate) const CHUNK_SHIFT: usize = 22;
 /// Bytes per chunk (4 MiB).
 pub(crate) const CHUNK_SIZE: usize = 1 << CHUNK_SHIFT;
 
-const ARENA_MAX: usize = 1 << 40; // try 1 TiB of address space first
-const ARENA_MIN: usize = 1 << 25; // and accept down to 32 MiB (e.g. under a tight `ulimit -v`)
+/// The largest span (a map of 8 MiB).
+const SPAN_MAX: usize = 1 << 40;
+/// The smallest span chosen by the machine's size (a map of 256 KiB).
+const SPAN_MIN: usize = 1 << 35;
+/// The least span accepted where a free stretch of the chosen span cannot be found (a tight
+/// `ulimit -v` set before start).
+const ARENA_MIN: usize = 1 << 25;
+
+/// The arena's span on a machine with `ram` bytes of memory and `swap` bytes of swap: four
+/// times all that could ever be resident, rounded up to a power of two, within
+/// [`SPAN_MIN`]..=[`SPAN_MAX`] (the largest where the sizes are unknown, 0). Only the map's
+/// entry per chunk costs address space up front.
+pub(crate) fn span_for(ram: u64, swap: u64) -> usize {
+    if ram == 0 {
+        return SPAN_MAX;
+    }
+    let want = ram.saturating_add(swap).saturating_mul(4);
+    let want = usize::try_from(want).unwrap_or(SPAN_MAX);
+    want.checked_next_power_of_two()
+        .unwrap_or(SPAN_MAX)
+        .clamp(SPAN_MIN, SPAN_MAX)
+}
+/// A chunk is mapped in steps of this many bytes as its owner carves slabs
+/// ([`Arena::map_through`]).
+pub(crate) const CHUNK_STEP: usize = 256 << 10;
 /// Bytes of a chunk map entry.
 const ENTRY: usize = core::mem::size_of::<MapEntry>();
 
@@ -74,13 +112,20 @@ pub(crate) struct Arena {
     pub(crate) len: usize,
     /// One entry per chunk (see the module docs).
     pub(crate) map: *const MapEntry,
-    /// Chunks below this index have been handed out at least once (and are committed).
+    /// Chunks below this index have been handed out at least once (and are mapped) or were
+    /// taken by another mapping (skipped, their entries 0).
     bump: AtomicUsize,
-    /// The first chunk after the map (`bump`'s first value).
-    first: usize,
-    /// Head of the free chunk list (index + 1, 0 = empty), protected by the mutex.
-    free: Mutex<usize>,
+    /// The free chunk list and the map pages counted, protected by the mutex.
+    free: Mutex<FreeList>,
     next_tag: AtomicU64,
+}
+
+/// What the arena's mutex protects.
+struct FreeList {
+    /// Head of the free chunk list (index + 1, 0 = empty).
+    head: usize,
+    /// The map page (index) holding the last new chunk's entry, counted as metadata.
+    map_page: usize,
 }
 
 /// One chunk's entry in the chunk map (see the module docs).
@@ -89,6 +134,10 @@ pub(crate) struct MapEntry {
     pub(crate) tag: AtomicU64,
     pub(crate) hint: AtomicU64,
     pub(crate) start: AtomicU64,
+    /// Bytes of the chunk mapped, from its start ([`Arena::map_through`]); 0 for a chunk never
+    /// handed out. Written by the chunk's one owner (under its keg's lock) or by `alloc_chunk`
+    /// (under the arena's mutex) before the tag is published.
+    pub(crate) mapped: AtomicU64,
 }
 
 // SAFETY: `map` points to a mapping owned by the arena for the life of the process; it is only
@@ -140,9 +189,10 @@ pub(crate) fn get() -> Result<&'static Arena, OsError> {
 
 impl Arena {
     fn reserve() -> Result<Arena, OsError> {
-        let mut len = ARENA_MAX;
+        let (ram, swap) = os::memory_and_swap();
+        let mut len = span_for(ram, swap);
         let base = loop {
-            match os::reserve(len, CHUNK_SIZE) {
+            match os::reserve_span(len, CHUNK_SIZE) {
                 Ok(p) => break p,
                 Err(e) if len <= ARENA_MIN => return Err(e),
                 Err(_) => len /= 2,
@@ -152,20 +202,30 @@ impl Arena {
         let map_len = os::round_up(nchunks * ENTRY, os::page_size());
         // The map in the first chunks, never handed out (`bump` starts after them).
         let map_chunks = map_len.div_ceil(CHUNK_SIZE);
+        debug_assert!(map_chunks < nchunks);
         // SAFETY: the first `map_len` bytes of our fresh reservation, page aligned.
         if let Err(e) = unsafe { os::commit(base, map_len) } {
             // SAFETY: `base` is the reservation made above, unused.
             unsafe { os::unmap(base, len) };
             return Err(e);
         }
-        debug_assert!(map_chunks < nchunks);
+        // The rest of the span goes back until its chunks are handed out (module docs).
+        // SAFETY: the reservation's part after the map, page aligned, unused.
+        unsafe {
+            os::unmap(
+                NonNull::new_unchecked(base.as_ptr().add(map_len)),
+                len - map_len,
+            )
+        };
         Ok(Arena {
             base: base.as_ptr() as usize,
             len,
             map: base.as_ptr().cast(),
             bump: AtomicUsize::new(map_chunks),
-            first: map_chunks,
-            free: Mutex::new(0),
+            free: Mutex::new(FreeList {
+                head: 0,
+                map_page: usize::MAX,
+            }),
             next_tag: AtomicU64::new(1),
         })
     }
@@ -206,8 +266,10 @@ impl Arena {
         }
     }
 
-    /// Hands a committed chunk to the keg with `tag` and `hint` whose first slab lies
-    /// `first_slab` bytes into a chunk (see the module docs). The chunk's memory reads as zeros.
+    /// Hands a chunk to the keg with `tag` and `hint` whose first slab lies `first_slab` bytes
+    /// into a chunk (see the module docs), mapped through its first `first_slab` bytes at least
+    /// (the keg maps its slabs with [`Arena::map_through`] before carving them). The chunk's
+    /// memory reads as zeros.
     pub(crate) fn alloc_chunk(
         &self,
         tag: u64,
@@ -224,33 +286,35 @@ impl Arena {
             });
         }
         let nchunks = self.len >> CHUNK_SHIFT;
-        let mut head = crate::sync::lock(&self.free);
-        let idx = if *head != 0 {
-            let idx = *head - 1;
+        let mut free = crate::sync::lock(&self.free);
+        let idx = if free.head != 0 {
+            let idx = free.head - 1;
             let e = self.entry(idx).load(Ordering::Relaxed);
             debug_assert!(e & 1 == 1);
-            *head = (e >> 1) as usize;
+            free.head = (e >> 1) as usize;
             idx
         } else {
-            let idx = self.bump.load(Ordering::Relaxed);
-            if idx >= nchunks {
-                return Err(OsError {
-                    call: "arena (address space exhausted)",
-                    errno: libc::ENOMEM,
-                });
-            }
-            let p = self.base + (idx << CHUNK_SHIFT);
-            // SAFETY: the chunk lies inside our reservation and is chunk (hence page) aligned.
-            unsafe { os::commit(NonNull::new_unchecked(p as *mut u8), CHUNK_SIZE)? };
-            self.bump.store(idx + 1, Ordering::Relaxed);
+            let idx = self.map_new_chunk(nchunks)?;
             // The chunk map is touched a page at a time as chunks are first used (the first
             // chunk's entry shares its page with the map's own entries, never written).
-            if idx == self.first || (idx * ENTRY).is_multiple_of(os::page_size()) {
+            let page = idx * ENTRY / os::page_size();
+            if page != free.map_page {
+                free.map_page = page;
                 os::add_metadata(os::page_size());
             }
             idx
         };
         let chunk = self.base + (idx << CHUNK_SHIFT);
+        // The owner's metadata area (its first `first_slab` bytes) mapped before it is handed
+        // out; a chunk back from the free list keeps what it had mapped.
+        if let Err(e) = self.map_through(chunk, chunk + first_slab) {
+            // Back on the free list, as it was (a new chunk: its first step mapped, unowned).
+            // Release: as in `free_chunk` (hint and start word are 0: never set, or cleared).
+            self.entry(idx)
+                .store(((free.head as u64) << 1) | 1, Ordering::Release);
+            free.head = idx + 1;
+            return Err(e);
+        }
         let e = self.map_entry(idx);
         // Release: the C entry points' `free` reads the hint alone (`Zone::free_fast_plain`,
         // Acquire); for the others it is published by the Release store of the tag just below.
@@ -265,15 +329,86 @@ impl Arena {
         Ok(unsafe { NonNull::new_unchecked(chunk as *mut u8) })
     }
 
+    /// Maps the first step of the next chunk of the span never handed out, skipping chunks
+    /// another mapping took; its index. The caller holds the mutex (`bump` changes only under
+    /// it).
+    fn map_new_chunk(&self, nchunks: usize) -> Result<usize, OsError> {
+        loop {
+            let idx = self.bump.load(Ordering::Relaxed);
+            if idx >= nchunks {
+                return Err(OsError {
+                    call: "arena (address space exhausted)",
+                    errno: libc::ENOMEM,
+                });
+            }
+            let p = self.base + (idx << CHUNK_SHIFT);
+            // SAFETY: a chunk of the arena's span, chunk (hence page) aligned, never handed out:
+            // unmapped by `reserve` and mapped by nobody of ours since (`bump` is past every
+            // chunk this arena mapped).
+            let r = unsafe {
+                os::map_at(
+                    NonNull::new_unchecked(p as *mut u8),
+                    CHUNK_STEP,
+                    os::Thp::Never,
+                )?
+            };
+            self.bump.store(idx + 1, Ordering::Relaxed);
+            if r == os::MapAt::Mapped {
+                self.map_entry(idx)
+                    .mapped
+                    .store(CHUNK_STEP as u64, Ordering::Relaxed);
+                return Ok(idx);
+            }
+        }
+    }
+
+    /// Maps the chunk at `chunk` (one of this arena's, handed out or being handed out) from its
+    /// start through `end` at least, in steps of [`CHUNK_STEP`]: the owner calls it before it
+    /// carves a slab (address space on demand, module docs). Memory past what is mapped is
+    /// not: nothing may touch a slab before it was carved. An error when the limit
+    /// (`RLIMIT_AS`) is reached, or when another mapping lies in the chunk's way (never in
+    /// practice: the span is far from the kernel's other mappings, `os::reserve_span`).
+    pub(crate) fn map_through(&self, chunk: usize, end: usize) -> Result<(), OsError> {
+        debug_assert!(chunk.is_multiple_of(CHUNK_SIZE) && end > chunk && end - chunk <= CHUNK_SIZE);
+        let e = self.map_entry((chunk - self.base) >> CHUNK_SHIFT);
+        // Relaxed: the chunk's one owner (or `alloc_chunk` before it publishes the chunk) is
+        // the only writer, serialised by its lock; see the field's docs.
+        let have = e.mapped.load(Ordering::Relaxed) as usize;
+        if end - chunk <= have {
+            return Ok(());
+        }
+        let want = os::round_up(end - chunk, CHUNK_STEP).min(CHUNK_SIZE);
+        // SAFETY: [chunk + have, chunk + want) is a page-aligned piece of the chunk, which is
+        // ours (handed out by this arena); nothing of ours is mapped there (`mapped` says how
+        // far the chunk's mapping reaches).
+        let r = unsafe {
+            os::map_at(
+                NonNull::new_unchecked((chunk + have) as *mut u8),
+                want - have,
+                os::Thp::Never,
+            )?
+        };
+        if r == os::MapAt::Taken {
+            return Err(OsError {
+                call: "arena chunk (its next pages taken by another mapping)",
+                errno: libc::ENOMEM,
+            });
+        }
+        e.mapped.store(want as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Takes a chunk back: its pages are given back to the OS and it goes on the free list.
     ///
     /// # Safety
     /// `chunk` must have come from [`Arena::alloc_chunk`] and nothing may use it any more.
     pub(crate) unsafe fn free_chunk(&self, chunk: NonNull<u8>) {
         let idx = (chunk.as_ptr() as usize - self.base) >> CHUNK_SHIFT;
-        // SAFETY: the caller guarantees the chunk is ours and unused.
-        unsafe { os::release(chunk, CHUNK_SIZE) };
-        let mut head = crate::sync::lock(&self.free);
+        let mapped = self.map_entry(idx).mapped.load(Ordering::Relaxed) as usize;
+        // SAFETY: the caller guarantees the chunk is ours and unused; its first `mapped` bytes
+        // are mapped.
+        unsafe { os::release(chunk, mapped) };
+        let mut free = crate::sync::lock(&self.free);
         // The hint first: a free chunk matches no zone's stacks (`Zone::free_fast_plain` tests
         // the hint alone; a zone made later may get a destroyed zone's stacks' address).
         let e = self.map_entry(idx);
@@ -285,8 +420,8 @@ impl Arena {
         // header can pass for a keg's). The free-list link in the entry itself is read under
         // the `free` mutex only.
         self.entry(idx)
-            .store(((*head as u64) << 1) | 1, Ordering::Release);
-        *head = idx + 1;
+            .store(((free.head as u64) << 1) | 1, Ordering::Release);
+        free.head = idx + 1;
     }
 }
 
@@ -485,6 +620,104 @@ mod tests {
             "a free chunk matches no zone's stacks"
         );
         assert_eq!(e.tag.load(Ordering::Relaxed) & 1, 1, "marked free");
+    }
+
+    /// The span follows the machine: four times memory and swap as a power of two, between
+    /// 32 GiB and 1 TiB, 1 TiB where the sizes are unknown.
+    #[test]
+    fn the_span_is_four_times_memory_and_swap() {
+        const G: u64 = 1 << 30;
+        assert_eq!(span_for(24 * G, 0), 128 << 30);
+        assert_eq!(span_for(16 * G, 16 * G), 128 << 30);
+        assert_eq!(span_for(32 * G, 0), 128 << 30);
+        assert_eq!(span_for(33 * G, 0), 256 << 30);
+        assert_eq!(span_for(G, 0), SPAN_MIN, "small machines get the least");
+        assert_eq!(span_for(4096 * G, 0), SPAN_MAX, "large ones the most");
+        assert_eq!(span_for(0, 0), SPAN_MAX, "unknown: the most");
+        assert_eq!(span_for(u64::MAX, u64::MAX), SPAN_MAX);
+    }
+
+    /// Only the map and the chunks handed out are mapped (module docs): the next chunk of the
+    /// span is not, and a chunk another mapping took is skipped, its entry nobody's.
+    #[test]
+    fn chunks_are_mapped_on_demand_and_foreign_ones_skipped() {
+        let a = get().unwrap();
+        let ps = os::page_size();
+        let foreign = {
+            let _held = crate::sync::lock(&a.free);
+            let idx = a.bump.load(Ordering::Relaxed);
+            assert!(idx < a.len >> CHUNK_SHIFT, "span exhausted");
+            let p = a.base + (idx << CHUNK_SHIFT);
+            // SAFETY: msync on an unmapped range only reports ENOMEM.
+            let r = unsafe { libc::msync(p as *mut libc::c_void, ps, libc::MS_ASYNC) };
+            assert_eq!(r, -1, "the next chunk of the span is not mapped yet");
+            // SAFETY: the chunk is unmapped (above); a page of someone else's there.
+            let r =
+                unsafe { os::map_at(NonNull::new_unchecked(p as *mut u8), ps, os::Thp::Eligible) };
+            assert_eq!(r, Ok(os::MapAt::Mapped));
+            p
+        };
+        // Chunks from the free list first (other tests give theirs back), then new ones.
+        let t = a.new_tag();
+        let mut got = Vec::new();
+        while a.bump.load(Ordering::Relaxed) <= (foreign - a.base) >> CHUNK_SHIFT {
+            assert!(
+                got.len() < 64,
+                "the bump pointer never passed the foreign chunk"
+            );
+            got.push(a.alloc_chunk(t, 0x5000, ps).unwrap());
+        }
+        assert_eq!(a.tag_of(foreign), 0, "nobody's");
+        assert_eq!(owner_entry(foreign + 8), ChunkOwner::default());
+        // SAFETY: the chunks came from alloc_chunk, mapped and ours; the foreign page is ours.
+        unsafe {
+            for c in got {
+                assert_ne!(c.as_ptr() as usize, foreign, "the foreign chunk is skipped");
+                c.as_ptr().add(CHUNK_STEP - 1).write(7);
+                assert!(
+                    a.map_entry((c.as_ptr() as usize - a.base) >> CHUNK_SHIFT)
+                        .mapped
+                        .load(Ordering::Relaxed)
+                        >= CHUNK_STEP as u64
+                );
+                assert_eq!(a.tag_of(c.as_ptr() as usize), t);
+                a.free_chunk(c);
+            }
+            os::unmap(NonNull::new_unchecked(foreign as *mut u8), ps);
+        }
+    }
+
+    /// A chunk is mapped through its metadata when handed out, then in steps as its owner asks
+    /// ([`Arena::map_through`]); what lies beyond is not mapped, and a chunk given back and
+    /// handed out again keeps its mapping.
+    #[test]
+    fn a_chunk_is_mapped_in_steps_as_its_owner_asks() {
+        let a = get().unwrap();
+        let ps = os::page_size();
+        let mapped = |p: usize| {
+            // SAFETY: msync on an unmapped range only reports ENOMEM.
+            unsafe { libc::msync(p as *mut libc::c_void, ps, libc::MS_ASYNC) == 0 }
+        };
+        let first = CHUNK_STEP + 3 * ps; // a metadata area beyond the first step
+        let c = a.alloc_chunk(a.new_tag(), 0x6000, first).unwrap();
+        let chunk = c.as_ptr() as usize;
+        assert!(
+            mapped(chunk) && mapped(chunk + first - ps),
+            "the metadata area"
+        );
+        assert!(mapped(chunk + 2 * CHUNK_STEP - ps), "in whole steps");
+        assert!(!mapped(chunk + 2 * CHUNK_STEP), "nothing beyond");
+        a.map_through(chunk, chunk + 2 * CHUNK_STEP + 1).unwrap();
+        assert!(mapped(chunk + 3 * CHUNK_STEP - ps) && !mapped(chunk + 3 * CHUNK_STEP));
+        a.map_through(chunk, chunk + ps).unwrap(); // already: nothing to do
+        a.map_through(chunk, chunk + CHUNK_SIZE).unwrap();
+        assert!(mapped(chunk + CHUNK_SIZE - ps), "all of it");
+        // SAFETY: c came from alloc_chunk and is unused.
+        unsafe { a.free_chunk(c) };
+        assert!(
+            mapped(chunk + CHUNK_SIZE - ps),
+            "a chunk given back stays mapped"
+        );
     }
 
     /// A chunk handed out carries its first slab's address as its start word; given back, 0.

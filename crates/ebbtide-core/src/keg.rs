@@ -731,6 +731,17 @@ impl Keg {
                             return Err(e);
                         }
                     }
+                    // The slab's pages mapped before it is carved (arena.rs, address space on
+                    // demand).
+                    let i = self.geo.slabs_per_chunk - g.uncarved;
+                    let chunk = g.chunks as usize;
+                    let end = chunk + self.geo.first_slab + ((i + 1) << self.geo.slab_shift);
+                    if let Err(e) = self.arena.map_through(chunk, end) {
+                        if n > 0 {
+                            break;
+                        }
+                        return Err(e);
+                    }
                     // SAFETY: lock held; the newest chunk has a slab to carve.
                     unsafe { self.carve(&mut g) }
                 };

@@ -26,8 +26,8 @@
 //!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg.rs, lazy.rs
 //!         └ slabs       ── runs of pages cut into items; metadata off-page;    slab.rs
 //!                          slab 0 coloured per keg (out of one TLB set)
-//!              └ chunks ── 4 MiB pieces of one arena reservation, tagged in    arena.rs
-//!                          a chunk map so any pointer maps to its keg in O(1)
+//!              └ chunks ── 4 MiB pieces of one arena span, mapped as used;   arena.rs
+//!                          tagged in a chunk map: any pointer to its keg, O(1)
 //!                          (and to its zone's per-CPU stacks: the keg's hint)
 //!                 └ OS  ── mmap/mprotect/madvise/membarrier/dlsym/atfork,      os.rs
 //!                          write(2), the clock (one time base; fake in tests)

@@ -2,13 +2,15 @@
 //!
 //! | call | used for | precondition |
 //! |---|---|---|
-//! | [`reserve`] | address space for the arena (`PROT_NONE`, `MAP_NORESERVE`) | none |
-//! | [`commit`] | make a chunk of the reservation readable and writable (`mprotect`) | range inside a reservation, page aligned |
+//! | [`reserve`] / [`reserve_span`] | find a free stretch of address space (`PROT_NONE`, `MAP_NORESERVE`, never huge; a span far from other mappings) | none |
+//! | [`map_at`] | map a piece of such a stretch readable and writable when first needed (`MAP_FIXED_NOREPLACE`) | page aligned |
+//! | [`commit`] | make part of a reservation readable and writable (`mprotect`) | range inside a reservation, page aligned |
+//! | [`no_huge_pages`] | keep a sparse region off transparent huge pages (`MADV_NOHUGEPAGE`) | range mapped |
 //! | [`release`] | give the pages of a free slab back (`MADV_DONTNEED`) | range inside a committed chunk, page aligned |
 //! | [`release_lazy`] | offer the pages of a free slab to the kernel (`MADV_FREE`), see [`crate::lazy`] | as `release` |
-//! | [`map`] / [`unmap`] | metadata pages (zone objects, per-CPU arrays) | length a multiple of the page size |
+//! | [`map`] / [`remap`] / [`unmap`] | metadata pages (zone objects, per-CPU arrays, tables that grow; never huge) | length a multiple of the page size |
 //! | `futex_wait` / `futex_wake` | the page release helper's sleep (`release.rs`) | a process-private word |
-//! | [`page_size`], [`cpu_count`], [`current_cpu`], [`now_ns`] | facts | none |
+//! | [`page_size`], [`cpu_count`], [`current_cpu`], [`now_ns`], [`memory_and_swap`] | facts | none |
 //!
 //! **Why `MADV_DONTNEED` and not `munmap` to give memory back.** Both drop the pages at once
 //! (about 75 ms per GiB here, anchors §5) and both lower RSS and the cgroup charge immediately.
@@ -20,6 +22,20 @@
 //! the cgroup limit. `munmap` is used only when a whole reservation is torn down.
 //! `MADV_FREE` is used only where promptness is not needed ([`release_lazy`], chosen by
 //! [`crate::lazy`]): a page offered that way that nobody else needed is reused without a fault.
+//!
+//! **Address space on demand** (docs/design/address-space.md). Every range the process maps
+//! counts against `RLIMIT_AS`, `PROT_NONE` reservations included, so a large region is found
+//! with [`reserve_span`], everything of it not needed yet is unmapped again at once, and its pieces
+//! are mapped with [`map_at`] as they are first needed: a limit lowered at run time is then
+//! met where the heap grows, as under glibc, and `VSZ` is what is in use. A piece someone else
+//! mapped meanwhile is [`MapAt::Taken`]; the caller skips it.
+//!
+//! **Huge pages** (docs/design/thp-policy.md). With transparent huge pages on `always`, the
+//! first touch of any 2 MiB-aligned stretch of an eligible mapping faults in a whole 2 MiB
+//! page. Sparse regions (the arena's chunks and its map, the page heap's address space) and
+//! metadata are marked `MADV_NOHUGEPAGE` before their first touch: [`reserve`], [`map_at`]
+//! and [`map`] do it themselves, so no region of the library is eligible unless a caller asks
+//! ([`Thp::Eligible`]).
 //!
 //! Tests inject failures with [`fault::fail_next_commits`]: the next N commits fail with `ENOMEM`,
 //! exactly as a refused `mprotect` of a strict-overcommit system would.
@@ -56,6 +72,18 @@ fn last_errno() -> i32 {
 }
 
 static PAGE_SIZE: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of physical memory and of swap (`sysinfo(2)`; no allocation), `(0, 0)` if refused.
+pub fn memory_and_swap() -> (u64, u64) {
+    // SAFETY: an all-zero sysinfo is a valid value of the plain C struct.
+    let mut i: libc::sysinfo = unsafe { core::mem::zeroed() };
+    // SAFETY: sysinfo writes the struct we pass.
+    if unsafe { libc::sysinfo(&mut i) } != 0 {
+        return (0, 0);
+    }
+    let unit = u64::from(i.mem_unit.max(1));
+    (i.totalram as u64 * unit, i.totalswap as u64 * unit)
+}
 
 /// The OS page size (cached after the first call).
 #[inline]
@@ -302,12 +330,42 @@ pub mod fault {
 /// Reserves `len` bytes of address space, inaccessible and not charged, aligned to `align`
 /// (a power of two at least the page size).
 pub fn reserve(len: usize, align: usize) -> Result<NonNull<u8>, OsError> {
+    reserve_near(0, len, align)
+}
+
+/// Lowest address [`reserve_span`] aims at (4 TiB).
+const SPAN_HINT_LO: usize = 4 << 40;
+/// How many 1 TiB slots above it (to 64 TiB: below a PIE's text and heap at about 85 TiB and
+/// the shared libraries and mappings at about 127 TiB).
+const SPAN_HINT_SLOTS: usize = 60;
+
+/// [`reserve`] for a span that grows by [`map_at`] long after: aimed at a random 1 TiB slot
+/// from 4 to 64 TiB, far below where the kernel puts other mappings (from the top of the
+/// address space down), so that nothing lands in the span's unmapped part in practice (a
+/// piece taken is skipped, `map_at`). mimalloc aims its segments at 2–4 TiB the same way.
+/// Where the slot is not free, the kernel's choice.
+pub fn reserve_span(len: usize, align: usize) -> Result<NonNull<u8>, OsError> {
+    let mut r = [0u8; 8];
+    // SAFETY: getrandom writes at most 8 bytes into the buffer; it never blocks with
+    // GRND_NONBLOCK (and then the clock stands in).
+    let n = unsafe { libc::getrandom(r.as_mut_ptr().cast(), 8, libc::GRND_NONBLOCK) };
+    let x = if n == 8 {
+        u64::from_ne_bytes(r)
+    } else {
+        now_ns().wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    };
+    let hint = SPAN_HINT_LO + ((x as usize % SPAN_HINT_SLOTS) << 40);
+    reserve_near(hint, len, align)
+}
+
+fn reserve_near(hint: usize, len: usize, align: usize) -> Result<NonNull<u8>, OsError> {
     debug_assert!(align.is_power_of_two() && align >= page_size());
     let total = len + align;
-    // SAFETY: an anonymous PROT_NONE mapping at a kernel-chosen address has no preconditions.
+    // SAFETY: an anonymous PROT_NONE mapping, the address a hint only (no MAP_FIXED), has no
+    // preconditions.
     let p = unsafe {
         libc::mmap(
-            core::ptr::null_mut(),
+            hint as *mut libc::c_void,
             total,
             libc::PROT_NONE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
@@ -336,7 +394,86 @@ pub fn reserve(len: usize, align: usize) -> Result<NonNull<u8>, OsError> {
         }
     }
     // SAFETY: `aligned` is inside a successful mapping, hence non-null.
-    Ok(unsafe { NonNull::new_unchecked(aligned as *mut u8) })
+    let r = unsafe { NonNull::new_unchecked(aligned as *mut u8) };
+    // Before any commit: an `mprotect`ed piece keeps the flag (a VMA split copies it).
+    no_huge_pages(r, len);
+    Ok(r)
+}
+
+/// Whether a mapping may be backed by transparent huge pages (docs/design/thp-policy.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Thp {
+    /// `MADV_NOHUGEPAGE`: sparse data and metadata, where one touch would fault in 2 MiB.
+    Never,
+    /// The system's policy (`always`: huge where aligned): dense data that fills its pages.
+    Eligible,
+}
+
+/// What [`map_at`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapAt {
+    /// The range is mapped, readable and writable, zero-filled.
+    Mapped,
+    /// Something else is mapped in the range (nothing was changed): skip it.
+    Taken,
+}
+
+/// Maps `[addr, addr+len)` readable and writable, exactly there and only if nothing is mapped
+/// in that range (`MAP_FIXED_NOREPLACE`; where a kernel before 4.17 takes the address as a
+/// hint and maps elsewhere, that mapping is undone and the range reported [`MapAt::Taken`]).
+/// `ENOMEM` (an `RLIMIT_AS` reached, `vm.max_map_count`) is an error. Pages are charged when
+/// first touched.
+///
+/// # Safety
+/// `addr` and `len` are page aligned, and the range, if free, is the caller's to map: a range
+/// of a region found with [`reserve`] that the caller unmapped and nobody else has mapped.
+pub unsafe fn map_at(addr: NonNull<u8>, len: usize, thp: Thp) -> Result<MapAt, OsError> {
+    if fault::should_fail() {
+        return Err(OsError {
+            call: "mmap(MAP_FIXED_NOREPLACE)",
+            errno: libc::ENOMEM,
+        });
+    }
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the range is the caller's.
+    let p = unsafe {
+        libc::mmap(
+            addr.as_ptr().cast(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        let errno = last_errno();
+        if errno == libc::EEXIST {
+            return Ok(MapAt::Taken);
+        }
+        return Err(OsError {
+            call: "mmap(MAP_FIXED_NOREPLACE)",
+            errno,
+        });
+    }
+    if p != addr.as_ptr().cast() {
+        // A kernel without MAP_FIXED_NOREPLACE placed it elsewhere: not ours to keep.
+        // SAFETY: the mapping just made, unused.
+        unsafe { libc::munmap(p, len) };
+        return Ok(MapAt::Taken);
+    }
+    if thp == Thp::Never {
+        no_huge_pages(addr, len);
+    }
+    Ok(MapAt::Mapped)
+}
+
+/// Marks `[ptr, ptr+len)` `MADV_NOHUGEPAGE`: never backed by transparent huge pages, whatever
+/// the system's setting. Takes effect for pages not yet touched (call it before the first
+/// touch). A kernel without THP refuses with `EINVAL`: nothing to do then.
+pub fn no_huge_pages(ptr: NonNull<u8>, len: usize) {
+    // SAFETY: madvise with MADV_NOHUGEPAGE changes no contents; on a range that is not mapped
+    // it fails with ENOMEM and does nothing.
+    unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_NOHUGEPAGE) };
 }
 
 /// Makes `[ptr, ptr+len)` of a reservation readable and writable. Pages are only charged when
@@ -511,7 +648,8 @@ pub fn sub_metadata(n: usize) {
     METADATA_BYTES.fetch_sub(n, Ordering::Relaxed);
 }
 
-/// Maps `len` bytes of fresh zeroed memory (a multiple of the page size) for metadata.
+/// Maps `len` bytes of fresh zeroed memory (a multiple of the page size) for metadata, never
+/// backed by huge pages (metadata is touched sparsely).
 pub fn map(len: usize) -> Result<NonNull<u8>, OsError> {
     if fault::should_fail() {
         return Err(OsError {
@@ -537,7 +675,38 @@ pub fn map(len: usize) -> Result<NonNull<u8>, OsError> {
         });
     }
     // SAFETY: a successful mmap never returns null here (we did not ask for address 0).
-    Ok(unsafe { NonNull::new_unchecked(p.cast()) })
+    let m = unsafe { NonNull::new_unchecked(p.cast()) };
+    no_huge_pages(m, len);
+    Ok(m)
+}
+
+/// Grows a mapping obtained from [`map`] from `old` to `new` bytes (multiples of the page
+/// size), moving it where it does not fit in place (`mremap`, `MREMAP_MAYMOVE`: the pages
+/// move, nothing is copied); its contents are kept, the rest reads as zeros, never huge.
+///
+/// # Safety
+/// `[ptr, ptr+old)` is exactly a mapping of ours from [`map`] (or this function); on success
+/// it is no longer valid and the returned address is used instead.
+pub unsafe fn remap(ptr: NonNull<u8>, old: usize, new: usize) -> Result<NonNull<u8>, OsError> {
+    if fault::should_fail() {
+        return Err(OsError {
+            call: "mremap",
+            errno: libc::ENOMEM,
+        });
+    }
+    // SAFETY: the caller guarantees the range is exactly one of our mappings.
+    let p = unsafe { libc::mremap(ptr.as_ptr().cast(), old, new, libc::MREMAP_MAYMOVE) };
+    if p == libc::MAP_FAILED {
+        return Err(OsError {
+            call: "mremap",
+            errno: last_errno(),
+        });
+    }
+    // SAFETY: a successful mremap never returns null (the old mapping was not at 0).
+    let m = unsafe { NonNull::new_unchecked(p.cast::<u8>()) };
+    // The moved VMA keeps its flags; the grown part is marked too (one VMA).
+    no_huge_pages(m, new);
+    Ok(m)
 }
 
 /// Unmaps memory obtained from [`map`] or a whole [`reserve`]d range.
@@ -650,6 +819,83 @@ mod tests {
             commit(r, ps).unwrap();
             unmap(r, ps);
         }
+    }
+
+    /// The `VmFlags` of the mapping holding `addr` in `/proc/self/smaps` (`nh`: never huge).
+    fn vm_flags(addr: usize) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ') {
+                if let Some((a, b)) = range.split_once('-') {
+                    if let (Ok(a), Ok(b)) =
+                        (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                    {
+                        inside = a <= addr && addr < b;
+                        continue;
+                    }
+                }
+            }
+            if inside {
+                if let Some(f) = line.strip_prefix("VmFlags:") {
+                    return f.to_string();
+                }
+            }
+        }
+        panic!("{addr:#x} not in /proc/self/smaps")
+    }
+
+    /// `map_at` maps exactly where asked and only there, refuses a place taken, and marks
+    /// the range never huge unless asked otherwise; `map`, `remap` and a reservation are never
+    /// huge (docs/design/thp-policy.md).
+    #[test]
+    fn map_at_and_the_huge_page_marks() {
+        let ps = page_size();
+        let never = |a: usize| vm_flags(a).split_whitespace().any(|f| f == "nh");
+        let span = reserve_span(64 * ps, ps).unwrap();
+        assert!(never(span.as_ptr() as usize), "a reservation");
+        // SAFETY: the reservation just made, unused; its place is ours.
+        unsafe { unmap(span, 64 * ps) };
+        let at = |i: usize| {
+            // SAFETY: inside the span found above.
+            unsafe { NonNull::new_unchecked(span.as_ptr().add(i * ps)) }
+        };
+        // SAFETY: pieces of the span just unmapped; nobody else maps there (the test's own).
+        unsafe {
+            assert_eq!(map_at(at(0), 4 * ps, Thp::Never), Ok(MapAt::Mapped));
+            assert_eq!(
+                map_at(at(2), 4 * ps, Thp::Never),
+                Ok(MapAt::Taken),
+                "overlaps"
+            );
+            assert_eq!(map_at(at(8), 4 * ps, Thp::Eligible), Ok(MapAt::Mapped));
+            at(3).as_ptr().write(1);
+            at(11).as_ptr().write(1);
+        }
+        assert!(never(at(0).as_ptr() as usize));
+        assert!(
+            !never(at(8).as_ptr() as usize),
+            "eligible: the system's policy"
+        );
+        let m = map(2 * ps).unwrap();
+        assert!(never(m.as_ptr() as usize), "metadata");
+        // SAFETY: `m` is a mapping from `map`, replaced by the result.
+        let m = unsafe { remap(m, 2 * ps, 64 * ps) }.unwrap();
+        assert!(never(m.as_ptr() as usize + 63 * ps), "grown metadata");
+        // SAFETY: the mappings made above, unused now.
+        unsafe {
+            unmap(m, 64 * ps);
+            unmap(at(0), 4 * ps);
+            unmap(at(8), 4 * ps);
+        }
+    }
+
+    /// Memory and swap are facts of the machine: some memory, and no more than 2^50 bytes.
+    #[test]
+    fn memory_and_swap_are_read() {
+        let (ram, swap) = memory_and_swap();
+        assert!(ram > 1 << 20 && ram < 1 << 50, "{ram}");
+        assert!(swap < 1 << 50, "{swap}");
     }
 
     #[test]

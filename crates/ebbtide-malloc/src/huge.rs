@@ -21,7 +21,7 @@
 //! the heap's working set ([`crate::pageheap::PageHeap::trim`]).
 
 use crate::pageheap::{self, PageHeap};
-use core::ptr;
+use core::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -145,9 +145,11 @@ impl Table {
         };
         let bytes = cap * core::mem::size_of::<Slot>();
         let slots = map_anon(bytes).cast::<Slot>();
-        if slots.is_null() {
+        let Some(m) = NonNull::new(slots) else {
             return false;
-        }
+        };
+        // A hash table is touched sparsely: never huge pages (docs/design/thp-policy.md).
+        ebbtide_core::os::no_huge_pages(m.cast(), bytes);
         ebbtide_core::os::add_metadata(bytes);
         let old = (self.slots, self.cap);
         self.slots = slots;

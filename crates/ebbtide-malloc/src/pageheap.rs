@@ -1,9 +1,9 @@
-//! The page heap: runs of pages for the blocks above the size classes, carved from one
-//! reservation of address space, and the free runs kept resident for reuse by any size.
+//! The page heap: runs of pages for the blocks above the size classes, carved from one span of
+//! address space mapped as it fills, and the free runs kept resident for reuse by any size.
 //!
 //! ```text
 //!  base                                        top                committed            end
-//!  | block | dirty | block | clean | dirty | block |  (zero pages)     |  (PROT_NONE)     |
+//!  | block | dirty | block | clean | dirty | block |  (zero pages)     |  (not mapped)    |
 //!          └ free runs: sorted by address, coalesced with neighbours of the same kind ┘
 //! ```
 //!
@@ -16,8 +16,14 @@
 //!   read as zeros and fault in when touched again).
 //! * Above `top` nothing was ever handed out or everything went back: all zero pages. `top`
 //!   never rests on a clean run (a clean run ending at `top` lowers `top` instead), and the
-//!   range `[base, committed)` is readable and writable (`mprotect`ed in steps of
-//!   [`COMMIT_STEP`] as `top` grows), the rest of the reservation inaccessible.
+//!   range `[base, committed)` is mapped readable and writable (in steps of [`COMMIT_STEP`] as
+//!   `top` grows), the rest of the span not mapped at all: address space on demand
+//!   (docs/design/address-space.md), so an `RLIMIT_AS` lowered at run time stops the heap
+//!   where it stands, and `VSZ` counts what is in use. The span is found once far from other
+//!   mappings ([`ebbtide_core::os::reserve_span`]); should another mapping take the piece
+//!   above `committed`, the heap ends there (`end` lowered) and larger blocks are mappings of
+//!   their own. The heap's pages are `MADV_NOHUGEPAGE` ([`HEAP_THP`],
+//!   docs/design/thp-policy.md).
 //!
 //! Invariants (checked by [`PageHeap::validate`], which the tests run after every step):
 //! the runs are sorted, disjoint, inside `[base, top)`, page-aligned, and two adjacent runs
@@ -53,16 +59,23 @@
 //! Nothing here locks: the one caller holds the block table's mutex around every call.
 
 use core::ptr::{self, NonNull};
+use ebbtide_core::os::{MapAt, Thp};
 
-/// The most address space reserved (when no address-space limit is set).
+/// The heap's span: the most address space it grows to (none of it mapped up front).
 pub const RESERVE_MAX: usize = 64 << 30;
-/// The least worth reserving; under a tighter `ulimit -v` the heap stays off (blocks are
-/// mappings of their own, as above [`crate::huge::HEAP_MAX`]).
+/// The least span worth having; where no free stretch that large is found (a `ulimit -v` set
+/// before start, tighter than that) the heap stays off (blocks are mappings of their own, as
+/// above [`crate::huge::HEAP_MAX`]).
 pub const RESERVE_MIN: usize = 256 << 20;
+/// Huge pages for the heap's pages (docs/design/thp-policy.md).
+const HEAP_THP: Thp = Thp::Never;
 /// `top` is made accessible in steps of this many bytes.
-pub const COMMIT_STEP: usize = 4 << 20;
-/// Free runs tracked at most (32 bytes each, in a mapping touched as it fills).
+pub const COMMIT_STEP: usize = 1 << 20;
+/// Free runs tracked at most (32 bytes each, in a mapping grown as it fills).
 pub const MAX_RUNS: usize = 1 << 16;
+/// Free runs the table has room for at first (128 KiB of address space; doubled with
+/// `mremap` as it fills, up to [`MAX_RUNS`]).
+pub const FIRST_RUNS: usize = 1 << 12;
 /// A dirty run unused for this long goes back at the next periodic pass (the zones' idle
 /// give-back aims at 2 s).
 pub const IDLE_NS: u64 = 1_000_000_000;
@@ -123,8 +136,9 @@ pub struct PageHeap {
     committed: usize,
     /// The reservation failed at every size: stay off.
     off: bool,
-    /// The free runs, sorted by address (a mapping of `MAX_RUNS` entries).
+    /// The free runs, sorted by address (a mapping of `runs_cap` entries).
     runs: *mut Run,
+    runs_cap: usize,
     n: usize,
     /// Pages of `runs` counted as metadata so far.
     runs_pages: usize,
@@ -147,20 +161,6 @@ fn page() -> usize {
     ebbtide_core::os::page_size()
 }
 
-/// The address-space limit (`ulimit -v`), if any.
-fn as_limit() -> Option<usize> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct we pass.
-    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } != 0 || r.rlim_cur == libc::RLIM_INFINITY
-    {
-        return None;
-    }
-    Some(r.rlim_cur as usize)
-}
-
 impl PageHeap {
     /// A heap that reserves up to `reserve_len` bytes on first use.
     pub const fn new(reserve_len: usize) -> PageHeap {
@@ -172,6 +172,7 @@ impl PageHeap {
             committed: 0,
             off: false,
             runs: ptr::null_mut(),
+            runs_cap: 0,
             n: 0,
             runs_pages: 0,
             dirty: 0,
@@ -182,7 +183,9 @@ impl PageHeap {
         }
     }
 
-    /// Reserves the address space and the run table; false if the heap is off.
+    /// Finds the heap's span and maps the run table; false if the heap is off. Nothing of the
+    /// span stays mapped: [`PageHeap::take`] maps it in steps of [`COMMIT_STEP`] as `top`
+    /// grows (address space on demand, module docs).
     fn ready(&mut self) -> bool {
         if self.base != 0 {
             return true;
@@ -190,28 +193,30 @@ impl PageHeap {
         if self.off {
             return false;
         }
-        // Under an address-space limit the heap takes at most a sixteenth of it: the
-        // reservation counts against `ulimit -v` though it costs no memory.
-        let mut len = match as_limit() {
-            Some(l) => self.reserve_len.min(l / 16),
-            None => self.reserve_len,
+        let table = FIRST_RUNS * core::mem::size_of::<Run>();
+        let Ok(runs) = ebbtide_core::os::map(table) else {
+            // Tried again on the next request.
+            return false;
         };
+        // Under an address-space limit set before start the span found is at most what is
+        // left of the limit; the heap then stops where the limit does.
+        let mut len = self.reserve_len;
         let base = loop {
             if len < RESERVE_MIN.min(self.reserve_len) {
                 self.off = true;
+                // SAFETY: the run table just mapped, unused.
+                unsafe { ebbtide_core::os::unmap(runs, table) };
                 return false;
             }
-            match ebbtide_core::os::reserve(len, COMMIT_STEP) {
+            match ebbtide_core::os::reserve_span(len, COMMIT_STEP) {
                 Ok(p) => break p,
                 Err(_) => len /= 2,
             }
         };
-        let Ok(runs) = ebbtide_core::os::map(MAX_RUNS * core::mem::size_of::<Run>()) else {
-            // SAFETY: the reservation just made, unused. Tried again on the next request.
-            unsafe { ebbtide_core::os::unmap(base, len) };
-            return false;
-        };
+        // SAFETY: the reservation just made, unused: only its place is kept.
+        unsafe { ebbtide_core::os::unmap(base, len) };
         self.runs = runs.as_ptr().cast();
+        self.runs_cap = FIRST_RUNS;
         self.base = base.as_ptr() as usize;
         self.end = self.base + len;
         self.top = self.base;
@@ -219,9 +224,10 @@ impl PageHeap {
         true
     }
 
-    /// Whether `addr` is inside the reservation (a block of this heap, if it is a block).
+    /// Whether `addr` is inside the heap's mapped part (a block of this heap, if it is a
+    /// block): a mapping of another kind may lie in the span beyond it.
     pub fn contains(&self, addr: usize) -> bool {
-        addr.wrapping_sub(self.base) < self.end - self.base
+        addr.wrapping_sub(self.base) < self.committed - self.base
     }
 
     /// Bytes of dirty runs: resident free memory, the cache.
@@ -265,9 +271,35 @@ impl PageHeap {
         r
     }
 
+    /// Doubles the run table (`mremap`); false at [`MAX_RUNS`] or when no address space is
+    /// left (`RLIMIT_AS`).
+    fn grow_table(&mut self) -> bool {
+        if self.runs_cap >= MAX_RUNS {
+            return false;
+        }
+        let size = core::mem::size_of::<Run>();
+        // SAFETY: `runs` is the table's mapping of `runs_cap` entries (from `os::map` or an
+        // earlier `remap`), replaced by the new one on success.
+        let r = unsafe {
+            ebbtide_core::os::remap(
+                NonNull::new_unchecked(self.runs.cast()),
+                self.runs_cap * size,
+                2 * self.runs_cap * size,
+            )
+        };
+        match r {
+            Ok(p) => {
+                self.runs = p.as_ptr().cast();
+                self.runs_cap *= 2;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Inserts `r` at `i` as it is (no merging); false if the table is full.
     fn insert(&mut self, i: usize, r: Run) -> bool {
-        if self.n == MAX_RUNS {
+        if self.n == self.runs_cap && !self.grow_table() {
             return false;
         }
         // SAFETY: entries i..n move up by one; n < MAX_RUNS, so the last lands inside.
@@ -320,8 +352,8 @@ impl PageHeap {
             at: if dirty { at } else { 0 },
         };
         if !self.insert(i, r) {
-            // The table is full (65 536 runs between blocks): the pages go back, the address
-            // space stays unused.
+            // The table is full (65 536 runs between blocks, or no address space left to grow
+            // it): the pages go back, the address space stays unused.
             if dirty {
                 release(addr, len);
             }
@@ -346,17 +378,25 @@ impl PageHeap {
         }
         if b > self.committed {
             let c = b.next_multiple_of(COMMIT_STEP).min(self.end);
-            // SAFETY: [committed, c) lies inside the reservation and is page aligned.
-            let ok = unsafe {
-                ebbtide_core::os::commit(
+            // SAFETY: [committed, c) lies inside the span, page aligned, and nothing of ours is
+            // mapped there (the heap maps only below `committed`).
+            let r = unsafe {
+                ebbtide_core::os::map_at(
                     NonNull::new_unchecked(self.committed as *mut u8),
                     c - self.committed,
+                    HEAP_THP,
                 )
             };
-            if ok.is_err() {
-                return None;
+            match r {
+                Ok(MapAt::Mapped) => self.committed = c,
+                Ok(MapAt::Taken) => {
+                    // Another mapping lies in the way: the heap ends here.
+                    self.end = self.committed;
+                    return None;
+                }
+                // The limit (RLIMIT_AS) reached: the request is a mapping of its own or fails.
+                Err(_) => return None,
             }
-            self.committed = c;
         }
         let old_top = self.top;
         let mut zeroed = true;
@@ -638,6 +678,43 @@ mod tests {
     fn write(addr: usize, len: usize, v: u8) {
         // SAFETY: a block of the heap under test, `len` bytes, handed out to the test.
         unsafe { ptr::write_bytes(addr as *mut u8, v, len) };
+    }
+
+    /// Only what `top` needs is mapped, in steps of [`COMMIT_STEP`]: the rest of the span is
+    /// not, and is not the heap's ([`PageHeap::contains`]).
+    #[test]
+    fn the_span_is_mapped_as_top_grows() {
+        let mapped = |p: usize| {
+            // SAFETY: msync on an unmapped range only reports ENOMEM.
+            unsafe { libc::msync(p as *mut libc::c_void, page(), libc::MS_ASYNC) == 0 }
+        };
+        let mut h = heap();
+        let (a, _) = h.alloc(3 * page(), page()).unwrap();
+        assert!(mapped(a) && mapped(a + COMMIT_STEP - page()));
+        assert!(!mapped(a + COMMIT_STEP), "one step mapped");
+        assert!(h.contains(a + COMMIT_STEP - 1) && !h.contains(a + COMMIT_STEP));
+        let (b, _) = h.alloc(COMMIT_STEP, page()).unwrap();
+        assert!(mapped(b + COMMIT_STEP - page()) && !mapped(a + 3 * COMMIT_STEP));
+        write(b, COMMIT_STEP, 1);
+        h.validate().unwrap();
+    }
+
+    /// The run table starts small and grows (`mremap`) as runs are added, keeping them.
+    #[test]
+    fn the_run_table_grows_as_it_fills() {
+        let mut h = heap();
+        let n = FIRST_RUNS + 100;
+        let blocks: Vec<usize> = (0..2 * n)
+            .map(|_| h.alloc(page(), page()).unwrap().0)
+            .collect();
+        assert_eq!(h.runs_cap, FIRST_RUNS, "no run yet: the first table");
+        for &b in blocks.iter().step_by(2) {
+            h.free(b, page(), 1, true);
+        }
+        assert_eq!(h.runs().len(), n, "every other page a run of its own");
+        assert!(h.runs_cap > FIRST_RUNS && h.runs_cap <= MAX_RUNS);
+        assert_eq!(h.lost, 0);
+        h.validate().unwrap();
     }
 
     #[test]

@@ -1,0 +1,109 @@
+//! Address space on demand (issue 39, docs/design/address-space.md): a program that lowers
+//! its `RLIMIT_AS` after start (glibc's `tst-malloc-thread-fail` in small,
+//! `programs/rlimit_as_lowered.c`) can still create a thread and gets about as many 1 MiB
+//! blocks as under glibc; so does one started under the limit; and a small program's `VmSize`
+//! is what it uses, not the allocator's reservations.
+
+mod support;
+
+use std::os::unix::process::CommandExt;
+use support::{command, compile, lib, program, scratch};
+
+/// The limit the program lowers itself to (MiB), as in the issue.
+const LIMIT_MIB: u64 = 200;
+/// ebbtide's blocks at least this share of glibc's.
+const SHARE: f64 = 0.95;
+/// ebbtide's `VmSize` at start at most glibc's plus this much (KiB).
+const VSZ_EXTRA_KIB: i64 = 32 << 10;
+
+#[derive(Debug)]
+struct Outcome {
+    vmsize_kib: i64,
+    thread: String,
+    blocks: u64,
+    after_free: String,
+}
+
+fn run(exe: &std::path::Path, when: &str, preload: bool) -> Outcome {
+    let mut c = command(exe);
+    c.args([LIMIT_MIB.to_string().as_str(), when]);
+    if preload {
+        c.env("LD_PRELOAD", lib());
+    }
+    if when == "before" {
+        let limit = (LIMIT_MIB << 20) as libc::rlim_t;
+        // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+        unsafe {
+            c.pre_exec(move || {
+                let r = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let out = c.output().expect("run rlimit_as_lowered");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{when}, preload {preload}: {}\n{text}\n{stderr}",
+        out.status
+    );
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()))
+            .unwrap_or_else(|| panic!("no {k:?} in {text:?}"))
+    };
+    Outcome {
+        vmsize_kib: field("vmsize_kib ").parse().unwrap(),
+        thread: field("thread "),
+        blocks: field("blocks ").parse().unwrap(),
+        after_free: field("after_free "),
+    }
+}
+
+fn check(when: &str) {
+    let Some(exe) = compile(
+        &program("rlimit_as_lowered.c"),
+        &scratch(&format!("rlimit-as-{when}")),
+        &[],
+    ) else {
+        return;
+    };
+    let glibc = run(&exe, when, false);
+    let ours = run(&exe, when, true);
+    eprintln!("RLIMIT_AS {LIMIT_MIB} MiB set {when} start: glibc {glibc:?}, ebbtide {ours:?}");
+    assert_eq!(glibc.thread, "created", "glibc: {glibc:?}");
+    assert_eq!(
+        ours.thread, "created",
+        "ebbtide: the thread, as under glibc"
+    );
+    assert!(
+        ours.blocks as f64 >= SHARE * glibc.blocks as f64,
+        "ebbtide got {} blocks of 1 MiB, glibc {}: fewer than {SHARE} of glibc's",
+        ours.blocks,
+        glibc.blocks
+    );
+    assert_eq!(ours.after_free, "ok", "freed, the blocks serve again");
+    assert!(
+        ours.vmsize_kib <= glibc.vmsize_kib + VSZ_EXTRA_KIB,
+        "VmSize at start: ebbtide {} KiB, glibc {} KiB",
+        ours.vmsize_kib,
+        glibc.vmsize_kib
+    );
+}
+
+#[test]
+fn a_limit_lowered_after_start_is_honoured_as_under_glibc() {
+    check("after");
+}
+
+#[test]
+fn a_limit_set_before_start_is_honoured_as_under_glibc() {
+    check("before");
+}
