@@ -112,7 +112,7 @@ PY
 fi
 
 if [ "$systemd" = 1 ]; then
-  mirror=${EBBTIDE_VM_MIRROR:-$(grep -rhoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null | awk '{print $2; exit}')}
+  mirror=${EBBTIDE_VM_MIRROR:-$(grep -rhoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null | awk '{print $2; exit}' || true)}
   mirror=${mirror:-http://deb.debian.org/debian}
   troot="$cache/trixie-$(echo "$mirror $key" | sha256sum | cut -c1-8)"
   if [ ! -f "$troot.done" ]; then

@@ -70,7 +70,8 @@ fn int(v: &BTreeMap<String, String>, k: &str) -> i64 {
 /// One run of `tests/guest/cache_neighbour.py` with `args`; `None`: skipped (no VM here).
 fn scenario(test: &str, args: &[String]) -> Option<(Output, BTreeMap<String, String>)> {
     let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/cache_neighbour.py");
-    let script = format!("exec /usr/bin/python3 {} {}\n", driver.display(), args.join(" "));
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{}'", a.replace('\'', "'\\''"))).collect();
+    let script = format!("exec /usr/bin/python3 -u {} {}\n", driver.display(), quoted.join(" "));
     let o = run(test, Job::new(script).limit(Duration::from_secs(240)))?;
     o.success(test);
     let v = values(&o);
@@ -83,7 +84,7 @@ fn scenario(test: &str, args: &[String]) -> Option<(Output, BTreeMap<String, Str
 fn ebbtide_env(sources: &str) -> String {
     let (lib, _) = host_binaries();
     format!(
-        "ENV=LD_PRELOAD={};EBBTIDE_CONF=sources={sources},trim_interval_ms=60min,pool_shrink_interval_ms=60min",
+        "ENV=LD_PRELOAD={};EBBTIDE_CONF=sources={sources},control_socket=1,trim_interval_ms=60min,pool_shrink_interval_ms=60s",
         lib.display()
     )
 }
@@ -113,4 +114,142 @@ fn guest_is_a_stock_cgroup_v2_kernel_and_jobs_run_as_root_or_a_user() {
     assert_eq!(u.stdout.split_whitespace().collect::<Vec<_>>(), ["1000", "1000", "1"], "{u:?}");
     let limited = run(t, Job::new("sleep 30").limit(Duration::from_secs(1))).unwrap();
     assert_eq!(limited.code, 137, "a job past its limit is killed: {limited:?}");
+}
+
+/// Sizes of the cache scenario: the service's dropped cache and the neighbour together exceed
+/// `memory.high`; either alone does not.
+fn cache_args(name: &str, service: &str) -> Vec<String> {
+    vec![
+        format!("NAME={name}"),
+        "HIGH=96M".into(),
+        "MAX=400M".into(),
+        "CACHE_MIB=40".into(),
+        "NEIGHBOUR_MIB=auto".into(),
+        "STEP_MS=20".into(),
+        "WATCH_S=6".into(),
+        service.to_string(),
+    ]
+}
+
+/// The malloc case of issue 38 with each v2 source alone, against glibc in the same guest:
+/// freed memory back within 3 s (guest time) of the neighbour's start, no more swap and no
+/// more `memory.events` `high` than glibc's process.
+#[test]
+fn each_v2_source_alone_gives_the_malloc_cache_back_within_3s() {
+    let t = "each_v2_source_alone";
+    let Some((_, glibc)) = scenario(t, &cache_args("glibc", "")) else { return };
+    let mut rows = vec![("glibc".to_string(), glibc.clone())];
+    for source in ["events", "psi", "headroom"] {
+        let mut args = cache_args(source, &ebbtide_env(source));
+        args.push(format!("STAT={}", host_binaries().1.display()));
+        let (_, v) = scenario(t, &args).unwrap();
+        rows.push((format!("ebbtide {source}"), v));
+    }
+    eprintln!("{t}: allocator        back_ms  swap_kib  high  max  oom_kill  stall_us  cached_kib");
+    for (n, v) in &rows {
+        eprintln!(
+            "{t}: {n:16} {:8} {:9} {:5} {:4} {:9} {:9} {:11}",
+            int(v, "BACK_MS"), int(v, "SWAP_KIB"), int(v, "EVENTS_HIGH"), int(v, "EVENTS_MAX"),
+            int(v, "EVENTS_OOM_KILL"), int(v, "STALL_US"), int(v, "RSS_CACHED_KIB") - int(v, "BASE_KIB")
+        );
+    }
+    for (n, v) in &rows[1..] {
+        assert!(int(v, "RSS_CACHED_KIB") - int(v, "BASE_KIB") > 8 << 10, "{n}: the dropped cache was not held: {v:?}");
+        let source = n.strip_prefix("ebbtide ").unwrap();
+        // The kernel files the service holds open are the source's own (the cgroup's).
+        let files = v.get("FILES").cloned().unwrap_or_default();
+        let want: &[&str] = match source {
+            "events" => &["CG/memory.events"],
+            "psi" => &["CG/memory.pressure"],
+            _ => &["CG/memory.current", "CG/memory.high", "CG/memory.max"],
+        };
+        assert_eq!(files, want.join(","), "{n}: files held open");
+        assert!(int(v, &format!("STAT_EVENTS_{}", source.to_uppercase())) > 0, "{n}: the source never fired: {v:?}");
+        let back = int(v, "BACK_MS");
+        assert!((0..=3000).contains(&back), "{n}: cache back after {back} ms (limit 3000): {v:?}");
+        assert!(int(v, "SWAP_KIB") <= int(&glibc, "SWAP_KIB").max(1024), "{n}: more swap than glibc: {v:?} vs {glibc:?}");
+        assert!(int(v, "EVENTS_HIGH") <= int(&glibc, "EVENTS_HIGH").max(2), "{n}: more memory.high events than glibc: {v:?} vs {glibc:?}");
+        assert_eq!(int(v, "SERVICE_KILLED"), 0, "{n}: {v:?}");
+    }
+}
+
+/// The `ebbtide stat` table's source lines of a driver run with `STAT=`.
+fn stat_sources(o: &Output) -> String {
+    let s = o.stdout.split("STAT_BEGIN").nth(1).and_then(|s| s.split("STAT_END").next()).unwrap_or("");
+    s.lines()
+        .skip_while(|l| !l.starts_with("SOURCE"))
+        .take_while(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn unprivileged(test: &str, delegate: bool) {
+    let (lib, cli) = host_binaries();
+    let mut args = cache_args(if delegate { "delegated" } else { "rootowned" }, &format!(
+        "ENV=LD_PRELOAD={};EBBTIDE_CONF=control_socket=1,trim_interval_ms=60min,pool_shrink_interval_ms=60s",
+        lib.display()
+    ));
+    args.push("UID=1000".into());
+    args.push(format!("DELEGATE={}", u8::from(delegate)));
+    args.push(format!("STAT={}", cli.display()));
+    let Some((o, v)) = scenario(test, &args) else { return };
+    let table = stat_sources(&o);
+    eprintln!("{test}: sources of a uid-1000 process ({}):\n{table}", if delegate { "delegated cgroup" } else { "cgroup owned by root" });
+    let line = |k: &str| table.lines().find(|l| l.starts_with(&format!("{k}:"))).unwrap_or_else(|| panic!("{test}: no {k} line in `ebbtide stat`:\n{}", o.stdout)).to_string();
+    // memory.events and memory.current/high are world-readable: these start for anyone.
+    assert!(line("events").contains("yes"), "{test}: {table}");
+    assert!(line("headroom").contains("yes"), "{test}: {table}");
+    assert!(line("cgroup1").contains("no"), "{test}: {table}");
+    // Which files: the cgroup's memory.pressure needs write access for a trigger; without it the
+    // PSI source falls back to the system-wide /proc/pressure/memory (accepted from uid 1000 on
+    // this 6.1 kernel).
+    let files = v.get("FILES").cloned().unwrap_or_default();
+    let psi_file = if delegate { "CG/memory.pressure" } else { "/proc/pressure/memory" };
+    assert!(line("psi").contains("yes"), "{test}: {table}");
+    assert!(files.split(',').any(|f| f == psi_file), "{test}: PSI on {psi_file} expected, files {files}");
+    assert!(files.split(',').any(|f| f == "CG/memory.events"), "{test}: files {files}");
+    let back = int(&v, "BACK_MS");
+    // One PSI window (2 s) plus 1 s.
+    assert!((0..=3000).contains(&back), "{test}: cache back after {back} ms (limit 3000): {v:?}");
+    assert_eq!(int(&v, "SERVICE_KILLED"), 0, "{test}: {v:?}");
+}
+
+/// An unprivileged process (uid 1000) in a cgroup whose files it may not write (most
+/// containers): which sources start (`ebbtide stat`), and the cache comes back in time.
+#[test]
+fn unprivileged_in_a_cgroup_owned_by_root() {
+    unprivileged("unprivileged_rootowned", false);
+}
+
+/// An unprivileged process in a cgroup delegated to it as systemd delegates one (the
+/// directory, `cgroup.procs`, `cgroup.threads`, `cgroup.subtree_control`, `memory.pressure`
+/// and `memory.reclaim` chowned).
+#[test]
+fn unprivileged_in_a_delegated_cgroup() {
+    unprivileged("unprivileged_delegated", true);
+}
+
+/// `memory.max` reached without swap: glibc's cgroup sees an OOM kill, ebbtide's none (its
+/// sources give the dropped cache back first).
+#[test]
+fn memory_max_reached_no_oom_kill_for_ebbtide() {
+    let t = "memory_max_no_oom_kill";
+    let args = |name: &str, env: &str| {
+        vec![
+            format!("NAME={name}"),
+            "MAX=112M".into(),
+            "SWAP_MAX=0".into(),
+            "CACHE_MIB=40".into(),
+            "NEIGHBOUR_MIB=auto".into(),
+            "EXCESS_PCT=50".into(),
+            "STEP_MS=40".into(),
+            "WATCH_S=6".into(),
+            env.to_string(),
+        ]
+    };
+    let Some((_, glibc)) = scenario(t, &args("oomglibc", "")) else { return };
+    let (_, eb) = scenario(t, &args("oomebbtide", &ebbtide_env("systemd,psi,headroom,events"))).unwrap();
+    assert!(int(&glibc, "EVENTS_OOM_KILL") >= 1, "{t}: glibc's cgroup saw no OOM kill, the case does not reach memory.max: {glibc:?}");
+    assert_eq!(int(&eb, "EVENTS_OOM_KILL"), 0, "{t}: ebbtide's cgroup saw an OOM kill: {eb:?}");
+    assert_eq!(int(&eb, "SERVICE_KILLED") + int(&eb, "NEIGHBOUR_KILLED"), 0, "{t}: {eb:?}");
 }

@@ -17,7 +17,7 @@
 # once the cache is dropped and print its output between STAT_BEGIN/STAT_END lines).
 import os, signal, subprocess, sys, time
 
-a = dict(kv.split('=', 1) for kv in sys.argv[1:])
+a = dict(kv.split('=', 1) for kv in sys.argv[1:] if kv)
 name = a.get('NAME', 'svc')
 cg = '/sys/fs/cgroup/ebbtide-t-%s-%d' % (name, os.getpid())
 uid = int(a['UID']) if a.get('UID') else None
@@ -108,12 +108,12 @@ try:
         if kv:
             k, v = kv.split('=', 1)
             service_env[k] = v
-    entries = int(int(a['CACHE_MIB']) * 3300)
+    entries = int(a["CACHE_MIB"]) * 1700  # ~600 bytes a record, measured
     svc = subprocess.Popen(a.get('PREFIX', '').split() + ['/usr/bin/python3', '-c', SERVICE, str(entries)],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=service_env,
                            preexec_fn=enter, text=True)
     procs.append(svc)
-    time.sleep(0.2)
+    time.sleep(1.0)
     base = status(svc.pid, 'VmRSS')
     svc.stdin.write('burst\n'); svc.stdin.flush(); assert svc.stdout.readline().startswith('burst')
     svc.stdin.write('delete\n'); svc.stdin.flush(); assert svc.stdout.readline().startswith('deleted')
@@ -124,9 +124,29 @@ try:
     if a.get('STAT'):
         st = subprocess.run([a['STAT'], 'stat', str(svc.pid)], capture_output=True, text=True)
         print('STAT_BEGIN'); print(st.stdout + st.stderr); print('STAT_END')
+    # The kernel files the service holds open (its pressure sources' descriptors).
+    fds = set()
+    for fd in os.listdir('/proc/%d/fd' % svc.pid):
+        try:
+            t = os.readlink('/proc/%d/fd/%s' % (svc.pid, fd))
+        except OSError:
+            continue
+        if t.startswith('/sys/fs/cgroup') or t.startswith('/proc/pressure'):
+            fds.add(t.replace(cg, 'CG'))
+    print('FILES=%s' % ','.join(sorted(fds)))
     ev0 = events()
     stall0 = full_stall()
-    nb = subprocess.Popen(['/usr/bin/python3', '-c', NEIGHBOUR, a['NEIGHBOUR_MIB'], a.get('STEP_MS', '20')],
+    # auto: the neighbour alone stays under memory.high (else memory.max), with the held cache
+    # it is over it by EXCESS_PCT (default 100) percent of the cache.
+    nmib = a['NEIGHBOUR_MIB']
+    if nmib == 'auto':
+        h = open(cg + '/memory.high').read().strip()
+        high = int(h if h != 'max' else open(cg + '/memory.max').read())
+        cur = int(open(cg + '/memory.current').read())
+        excess = (cached - base) * 1024 * int(a.get('EXCESS_PCT', '100')) // 100
+        nmib = str(max(8, (high - cur + excess) >> 20))
+    print('NEIGHBOUR_MIB=%s' % nmib)
+    nb = subprocess.Popen(['/usr/bin/python3', '-c', NEIGHBOUR, nmib, a.get('STEP_MS', '20')],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                           preexec_fn=lambda: wr(cg + '/cgroup.procs', os.getpid()), text=True)
     procs.append(nb)
@@ -153,8 +173,17 @@ try:
     print('STALL_US=%d' % (full_stall() - stall0))
     print('SERVICE_KILLED=%d' % (1 if svc.poll() == -signal.SIGKILL else 0))
     print('NEIGHBOUR_KILLED=%d' % (1 if nb.poll() == -signal.SIGKILL else 0))
-    if svc.poll() is None:
-        print('SERVICE_STDERR=')
+    if a.get('STAT') and svc.poll() is None:
+        # The service's own count of events per source (events_psi=..., events_events=...).
+        st = subprocess.run([a['STAT'], 'stat', '--json', str(svc.pid)], capture_output=True, text=True)
+        import json
+        try:
+            g = json.loads(st.stdout)['global']
+            for k, v in g.items():
+                if k.startswith('events_'):
+                    print('STAT_%s=%s' % (k.upper(), v))
+        except ValueError:
+            print('STAT_ERROR=%r' % (st.stdout + st.stderr))
 finally:
     for p in procs:
         if p.poll() is None:
