@@ -253,3 +253,37 @@ fn memory_max_reached_no_oom_kill_for_ebbtide() {
     assert_eq!(int(&eb, "EVENTS_OOM_KILL"), 0, "{t}: ebbtide's cgroup saw an OOM kill: {eb:?}");
     assert_eq!(int(&eb, "SERVICE_KILLED") + int(&eb, "NEIGHBOUR_KILLED"), 0, "{t}: {eb:?}");
 }
+
+static SYSTEMD_VM: Mutex<Option<Vm>> = Mutex::new(None);
+
+/// systemd 257 (Debian trixie) as PID 1: a service with `MemoryHigh=` and
+/// `MemoryPressureWatch=on` under `ebbtide run` gets `$MEMORY_PRESSURE_WATCH` naming its own
+/// cgroup's `memory.pressure`, and ebbtide's systemd source starts on it.
+#[test]
+fn systemd_pid1_service_gets_memory_pressure_watch_and_the_systemd_source_starts() {
+    let t = "systemd_pid1";
+    let (_, cli) = host_binaries();
+    let Some(mut g) = guest(&SYSTEMD_VM, t, &VmConfig { systemd: true, ..config() }) else { return };
+    let vm = g.as_mut().unwrap();
+    let script = format!(
+        "systemctl start dbus.socket\n\
+         systemd-run --unit=ebbtide-svc -p MemoryHigh=96M -p MemoryPressureWatch=on \
+           -E EBBTIDE_CONF=sources=systemd,control_socket=1 -E HOME=/tmp \
+           /host{cli} run -- /usr/bin/sleep 120\n\
+         for i in $(seq 100); do pid=$(systemctl show -P MainPID ebbtide-svc); [ \"$pid\" != 0 ] && [ -e /tmp/ebbtide-0/$pid.sock ] && break; sleep 0.2; done\n\
+         systemctl --version | head -1\n\
+         echo PID=$pid\n\
+         tr '\\0' '\\n' < /proc/$pid/environ | grep ^MEMORY_PRESSURE\n\
+         /host{cli} stat $pid | sed -n '/^SOURCE/,/^$/p'\n\
+         ls -l /proc/$pid/fd | grep -o '/sys/fs/cgroup/.*' | sed 's/^/FD=/'\n\
+         systemctl stop ebbtide-svc\n",
+        cli = cli.display()
+    );
+    let o = vm.run(&Job::new(script).limit(Duration::from_secs(180))).unwrap_or_else(|e| panic!("{t}: {e}"));
+    eprintln!("{t}:\n{}\n{}", o.stdout, o.stderr);
+    o.success(t);
+    let watch = o.value("MEMORY_PRESSURE_WATCH").unwrap_or_else(|| panic!("{t}: no MEMORY_PRESSURE_WATCH: {o:?}"));
+    assert_eq!(watch, "/sys/fs/cgroup/system.slice/ebbtide-svc.service/memory.pressure", "{o:?}");
+    assert!(o.stdout.lines().any(|l| l.starts_with("systemd:") && l.contains("yes")), "{t}: systemd source not active: {o:?}");
+    assert!(o.stdout.lines().any(|l| l.trim() == format!("FD={watch}")), "{t}: {watch} not held open: {o:?}");
+}
