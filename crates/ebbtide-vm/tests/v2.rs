@@ -271,10 +271,11 @@ fn systemd_pid1_service_gets_memory_pressure_watch_and_the_systemd_source_starts
            -E EBBTIDE_CONF=sources=systemd,control_socket=1 -E HOME=/tmp \
            /host{cli} run -- /usr/bin/sleep 120\n\
          for i in $(seq 100); do pid=$(systemctl show -P MainPID ebbtide-svc); [ \"$pid\" != 0 ] && [ -e /tmp/ebbtide-0/$pid.sock ] && break; sleep 0.2; done\n\
+         sleep 2 # past the malloc's sources_delay_ms (1 s)\n\
          systemctl --version | head -1\n\
          echo PID=$pid\n\
          tr '\\0' '\\n' < /proc/$pid/environ | grep ^MEMORY_PRESSURE\n\
-         /host{cli} stat $pid | sed -n '/^SOURCE/,/^$/p'\n\
+         /host{cli} stat $pid 2>&1 | sed -n '/^SOURCE/,/^$/p;/error/p'\n\
          ls -l /proc/$pid/fd | grep -o '/sys/fs/cgroup/.*' | sed 's/^/FD=/'\n\
          systemctl stop ebbtide-svc\n",
         cli = cli.display()
@@ -286,4 +287,20 @@ fn systemd_pid1_service_gets_memory_pressure_watch_and_the_systemd_source_starts
     assert_eq!(watch, "/sys/fs/cgroup/system.slice/ebbtide-svc.service/memory.pressure", "{o:?}");
     assert!(o.stdout.lines().any(|l| l.starts_with("systemd:") && l.contains("yes")), "{t}: systemd source not active: {o:?}");
     assert!(o.stdout.lines().any(|l| l.trim() == format!("FD={watch}")), "{t}: {watch} not held open: {o:?}");
+    // The cache case: the systemd source alone brings the dropped cache back, one event per
+    // kernel notification (counted on a trigger of our own with the same bytes).
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/systemd_case.py");
+    let o = vm
+        .run(&Job::new(format!("exec python3 -u /host{} /host{}\n", driver.display(), cli.display())).limit(Duration::from_secs(240)))
+        .unwrap_or_else(|e| panic!("{t}: {e}"));
+    eprintln!("{t}: cache case\n{}\n{}", o.stdout, o.stderr);
+    o.success(t);
+    let v = values(&o);
+    assert_eq!(v.get("WRITE").map(String::as_str), Some("b'some 200000 2000000\\x00'"), "{v:?}");
+    assert!(int(&v, "CACHED_BYTES") > 8 << 20, "{t}: no cache held: {v:?}");
+    let back = int(&v, "BACK_MS");
+    assert!((0..=3000).contains(&back), "{t}: cache back after {back} ms (limit 3000): {v:?}");
+    let (events, notify) = (int(&v, "EVENTS_SYSTEMD"), int(&v, "NOTIFY"));
+    assert!(events >= 1, "{t}: the systemd source never fired: {v:?}");
+    assert!((events - notify).abs() <= 1, "{t}: {events} events for {notify} kernel notifications: {v:?}");
 }
