@@ -22,7 +22,9 @@ impl std::fmt::Display for Unavailable {
 
 /// Whether VM tests must run here: under CI or as root.
 pub fn must_run() -> bool {
-    let ci = std::env::var("CI").map(|v| !matches!(v.trim(), "" | "0" | "false")).unwrap_or(false);
+    let ci = std::env::var("CI")
+        .map(|v| !matches!(v.trim(), "" | "0" | "false"))
+        .unwrap_or(false);
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     ci || root

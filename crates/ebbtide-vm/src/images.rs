@@ -41,7 +41,9 @@ fn build(systemd: bool) -> Result<Images, Unavailable> {
     if systemd {
         cmd.arg("--systemd");
     }
-    let out = cmd.output().map_err(|e| Unavailable::new(format!("cannot run {}: {e}", script.display())))?;
+    let out = cmd
+        .output()
+        .map_err(|e| Unavailable::new(format!("cannot run {}: {e}", script.display())))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
@@ -64,10 +66,16 @@ fn build(systemd: bool) -> Result<Images, Unavailable> {
         .trim()
         .to_string();
     let systemd_root = if systemd {
-        let line = read("systemd-root")
-            .map_err(|e| Unavailable::new(format!("{}: {e}", dir.join("systemd-root").display())))?;
+        let line = read("systemd-root").map_err(|e| {
+            Unavailable::new(format!("{}: {e}", dir.join("systemd-root").display()))
+        })?;
         let root = line.trim().strip_prefix("systemd_root=").map(PathBuf::from);
-        Some(root.ok_or_else(|| Unavailable::new(format!("{}: malformed ({line:?})", dir.join("systemd-root").display())))?)
+        Some(root.ok_or_else(|| {
+            Unavailable::new(format!(
+                "{}: malformed ({line:?})",
+                dir.join("systemd-root").display()
+            ))
+        })?)
     } else {
         None
     };

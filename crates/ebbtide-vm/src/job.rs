@@ -62,6 +62,8 @@ impl Output {
 
     /// The value of the first stdout line `KEY=VALUE` (after trimming), if any.
     pub fn value(&self, key: &str) -> Option<&str> {
-        self.stdout.lines().find_map(|l| l.trim().strip_prefix(key)?.strip_prefix('='))
+        self.stdout
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(key)?.strip_prefix('='))
     }
 }

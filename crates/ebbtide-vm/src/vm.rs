@@ -90,7 +90,11 @@ impl Vm {
     /// Boots a guest (building the images first if the cache lacks them).
     pub fn boot(cfg: &VmConfig) -> Result<Vm, VmError> {
         let images = images(cfg.systemd).map_err(VmError::Unavailable)?;
-        if Command::new("qemu-system-x86_64").arg("--version").output().is_err() {
+        if Command::new("qemu-system-x86_64")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
             return Err(VmError::Unavailable(Unavailable::new(
                 "qemu-system-x86_64 cannot be run (Debian package qemu-system-x86)",
             )));
@@ -104,14 +108,17 @@ impl Vm {
         let _ = fs::remove_dir_all(&dir);
         let fail = |what: &str, e: std::io::Error| VmError::Failed(format!("{what}: {e}"));
         fs::create_dir_all(dir.join("work/jobs")).map_err(|e| fail("work directory", e))?;
-        fs::set_permissions(dir.join("work"), fs::Permissions::from_mode(0o777)).map_err(|e| fail("chmod", e))?;
-        fs::set_permissions(dir.join("work/jobs"), fs::Permissions::from_mode(0o777)).map_err(|e| fail("chmod", e))?;
+        fs::set_permissions(dir.join("work"), fs::Permissions::from_mode(0o777))
+            .map_err(|e| fail("chmod", e))?;
+        fs::set_permissions(dir.join("work/jobs"), fs::Permissions::from_mode(0o777))
+            .map_err(|e| fail("chmod", e))?;
         let sock = dir.join("ctl.sock");
         let listener = UnixListener::bind(&sock).map_err(|e| fail("control socket", e))?;
         let swap = dir.join("swap.img");
         if cfg.swap_mib > 0 {
             let f = fs::File::create(&swap).map_err(|e| fail("swap disk", e))?;
-            f.set_len(u64::from(cfg.swap_mib) << 20).map_err(|e| fail("swap disk", e))?;
+            f.set_len(u64::from(cfg.swap_mib) << 20)
+                .map_err(|e| fail("swap disk", e))?;
         }
         let root_share = match &images.systemd_root {
             Some(r) => r.clone(),
@@ -137,29 +144,42 @@ impl Vm {
         };
         let log = fs::File::create(dir.join("qemu.log")).map_err(|e| fail("qemu log", e))?;
         let mut cmd = Command::new("qemu-system-x86_64");
-        cmd.args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"])
-            .args(["-machine", "q35,accel=tcg", "-cpu", "max"])
-            .args(["-smp", &cfg.cpus.to_string(), "-m", &cfg.memory_mib.to_string()])
-            .arg("-kernel")
-            .arg(&images.vmlinux)
-            .arg("-initrd")
-            .arg(&images.initramfs)
-            .args(["-append", &append])
-            .arg("-serial")
-            .arg(format!("file:{}", dir.join("console.log").display()))
-            .arg("-chardev")
-            .arg(format!("socket,id=ctl,path={}", sock.display()))
-            .args(["-serial", "chardev:ctl"])
-            .arg("-virtfs")
-            .arg(virtfs(&root_share, "root", true))
-            .arg("-virtfs")
-            .arg(virtfs(&dir.join("work"), "work", false));
+        cmd.args([
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-no-reboot",
+        ])
+        .args(["-machine", "q35,accel=tcg", "-cpu", "max"])
+        .args([
+            "-smp",
+            &cfg.cpus.to_string(),
+            "-m",
+            &cfg.memory_mib.to_string(),
+        ])
+        .arg("-kernel")
+        .arg(&images.vmlinux)
+        .arg("-initrd")
+        .arg(&images.initramfs)
+        .args(["-append", &append])
+        .arg("-serial")
+        .arg(format!("file:{}", dir.join("console.log").display()))
+        .arg("-chardev")
+        .arg(format!("socket,id=ctl,path={}", sock.display()))
+        .args(["-serial", "chardev:ctl"])
+        .arg("-virtfs")
+        .arg(virtfs(&root_share, "root", true))
+        .arg("-virtfs")
+        .arg(virtfs(&dir.join("work"), "work", false));
         if cfg.systemd {
             cmd.arg("-virtfs").arg(virtfs(Path::new("/"), "host", true));
         }
         if cfg.swap_mib > 0 {
-            cmd.arg("-drive")
-                .arg(format!("file={},format=raw,if=virtio,cache=unsafe", swap.display()));
+            cmd.arg("-drive").arg(format!(
+                "file={},format=raw,if=virtio,cache=unsafe",
+                swap.display()
+            ));
         }
         let started = Instant::now();
         let log2 = log.try_clone().map_err(|e| fail("qemu log", e))?;
@@ -168,7 +188,11 @@ impl Vm {
             .stdout(log)
             .stderr(log2)
             .spawn()
-            .map_err(|e| VmError::Unavailable(Unavailable::new(format!("cannot start qemu-system-x86_64: {e}"))))?;
+            .map_err(|e| {
+                VmError::Unavailable(Unavailable::new(format!(
+                    "cannot start qemu-system-x86_64: {e}"
+                )))
+            })?;
         // The reaper: sleeps in `read` until this process's end closes the pipe, then kills qemu
         // and removes the runtime directory.
         let mut reaper = Command::new("sh")
@@ -230,7 +254,8 @@ impl Vm {
         let id = self.next_job;
         self.next_job += 1;
         let jd = self.dir.join("work/jobs").join(id.to_string());
-        let io = |e: std::io::Error| VmError::Failed(format!("job directory {}: {e}", jd.display()));
+        let io =
+            |e: std::io::Error| VmError::Failed(format!("job directory {}: {e}", jd.display()));
         fs::create_dir_all(&jd).map_err(io)?;
         fs::set_permissions(&jd, fs::Permissions::from_mode(0o777)).map_err(io)?;
         fs::write(jd.join("script"), &job.script).map_err(io)?;
@@ -245,10 +270,17 @@ impl Vm {
         )
         .map_err(io)?;
         let started = Instant::now();
-        if let Err(e) = self.ctl.get_mut().write_all(format!("run {id}\n").as_bytes()) {
+        if let Err(e) = self
+            .ctl
+            .get_mut()
+            .write_all(format!("run {id}\n").as_bytes())
+        {
             return Err(self.kill(format!("writing to the agent: {e}")));
         }
-        let line = self.read_line(started + job.limit + Duration::from_secs(60), "the job's end")?;
+        let line = self.read_line(
+            started + job.limit + Duration::from_secs(60),
+            "the job's end",
+        )?;
         let host_time = started.elapsed();
         let mut w = line.split_whitespace();
         let (Some("done"), Some(rid), Some(rc)) = (w.next(), w.next(), w.next()) else {
@@ -258,7 +290,9 @@ impl Vm {
             return Err(self.kill(format!("the agent finished job {rid}, expected {id}")));
         }
         let code = rc.parse().unwrap_or(-1);
-        let read = |n: &str| String::from_utf8_lossy(&fs::read(jd.join(n)).unwrap_or_default()).into_owned();
+        let read = |n: &str| {
+            String::from_utf8_lossy(&fs::read(jd.join(n)).unwrap_or_default()).into_owned()
+        };
         Ok(Output {
             stdout: read("out"),
             stderr: read("err"),
@@ -267,7 +301,11 @@ impl Vm {
         })
     }
 
-    fn accept(&mut self, listener: &UnixListener, deadline: Instant) -> Result<UnixStream, VmError> {
+    fn accept(
+        &mut self,
+        listener: &UnixListener,
+        deadline: Instant,
+    ) -> Result<UnixStream, VmError> {
         loop {
             self.check_alive("before connecting its control line")?;
             let mut pfd = libc::pollfd {
@@ -292,10 +330,17 @@ impl Vm {
     /// One line from the agent by `deadline`, checking every 500 ms that qemu still runs.
     fn read_line(&mut self, deadline: Instant, what: &str) -> Result<String, VmError> {
         let mut buf = Vec::new();
-        let _ = self.ctl.get_ref().set_read_timeout(Some(Duration::from_millis(500)));
+        let _ = self
+            .ctl
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_millis(500)));
         loop {
             match self.ctl.read_until(b'\n', &mut buf) {
-                Ok(0) => return Err(self.kill(format!("the guest closed its control line waiting for {what}"))),
+                Ok(0) => {
+                    return Err(self.kill(format!(
+                        "the guest closed its control line waiting for {what}"
+                    )))
+                }
                 Ok(_) if buf.ends_with(b"\n") => {
                     let line = String::from_utf8_lossy(&buf).trim().to_string();
                     if line.is_empty() {
@@ -305,8 +350,16 @@ impl Vm {
                     return Ok(line);
                 }
                 Ok(_) => {}
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
-                Err(e) => return Err(self.kill(format!("reading the control line waiting for {what}: {e}"))),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => {
+                    return Err(
+                        self.kill(format!("reading the control line waiting for {what}: {e}"))
+                    )
+                }
             }
             self.check_alive(what)?;
             if Instant::now() > deadline {

@@ -27,7 +27,10 @@ fn config() -> VmConfig {
 
 /// The workspace root.
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// `libebbtide_malloc.so` and the `ebbtide` CLI, built once per test process (test profile,
@@ -39,7 +42,12 @@ fn host_binaries() -> &'static (PathBuf, PathBuf) {
         nested_build::cargo_build(&root(), "ebbtide-cli", "test", "debug");
         let lib = dir.join("libebbtide_malloc.so");
         let cli = dir.join("ebbtide");
-        assert!(lib.exists() && cli.exists(), "{} or {} missing after the build", lib.display(), cli.display());
+        assert!(
+            lib.exists() && cli.exists(),
+            "{} or {} missing after the build",
+            lib.display(),
+            cli.display()
+        );
         (lib, cli)
     })
 }
@@ -64,14 +72,23 @@ fn values(o: &Output) -> BTreeMap<String, String> {
 }
 
 fn int(v: &BTreeMap<String, String>, k: &str) -> i64 {
-    v.get(k).and_then(|s| s.trim().parse().ok()).unwrap_or_else(|| panic!("no {k} in {v:?}"))
+    v.get(k)
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {k} in {v:?}"))
 }
 
 /// One run of `tests/guest/cache_neighbour.py` with `args`; `None`: skipped (no VM here).
 fn scenario(test: &str, args: &[String]) -> Option<(Output, BTreeMap<String, String>)> {
     let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/cache_neighbour.py");
-    let quoted: Vec<String> = args.iter().map(|a| format!("'{}'", a.replace('\'', "'\\''"))).collect();
-    let script = format!("exec /usr/bin/python3 -u {} {}\n", driver.display(), quoted.join(" "));
+    let quoted: Vec<String> = args
+        .iter()
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect();
+    let script = format!(
+        "exec /usr/bin/python3 -u {} {}\n",
+        driver.display(),
+        quoted.join(" ")
+    );
     let o = run(test, Job::new(script).limit(Duration::from_secs(240)))?;
     o.success(test);
     let v = values(&o);
@@ -110,10 +127,22 @@ fn guest_is_a_stock_cgroup_v2_kernel_and_jobs_run_as_root_or_a_user() {
     assert!(lines[2].parse::<u64>().unwrap() > 0, "no swap: {o:?}");
     assert_eq!(lines[3], "some", "{o:?}");
     assert_eq!(lines[4], "0");
-    let u = run(t, Job::new("id -u; id -g; touch /sys/fs/cgroup/x 2>&1 | grep -c 'Permission denied'").user(1000, 1000)).unwrap();
-    assert_eq!(u.stdout.split_whitespace().collect::<Vec<_>>(), ["1000", "1000", "1"], "{u:?}");
+    let u = run(
+        t,
+        Job::new("id -u; id -g; touch /sys/fs/cgroup/x 2>&1 | grep -c 'Permission denied'")
+            .user(1000, 1000),
+    )
+    .unwrap();
+    assert_eq!(
+        u.stdout.split_whitespace().collect::<Vec<_>>(),
+        ["1000", "1000", "1"],
+        "{u:?}"
+    );
     let limited = run(t, Job::new("sleep 30").limit(Duration::from_secs(1))).unwrap();
-    assert_eq!(limited.code, 137, "a job past its limit is killed: {limited:?}");
+    assert_eq!(
+        limited.code, 137,
+        "a job past its limit is killed: {limited:?}"
+    );
 }
 
 /// Sizes of the cache scenario: the service's dropped cache and the neighbour together exceed
@@ -137,7 +166,9 @@ fn cache_args(name: &str, service: &str) -> Vec<String> {
 #[test]
 fn each_v2_source_alone_gives_the_malloc_cache_back_within_3s() {
     let t = "each_v2_source_alone";
-    let Some((_, glibc)) = scenario(t, &cache_args("glibc", "")) else { return };
+    let Some((_, glibc)) = scenario(t, &cache_args("glibc", "")) else {
+        return;
+    };
     let mut rows = vec![("glibc".to_string(), glibc.clone())];
     for source in ["events", "psi", "headroom"] {
         let mut args = cache_args(source, &ebbtide_env(source));
@@ -149,12 +180,20 @@ fn each_v2_source_alone_gives_the_malloc_cache_back_within_3s() {
     for (n, v) in &rows {
         eprintln!(
             "{t}: {n:16} {:8} {:9} {:5} {:4} {:9} {:9} {:11}",
-            int(v, "BACK_MS"), int(v, "SWAP_KIB"), int(v, "EVENTS_HIGH"), int(v, "EVENTS_MAX"),
-            int(v, "EVENTS_OOM_KILL"), int(v, "STALL_US"), int(v, "RSS_CACHED_KIB") - int(v, "BASE_KIB")
+            int(v, "BACK_MS"),
+            int(v, "SWAP_KIB"),
+            int(v, "EVENTS_HIGH"),
+            int(v, "EVENTS_MAX"),
+            int(v, "EVENTS_OOM_KILL"),
+            int(v, "STALL_US"),
+            int(v, "RSS_CACHED_KIB") - int(v, "BASE_KIB")
         );
     }
     for (n, v) in &rows[1..] {
-        assert!(int(v, "RSS_CACHED_KIB") - int(v, "BASE_KIB") > 8 << 10, "{n}: the dropped cache was not held: {v:?}");
+        assert!(
+            int(v, "RSS_CACHED_KIB") - int(v, "BASE_KIB") > 8 << 10,
+            "{n}: the dropped cache was not held: {v:?}"
+        );
         let source = n.strip_prefix("ebbtide ").unwrap();
         // The kernel files the service holds open are the source's own (the cgroup's).
         let files = v.get("FILES").cloned().unwrap_or_default();
@@ -164,18 +203,35 @@ fn each_v2_source_alone_gives_the_malloc_cache_back_within_3s() {
             _ => &["CG/memory.current", "CG/memory.high", "CG/memory.max"],
         };
         assert_eq!(files, want.join(","), "{n}: files held open");
-        assert!(int(v, &format!("STAT_EVENTS_{}", source.to_uppercase())) > 0, "{n}: the source never fired: {v:?}");
+        assert!(
+            int(v, &format!("STAT_EVENTS_{}", source.to_uppercase())) > 0,
+            "{n}: the source never fired: {v:?}"
+        );
         let back = int(v, "BACK_MS");
-        assert!((0..=3000).contains(&back), "{n}: cache back after {back} ms (limit 3000): {v:?}");
-        assert!(int(v, "SWAP_KIB") <= int(&glibc, "SWAP_KIB").max(1024), "{n}: more swap than glibc: {v:?} vs {glibc:?}");
-        assert!(int(v, "EVENTS_HIGH") <= int(&glibc, "EVENTS_HIGH").max(2), "{n}: more memory.high events than glibc: {v:?} vs {glibc:?}");
+        assert!(
+            (0..=3000).contains(&back),
+            "{n}: cache back after {back} ms (limit 3000): {v:?}"
+        );
+        assert!(
+            int(v, "SWAP_KIB") <= int(&glibc, "SWAP_KIB").max(1024),
+            "{n}: more swap than glibc: {v:?} vs {glibc:?}"
+        );
+        assert!(
+            int(v, "EVENTS_HIGH") <= int(&glibc, "EVENTS_HIGH").max(2),
+            "{n}: more memory.high events than glibc: {v:?} vs {glibc:?}"
+        );
         assert_eq!(int(v, "SERVICE_KILLED"), 0, "{n}: {v:?}");
     }
 }
 
 /// The `ebbtide stat` table's source lines of a driver run with `STAT=`.
 fn stat_sources(o: &Output) -> String {
-    let s = o.stdout.split("STAT_BEGIN").nth(1).and_then(|s| s.split("STAT_END").next()).unwrap_or("");
+    let s = o
+        .stdout
+        .split("STAT_BEGIN")
+        .nth(1)
+        .and_then(|s| s.split("STAT_END").next())
+        .unwrap_or("");
     s.lines()
         .skip_while(|l| !l.starts_with("SOURCE"))
         .take_while(|l| !l.trim().is_empty())
@@ -192,10 +248,25 @@ fn unprivileged(test: &str, delegate: bool) {
     args.push("UID=1000".into());
     args.push(format!("DELEGATE={}", u8::from(delegate)));
     args.push(format!("STAT={}", cli.display()));
-    let Some((o, v)) = scenario(test, &args) else { return };
+    let Some((o, v)) = scenario(test, &args) else {
+        return;
+    };
     let table = stat_sources(&o);
-    eprintln!("{test}: sources of a uid-1000 process ({}):\n{table}", if delegate { "delegated cgroup" } else { "cgroup owned by root" });
-    let line = |k: &str| table.lines().find(|l| l.starts_with(&format!("{k}:"))).unwrap_or_else(|| panic!("{test}: no {k} line in `ebbtide stat`:\n{}", o.stdout)).to_string();
+    eprintln!(
+        "{test}: sources of a uid-1000 process ({}):\n{table}",
+        if delegate {
+            "delegated cgroup"
+        } else {
+            "cgroup owned by root"
+        }
+    );
+    let line = |k: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("{k}:")))
+            .unwrap_or_else(|| panic!("{test}: no {k} line in `ebbtide stat`:\n{}", o.stdout))
+            .to_string()
+    };
     // memory.events and memory.current/high are world-readable: these start for anyone.
     assert!(line("events").contains("yes"), "{test}: {table}");
     assert!(line("headroom").contains("yes"), "{test}: {table}");
@@ -204,13 +275,26 @@ fn unprivileged(test: &str, delegate: bool) {
     // PSI source falls back to the system-wide /proc/pressure/memory (accepted from uid 1000 on
     // this 6.1 kernel).
     let files = v.get("FILES").cloned().unwrap_or_default();
-    let psi_file = if delegate { "CG/memory.pressure" } else { "/proc/pressure/memory" };
+    let psi_file = if delegate {
+        "CG/memory.pressure"
+    } else {
+        "/proc/pressure/memory"
+    };
     assert!(line("psi").contains("yes"), "{test}: {table}");
-    assert!(files.split(',').any(|f| f == psi_file), "{test}: PSI on {psi_file} expected, files {files}");
-    assert!(files.split(',').any(|f| f == "CG/memory.events"), "{test}: files {files}");
+    assert!(
+        files.split(',').any(|f| f == psi_file),
+        "{test}: PSI on {psi_file} expected, files {files}"
+    );
+    assert!(
+        files.split(',').any(|f| f == "CG/memory.events"),
+        "{test}: files {files}"
+    );
     let back = int(&v, "BACK_MS");
     // One PSI window (2 s) plus 1 s.
-    assert!((0..=3000).contains(&back), "{test}: cache back after {back} ms (limit 3000): {v:?}");
+    assert!(
+        (0..=3000).contains(&back),
+        "{test}: cache back after {back} ms (limit 3000): {v:?}"
+    );
     assert_eq!(int(&v, "SERVICE_KILLED"), 0, "{test}: {v:?}");
 }
 
@@ -247,11 +331,28 @@ fn memory_max_reached_no_oom_kill_for_ebbtide() {
             env.to_string(),
         ]
     };
-    let Some((_, glibc)) = scenario(t, &args("oomglibc", "")) else { return };
-    let (_, eb) = scenario(t, &args("oomebbtide", &ebbtide_env("systemd,psi,headroom,events"))).unwrap();
-    assert!(int(&glibc, "EVENTS_OOM_KILL") >= 1, "{t}: glibc's cgroup saw no OOM kill, the case does not reach memory.max: {glibc:?}");
-    assert_eq!(int(&eb, "EVENTS_OOM_KILL"), 0, "{t}: ebbtide's cgroup saw an OOM kill: {eb:?}");
-    assert_eq!(int(&eb, "SERVICE_KILLED") + int(&eb, "NEIGHBOUR_KILLED"), 0, "{t}: {eb:?}");
+    let Some((_, glibc)) = scenario(t, &args("oomglibc", "")) else {
+        return;
+    };
+    let (_, eb) = scenario(
+        t,
+        &args("oomebbtide", &ebbtide_env("systemd,psi,headroom,events")),
+    )
+    .unwrap();
+    assert!(
+        int(&glibc, "EVENTS_OOM_KILL") >= 1,
+        "{t}: glibc's cgroup saw no OOM kill, the case does not reach memory.max: {glibc:?}"
+    );
+    assert_eq!(
+        int(&eb, "EVENTS_OOM_KILL"),
+        0,
+        "{t}: ebbtide's cgroup saw an OOM kill: {eb:?}"
+    );
+    assert_eq!(
+        int(&eb, "SERVICE_KILLED") + int(&eb, "NEIGHBOUR_KILLED"),
+        0,
+        "{t}: {eb:?}"
+    );
 }
 
 static SYSTEMD_VM: Mutex<Option<Vm>> = Mutex::new(None);
@@ -263,7 +364,16 @@ static SYSTEMD_VM: Mutex<Option<Vm>> = Mutex::new(None);
 fn systemd_pid1_service_gets_memory_pressure_watch_and_the_systemd_source_starts() {
     let t = "systemd_pid1";
     let (_, cli) = host_binaries();
-    let Some(mut g) = guest(&SYSTEMD_VM, t, &VmConfig { systemd: true, ..config() }) else { return };
+    let Some(mut g) = guest(
+        &SYSTEMD_VM,
+        t,
+        &VmConfig {
+            systemd: true,
+            ..config()
+        },
+    ) else {
+        return;
+    };
     let vm = g.as_mut().unwrap();
     let script = format!(
         "systemctl start dbus.socket\n\
@@ -280,27 +390,62 @@ fn systemd_pid1_service_gets_memory_pressure_watch_and_the_systemd_source_starts
          systemctl stop ebbtide-svc\n",
         cli = cli.display()
     );
-    let o = vm.run(&Job::new(script).limit(Duration::from_secs(180))).unwrap_or_else(|e| panic!("{t}: {e}"));
+    let o = vm
+        .run(&Job::new(script).limit(Duration::from_secs(180)))
+        .unwrap_or_else(|e| panic!("{t}: {e}"));
     eprintln!("{t}:\n{}\n{}", o.stdout, o.stderr);
     o.success(t);
-    let watch = o.value("MEMORY_PRESSURE_WATCH").unwrap_or_else(|| panic!("{t}: no MEMORY_PRESSURE_WATCH: {o:?}"));
-    assert_eq!(watch, "/sys/fs/cgroup/system.slice/ebbtide-svc.service/memory.pressure", "{o:?}");
-    assert!(o.stdout.lines().any(|l| l.starts_with("systemd:") && l.contains("yes")), "{t}: systemd source not active: {o:?}");
-    assert!(o.stdout.lines().any(|l| l.trim() == format!("FD={watch}")), "{t}: {watch} not held open: {o:?}");
+    let watch = o
+        .value("MEMORY_PRESSURE_WATCH")
+        .unwrap_or_else(|| panic!("{t}: no MEMORY_PRESSURE_WATCH: {o:?}"));
+    assert_eq!(
+        watch, "/sys/fs/cgroup/system.slice/ebbtide-svc.service/memory.pressure",
+        "{o:?}"
+    );
+    assert!(
+        o.stdout
+            .lines()
+            .any(|l| l.starts_with("systemd:") && l.contains("yes")),
+        "{t}: systemd source not active: {o:?}"
+    );
+    assert!(
+        o.stdout.lines().any(|l| l.trim() == format!("FD={watch}")),
+        "{t}: {watch} not held open: {o:?}"
+    );
     // The cache case: the systemd source alone brings the dropped cache back, one event per
     // kernel notification (counted on a trigger of our own with the same bytes).
     let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/systemd_case.py");
     let o = vm
-        .run(&Job::new(format!("exec python3 -u /host{} /host{}\n", driver.display(), cli.display())).limit(Duration::from_secs(240)))
+        .run(
+            &Job::new(format!(
+                "exec python3 -u /host{} /host{}\n",
+                driver.display(),
+                cli.display()
+            ))
+            .limit(Duration::from_secs(240)),
+        )
         .unwrap_or_else(|e| panic!("{t}: {e}"));
     eprintln!("{t}: cache case\n{}\n{}", o.stdout, o.stderr);
     o.success(t);
     let v = values(&o);
-    assert_eq!(v.get("WRITE").map(String::as_str), Some("b'some 200000 2000000\\x00'"), "{v:?}");
-    assert!(int(&v, "CACHED_BYTES") > 8 << 20, "{t}: no cache held: {v:?}");
+    assert_eq!(
+        v.get("WRITE").map(String::as_str),
+        Some("b'some 200000 2000000\\x00'"),
+        "{v:?}"
+    );
+    assert!(
+        int(&v, "CACHED_BYTES") > 8 << 20,
+        "{t}: no cache held: {v:?}"
+    );
     let back = int(&v, "BACK_MS");
-    assert!((0..=3000).contains(&back), "{t}: cache back after {back} ms (limit 3000): {v:?}");
+    assert!(
+        (0..=3000).contains(&back),
+        "{t}: cache back after {back} ms (limit 3000): {v:?}"
+    );
     let (events, notify) = (int(&v, "EVENTS_SYSTEMD"), int(&v, "NOTIFY"));
     assert!(events >= 1, "{t}: the systemd source never fired: {v:?}");
-    assert!((events - notify).abs() <= 1, "{t}: {events} events for {notify} kernel notifications: {v:?}");
+    assert!(
+        (events - notify).abs() <= 1,
+        "{t}: {events} events for {notify} kernel notifications: {v:?}"
+    );
 }
