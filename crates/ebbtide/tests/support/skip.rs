@@ -45,6 +45,14 @@ pub fn skip(test: &str, why: &str) {
     }
 }
 
+/// The running test's name (the test harness names each test's thread after it).
+pub fn current_test() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string()
+}
+
 /// Whether the tests run as root; otherwise skips `test` (a failure under CI).
 pub fn need_root(test: &str, why: &str) -> bool {
     if euid() == Some(0) {
