@@ -1,16 +1,85 @@
 #!/usr/bin/env bash
-# The project's test command (README). Runs every test suite: Rust unit and integration tests
-# (including the C API tests and the root-only cgroup/swap/PSI tests, which skip with a message
-# when not root), then the loom model of the per-CPU protocol when it exists.
-set -euo pipefail
+# The project's test command (README): `bash scripts/test.sh`.
+#
+# 1. What the tests need (scripts/deps.sh): installed when run as root, listed otherwise.
+# 2. Every stage, each run even when an earlier one failed, each reported:
+#    * cargo test --workspace (Rust unit and integration tests, the C API tests, the root-only
+#      cgroup/swap/PSI tests);
+#    * the README's main command resolves (its argument parsing, not the experiment);
+#    * the loom model of the per-CPU cache protocol.
+# 3. The summary, last line: `N passed, N failed` (`, N skipped` when tests skipped), counting
+#    the stages' tests; exit status 1 if anything failed.
+#
+# A test skips only when what it needs is missing on this machine; it then appends a line to
+# $EBBTIDE_TEST_SKIPS (crates/ebbtide/tests/support/skip.rs), and is counted here as skipped,
+# not passed. Under CI (`CI` set, .ci/run) a skip is a failure instead.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
-echo "== cargo test --workspace"
-cargo test --workspace --no-fail-fast
-echo "== the README's main command resolves (its argument parsing, not the experiment)"
-cargo run -q -p ebbtide-cli -- lab blkback --help > /dev/null
-if [ -f crates/ebbtide-core/tests/loom_pcpu.rs ]; then
-  echo "== loom model of the per-CPU cache protocol"
-  RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
-    cargo test --release -p ebbtide-core --test loom_pcpu --lib --target-dir target/loom 2>&1 | tail -n 30
+
+bash scripts/deps.sh || exit 1
+if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
 fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ebbtide-test.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+export EBBTIDE_TEST_SKIPS="$work/skips"
+: > "$EBBTIDE_TEST_SKIPS"
+
+passed=0
+failed=0
+report=()
+
+# stage NAME COMMAND...: run it (output shown as it comes and kept), count its tests from
+# cargo's `test result:` lines (a command without them is one test: its exit status).
+stage() {
+  local name=$1
+  shift
+  local log="$work/stage.log"
+  echo "== $name"
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local p f
+  p=$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1/p' "$log" |
+    awk '{s += $1} END {print s + 0}')
+  f=$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\2/p' "$log" |
+    awk '{s += $1} END {print s + 0}')
+  if ! grep -q '^test result: ' "$log"; then
+    if [ "$rc" = 0 ]; then p=1; else f=1; fi
+  elif [ "$rc" != 0 ] && [ "$f" = 0 ]; then
+    # It failed outside any test (a build error, a crashed test binary): one failure.
+    f=1
+  fi
+  passed=$((passed + p))
+  failed=$((failed + f))
+  if [ "$rc" = 0 ]; then
+    report+=("ok      $name: $p passed")
+  else
+    report+=("FAILED  $name: $p passed, $f failed (exit status $rc)")
+  fi
+}
+
+stage "cargo test --workspace" cargo test --workspace --no-fail-fast
+stage "the README's main command resolves" \
+  cargo run -q -p ebbtide-cli -- lab blkback --help
+if [ -f crates/ebbtide-core/tests/loom_pcpu.rs ]; then
+  stage "loom model of the per-CPU cache protocol" \
+    env RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
+    cargo test --release -p ebbtide-core --test loom_pcpu --lib --target-dir target/loom
+fi
+
+# Skipped tests returned early, so cargo counted them as passed.
+skipped=$(grep -c . "$EBBTIDE_TEST_SKIPS" || true)
+passed=$((passed - skipped))
+echo
+echo "== summary"
+for r in "${report[@]}"; do echo "$r"; done
+if [ "$skipped" -gt 0 ]; then
+  echo "skipped (what they need is missing here; as root, scripts/deps.sh installs it):"
+  sed 's/^/  /' "$EBBTIDE_TEST_SKIPS"
+fi
+summary="$passed passed, $failed failed"
+[ "$skipped" -gt 0 ] && summary="$summary, $skipped skipped"
+echo "$summary"
+[ "$failed" = 0 ]

@@ -53,6 +53,11 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Print shell completions for this command: ebbtide completions bash > /etc/bash_completion.d/ebbtide
+    Completions(cmd::docgen::CompletionsArgs),
+    /// Write the man pages of this command into a directory (packaging).
+    #[command(hide = true)]
+    Manpages(cmd::docgen::ManpagesArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +73,8 @@ fn main() -> ExitCode {
         Command::Pressure(a) => cmd::pressure::run(a),
         Command::Exporter(a) => cmd::exporter::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Completions(a) => cmd::docgen::completions::<Cli>(a),
+        Command::Manpages(a) => cmd::docgen::manpages::<Cli>(a),
         Command::Lab { args } => {
             return ExitCode::from(
                 ebbtide_experiments::cli_main_as("ebbtide", args).clamp(0, 255) as u8,

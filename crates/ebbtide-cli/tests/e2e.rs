@@ -3,6 +3,8 @@
 //! fields, Prometheus), get, set, pressure, the error cases, another uid being refused, and
 //! `top` in a real terminal (tmux).
 
+#[path = "../../ebbtide/tests/support/skip.rs"]
+mod skip;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -375,11 +377,17 @@ fn as_nobody(bin: &Path, args: &[&str]) -> Output {
 fn another_uid_is_refused() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED another_uid_is_refused: needs root to run a client as uid 65534");
+        skip::skip(
+            "another_uid_is_refused",
+            "needs root to run a client as uid 65534",
+        );
         return;
     }
     if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIPPED another_uid_is_refused: setpriv (util-linux) is not installed");
+        skip::skip(
+            "another_uid_is_refused",
+            "setpriv is not installed (apt-get install util-linux)",
+        );
         return;
     }
     let bin = public_binary();
@@ -505,7 +513,10 @@ fn have_tmux() -> bool {
 #[test]
 fn top_in_a_real_terminal() {
     if !have_tmux() {
-        eprintln!("SKIPPED top_in_a_real_terminal: tmux is not installed and could not be");
+        skip::skip(
+            "top_in_a_real_terminal",
+            "tmux is not installed and could not be (apt-get install tmux)",
+        );
         return;
     }
     let demo = Demo::start(None);

@@ -47,6 +47,8 @@ fn euid() -> u32 {
 
 #[path = "../../ebbtide/tests/support/prometheus_tools.rs"]
 mod prometheus_tools;
+#[path = "../../ebbtide/tests/support/skip.rs"]
+mod skip;
 use prometheus_tools::{check_metrics as promtool_check, tool};
 
 fn free_port() -> u16 {
@@ -313,7 +315,8 @@ fn stat_and_exporter_give_the_same_documented_names() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let port = free_port();
-    let _e = exporter(port, &[]);
+    // Every zone's own series, as stat shows them (the default sums them per size range).
+    let _e = exporter(port, &["--per-zone"]);
     let pid_label = format!("pid=\"{pid}\"");
     // The same names: the families of the demo's series in the exporter are those of stat.
     // (Read a few times: a pressure event between the two reads may add an info family.)
@@ -332,9 +335,21 @@ fn stat_and_exporter_give_the_same_documented_names() {
         ebbtide::stats::check_exposition(&stat).unwrap();
         ebbtide::stats::check_exposition(&page).unwrap();
         let from_stat = families(&stat, None);
-        let from_exporter: BTreeSet<String> = families(&page, Some(&pid_label))
+        let all: BTreeSet<String> = families(&page, Some(&pid_label));
+        // The size-range sums are the exporter's own: each sums a zone family of the same
+        // name (ebbtide_zones_X sums ebbtide_zone_X), but for the two it computes.
+        for f in all.iter().filter(|f| f.starts_with("ebbtide_zones_")) {
+            let zone = f.replacen("ebbtide_zones_", "ebbtide_zone_", 1);
+            assert!(
+                all.contains(&zone)
+                    || f == "ebbtide_zones_in_range"
+                    || f == "ebbtide_zones_used_bytes",
+                "{f} sums no zone family"
+            );
+        }
+        let from_exporter: BTreeSet<String> = all
             .into_iter()
-            .filter(|f| !f.starts_with("ebbtide_exporter_"))
+            .filter(|f| !f.starts_with("ebbtide_exporter_") && !f.starts_with("ebbtide_zones_"))
             .collect();
         tries += 1;
         if from_stat == from_exporter || tries == 3 {
@@ -530,7 +545,14 @@ fn a_stopped_process_costs_only_its_own_series() {
     // other tests' processes), short enough to tell a stopped one.
     let _e = exporter(
         port,
-        &["--timeout-ms", "1500", "--scrape-timeout-ms", "6000"],
+        &[
+            "--timeout-ms",
+            "1500",
+            "--scrape-timeout-ms",
+            "6000",
+            "--zone",
+            "demo-small",
+        ],
     );
     let (pa, pb) = (
         format!("pid=\"{}\"", a.pid()),
@@ -657,7 +679,7 @@ fn prometheus_scrapes_the_exporter() {
     let d = demo();
     let pid = d.pid().to_string();
     let exporter_port = free_port();
-    let _e = exporter(exporter_port, &[]);
+    let _e = exporter(exporter_port, &["--zone", "demo-*"]);
     let prom_port = free_port();
     let dir = scratch("prometheus");
     let rules = repo().join("docs/prometheus/ebbtide-alerts.yml");
@@ -888,4 +910,129 @@ fn docs_examples_are_valid() {
         .unwrap();
     assert!(!o.status.success(), "the alert test cannot fail");
     std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// The series of process `pid` on an exporter page (sample lines with its `pid` label).
+fn series_of(page: &str, pid: u32) -> Vec<&str> {
+    let label = format!("pid=\"{pid}\"");
+    page.lines()
+        .filter(|l| !l.starts_with('#') && l.contains(&label))
+        .collect()
+}
+
+/// A real program with ebbtide as its malloc (`ebbtide run`, which preloads
+/// libebbtide_malloc.so with the control socket on), its memory spread over every size class,
+/// then asleep; returns once its control socket answers.
+fn malloc_process(test: &str) -> Option<Guard> {
+    if !Path::new("/usr/bin/python3").exists() {
+        skip::skip(
+            test,
+            "/usr/bin/python3 is missing (apt-get install python3)",
+        );
+        return None;
+    }
+    let script = "import sys, time\n\
+                  keep = [bytearray(n) for n in range(1, 1 << 19, 2053)]\n\
+                  keep += [bytearray(n) for n in range(1, 4096)]\n\
+                  print('ready', flush=True)\n\
+                  time.sleep(300)\n";
+    let mut cmd = Command::new(EBBTIDE);
+    cmd.args(["run", "--", "/usr/bin/python3", "-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .env_remove("XDG_RUNTIME_DIR");
+    clean_env(&mut cmd);
+    let mut child = cmd.spawn().expect("spawn ebbtide run");
+    let stdin = child.stdin.take();
+    let out = child.stdout.take().unwrap();
+    let g = Guard {
+        child,
+        stdin,
+        dir: None,
+    };
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line).unwrap();
+    assert_eq!(
+        line, "ready\n",
+        "the program under ebbtide run said {line:?}"
+    );
+    let t0 = Instant::now();
+    loop {
+        let o = Command::new(EBBTIDE)
+            .args(["stat", &g.pid().to_string(), "--json"])
+            .output()
+            .unwrap();
+        if o.status.success() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the control socket of {} does not answer: {}",
+            g.pid(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Some(g)
+}
+
+/// The fleet's budget: a malloc process costs at most 300 series by default, counted on a real
+/// scrape of a real preloaded program that uses every size class; `--per-zone` still gives
+/// every zone's own series, and the sums add up to them.
+#[test]
+fn a_malloc_process_costs_at_most_300_series() {
+    let Some(p) = malloc_process("a_malloc_process_costs_at_most_300_series") else {
+        return;
+    };
+    let pid = p.pid();
+    let port = free_port();
+    let e = exporter(port, &[]);
+    let page = get(port, "/metrics").body;
+    ebbtide::stats::check_exposition(&page).unwrap();
+    let bounded = series_of(&page, pid);
+    assert!(
+        bounded.len() <= 300,
+        "{} series for one malloc process:\n{}",
+        bounded.len(),
+        bounded.join("\n")
+    );
+    assert!(
+        bounded.iter().all(|l| !l.starts_with("ebbtide_zone_")),
+        "no zone's own series by default"
+    );
+    drop(e);
+
+    let port = free_port();
+    let _e = exporter(port, &["--per-zone"]);
+    let full = get(port, "/metrics").body;
+    ebbtide::stats::check_exposition(&full).unwrap();
+    let detailed = series_of(&full, pid);
+    let zones = full
+        .lines()
+        .filter(|l| {
+            l.starts_with("ebbtide_zone_size_bytes{") && l.contains(&format!("pid=\"{pid}\""))
+        })
+        .count();
+    // The program touched every size class: the bound is not met by having few zones.
+    assert!(zones >= 40, "{zones} zones");
+    assert!(
+        detailed.len() > 10 * bounded.len() / 2,
+        "{} vs {}",
+        detailed.len(),
+        bounded.len()
+    );
+    let in_ranges: usize = full
+        .lines()
+        .filter(|l| {
+            l.starts_with("ebbtide_zones_in_range{") && l.contains(&format!("pid=\"{pid}\""))
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(in_ranges, zones, "every zone is in one size range");
+    println!(
+        "one malloc process: {} series by default, {} with --per-zone ({zones} zones)",
+        bounded.len(),
+        detailed.len()
+    );
 }

@@ -2,6 +2,8 @@
 //! control socket on (so `ebbtide stat PID` shows the program's size classes), a bad
 //! configuration refused before anything runs, the program's exit status passed through.
 
+#[path = "../../ebbtide/tests/support/skip.rs"]
+mod skip;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -62,7 +64,10 @@ fn exit_status_passes_through() {
 fn stat_shows_the_size_classes_of_a_preloaded_program() {
     let python = "/usr/bin/python3";
     if !std::path::Path::new(python).exists() {
-        eprintln!("skipped: {python} missing (Debian package python3)");
+        skip::skip(
+            "stat_shows_the_size_classes_of_a_preloaded_program",
+            &format!("{python} is missing (apt-get install python3)"),
+        );
         return;
     }
     let mut child = Command::new(EBBTIDE)

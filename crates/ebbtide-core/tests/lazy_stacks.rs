@@ -6,6 +6,8 @@
 //! 4 KiB × CPUs per size class of a malloc. (Its own test binary: the affinity is per thread,
 //! but the passes are process-wide.)
 
+#[path = "../../ebbtide/tests/support/skip.rs"]
+mod skip;
 use ebbtide_core::reclaim::{self, Request};
 use ebbtide_core::{Zone, ZoneOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -32,7 +34,10 @@ fn written(addr: usize) -> bool {
 fn only_the_cpus_that_use_a_zone_write_its_stacks() {
     let n = ebbtide_core::os::cpu_count();
     if n < 2 {
-        eprintln!("skipped: one CPU, no other CPU's stack to look at");
+        skip::skip(
+            "only_the_cpus_that_use_a_zone_write_its_stacks",
+            "one CPU here: no other CPU's stack to look at",
+        );
         return;
     }
     pin(0);

@@ -8,6 +8,8 @@
 //! is stopped; a drainer stops a CPU, fences it, and then checks the counter no longer moves.
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
+#[path = "../../ebbtide/tests/support/skip.rs"]
+mod skip;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -90,7 +92,10 @@ fn bump(slots: *const Slot, ncpu: u32, off: isize, dst: *mut u64) -> u32 {
 
 fn run(fault_inside: bool) {
     let Some(off) = rseq_offset() else {
-        eprintln!("skipped: glibc has no rseq area registered");
+        skip::skip(
+            &skip::current_test(),
+            "glibc has no rseq area registered (glibc 2.35 or later registers one)",
+        );
         return;
     };
     // SAFETY: membarrier registration has no memory-safety preconditions.
@@ -103,7 +108,10 @@ fn run(fault_inside: bool) {
         )
     };
     if r != 0 {
-        eprintln!("skipped: membarrier RSEQ registration refused");
+        skip::skip(
+            &skip::current_test(),
+            "the kernel refused membarrier's RSEQ registration",
+        );
         return;
     }
     let ncpu = ebbtide_core::os::cpu_count();

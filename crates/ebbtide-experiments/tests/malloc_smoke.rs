@@ -14,6 +14,8 @@
 //!
 //! Without root, or without redis-server/python3, it says why and skips. About 40 s.
 
+#[path = "../../ebbtide/tests/support/skip.rs"]
+mod skip;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -80,13 +82,14 @@ fn num(r: &Value, k: &str) -> f64 {
 #[test]
 fn malloc_smoke() {
     if !is_root() {
-        eprintln!("SKIPPED malloc_smoke: needs root (memory cgroups, a swap file)");
+        skip::skip("malloc_smoke", "needs root (memory cgroups, a swap file)");
         return;
     }
     if !have("redis-server") || !have("redis-cli") || !have("python3") {
-        eprintln!(
-            "SKIPPED malloc_smoke: needs redis-server, redis-cli and python3 \
-             (apt-get install redis-server redis-tools python3)"
+        skip::skip(
+            "malloc_smoke",
+            "needs redis-server, redis-cli and python3 \
+             (apt-get install redis-server redis-tools python3)",
         );
         return;
     }

@@ -7,6 +7,8 @@
 //! Needs root for the cgroup/swap parts; without it, the test checks that the unprivileged
 //! part runs and says what is missing. About 40–60 s.
 
+#[path = "../../ebbtide/tests/support/skip.rs"]
+mod skip;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -108,7 +110,10 @@ fn blkback_smoke() {
             "no explanation of what is missing: {err}"
         );
         assert!(String::from_utf8_lossy(&out.stdout).contains("max_pgs"));
-        eprintln!("SKIPPED cgroup/swap parts of blkback_smoke: not root");
+        skip::skip(
+            "blkback_smoke",
+            "its cgroup and swap parts need root (the rest ran)",
+        );
         return;
     }
 

@@ -11,6 +11,8 @@
 //! it re-executes itself as the hog or as the "lab code until SIGINT" child. Run normally,
 //! it returns at once.
 
+#[path = "../../ebbtide/tests/support/skip.rs"]
+mod skip;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -142,9 +144,9 @@ fn cgroup_dirs(cg: &Cgroup) -> Vec<PathBuf> {
 fn end_to_end() {
     let caps = privilege::check();
     if !caps.full() {
-        eprintln!(
-            "SKIPPED end_to_end: needs root for swap files and cgroups:\n{}",
-            caps.report()
+        skip::skip(
+            "end_to_end",
+            &format!("needs root for swap files and cgroups:\n{}", caps.report()),
         );
         return;
     }

@@ -222,9 +222,12 @@ fn text_of_sleep(after: Duration) -> Option<(u64, u64)> {
     let lib = lib();
     if let Ok(s) = std::fs::read_to_string("/sys/kernel/debug/fault_around_bytes") {
         if s.trim().parse::<u64>().is_ok_and(|b| b > 65536) {
-            eprintln!(
-                "SKIPPED: fault_around_bytes is {} here, the bound assumes 65536",
-                s.trim()
+            support::skip::skip(
+                &support::skip::current_test(),
+                &format!(
+                    "fault_around_bytes is {} here, the bound assumes 65536",
+                    s.trim()
+                ),
             );
             return None;
         }
@@ -282,13 +285,19 @@ fn a_short_program_keeps_the_first_windows_of_the_text() {
 #[test]
 fn relative_relocations_are_packed_where_the_loader_reads_them() {
     if std::env::var_os("EBBTIDE_RELR").is_some() {
-        eprintln!("SKIPPED: EBBTIDE_RELR is set, the build did as told");
+        support::skip::skip(
+            "relative_relocations_are_packed_where_the_loader_reads_them",
+            "EBBTIDE_RELR is set: the build did as told",
+        );
         return;
     }
     if !relr_link::host_loader_reads_relr() {
-        eprintln!(
-            "SKIPPED: glibc {:?} here: its loader does not read DT_RELR",
-            relr_link::host_glibc()
+        support::skip::skip(
+            "relative_relocations_are_packed_where_the_loader_reads_them",
+            &format!(
+                "glibc {:?} here: its loader does not read DT_RELR",
+                relr_link::host_glibc()
+            ),
         );
         return;
     }
@@ -368,11 +377,17 @@ fn the_hot_text_starts_a_64_kib_window() {
 #[test]
 fn the_unwinder_is_the_librarys_own() {
     if std::env::var_os("EBBTIDE_STATIC_UNWIND").is_some() {
-        eprintln!("SKIPPED: EBBTIDE_STATIC_UNWIND is set, the build did as told");
+        support::skip::skip(
+            "the_unwinder_is_the_librarys_own",
+            "EBBTIDE_STATIC_UNWIND is set: the build did as told",
+        );
         return;
     }
     if unwind_link::compiler_archives().is_none() {
-        eprintln!("SKIPPED: the C compiler has no libgcc_eh.a here: the library links libgcc_s");
+        support::skip::skip(
+            "the_unwinder_is_the_librarys_own",
+            "the C compiler has no libgcc_eh.a here: the library links libgcc_s",
+        );
         return;
     }
     let lib = lib();

@@ -24,7 +24,10 @@ fn hog_main() {
 fn have_psi() -> bool {
     let ok = Path::new(PROC).exists();
     if !ok {
-        eprintln!("SKIPPED: no {PROC} (kernel without PSI)");
+        pressure_support::skip::skip(
+            &pressure_support::skip::current_test(),
+            &format!("no {PROC} (kernel without PSI)"),
+        );
     }
     ok
 }
@@ -115,7 +118,10 @@ fn pollerr_on_removed_v2_cgroup_falls_back() {
         return;
     };
     let Some(v2) = own.v2 else {
-        eprintln!("SKIPPED: no cgroup v2 mount");
+        pressure_support::skip::skip(
+            &pressure_support::skip::current_test(),
+            "no cgroup v2 mount",
+        );
         return;
     };
     let child = v2.join(format!("ebbtide-test-{}-psi", std::process::id()));
@@ -126,13 +132,19 @@ fn pollerr_on_removed_v2_cgroup_falls_back() {
         }
     }
     if let Err(e) = std::fs::create_dir(&child) {
-        eprintln!("SKIPPED: cannot create {}: {e}", child.display());
+        pressure_support::skip::skip(
+            &pressure_support::skip::current_test(),
+            &format!("cannot create {}: {e}", child.display()),
+        );
         return;
     }
     let guard = Rmdir(child.clone());
     let file = child.join("memory.pressure");
     if !file.exists() {
-        eprintln!("SKIPPED: {} does not exist", file.display());
+        pressure_support::skip::skip(
+            &pressure_support::skip::current_test(),
+            &format!("{} does not exist", file.display()),
+        );
         return;
     }
     let src =

@@ -7,6 +7,8 @@
 //! binaries (named in the table); the rest are observed here, one test per group, in one process
 //! with the tunables changed at run time (serialised: the options are process-wide).
 
+#[path = "support/skip.rs"]
+mod skip;
 use ebbtide::pressure::{
     detect, headroom_level, poll_interval, HeadroomSource, Level, MemoryFiles, Outcome, Policy,
     Readiness, Source, SourceKind,
@@ -277,7 +279,10 @@ fn policy_tunables_change_the_decisions() {
 fn psi_tunables_change_the_triggers() {
     let _s = serial();
     if !Path::new("/proc/pressure/memory").exists() {
-        eprintln!("SKIPPED: no /proc/pressure/memory (kernel without PSI)");
+        skip::skip(
+            "psi_tunables_change_the_triggers",
+            "no /proc/pressure/memory (kernel without PSI)",
+        );
         return;
     }
     let psi_details = || {

@@ -57,6 +57,46 @@ pub struct Args {
     /// Print one scrape on standard output and exit, without serving HTTP.
     #[arg(long)]
     once: bool,
+    /// Serve every zone's own series (`ebbtide_zone_*{zone="..."}`, about 40 per zone) besides
+    /// the per-size-range sums. Costs thousands of series per malloc process: for one host's
+    /// debugging, not for a fleet.
+    #[arg(long)]
+    per_zone: bool,
+    /// Serve the own series of the zones with this name (exact, or a prefix ending in `*`:
+    /// `--zone 'blk-*'`); may be given more than once, or as a comma-separated list.
+    #[arg(long, value_name = "NAME", value_delimiter = ',', value_parser = parse_zone_pattern)]
+    zone: Vec<String>,
+}
+
+/// `--zone`: a zone name, or a prefix followed by `*`; not empty.
+fn parse_zone_pattern(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("an empty zone name (give a zone's name, or a prefix ending in '*')".into());
+    }
+    if s[..s.len() - 1].contains('*') {
+        return Err(format!(
+            "'{s}': '*' may only end a zone name (a prefix: 'blk-*')"
+        ));
+    }
+    Ok(s.to_string())
+}
+
+/// Which zones get series of their own (all zones are in the per-size-range sums).
+#[derive(Clone, Debug, Default)]
+pub struct ZoneSeries {
+    all: bool,
+    patterns: Vec<String>,
+}
+
+impl ZoneSeries {
+    /// Whether zone `name` gets its own series.
+    pub fn wants(&self, name: &str) -> bool {
+        self.all
+            || self.patterns.iter().any(|p| match p.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => name == p,
+            })
+    }
 }
 
 /// A parsed `--listen`: what the user wrote and the addresses it names.
@@ -95,6 +135,7 @@ fn parse_listen(s: &str) -> Result<Listen, String> {
 
 /// What the exporter counts across scrapes.
 struct State {
+    zones: ZoneSeries,
     per_process: Duration,
     scrape_budget: Duration,
     parallel: usize,
@@ -108,6 +149,10 @@ struct State {
 impl State {
     fn new(a: &Args) -> State {
         State {
+            zones: ZoneSeries {
+                all: a.per_zone,
+                patterns: a.zone.clone(),
+            },
             per_process: Duration::from_millis(a.timeout_ms),
             scrape_budget: Duration::from_millis(a.scrape_timeout_ms),
             parallel: a.parallel as usize,
@@ -154,12 +199,19 @@ impl State {
             .iter()
             .map(|e| e.load(Ordering::Relaxed))
             .collect();
-        render(&outcomes, scrapes, &errors, start.elapsed())
+        render(&outcomes, &self.zones, scrapes, &errors, start.elapsed())
     }
 }
 
-/// The page for `outcomes`: every process's statistics, then the exporter's own metrics.
-fn render(outcomes: &[Outcome], scrapes: u64, errors: &[u64], took: Duration) -> String {
+/// The page for `outcomes`: every process's statistics (zones summed per size range, and the
+/// zones `zones` names on their own), then the exporter's own metrics.
+fn render(
+    outcomes: &[Outcome],
+    zones: &ZoneSeries,
+    scrapes: u64,
+    errors: &[u64],
+    took: Duration,
+) -> String {
     let mut e = Exposition::new();
     for o in outcomes {
         if let Ok(read) = &o.result {
@@ -169,7 +221,9 @@ fn render(outcomes: &[Outcome], scrapes: u64, errors: &[u64], took: Duration) ->
                 ("comm", o.comm.as_str()),
                 ("cgroup", o.cgroup.as_str()),
             ];
-            e.add_snapshot_where(&read.snapshot, &labels, &|g, f| read.has(g, f));
+            e.add_snapshot_bounded(&read.snapshot, &labels, &|g, f| read.has(g, f), &|z| {
+                zones.wants(z)
+            });
         }
     }
     use MetricType::{Counter, Gauge};
@@ -456,7 +510,11 @@ mod tests {
         ];
         let mut errors = vec![0; Failure::ALL.len()];
         errors[0] = 4;
-        let page = render(&outcomes, 7, &errors, Duration::from_millis(1500));
+        let all = ZoneSeries {
+            all: true,
+            patterns: Vec::new(),
+        };
+        let page = render(&outcomes, &all, 7, &errors, Duration::from_millis(1500));
         check_exposition(&page).unwrap();
         assert!(page.contains(
             "ebbtide_zone_used_items{pid=\"12\",comm=\"svc12\",cgroup=\"/system.slice/x.service\",zone=\"small 64\"} 1000\n"
@@ -480,6 +538,38 @@ mod tests {
     }
 
     #[test]
+    fn zones_on_request() {
+        let none = ZoneSeries::default();
+        assert!(!none.wants("malloc 64"));
+        let some = ZoneSeries {
+            all: false,
+            patterns: vec!["small 64".into(), "blk-*".into()],
+        };
+        assert!(some.wants("small 64") && some.wants("blk-ring0") && some.wants("blk-"));
+        assert!(!some.wants("small 640") && !some.wants("big"));
+        assert!(parse_zone_pattern("").is_err());
+        assert!(parse_zone_pattern("a*b")
+            .unwrap_err()
+            .contains("may only end"));
+        assert_eq!(parse_zone_pattern("a*").unwrap(), "a*");
+
+        let read = || Read {
+            snapshot: Snapshot::sample(),
+            missing: Vec::new(),
+        };
+        let outcomes = [outcome(10, Ok(read()))];
+        let errors = vec![0; Failure::ALL.len()];
+        let page = render(&outcomes, &none, 1, &errors, Duration::ZERO);
+        check_exposition(&page).unwrap();
+        assert!(!page.contains("ebbtide_zone_"), "{page}");
+        assert!(page.contains("ebbtide_zones_used_items{pid=\"10\",comm=\"svc10\",cgroup=\"/system.slice/x.service\",size_range=\"1-64\"} 1000\n"));
+        let page = render(&outcomes, &some, 1, &errors, Duration::ZERO);
+        check_exposition(&page).unwrap();
+        assert!(page.contains("zone=\"small 64\"} 1000\n"));
+        assert!(!page.contains("zone=\"big"));
+    }
+
+    #[test]
     fn routes() {
         let state = State::new(&Args {
             listen: parse_listen(DEFAULT_LISTEN).unwrap(),
@@ -489,6 +579,8 @@ mod tests {
             max_connections: 2,
             http_timeout: 1,
             once: false,
+            per_zone: false,
+            zone: Vec::new(),
         });
         let req = |m: Method, p: &str| {
             Request::builder()

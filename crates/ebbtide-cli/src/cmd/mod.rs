@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod docgen;
 pub mod exporter;
 pub mod get;
 pub mod ls;

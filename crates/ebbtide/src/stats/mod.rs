@@ -32,8 +32,9 @@ mod table;
 pub use c::c_header;
 pub use collect::{collect, zone_snapshots};
 pub use prometheus::{
-    check_exposition, metric_name as prometheus_name, series as prometheus_series, Exposition,
-    MetricType, Series, CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE,
+    check_exposition, metric_name as prometheus_name, series as prometheus_series, size_range,
+    zone_field_summed, Exposition, MetricType, Series, CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE,
+    SIZE_RANGES, ZONE_SUMS,
 };
 
 /// Zone JSON keys the C API reads; they may not be renamed or removed.

@@ -74,7 +74,7 @@ const LABELED: &[Labeled] = &[
                add up to ebbtide_pressure_events_total.",
     },
     Labeled {
-        groups: &["zone", "pool"],
+        groups: &["zone", "pool", "zones"],
         prefix: "reclaim_",
         family: "reclaims",
         label: "kind",
@@ -82,6 +82,48 @@ const LABELED: &[Labeled] = &[
                depot), drain_cpu (depot, every per-CPU cache, depot again).",
     },
 ];
+
+/// The item-size ranges the zones are summed into by [`Exposition::add_snapshot_bounded`]:
+/// the largest item size of each range (bytes; the last takes everything larger) and the
+/// range's `size_range` label. Six ranges whatever the size classes: a process's series stay
+/// bounded.
+pub const SIZE_RANGES: &[(u64, &str)] = &[
+    (64, "1-64"),
+    (256, "65-256"),
+    (1024, "257-1024"),
+    (4096, "1025-4096"),
+    (32768, "4097-32768"),
+    (u64::MAX, "32769+"),
+];
+
+/// Index in [`SIZE_RANGES`] of the range holding item size `size`.
+pub fn size_range(size: u64) -> usize {
+    SIZE_RANGES
+        .iter()
+        .position(|(max, _)| size <= *max)
+        .unwrap_or(SIZE_RANGES.len() - 1)
+}
+
+/// The zone gauges that add up over zones of different item sizes (items and bytes held, pages
+/// mapped, misses); every counter adds up too. The rest (item size, alignment, slab geometry,
+/// bucket sizes, limits, the depot's working-set marks) describe one zone and have no sum.
+pub const ZONE_SUMS: &[&str] = &[
+    "used",
+    "free",
+    "depot_nitems",
+    "cached_bytes_pcpu",
+    "cached_bytes_depot",
+    "free_bytes_slabs",
+    "pages_mapped",
+    "lazy_bytes",
+    "pcpu_capacity_bytes",
+    "pcpu_interval_misses",
+];
+
+/// Whether a zone field is summed per size range ([`ZONE_SUMS`] and every counter).
+pub fn zone_field_summed(f: &Field) -> bool {
+    f.kind == FieldKind::Counter || (f.kind == FieldKind::Gauge && ZONE_SUMS.contains(&f.name))
+}
 
 /// Fields whose Prometheus name is not their own (before the unit suffix): a time since or
 /// until something reads better as an age or a remaining time once the unit moves to the end.
@@ -361,6 +403,109 @@ impl Exposition {
         );
         self.group(&s.zones.iter().collect::<Vec<&ZoneStats>>(), labels, keep);
         self.group(&s.pools.iter().collect::<Vec<&PoolStats>>(), labels, keep);
+    }
+
+    /// [`Exposition::add_snapshot_where`] at a fleet's scale: the process-wide figures, the
+    /// sources and the pools as they are, and the zones summed into the item-size ranges of
+    /// [`SIZE_RANGES`] (`ebbtide_zones_*{size_range="65-256"}`, [`ZONE_SUMS`]), so a process costs
+    /// a bounded number of series whatever its zones. Zones for which `per_zone(name)` is true
+    /// also get their own `ebbtide_zone_*` series (they stay in their range's sums too).
+    pub fn add_snapshot_bounded(
+        &mut self,
+        s: &Snapshot,
+        labels: &[(&str, &str)],
+        keep: &dyn Fn(&str, &Field) -> bool,
+        per_zone: &dyn Fn(&str) -> bool,
+    ) {
+        self.group(&[&s.global], labels, keep);
+        self.group(
+            &s.sources.iter().collect::<Vec<&SourceStats>>(),
+            labels,
+            keep,
+        );
+        let detailed: Vec<&ZoneStats> = s.zones.iter().filter(|z| per_zone(&z.name)).collect();
+        self.group(&detailed, labels, keep);
+        self.zone_ranges(&s.zones, labels, keep);
+        self.group(&s.pools.iter().collect::<Vec<&PoolStats>>(), labels, keep);
+    }
+
+    /// The zones summed per item-size range: the fields of [`ZONE_SUMS`], `used_bytes` (used
+    /// items times their size) and the number of zones. A range without zones has no samples.
+    fn zone_ranges(
+        &mut self,
+        zones: &[ZoneStats],
+        labels: &[(&str, &str)],
+        keep: &dyn Fn(&str, &Field) -> bool,
+    ) {
+        let fields = ZoneStats::fields();
+        let summed: Vec<bool> = fields
+            .iter()
+            .map(|f| zone_field_summed(f) && keep("zone", f))
+            .collect();
+        // Per range: the number of zones, Σ used × size, and per field its sum.
+        let mut sums: Vec<(u64, u64, Vec<u64>)> =
+            vec![(0, 0, vec![0; fields.len()]); SIZE_RANGES.len()];
+        for z in zones {
+            let r = &mut sums[size_range(z.size)];
+            r.0 += 1;
+            r.1 = r.1.wrapping_add(z.used.wrapping_mul(z.size));
+            let mut i = 0;
+            z.for_each(&mut |_, v| {
+                if summed[i] {
+                    // Counters wrap at 2^64, and so does their sum.
+                    r.2[i] = r.2[i].wrapping_add(v.as_u64().unwrap_or(0));
+                }
+                i += 1;
+            });
+        }
+        let with_range = |range: &'static str| {
+            let mut l: Vec<(&str, &str)> = labels.to_vec();
+            l.push(("size_range", range));
+            l
+        };
+        let present = || sums.iter().zip(SIZE_RANGES).filter(|((n, _, _), _)| *n > 0);
+        for ((n, _, _), (_, range)) in present() {
+            self.add_u64(
+                "ebbtide_zones_in_range",
+                "Zones whose item size is in size_range (the ranges of ebbtide_zones_*).",
+                MetricType::Gauge,
+                &with_range(range),
+                *n,
+            );
+        }
+        for ((_, used_bytes, _), (_, range)) in present() {
+            self.add_u64(
+                "ebbtide_zones_used_bytes",
+                "Sum over the zones whose item size is in size_range: items allocated and not \
+                 yet freed, times their size. Unit: bytes.",
+                MetricType::Gauge,
+                &with_range(range),
+                *used_bytes,
+            );
+        }
+        for (i, field) in fields.iter().enumerate() {
+            if !summed[i] {
+                continue;
+            }
+            let series = series("zones", field);
+            let help = format!(
+                "Sum over the zones whose item size is in size_range: {}",
+                series.help
+            );
+            for ((_, _, values), (_, range)) in present() {
+                let mut l = with_range(range);
+                if let Some((k, v)) = &series.label {
+                    l.push((k, v));
+                }
+                self.push(
+                    &series.family,
+                    &help,
+                    series.ty,
+                    &l,
+                    &decimal(values[i], series.scale),
+                );
+            }
+        }
     }
 
     /// Every field of every instance of one group, family by family.
@@ -762,6 +907,8 @@ mod tests {
     fn every_rule_applies_to_a_field() {
         let groups = [
             ("zone", ZoneStats::fields()),
+            // The per-size-range sums of the zones.
+            ("zones", ZoneStats::fields()),
             ("pool", PoolStats::fields()),
             ("global", GlobalStats::fields()),
             ("source", SourceStats::fields()),
@@ -909,5 +1056,85 @@ mod tests {
     fn label_escaping() {
         assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
         assert_eq!(escape_help("a\\b\nc\"d"), "a\\\\b\\nc\"d");
+    }
+
+    #[test]
+    fn zones_summed_per_size_range() {
+        let mut s = Snapshot::sample();
+        // Two more zones in 1-64 and one far above: three ranges in use.
+        let mut z = s.zones[0].clone();
+        z.name = "tiny 16".into();
+        z.size = 16;
+        z.used = 5;
+        z.requests = 7;
+        s.zones.push(z.clone());
+        z.name = "tiny 32".into();
+        z.size = 32;
+        s.zones.push(z.clone());
+        z.name = "huge".into();
+        z.size = 1 << 20;
+        s.zones.push(z);
+        let mut e = Exposition::new();
+        e.add_snapshot_bounded(&s, &[("pid", "1")], &|_, _| true, &|_| false);
+        let page = e.render();
+        check_exposition(&page).unwrap();
+        assert!(
+            !page.contains("ebbtide_zone_used_items"),
+            "no per-zone series:\n{page}"
+        );
+        assert!(page.contains("ebbtide_zones_in_range{pid=\"1\",size_range=\"1-64\"} 3\n"));
+        assert!(page.contains("ebbtide_zones_in_range{pid=\"1\",size_range=\"1025-4096\"} 1\n"));
+        assert!(page.contains("ebbtide_zones_in_range{pid=\"1\",size_range=\"32769+\"} 1\n"));
+        assert!(
+            !page.contains("size_range=\"65-256\""),
+            "an empty range has no samples"
+        );
+        // 1000 + 5 + 5 items; 64 * 1000 + 16 * 5 + 32 * 5 bytes; 10000 + 7 + 7 requests.
+        assert!(page.contains("ebbtide_zones_used_items{pid=\"1\",size_range=\"1-64\"} 1010\n"));
+        assert!(page.contains("ebbtide_zones_used_bytes{pid=\"1\",size_range=\"1-64\"} 64240\n"));
+        assert!(
+            page.contains("ebbtide_zones_requests_total{pid=\"1\",size_range=\"1-64\"} 10014\n")
+        );
+        assert!(page.contains(
+            "ebbtide_zones_reclaims_total{pid=\"1\",size_range=\"1-64\",kind=\"trim\"} 15\n"
+        ));
+        // Per-zone facts have no sum.
+        for f in [
+            "size_bytes",
+            "bucket_size_items",
+            "efficiency_ratio",
+            "depot_wss_items",
+        ] {
+            assert!(!page.contains(&format!("ebbtide_zones_{f}")), "{f}");
+        }
+        // The pools and the process-wide figures are as before.
+        assert!(page.contains("ebbtide_pool_free_pages{pid=\"1\",pool=\"blk-ring0\"} 12\n"));
+        assert!(page.contains("ebbtide_mapped_bytes{pid=\"1\"} 67108864\n"));
+
+        // A zone on the allow list also gets its own series.
+        let mut e = Exposition::new();
+        e.add_snapshot_bounded(&s, &[], &|_, _| true, &|n| n == "tiny 32");
+        let page = e.render();
+        check_exposition(&page).unwrap();
+        assert!(page.contains("ebbtide_zone_used_items{zone=\"tiny 32\"} 5\n"));
+        assert_eq!(page.matches("ebbtide_zone_used_items{").count(), 1);
+        assert!(page.contains("ebbtide_zones_used_items{size_range=\"1-64\"} 1010\n"));
+    }
+
+    #[test]
+    fn size_ranges_cover_every_size() {
+        assert_eq!(size_range(1), 0);
+        assert_eq!(size_range(64), 0);
+        assert_eq!(size_range(65), 1);
+        assert_eq!(size_range(4096), 3);
+        assert_eq!(size_range(32769), 5);
+        assert_eq!(size_range(u64::MAX), 5);
+        assert!(SIZE_RANGES.windows(2).all(|w| w[0].0 < w[1].0));
+        for name in ZONE_SUMS {
+            assert!(
+                ZoneStats::fields().iter().any(|f| f.name == *name),
+                "ZONE_SUMS names no zone field {name}"
+            );
+        }
     }
 }

@@ -10,6 +10,8 @@
 
 #![allow(dead_code)]
 
+#[path = "../support/skip.rs"]
+pub mod skip;
 use std::ffi::CString;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -28,7 +30,7 @@ pub fn require_root(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     if euid != 0 {
-        eprintln!("SKIPPED {test}: needs root to create cgroups (euid {euid})");
+        skip::skip(test, &format!("needs root to create cgroups (euid {euid})"));
         return false;
     }
     true
@@ -40,7 +42,10 @@ pub fn require_v1_memory(test: &str) -> bool {
         .join("memory.pressure_level")
         .exists();
     if !ok {
-        eprintln!("SKIPPED {test}: no cgroup v1 memory hierarchy at {V1_MEMORY_ROOT}");
+        skip::skip(
+            test,
+            &format!("no cgroup v1 memory hierarchy at {V1_MEMORY_ROOT}"),
+        );
     }
     ok
 }

@@ -2,13 +2,15 @@
 //! `crates/ebbtide/tests/prometheus_promtool.rs` and `crates/ebbtide-cli/tests/exporter.rs`,
 //! included with `#[path]`).
 
+#[path = "skip.rs"]
+mod skip;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// A Prometheus tool (`promtool`, `prometheus`) from PATH. Missing, it fails the test under CI
-/// (`CI` set) and as root (who can install it; `.ci/run` does), and is `None` (the test skips
-/// with a message) otherwise.
+/// (`CI` set: `.ci/run` installs it) and is `None` otherwise: the test skips ([`skip::skip`]).
 pub fn tool(name: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)
@@ -16,13 +18,10 @@ pub fn tool(name: &str) -> Option<PathBuf> {
             .find(|p| p.is_file())
     });
     if found.is_none() {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let root = unsafe { libc::geteuid() } == 0;
-        assert!(
-            std::env::var_os("CI").is_none() && !root,
-            "{name} is not installed: install the Debian package 'prometheus' (.ci/run does)"
+        skip::skip(
+            &skip::current_test(),
+            &format!("{name} is not installed (apt-get install prometheus)"),
         );
-        eprintln!("SKIPPED: {name} is not installed (apt-get install prometheus)");
     }
     found
 }
