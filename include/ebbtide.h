@@ -275,6 +275,7 @@ struct ebbtide_source_stats {
 	char name[EBBTIDE_STATS_TEXT_LEN];	/* Source name (systemd, psi, cgroup1, headroom, events, budget, explicit, mmap_failure). */
 	uint64_t active;	/* 0 or 1: Whether the source is running. */
 	char reason[EBBTIDE_STATS_TEXT_LEN];	/* Why the source is not active (empty when active). */
+	char watches[EBBTIDE_STATS_TEXT_LEN];	/* What the active source reads: its files, descriptor or socket, with the trigger or thresholds it uses; several of the kind joined by '; ' (empty when not active). */
 };
 
 /* END ebbtide::stats::c_header() */

@@ -207,8 +207,33 @@ fn ls_stat_get_set_pressure() {
     for z in json["zones"].as_array().unwrap() {
         assert_eq!(keys_of(z), zone_keys);
     }
+    assert!(!json["sources"].as_array().unwrap().is_empty(), "{json}");
     for s in json["sources"].as_array().unwrap() {
         assert_eq!(keys_of(s), documented_keys("stats-global", "sources[]"));
+        // An active source names what it reads (its file or descriptor); an inactive one
+        // reads nothing and says why.
+        let (active, watches, reason) = (
+            s["active"].as_bool().unwrap(),
+            s["watches"].as_str().unwrap(),
+            s["reason"].as_str().unwrap(),
+        );
+        if active && s["name"] != "explicit" {
+            assert!(!watches.is_empty() && reason.is_empty(), "{s}");
+        } else if !active {
+            assert!(watches.is_empty() && !reason.is_empty(), "{s}");
+        }
+    }
+    if let Some(psi) = json["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "psi" && s["active"] == true)
+    {
+        let w = psi["watches"].as_str().unwrap();
+        assert!(
+            w.contains("/memory.pressure") || w.contains("/proc/pressure/memory"),
+            "{psi}"
+        );
     }
     let small = zone(&json, "demo-small");
     assert_eq!(small["size"], 64);

@@ -84,43 +84,93 @@ fn fill_pressure(s: &mut Snapshot, p: &crate::reclaimer::PressureState) {
         g.last_event_level = level;
         g.last_event_ms_ago = ago_ns / 1_000_000;
     }
-    // One entry per kind: PSI and cgroup v1 register one source per level.
-    let mut sources: Vec<SourceStats> = Vec::new();
-    for st in &p.statuses {
-        let name = crate::reclaimer::kind_name(st.kind);
-        match sources.iter_mut().find(|s| s.name == name) {
-            Some(s) => {
-                if st.active {
-                    s.active = true;
-                    s.reason.clear();
-                } else if !s.active && !s.reason.contains(&st.detail) {
-                    s.reason = format!("{}; {}", s.reason, st.detail);
-                }
-            }
-            None => sources.push(SourceStats {
-                name: name.to_string(),
-                active: st.active,
-                reason: if st.active {
-                    String::new()
-                } else {
-                    st.detail.clone()
-                },
-            }),
-        }
-    }
+    let sources = sources_of(&p.statuses);
     s.sources = sources;
     if s.sources.is_empty() && !p.thread_note.is_empty() {
         s.sources.push(SourceStats {
             name: "explicit".into(),
             active: true,
-            reason: String::new(),
+            ..SourceStats::default()
         });
         for n in ["systemd", "psi", "cgroup1", "headroom", "events", "budget"] {
             s.sources.push(SourceStats {
                 name: n.into(),
-                active: false,
                 reason: p.thread_note.into(),
+                ..SourceStats::default()
             });
         }
+    }
+}
+
+/// One entry per source kind from the watcher's statuses (PSI and cgroup v1 register one source
+/// per level): an active kind names what each of its sources reads (`watches`), an inactive one
+/// why none runs (`reason`).
+fn sources_of(statuses: &[ebbtide_pressure::SourceStatus]) -> Vec<SourceStats> {
+    let mut sources: Vec<SourceStats> = Vec::new();
+    for st in statuses {
+        let name = crate::reclaimer::kind_name(st.kind);
+        let i = match sources.iter().position(|s| s.name == name) {
+            Some(i) => i,
+            None => {
+                sources.push(SourceStats {
+                    name: name.to_string(),
+                    ..SourceStats::default()
+                });
+                sources.len() - 1
+            }
+        };
+        let s = &mut sources[i];
+        if st.active {
+            s.active = true;
+            s.reason.clear();
+            join(&mut s.watches, &st.detail);
+        } else if !s.active {
+            join(&mut s.reason, &st.detail);
+        }
+    }
+    sources
+}
+
+/// Appends `part` to the `; `-separated list `list` unless it is there already.
+fn join(list: &mut String, part: &str) {
+    if part.is_empty() || list.split("; ").any(|p| p == part) {
+        return;
+    }
+    if !list.is_empty() {
+        list.push_str("; ");
+    }
+    list.push_str(part);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sources_of;
+    use ebbtide_pressure::{SourceKind, SourceStatus};
+
+    #[test]
+    fn active_sources_name_what_they_read() {
+        let st = [
+            SourceStatus::inactive(
+                SourceKind::Psi,
+                "no PSI at /sys/fs/cgroup/a/memory.pressure",
+            ),
+            SourceStatus::active(
+                SourceKind::Psi,
+                "/proc/pressure/memory: some 150000 1000000",
+            ),
+            SourceStatus::active(SourceKind::Psi, "/proc/pressure/memory: full 50000 1000000"),
+            SourceStatus::active(SourceKind::Psi, "/proc/pressure/memory: full 50000 1000000"),
+            SourceStatus::inactive(SourceKind::CgroupV1Level, "no v1 controller"),
+            SourceStatus::inactive(SourceKind::CgroupV1Level, "retrying"),
+        ];
+        let s = sources_of(&st);
+        assert_eq!(s.len(), 2, "{s:?}");
+        assert!(s[0].active && s[0].reason.is_empty(), "{s:?}");
+        assert_eq!(
+            s[0].watches,
+            "/proc/pressure/memory: some 150000 1000000; /proc/pressure/memory: full 50000 1000000"
+        );
+        assert!(!s[1].active && s[1].watches.is_empty(), "{s:?}");
+        assert_eq!(s[1].reason, "no v1 controller; retrying");
     }
 }

@@ -566,6 +566,7 @@ stats_group! {
         name: Text, Label, None, "SOURCE", "Source name (systemd, psi, cgroup1, headroom, events, budget, explicit, mmap_failure).";
         active: Bool, Gauge, Boolean, "ACTIVE", "Whether the source is running.";
         reason: Text, Info, None, "REASON", "Why the source is not active (empty when active).";
+        watches: Text, Info, None, "WATCHES", "What the active source reads: its files, descriptor or socket, with the trigger or thresholds it uses; several of the kind joined by '; ' (empty when not active).";
     }
 }
 
@@ -682,6 +683,7 @@ impl Snapshot {
                     name: "psi".into(),
                     active: true,
                     reason: String::new(),
+                    watches: "/proc/pressure/memory: some 150000 1000000 -> low".into(),
                 },
                 SourceStats {
                     name: "cgroup1".into(),
@@ -689,6 +691,7 @@ impl Snapshot {
                     reason:
                         "no \"memory\" controller mounted at /sys/fs/cgroup/memory\\v1\nretrying"
                             .into(),
+                    watches: String::new(),
                 },
             ],
             zones: vec![zone("small 64", 64, 1000), zone("big \"4k\"", 4096, 20)],

@@ -885,7 +885,11 @@ mod tests {
         );
         assert_eq!(
             names("source", SourceStats::fields()),
-            ["ebbtide_source_active", "ebbtide_source_reason_info"]
+            [
+                "ebbtide_source_active",
+                "ebbtide_source_reason_info",
+                "ebbtide_source_watches_info"
+            ]
         );
         // No name keeps an abbreviated unit.
         for group in [

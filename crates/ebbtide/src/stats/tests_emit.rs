@@ -114,6 +114,11 @@ fn prometheus_passes_the_checker() {
     assert!(text.contains(
         "ebbtide_source_reason_info{source=\"cgroup1\",reason=\"no \\\"memory\\\" controller mounted at /sys/fs/cgroup/memory\\\\v1\\nretrying\"} 1\n"
     ));
+    assert!(text.contains(
+        "ebbtide_source_watches_info{source=\"psi\",watches=\"/proc/pressure/memory: some 150000 1000000 -> low\"} 1\n"
+    ));
+    // An empty text is no series: a source that is not active watches nothing.
+    assert!(!text.contains("watches=\"\""), "{text}");
     // One events family with a source label, HELP and TYPE once.
     assert_eq!(
         text.matches("# TYPE ebbtide_source_events_total counter\n")
