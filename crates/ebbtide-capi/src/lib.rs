@@ -507,6 +507,7 @@ unsafe extern "C" fn zone_alloc_guarded(zone: *mut EbbZone) -> *mut c_void {
 fn report_invalid_free(f: &str, e: ebbtide_rt::InvalidFree) {
     INVALID_FREES.fetch_add(1, Ordering::Relaxed);
     let _ = writeln!(std::io::stderr(), "{e}; not freed");
+    ebbtide_rt::error::misuse_reported();
     fail(libc::EINVAL, format!("{f}: {e}"));
 }
 

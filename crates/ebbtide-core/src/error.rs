@@ -180,6 +180,16 @@ pub fn report(args: fmt::Arguments<'_>) {
     crate::os::write_stderr(&buf.b[..buf.n + 1]);
 }
 
+/// Called after a misuse (double free, bad pointer) was reported: ends the process with
+/// `SIGABRT` when the runtime asked for it ([`crate::runtime::set_abort_on_error`]), as glibc's
+/// malloc does at every detected misuse; returns otherwise (the misuse was not applied).
+pub fn misuse_reported() {
+    if crate::runtime::abort_on_error() {
+        // SAFETY: abort has no preconditions; it unblocks and raises SIGABRT, never returns.
+        unsafe { libc::abort() };
+    }
+}
+
 /// A zone's name, stored inline (no allocation).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct ZoneName {

@@ -5,40 +5,90 @@
 //!
 //! Every path that may take a core lock (the slow and careful paths of allocation and free,
 //! zone creation and destruction, every reclaim entry point, snapshots, the release helper's
-//! passes) runs inside `enter`; the lock-free rseq fast paths do not (a critical section is
+//! passes) and a runtime's own tables that forks must find whole (a malloc's table of huge
+//! blocks) runs inside [`enter`]; the lock-free rseq fast paths do not (a critical section is
 //! committed by one store, so the child's copy of memory holds it done or not started).
 //! [`prepare`] (before the fork) closes the gate to new entries and waits until no thread is
 //! inside; [`parent`] and [`child`] (after it) open it again. The child, whose only thread is
 //! the forking one, finds every core lock free: nobody held one when memory was copied.
 //!
-//! Entries nest: a thread already inside (a reclaim run from a slow path, a hook) passes
-//! without waiting, counted by a thread-local depth, so a thread never waits on a fork that
-//! waits on it. A thread that finds the gate closed yields until it opens (forks are rare and
-//! short; a futex would be the same at a cost in code).
+//! * **Nesting.** Entries nest: a thread already inside (a reclaim run from a slow path, a hook)
+//!   passes without waiting, counted by a thread-local depth, so a thread never waits on a fork
+//!   that waits on it. The forking thread itself passes a closed gate too (a fork handler run
+//!   after ours that allocates): it finishes each entry before `fork` copies memory.
+//! * **Sleeping.** A thread that finds the gate closed sleeps on the state word (a futex) until
+//!   the fork is over; the forking thread sleeps on the same word until the last thread inside
+//!   leaves. Nobody spins.
+//! * **stdio before the gate** (glibc bug 19431). glibc's `fork` takes its stdio list lock
+//!   after the `pthread_atfork` prepare handlers and its malloc locks after that, because a
+//!   thread inside stdio (`getline` growing its buffer, holding its file's lock) may allocate
+//!   while a `fflush(NULL)` thread holds the list lock and waits for that file. Our prepare
+//!   handler is such a handler: it takes the list lock first (`_IO_list_lock`, recursive, so
+//!   glibc's own take after it passes), then closes the gate — the order glibc's malloc uses.
+//!   No allocator path takes a stdio lock, so waiting for those inside cannot wait on stdio.
+//! * **Single-threaded processes** (glibc's `__libc_single_threaded`): like glibc's own
+//!   `fork`, no lock is taken — nobody else can be inside — so a `fork` from a signal handler
+//!   that interrupted a `fork` (POSIX allows it: `fork` is async-signal-safe) does not wait on
+//!   the interrupted one.
 //!
 //! Handlers: every runtime calls [`register`], which registers [`prepare`], [`parent`] and
-//! [`child`] with `pthread_atfork` once per process. A runtime's own locks that threads take
-//! while inside the gate (a malloc's table of huge blocks) are taken by its prepare handler
-//! after the core's (registered before it: prepare handlers run in reverse order).
+//! [`child`] with `pthread_atfork` once per process. Registered at load time, before the
+//! program's own handlers, they run after those in `prepare` (reverse order) and before them
+//! in `parent` and `child`.
 
-use crate::sync::{AtomicUsize, Ordering};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
-/// Set while a fork is pending; the other bits count threads inside.
-const CLOSED: usize = 1 << (usize::BITS - 1);
+/// Set while a fork is pending; the other bits count threads inside. A real `u32` (not the
+/// loom shim's): it is also the futex word every waiter sleeps on.
+const CLOSED: u32 = 1 << 31;
 
-static STATE: AtomicUsize = AtomicUsize::new(0);
+static STATE: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// This thread closed the gate for its fork (between `prepare` and `parent`/`child`).
+    static FORKING: Cell<bool> = const { Cell::new(false) };
+    /// This thread's `prepare` took the locks (the process had other threads), so `parent`
+    /// and `child` must give them back.
+    static TOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Sleeps while `STATE` holds `seen` (may return early: the caller looks again).
+fn wait(seen: u32) {
+    // SAFETY: FUTEX_WAIT_PRIVATE on a static, aligned u32; no timeout. A raw system call:
+    // not a cancellation point, and nothing of libc's state is touched.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            STATE.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            seen,
+            core::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+/// Wakes every thread sleeping on `STATE`.
+fn wake_all() {
+    // SAFETY: FUTEX_WAKE_PRIVATE on a static, aligned u32.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            STATE.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        );
+    }
 }
 
 /// Proof of being inside the gate; leaving when dropped.
-pub(crate) struct Inside(());
+pub struct Inside(());
 
-/// Enters the gate (waits while a fork is pending, unless this thread is already inside).
+/// Enters the gate: sleeps while a fork is pending, unless this thread is already inside or is
+/// the one forking. Cheap when open: a thread-local and one compare-and-swap.
 #[inline]
-pub(crate) fn enter() -> Inside {
+pub fn enter() -> Inside {
     let d = DEPTH.with(|d| {
         let v = d.get();
         d.set(v + 1);
@@ -47,8 +97,8 @@ pub(crate) fn enter() -> Inside {
     if d == 0 {
         let mut s = STATE.load(Ordering::Relaxed);
         loop {
-            if s & CLOSED != 0 {
-                std::thread::yield_now();
+            if s & CLOSED != 0 && !FORKING.with(|f| f.get()) {
+                wait(s);
                 s = STATE.load(Ordering::Relaxed);
                 continue;
             }
@@ -63,6 +113,18 @@ pub(crate) fn enter() -> Inside {
     Inside(())
 }
 
+/// Leaves the gate (the outermost entry's count).
+#[inline]
+fn leave() {
+    // Release: pairs with the Acquire loads in `prepare`: everything this thread wrote inside
+    // (under core locks, now released) is in memory before the fork copies it.
+    let prev = STATE.fetch_sub(1, Ordering::Release);
+    if prev & CLOSED != 0 {
+        // A fork waits for the count to drop (rare: only while one is pending).
+        wake_all();
+    }
+}
+
 impl Drop for Inside {
     #[inline]
     fn drop(&mut self) {
@@ -72,9 +134,7 @@ impl Drop for Inside {
             v
         });
         if d == 0 {
-            // Release: pairs with the Acquire loads in `prepare`: everything this thread wrote
-            // inside (under core locks, now released) is in memory before the fork copies it.
-            STATE.fetch_sub(1, Ordering::Release);
+            leave();
         }
     }
 }
@@ -88,8 +148,7 @@ pub(crate) struct Paused(u32);
 pub(crate) fn pause() -> Paused {
     let d = DEPTH.with(|d| d.replace(0));
     if d > 0 {
-        // Release: as in `Inside::drop`.
-        STATE.fetch_sub(1, Ordering::Release);
+        leave();
     }
     Paused(d)
 }
@@ -104,35 +163,109 @@ impl Drop for Paused {
     }
 }
 
-/// Before `fork`: closes the gate and waits until no thread is inside. Must not be called by a
-/// thread that is inside (a fork from a hook run by the core: it would wait for itself).
+/// glibc's stdio list lock functions and single-thread flag, looked up once (absent in other C
+/// libraries: then no list lock is taken, and the process counts as multi-threaded).
+struct Libc {
+    list_lock: AtomicPtr<libc::c_void>,
+    list_unlock: AtomicPtr<libc::c_void>,
+    list_resetlock: AtomicPtr<libc::c_void>,
+    single_threaded: AtomicPtr<libc::c_void>,
+}
+
+static LIBC: Libc = Libc {
+    list_lock: AtomicPtr::new(core::ptr::null_mut()),
+    list_unlock: AtomicPtr::new(core::ptr::null_mut()),
+    list_resetlock: AtomicPtr::new(core::ptr::null_mut()),
+    single_threaded: AtomicPtr::new(core::ptr::null_mut()),
+};
+
+/// Looks the C library's symbols up (at registration, outside any fork: `dlsym` may allocate).
+fn resolve_libc() {
+    let look = |name: &core::ffi::CStr, slot: &AtomicPtr<libc::c_void>| {
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no preconditions.
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+        // Relaxed: stored before `pthread_atfork` registers the handlers that read them (the
+        // registration is a synchronising library call; the handlers run on later forks).
+        slot.store(p, Ordering::Relaxed);
+    };
+    // The three list-lock functions come together or not at all.
+    look(c"_IO_list_lock", &LIBC.list_lock);
+    look(c"_IO_list_unlock", &LIBC.list_unlock);
+    look(c"_IO_list_resetlock", &LIBC.list_resetlock);
+    look(c"__libc_single_threaded", &LIBC.single_threaded);
+}
+
+fn call(slot: &AtomicPtr<libc::c_void>) {
+    let p = slot.load(Ordering::Relaxed);
+    if !p.is_null() {
+        // SAFETY: one of glibc's `void _IO_list_*(void)` functions, found by its name.
+        unsafe { core::mem::transmute::<*mut libc::c_void, extern "C" fn()>(p)() };
+    }
+}
+
+/// Whether the process has only ever had one thread (glibc's own test in `fork`); false when
+/// the C library does not say.
+fn single_threaded() -> bool {
+    let p = LIBC.single_threaded.load(Ordering::Relaxed);
+    // SAFETY: glibc's `char __libc_single_threaded`, a byte that lives as long as the process.
+    // A volatile read: glibc writes it from `pthread_create` on this same thread only.
+    !p.is_null() && unsafe { core::ptr::read_volatile(p.cast::<u8>()) } != 0
+}
+
+/// Before `fork`: takes the stdio list lock, closes the gate and waits until no thread but this
+/// one is inside. In a single-threaded process it does nothing (see the module docs).
 pub fn prepare() {
-    // Acquire: pairs with the Release of `Inside::drop`.
-    let s = STATE.fetch_or(CLOSED, Ordering::Acquire);
-    debug_assert!(s & CLOSED == 0, "nested fork gate");
-    let mine = DEPTH.with(|d| d.get());
-    // A thread inside the gate cannot wait for itself: then it counts as one of those inside.
-    let allowed = if mine > 0 { 1 } else { 0 };
-    while STATE.load(Ordering::Acquire) & !CLOSED > allowed {
-        std::thread::yield_now();
+    if single_threaded() {
+        TOOK.with(|t| t.set(false));
+        return;
+    }
+    TOOK.with(|t| t.set(true));
+    call(&LIBC.list_lock);
+    FORKING.with(|f| f.set(true));
+    // Acquire: pairs with the Release of `leave`.
+    let mut s = STATE.fetch_or(CLOSED, Ordering::Acquire) | CLOSED;
+    // A thread inside the gate (a fork from a hook run by the core) counts as one of those
+    // inside: it cannot wait for itself.
+    let allowed = if DEPTH.with(|d| d.get()) > 0 { 1 } else { 0 };
+    while s & !CLOSED > allowed {
+        wait(s);
+        // Acquire: as above.
+        s = STATE.load(Ordering::Acquire);
     }
 }
 
 fn open() {
+    FORKING.with(|f| f.set(false));
     // Release: pairs with the Acquire of `enter`.
     STATE.fetch_and(!CLOSED, Ordering::Release);
+    wake_all();
 }
 
-/// After `fork`, in the parent: opens the gate.
+/// After `fork`, in the parent: opens the gate and lets the stdio list lock go.
 pub fn parent() {
-    open();
+    if TOOK.with(|t| t.replace(false)) {
+        open();
+        call(&LIBC.list_unlock);
+    }
 }
 
 /// After `fork`, in the child: opens the gate. Only this thread exists; the count is what it
-/// was at `prepare` (this thread's own entry, if any).
+/// was at `prepare` (this thread's own entry, if any). The stdio list lock is reset, not
+/// unlocked: glibc resets it in a child of a multi-threaded process before this runs.
 pub fn child() {
     let mine = DEPTH.with(|d| d.get());
-    STATE.store(if mine > 0 { 1 } else { 0 }, Ordering::Release);
+    if TOOK.with(|t| t.replace(false)) {
+        FORKING.with(|f| f.set(false));
+        // Release: pairs with the Acquire of `enter`. Nobody sleeps here: one thread.
+        STATE.store(if mine > 0 { 1 } else { 0 }, Ordering::Release);
+        call(&LIBC.list_resetlock);
+    }
+}
+
+/// Whether this thread is forking: between [`prepare`] and [`parent`] or [`child`] (a fork
+/// handler run after ours). A runtime starts no thread here.
+pub fn forking() -> bool {
+    FORKING.with(|f| f.get())
 }
 
 extern "C" fn on_prepare() {
@@ -149,7 +282,10 @@ extern "C" fn on_child() {
 /// (every runtime on the core calls it; a second registration would close the gate twice).
 pub fn register() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| crate::os::atfork(on_prepare, on_parent, on_child));
+    ONCE.call_once(|| {
+        resolve_libc();
+        crate::os::atfork(on_prepare, on_parent, on_child)
+    });
 }
 
 #[cfg(test)]

@@ -728,8 +728,21 @@ pub const fn round_up(n: usize, to: usize) -> usize {
 /// to `PIPE_BUF` bytes is not interleaved with other writers). Errors are ignored: there is
 /// nowhere left to report them.
 pub fn write_stderr(msg: &[u8]) {
-    // SAFETY: writes `msg.len()` initialised bytes from a live slice to fd 2.
-    unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+    // A raw system call, not libc's `write`: that one is a cancellation point, and a thread
+    // cancelled inside the allocator would unwind through frames that cannot unwind (the
+    // process aborts). Short writes and EINTR are carried on; other errors drop the rest.
+    let mut rest = msg;
+    while !rest.is_empty() {
+        // SAFETY: writes `rest.len()` initialised bytes from a live slice to fd 2.
+        let n = unsafe { libc::syscall(libc::SYS_write, 2, rest.as_ptr(), rest.len()) };
+        if n > 0 {
+            rest = &rest[n as usize..];
+        } else if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        } else {
+            return;
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -11,6 +11,7 @@
 //! | [`Hooks::map_failure`] | after a failed mapping was answered with a DRAIN_CPU | (any path: it must only count) |
 //! | [`set_checked_by_default`] | read once per zone creation | |
 //! | [`crate::release::set_helper_running`] | read by every release session | |
+//! | [`set_abort_on_error`] | read by [`crate::error::misuse_reported`] after every misuse report | |
 //!
 //! `before_create` is where a runtime reads its configuration and starts its threads: zone
 //! creation may allocate and block, allocation may not. The core never starts a thread and
@@ -78,4 +79,17 @@ pub fn checked_by_default() -> bool {
 /// Sets the default of checked mode for zones created from now on.
 pub fn set_checked_by_default(on: bool) {
     CHECKED_DEFAULT.store(on, Ordering::Relaxed);
+}
+
+static ABORT_ON_ERROR: AtomicBool = AtomicBool::new(false);
+
+/// Whether a detected misuse (double free, bad pointer) ends the process with `SIGABRT` (the
+/// runtime's `abort_on_error` tunable).
+pub fn abort_on_error() -> bool {
+    ABORT_ON_ERROR.load(Ordering::Relaxed)
+}
+
+/// Sets whether a detected misuse ends the process (see [`abort_on_error`]).
+pub fn set_abort_on_error(on: bool) {
+    ABORT_ON_ERROR.store(on, Ordering::Relaxed);
 }

@@ -537,7 +537,11 @@ pub extern "C" fn alloc_class_slow(c: usize) -> *mut u8 {
     match zone(c) {
         // SAFETY: a published zone, never destroyed.
         Get::Zone(z) => match unsafe { Zone::alloc_raw(z) } {
-            Ok(p) => p.as_ptr(),
+            Ok(p) => {
+                // No lock held here: the runtime may start (`runtime_start.rs`).
+                crate::runtime_start::maybe_start();
+                p.as_ptr()
+            }
             Err(_) => enomem(),
         },
         Get::Nested => {
@@ -565,6 +569,8 @@ extern "C" fn alloc_huge(n: usize, align: usize) -> *mut u8 {
     if p.is_null() {
         enomem()
     } else {
+        // No lock held here: the runtime may start (`runtime_start.rs`).
+        crate::runtime_start::maybe_start();
         p
     }
 }
@@ -581,6 +587,7 @@ pub fn calloc(n: usize, size: usize) -> *mut u8 {
         if p.is_null() {
             return enomem();
         }
+        crate::runtime_start::maybe_start();
         if !fresh {
             // SAFETY: a block of at least `total` bytes, just allocated.
             unsafe { ptr::write_bytes(p, 0, total) };
@@ -735,11 +742,19 @@ unsafe extern "C" fn free_other(p: *mut u8) {
         return;
     }
     let e = errno();
-    if !huge::free(p as usize) {
-        report::bad_pointer(format_args!(
+    match huge::free(p as usize) {
+        huge::Freed::Done => {}
+        huge::Freed::Twice { large } => report::bad_pointer(format_args!(
+            "free({p:p}): double free: the {} block is already free; not applied",
+            if large { "large (page-run)" } else { "huge (own mapping)" }
+        )),
+        huge::Freed::Interior => report::bad_pointer(format_args!(
+            "free({p:p}): pointer is inside a large block but not at its start; not applied"
+        )),
+        huge::Freed::NotOurs => report::bad_pointer(format_args!(
             "free({p:p}): not a block ebbtide allocated (from before ebbtide was loaded, \
              another allocator, or no allocation); not applied"
-        ));
+        )),
     }
     set_errno(e);
 }

@@ -13,6 +13,16 @@
 //! gives `malloc_usable_size` and `realloc` the block's size. One mutex covers the table and the
 //! page heap: a large block costs microseconds of page writes, the lock tens of nanoseconds.
 //!
+//! Every entry point runs inside the core's fork gate (`ebbtide_core::forkgate`): a `fork`
+//! waits until no thread is inside, so the child's copy of the table and the page heap is whole
+//! and its mutex free, without a lock held across the fork (held, it made the fork wait on a
+//! thread that waited on stdio: glibc bug 19431).
+//!
+//! A freed block leaves a tombstone with its address, so a second `free` of it is reported as a
+//! double free while the tombstone lasts (until its slot is reused or the table rehashed); a
+//! page of the page heap that no block holds is a double free (or a pointer into freed
+//! memory) for as long as the page heap exists.
+//!
 //! The page heap's dirty runs are the cache of this module, an
 //! [`ebbtide_core::outer::OuterCache`]: they go back on every drain, DRAIN_CPU, squeeze and
 //! critical pressure, nothing is kept while those are in force, they count in the cached bytes
@@ -26,7 +36,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 const EMPTY: usize = 0;
-const GONE: usize = 1;
+
+/// A tombstone: the address of the block that was freed, with its low bit set (block
+/// addresses are page-aligned). It keeps the probe chains whole as any tombstone does, and
+/// remembers the address until the slot is reused or the table rehashed, so that a second
+/// `free` of it is told apart from a pointer ebbtide never made ([`free`]).
+const fn tombstone(addr: usize) -> usize {
+    addr | 1
+}
+
+/// Whether a slot's address is a live block's (not empty, not a tombstone).
+const fn is_live(addr: usize) -> bool {
+    addr != EMPTY && addr & 1 == 0
+}
 
 /// One live block: the address handed out and the mapping holding it.
 #[derive(Clone, Copy)]
@@ -132,6 +154,26 @@ impl Table {
         }
     }
 
+    /// Whether `addr` was a block freed since its slot was last reused or the table rehashed
+    /// (its tombstone is on `addr`'s probe chain).
+    fn was_freed(&self, addr: usize) -> bool {
+        if self.cap == 0 || !addr.is_multiple_of(page()) {
+            return false;
+        }
+        let mut i = hash(addr, self.cap);
+        loop {
+            // SAFETY: i < cap, inside the slots mapping.
+            let s = unsafe { *self.slots.add(i) };
+            if s.addr == tombstone(addr) {
+                return true;
+            }
+            if s.addr == EMPTY {
+                return false;
+            }
+            i = (i + 1) & (self.cap - 1);
+        }
+    }
+
     /// Makes room for one more entry (grows at 1/2 full, counting tombstones). False when no
     /// memory could be mapped for a bigger table.
     fn reserve(&mut self) -> bool {
@@ -159,7 +201,7 @@ impl Table {
         for i in 0..old.1 {
             // SAFETY: i < old cap, inside the old mapping, still mapped.
             let s = unsafe { *old.0.add(i) };
-            if s.addr > GONE {
+            if is_live(s.addr) {
                 self.put(s);
             }
         }
@@ -176,7 +218,7 @@ impl Table {
         loop {
             // SAFETY: i < cap (the table has room: `reserve` ran).
             let e = unsafe { &mut *self.slots.add(i) };
-            if e.addr == EMPTY || e.addr == GONE {
+            if !is_live(e.addr) {
                 if e.addr == EMPTY {
                     self.used += 1;
                 }
@@ -187,26 +229,6 @@ impl Table {
             i = (i + 1) & (self.cap - 1);
         }
     }
-}
-
-/// The table's lock, held by the forking thread from `fork_prepare` to `fork_release`.
-struct Held(core::cell::UnsafeCell<Option<std::sync::MutexGuard<'static, Table>>>);
-// SAFETY: only the forking thread touches it, between its atfork handlers.
-unsafe impl Sync for Held {}
-static HELD: Held = Held(core::cell::UnsafeCell::new(None));
-
-/// Before `fork` (after the core's fork gate closed): holds the table so the child's copy is
-/// whole.
-pub fn fork_prepare() {
-    let g = ebbtide_core::lock(&TABLE);
-    // SAFETY: see `Held`.
-    unsafe { *HELD.0.get() = Some(g) };
-}
-
-/// After `fork`, parent and child: lets the table go.
-pub fn fork_release() {
-    // SAFETY: see `Held`; dropping the guard unlocks (in the child too: same thread).
-    unsafe { (*HELD.0.get()).take() };
 }
 
 /// A block of at least `n` bytes aligned to `align` (a power of two), or null (ENOMEM).
@@ -222,6 +244,8 @@ pub fn alloc_fresh(n: usize, align: usize) -> (*mut u8, bool) {
 
 /// [`alloc_fresh`], from the page heap only if `heap` (and the block fits it).
 fn alloc_in(n: usize, align: usize, heap: bool) -> (*mut u8, bool) {
+    // Inside the fork gate: a fork copies the table and the page heap whole.
+    let _inside = ebbtide_core::forkgate::enter();
     let pg = page();
     let align = align.max(pg);
     let Some(len) = n
@@ -311,6 +335,7 @@ fn give_back(how: GiveBack) -> usize {
     if empty && !matches!(how, GiveBack::Idle(_)) {
         return 0;
     }
+    let _inside = ebbtide_core::forkgate::enter();
     let mut t = ebbtide_core::lock(&TABLE);
     let b = match how {
         GiveBack::Idle(before) => {
@@ -350,12 +375,14 @@ pub fn cached_bytes() -> usize {
 
 /// Bytes in blocks of the page heap, and its free resident bytes (for tests and stats).
 pub fn heap_bytes() -> (usize, usize) {
+    let _inside = ebbtide_core::forkgate::enter();
     let t = ebbtide_core::lock(&TABLE);
     (t.heap.live_bytes(), t.heap.dirty_bytes())
 }
 
 /// Bytes usable at `p` if it is a live block of this module.
 pub fn usable(p: usize) -> Option<usize> {
+    let _inside = ebbtide_core::forkgate::enter();
     let t = ebbtide_core::lock(&TABLE);
     let i = t.find(p)?;
     // SAFETY: `find` returned an index below cap.
@@ -363,16 +390,31 @@ pub fn usable(p: usize) -> Option<usize> {
     Some(s.map + s.len - s.addr)
 }
 
-/// Frees `p` if it is a live block (into the page heap, or unmapped); false if it is not one.
-pub fn free(p: usize) -> bool {
+/// What [`free`] found at `p`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Freed {
+    /// A live block: freed (into the page heap, or unmapped).
+    Done,
+    /// A block of this module freed before (its tombstone is still in the table), or a page
+    /// of the page heap that no block holds: a double free. `large` says which kind.
+    Twice { large: bool },
+    /// Inside a live block of this module, not at its start.
+    Interior,
+    /// Not this module's (nothing was changed).
+    NotOurs,
+}
+
+/// Frees `p` if it is a live block (into the page heap, or unmapped); else says what `p` is.
+pub fn free(p: usize) -> Freed {
+    let _inside = ebbtide_core::forkgate::enter();
     let mut t = ebbtide_core::lock(&TABLE);
     let Some(i) = t.find(p) else {
-        return false;
+        return t.not_live(p);
     };
     // SAFETY: `find` returned an index below cap.
     let s = unsafe { &mut *t.slots.add(i) };
     let (map, len) = (s.map, s.len);
-    s.addr = GONE;
+    s.addr = tombstone(p);
     t.live -= 1;
     BYTES.fetch_sub(len, Ordering::Relaxed);
     COUNT.fetch_sub(1, Ordering::Relaxed);
@@ -380,11 +422,34 @@ pub fn free(p: usize) -> bool {
         let keep = ebbtide_core::outer::caching_allowed();
         t.heap.free(map, len, ebbtide_core::os::now_ns(), keep);
         CACHED.store(t.heap.dirty_bytes(), Ordering::Relaxed);
-        return true;
+        return Freed::Done;
     }
     drop(t);
     unmap(map, len);
-    true
+    Freed::Done
+}
+
+impl Table {
+    /// What `p`, no live block's start, is (the error path of [`free`]: it may scan the table).
+    fn not_live(&self, p: usize) -> Freed {
+        let in_heap = self.heap.contains(p);
+        if self.was_freed(p) {
+            return Freed::Twice { large: in_heap };
+        }
+        for i in 0..self.cap {
+            // SAFETY: i < cap, inside the slots mapping.
+            let s = unsafe { *self.slots.add(i) };
+            if is_live(s.addr) && p > s.addr && p < s.map + s.len {
+                return Freed::Interior;
+            }
+        }
+        // A page-aligned address in the page heap that no block holds was a large block's
+        // start or lies in one freed since: the tombstone is gone (slot reused), the run is not.
+        if in_heap && p.is_multiple_of(page()) {
+            return Freed::Twice { large: true };
+        }
+        Freed::NotOurs
+    }
 }
 
 /// What [`realloc`] did.
@@ -412,6 +477,7 @@ pub fn realloc(p: usize, n: usize) -> Resized {
             Resized::NotOurs
         };
     };
+    let _inside = ebbtide_core::forkgate::enter();
     let mut t = ebbtide_core::lock(&TABLE);
     let Some(i) = t.find(p) else {
         return Resized::NotOurs;
@@ -455,7 +521,7 @@ pub fn realloc(p: usize, n: usize) -> Resized {
     if q == p {
         e.len = len;
     } else {
-        e.addr = GONE;
+        e.addr = tombstone(p);
         t.live -= 1;
         let ok = t.reserve();
         debug_assert!(ok || t.used < t.cap);
@@ -479,5 +545,7 @@ fn adjust(old: usize, new: usize) {
 
 /// The page heap's invariants ([`PageHeap::validate`]), for tests.
 pub fn validate() -> Result<(), String> {
-    ebbtide_core::lock(&TABLE).heap.validate()
+    let _inside = ebbtide_core::forkgate::enter();
+    let r = ebbtide_core::lock(&TABLE).heap.validate();
+    r
 }

@@ -27,7 +27,8 @@
 //!   stats.rs      mallinfo2, mallinfo, malloc_stats, malloc_trim (DRAIN_CPU)
 //!   api.rs        the C names and glibc's __libc_* aliases
 //!   cpp.rs        the C++ operators (Itanium names), new handler and a real std::bad_alloc
-//!   fork.rs       fork(): locks across the fork (core's fork gate), the runtime restarted in the child
+//!   fork.rs       fork(): the core's fork gate around it, the lazy start armed again in the child
+//!   runtime_start.rs  when the runtime's threads start: from a slow path past runtime_start_bytes
 //!   global.rs     the Rust #[global_allocator]
 //! ```
 //!
@@ -36,10 +37,12 @@
 //!   library, a constructor) creates that class's zone: system calls only — the zone is made
 //!   without the runtime's creation hook, checked mode is read from `environ` in place. A
 //!   request that re-enters during the creation on the same thread gets a bootstrap block.
-//! * **The runtime** (configuration, the reclaim thread with the pressure sources, the release
-//!   helper, the control socket when configured) starts from this library's load-time
-//!   constructor, after the C library is up and outside any allocation
-//!   ([`ebbtide::start_runtime`]). It allocates like any code, from these zones.
+//! * **The runtime**: its configuration is read, and the control socket started when
+//!   configured, by this library's load-time constructor ([`ebbtide::prepare_runtime`]); its
+//!   threads (the reclaim thread with the pressure sources, the release helper) start lazily,
+//!   from an allocation's slow path once the footprint passes `runtime_start_bytes` (16 MiB),
+//!   outside any lock (`runtime_start.rs`, `docs/design/lazy-runtime.md`): a small program
+//!   stays single-threaded. They allocate like any code, from these zones.
 //! * **Threads** have no caches of their own (the caches are per CPU), so a thread that exits
 //!   leaves nothing behind to drain.
 //! * **fork**: see `fork.rs`.
@@ -47,7 +50,9 @@
 //!   `free`, `realloc` and `malloc_usable_size` recognise them without touching their memory
 //!   (the arena's chunk map, the huge table, the bootstrap area) and say so on stderr; nothing
 //!   is applied. A double free is caught at once when the block is the top of this CPU's cache,
-//!   when it reaches its slab otherwise, and always in checked mode (`EBBTIDE_CONF=checked=1`).
+//!   when it reaches its slab otherwise, and always in checked mode (`EBBTIDE_CONF=checked=1`);
+//!   of a block above the classes while its tombstone lasts (huge) or always (page heap).
+//!   `abort_on_error=1` makes every detected misuse end the process with `SIGABRT`.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod api;
@@ -62,6 +67,7 @@ pub mod heap;
 pub mod huge;
 pub mod pageheap;
 pub mod report;
+pub mod runtime_start;
 #[cfg(test)]
 mod slowcount;
 pub mod stats;
@@ -69,8 +75,6 @@ pub mod stats;
 pub use global::EbbtideMalloc;
 
 extern "C" fn start() {
-    // Resolve the C library's fork now, so the interposed fork never has to look it up.
-    let _ = fork::resolve();
     fork::register();
     ebbtide_core::outer::register(&huge::HugeCache);
     // Every process of a machine may run with this library (`LD_PRELOAD` in a service's
@@ -84,7 +88,7 @@ extern "C" fn start() {
     if !env_sets {
         let _ = ebbtide::options::set("sources_delay_ms", "1000");
     }
-    ebbtide::start_runtime();
+    runtime_start::at_load();
 }
 
 // The load-time constructor: runs once the C library is initialised, outside any allocation.

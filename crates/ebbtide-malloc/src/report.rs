@@ -1,6 +1,7 @@
-//! Messages about bad pointers, written with one `write(2)` from a stack buffer (no
-//! allocation: they are emitted from inside `free` and `realloc`). The first
-//! [`MAX_MESSAGES`] are printed; after that one line says the rest are counted only.
+//! Messages about bad pointers, written with one `write(2)` system call from a stack buffer
+//! (no allocation: they are emitted from inside `free` and `realloc`; no libc `write`: that is
+//! a cancellation point). The first [`MAX_MESSAGES`] are printed; after that one line says the
+//! rest are counted only. With `abort_on_error` the first one ends the process (`SIGABRT`).
 
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -31,9 +32,15 @@ impl Write for Buf {
     }
 }
 
-/// Counts a bad pointer and prints `ebbtide: <message>` unless past the limit.
+/// Counts a bad pointer and prints `ebbtide: <message>` unless past the limit; with
+/// `abort_on_error` it is always printed and the process ends with `SIGABRT`
+/// ([`ebbtide_core::error::misuse_reported`]).
 pub fn bad_pointer(args: fmt::Arguments<'_>) {
     let n = BAD.fetch_add(1, Ordering::Relaxed);
+    if ebbtide_core::runtime::abort_on_error() {
+        line(args);
+        ebbtide_core::error::misuse_reported();
+    }
     if n < MAX_MESSAGES {
         line(args);
     } else if n == MAX_MESSAGES {

@@ -106,7 +106,6 @@ pub fn trim() -> c_int {
 
 /// `malloc_stats()`: one line per size class in use, then totals, on stderr.
 pub fn print() {
-    use std::io::Write;
     let mut out = String::from("ebbtide malloc: class  in use  free  mapped\n");
     for (c, s) in class_snapshots() {
         if s.used + s.free == 0 {
@@ -130,5 +129,7 @@ pub fn print() {
         m.hblkhd,
         crate::report::bad_pointers()
     );
-    let _ = std::io::stderr().write_all(out.as_bytes());
+    // A raw write (not libc's, a cancellation point): `malloc_stats` may run on a thread that
+    // is being cancelled, which must not unwind through this Rust frame.
+    ebbtide_core::os::write_stderr(out.as_bytes());
 }

@@ -12,7 +12,7 @@
 //!   preloaded and linked;
 //! * `tests/c/stress.c`: threads freeing each other's blocks, threads exiting, forks with the
 //!   other threads busy, `malloc_trim` (DRAIN_CPU) in a loop;
-//! * a forked child gets the runtime's threads back (`fork` interposed);
+//! * a forked child gets the runtime's threads back (at its first slow path);
 //! * `dlopen` of a library that allocates in its constructor and hands its blocks to the
 //!   program (and takes the program's), then `dlclose`.
 
@@ -234,8 +234,8 @@ fn stress_threads_forks_and_drains() {
 fn forked_child_restarts_the_runtime() {
     let d = scratch("fork");
     let src = d.join("fork.c");
-    // The parent's reclaim thread exists before the fork; the child lists its own threads'
-    // names after fork() returned and prints them.
+    // The parent's reclaim thread exists before the fork; the child, after its first slow
+    // path (where a forked child's runtime starts again), lists its threads' names.
     std::fs::write(
         &src,
         r#"#define _GNU_SOURCE
@@ -265,6 +265,9 @@ int main(void) {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
+        /* The child's runtime starts at its first slow path (a block above the classes). */
+        void *volatile big = malloc(200000); /* volatile: not elided with its free */
+        free(big);
         usleep(200000);
         threads("child");
         void *p = malloc(1000); free(p);
@@ -285,7 +288,8 @@ int main(void) {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));
-    let o = run(&bin, &[], &[], true);
+    // runtime_start_bytes=0: the parent's threads start at load (a small program has none).
+    let o = run(&bin, &[], &[("EBBTIDE_RUNTIME_START_BYTES", "0")], true);
     assert!(o.status.success(), "{}", show(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("parent ebbtide-reclaim"), "{out}");

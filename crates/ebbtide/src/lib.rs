@@ -17,7 +17,7 @@
 //! Cargo enforces the direction: the core and the pressure crate cannot name anything above
 //! them. The core knows nothing of threads, options or pressure: at load time this crate
 //! installs its hooks ([`ebbtide_core::runtime`]): zone creation reads the configuration and
-//! starts the runtime's threads (never an allocation), a failed mapping is counted as a pressure
+//! starts the runtime's threads (a malloc starts them lazily instead, [`start_threads`]), a failed mapping is counted as a pressure
 //! event, and the release helper is a thread of this crate running the core's
 //! [`ebbtide_core::release::serve_forever`].
 //!
@@ -136,23 +136,34 @@ pub fn install_runtime() {
 
 /// Starts the runtime now, as the first zone creation does: reads the configuration (once per
 /// process), starts the reclaim and release threads that should run and do not, and with them
-/// the control socket when it is configured. For a malloc, whose size-class zones are created
-/// inside allocations without the creation hook (`ZoneOptions::without_runtime_hook`): it calls
-/// this from its load-time constructor, and in a forked child once `fork` has returned. May
-/// allocate and start threads: never call it from inside an allocation.
+/// the control socket when it is configured. May allocate and start threads: never call it
+/// from inside an allocation that holds a lock. (A malloc calls [`prepare_runtime`] at load
+/// and [`start_threads`] later; see `docs/design/lazy-runtime.md`.)
 pub fn start_runtime() {
-    install_runtime();
+    prepare_runtime();
     threads::start_runtime();
+}
+
+/// Everything [`start_runtime`] does but the reclaim and release threads: the hooks installed,
+/// the configuration read and pushed into the core (`checked`, `abort_on_error`, ...), the fork
+/// handlers registered, and the control socket started if it is configured (it asked for a
+/// thread). For a malloc's load-time constructor: the process stays single-threaded.
+pub fn prepare_runtime() {
+    install_runtime();
+    threads::prepare_runtime();
     // The configuration is read now: serve the control socket if it asks for one (a zone
     // creation gets this through the tunable's change callback, subscribed at load time; a
     // malloc's constructor may run before that subscription).
     control::install();
 }
 
-/// [`start_runtime`] for a forked child, once `fork` has returned: the reclaim and release
-/// threads come back; the control socket does not (most children `exec` at once, and each
-/// would leave a socket file behind). A child that wants one calls [`control::start`].
-pub fn restart_after_fork() {
+/// The reclaim and release threads, started if they should run and do not (the configuration
+/// is read first if it was not). The control socket is not started here: it starts with the
+/// configuration ([`prepare_runtime`]), and not again in a forked child (most children `exec`
+/// at once, and each would leave a socket file behind; a child that wants one calls
+/// [`control::start`]). May allocate and start threads: a malloc calls it from an allocation's
+/// slow path only where it holds no lock (`docs/design/lazy-runtime.md`).
+pub fn start_threads() {
     install_runtime();
     threads::start_runtime();
 }

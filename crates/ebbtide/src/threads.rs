@@ -1,36 +1,58 @@
-//! The runtime's threads, started lazily from zone creation (never from an allocation), and the
-//! one fork handler that forgets them in a child.
+//! The runtime's threads, started lazily, and the one fork handler that forgets them in a child.
 //!
 //! | thread | started by | what it runs |
 //! |---|---|---|
-//! | `ebbtide-reclaim` | [`before_zone_create`], [`crate::pressure::notify`] | the reclaim loop ([`crate::reclaimer`]) |
-//! | `ebbtide-release` | [`before_zone_create`] | the core's release helper ([`ebbtide_core::release::serve_forever`]) |
+//! | `ebbtide-reclaim` | [`start_runtime`] | the reclaim loop ([`crate::reclaimer`]) |
+//! | `ebbtide-release` | [`start_runtime`] | the core's release helper ([`ebbtide_core::release::serve_forever`]) |
+//!
+//! [`start_runtime`] runs at a zone's creation ([`before_zone_create`]), at an explicit
+//! [`crate::pressure::notify`], and — in a process running the malloc — from an allocation's
+//! slow path once the malloc's footprint passes `runtime_start_bytes`
+//! (`docs/design/lazy-runtime.md`). [`prepare_runtime`] is everything but the threads: the
+//! configuration read and pushed into the core, the fork handlers; the malloc runs it at load.
 //!
 //! The runtime's threads never keep a process alive (see `lifetime.rs`).
 //!
 //! A forked child has none of its parent's threads. The fork handler only clears atomics
 //! (async-signal-safe: POSIX allows nothing else in the child of a multithreaded process before
-//! `exec`); the child starts its own threads at its next zone creation or pressure notification,
-//! not from inside an allocation.
+//! `exec`); the child starts its own threads at its next zone creation, pressure notification
+//! or (the malloc) slow path past the threshold, never from inside the fork.
 
 use crate::options::{self, Tunable};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
-/// The core's hook ([`ebbtide_core::runtime::Hooks::before_create`]): reads the configuration
-/// (once: the environment is frozen at the first zone), pushes the settings the core reads into
-/// it, and starts the threads that should run and do not.
+/// The core's hook ([`ebbtide_core::runtime::Hooks::before_create`]): a zone is being created,
+/// so the runtime starts ([`start_runtime`]).
 pub(crate) fn before_zone_create() {
     start_runtime();
 }
 
-/// Everything [`before_zone_create`] does; also called by the other entry points that may start
-/// the runtime (`notify`).
-pub(crate) fn start_runtime() {
+/// Everything but the threads: the fork handlers registered, the configuration read (once: the
+/// environment is frozen at the first start path) and the settings the core reads pushed into
+/// it. Starts nothing; may allocate.
+pub(crate) fn prepare_runtime() {
     register_fork_handler();
-    crate::reclaimer::ensure_started();
+    options::freeze_startup_reported();
     ebbtide_core::runtime::set_checked_by_default(options::get_bool(Tunable::Checked));
+    ebbtide_core::runtime::set_abort_on_error(options::get_bool(Tunable::AbortOnError));
     ebbtide_core::page_pool::set_default_cap(options::get_u64(Tunable::MaxBufferPages) as usize);
+    static SUBSCRIBE: Once = Once::new();
+    SUBSCRIBE.call_once(|| options::subscribe(on_change));
+}
+
+/// `abort_on_error` changes at run time (the core reads its own copy).
+fn on_change(t: Tunable, _: u64) {
+    if t == Tunable::AbortOnError {
+        // The current value, not the one passed: concurrent setters may interleave callbacks.
+        ebbtide_core::runtime::set_abort_on_error(options::get_bool(Tunable::AbortOnError));
+    }
+}
+
+/// [`prepare_runtime`], then the threads that should run and do not (cheap when they run).
+pub(crate) fn start_runtime() {
+    prepare_runtime();
+    crate::reclaimer::ensure_started();
     ensure_release_helper();
 }
 

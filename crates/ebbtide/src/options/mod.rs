@@ -636,6 +636,20 @@ pub fn freeze_startup() -> &'static [OptionError] {
     errors
 }
 
+/// [`freeze_startup`], reporting the environment's errors on stderr the first time (whichever
+/// start path comes first: the malloc's load, a zone's creation, the reclaim thread's start).
+pub fn freeze_startup_reported() {
+    static REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let errors = freeze_startup();
+    if !REPORTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        for e in errors {
+            ebbtide_core::error::report(format_args!(
+                "ebbtide: ignoring the environment's settings: {e}"
+            ));
+        }
+    }
+}
+
 /// Remembers a generation and tells when the global registry moved past it.
 #[derive(Debug, Default)]
 pub struct Watcher {

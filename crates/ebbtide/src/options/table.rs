@@ -563,8 +563,47 @@ tunables! {
         level: Testing,
         summary: "check every freed pointer fully (slower)",
         doc: "Every free verifies that the pointer belongs to the zone, is item-aligned and is \
-              not already free; a violation aborts with a message. Start-up only because \
-              objects allocated before the switch carry no check state.",
+              not already free; a violation is reported on stderr with the pointer and what \
+              is wrong, and not applied (the item is not freed twice), and the program goes on \
+              unless abort_on_error is set. Without it only a double free of the item on top of \
+              this CPU's cache, or of one that reached its slab, is caught. Start-up only \
+              because objects allocated before the switch carry no check state.",
+    },
+    /// Every detected misuse (bad pointer, double free) ends the process with SIGABRT.
+    AbortOnError {
+        name: "abort_on_error",
+        kind: Kind::Bool,
+        default: 0,
+        range: 0 => 1,
+        runtime: true,
+        level: Testing,
+        summary: "end the process with SIGABRT at the first detected misuse (double free, bad pointer)",
+        doc: "When true, every misuse the allocator detects (a double free, a pointer it never \
+              made, a pointer inside a block) is reported on stderr and the process is then \
+              killed with SIGABRT, as glibc's malloc does, so a core dump shows the culprit. \
+              Default false: a detected misuse is reported and not applied (nothing is freed \
+              twice, no block is handed out twice), so the allocator's state stays sound and a \
+              service that only preloads ebbtide to give memory back does not crash on a bug \
+              glibc may not even see; set it in development and CI. The malloc reads it from \
+              the environment in place at start-up, the zone API at every report.",
+    },
+    /// The malloc's footprint at which its runtime threads start.
+    RuntimeStartBytes {
+        name: "runtime_start_bytes",
+        kind: Kind::Bytes,
+        default: 16 << 20,
+        range: 0 => 1 << 48,
+        runtime: false,
+        level: Testing,
+        summary: "malloc footprint at which the runtime's threads start; 0 = at load",
+        doc: "A process running the malloc (LD_PRELOAD) stays single-threaded until its \
+              footprint (slabs of the size classes, blocks above them and the page heap's free \
+              runs) passes this many bytes: then an allocation's slow path starts the reclaim \
+              thread and the release helper. A short or small program never gets them, so \
+              unshare(CLONE_NEWUSER), set*id and fork from signal handlers behave as under \
+              glibc. They start at load when this is 0, when sources or control_socket are set \
+              explicitly, and at max_cached_bytes when that is lower (docs/design/lazy-runtime.md). \
+              Zones of the zone API start them at their creation.",
     },
 }
 

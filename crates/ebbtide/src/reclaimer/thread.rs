@@ -33,12 +33,7 @@ pub(super) fn start_slow() {
     if STARTED.load(Ordering::Acquire) || THREAD_DISABLED.load(Ordering::Acquire) {
         return;
     }
-    let errors = options::freeze_startup();
-    for e in errors {
-        ebbtide_core::error::report(format_args!(
-            "ebbtide: ignoring the environment's settings: {e}"
-        ));
-    }
+    options::freeze_startup_reported();
     if !options::get_bool(Tunable::ReclaimThread) {
         THREAD_DISABLED.store(true, Ordering::Release);
         return;
