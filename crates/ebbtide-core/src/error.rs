@@ -180,11 +180,25 @@ pub fn report(args: fmt::Arguments<'_>) {
     crate::os::write_stderr(&buf.b[..buf.n + 1]);
 }
 
+/// Set by the runtime's `abort_on_error` tunable ([`crate::runtime::set_abort_on_error`]).
+/// Relaxed: a flag read on its own, ordered with nothing else.
+static ABORT_ON_ERROR: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether a reported misuse ends the process.
+pub(crate) fn abort_on_error() -> bool {
+    ABORT_ON_ERROR.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// See [`abort_on_error`].
+pub(crate) fn set_abort_on_error(on: bool) {
+    ABORT_ON_ERROR.store(on, core::sync::atomic::Ordering::Relaxed);
+}
+
 /// Called after a misuse (double free, bad pointer) was reported: ends the process with
 /// `SIGABRT` when the runtime asked for it ([`crate::runtime::set_abort_on_error`]), as glibc's
 /// malloc does at every detected misuse; returns otherwise (the misuse was not applied).
 pub fn misuse_reported() {
-    if crate::runtime::abort_on_error() {
+    if abort_on_error() {
         // SAFETY: abort has no preconditions; it unblocks and raises SIGABRT, never returns.
         unsafe { libc::abort() };
     }

@@ -81,15 +81,13 @@ pub fn set_checked_by_default(on: bool) {
     CHECKED_DEFAULT.store(on, Ordering::Relaxed);
 }
 
-static ABORT_ON_ERROR: AtomicBool = AtomicBool::new(false);
-
 /// Whether a detected misuse (double free, bad pointer) ends the process with `SIGABRT` (the
-/// runtime's `abort_on_error` tunable).
+/// runtime's `abort_on_error` tunable); the flag lives with the reporting ([`crate::error`]).
 pub fn abort_on_error() -> bool {
-    ABORT_ON_ERROR.load(Ordering::Relaxed)
+    crate::error::abort_on_error()
 }
 
 /// Sets whether a detected misuse ends the process (see [`abort_on_error`]).
 pub fn set_abort_on_error(on: bool) {
-    ABORT_ON_ERROR.store(on, Ordering::Relaxed);
+    crate::error::set_abort_on_error(on);
 }

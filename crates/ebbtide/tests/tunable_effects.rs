@@ -21,6 +21,16 @@ use std::time::{Duration, Instant};
 /// Tunable → (test file under the workspace root, test function) observing its effect.
 const EFFECTS: &[(&str, &str, &str)] = &[
     (
+        "abort_on_error",
+        "crates/ebbtide-malloc/tests/trust.rs",
+        "abort_on_error_ends_the_process_with_sigabrt_after_the_message",
+    ),
+    (
+        "runtime_start_bytes",
+        "crates/ebbtide-malloc/tests/trust.rs",
+        "a_small_program_has_no_runtime_thread_and_a_big_one_gets_them",
+    ),
+    (
         "lazy_free",
         "crates/ebbtide/tests/tunable_effects.rs",
         "lazy_tunables_change_how_pages_leave",
