@@ -188,11 +188,6 @@ fn fast_handle(h: *const EbbZone) -> bool {
 // ---------------------------------------------------------------------------------------------
 // errno and the last error message
 
-fn set_errno(e: c_int) {
-    // SAFETY: __errno_location returns this thread's errno slot, always valid.
-    unsafe { *libc::__errno_location() = e };
-}
-
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
@@ -203,7 +198,7 @@ fn fail(errno: c_int, msg: impl Into<String>) {
     m.retain(|&b| b != 0);
     let c = CString::new(m).unwrap_or_default();
     let _ = LAST_ERROR.try_with(|l| *l.borrow_mut() = c);
-    set_errno(errno);
+    ebbtide_rt::os::set_errno(errno);
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {

@@ -65,10 +65,16 @@ impl core::fmt::Display for OsError {
 
 impl std::error::Error for OsError {}
 
-fn last_errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
+/// The calling thread's `errno`.
+pub fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Sets the calling thread's `errno` (what a C entry point reports its failure with).
+pub fn set_errno(e: i32) {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    unsafe { *libc::__errno_location() = e };
 }
 
 static PAGE_SIZE: AtomicUsize = AtomicUsize::new(0);
@@ -158,7 +164,7 @@ fn possible_cpu_bound() -> Option<usize> {
     while len < buf.len() {
         // SAFETY: reads into the unused tail of `buf`.
         let r = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
-        if r < 0 && last_errno() == libc::EINTR {
+        if r < 0 && errno() == libc::EINTR {
             continue;
         }
         if r <= 0 {
@@ -376,7 +382,7 @@ fn reserve_near(hint: usize, len: usize, align: usize) -> Result<NonNull<u8>, Os
     if p == libc::MAP_FAILED {
         return Err(OsError {
             call: "mmap(PROT_NONE reservation)",
-            errno: last_errno(),
+            errno: errno(),
         });
     }
     let start = p as usize;
@@ -446,7 +452,7 @@ pub unsafe fn map_at(addr: NonNull<u8>, len: usize, thp: Thp) -> Result<MapAt, O
         )
     };
     if p == libc::MAP_FAILED {
-        let errno = last_errno();
+        let errno = errno();
         if errno == libc::EEXIST {
             return Ok(MapAt::Taken);
         }
@@ -493,7 +499,7 @@ pub unsafe fn commit(ptr: NonNull<u8>, len: usize) -> Result<(), OsError> {
     if r != 0 {
         return Err(OsError {
             call: "mprotect(commit)",
-            errno: last_errno(),
+            errno: errno(),
         });
     }
     Ok(())
@@ -671,7 +677,7 @@ pub fn map(len: usize) -> Result<NonNull<u8>, OsError> {
     if p == libc::MAP_FAILED {
         return Err(OsError {
             call: "mmap",
-            errno: last_errno(),
+            errno: errno(),
         });
     }
     // SAFETY: a successful mmap never returns null here (we did not ask for address 0).
@@ -699,7 +705,7 @@ pub unsafe fn remap(ptr: NonNull<u8>, old: usize, new: usize) -> Result<NonNull<
     if p == libc::MAP_FAILED {
         return Err(OsError {
             call: "mremap",
-            errno: last_errno(),
+            errno: errno(),
         });
     }
     // SAFETY: a successful mremap never returns null (the old mapping was not at 0).

@@ -246,7 +246,13 @@ fn blkback_smoke() {
             "{v}"
         );
     }
-    for f in ["memory.svg", "memory.png", "swap.svg", "swap.png", "tables.txt"] {
+    for f in [
+        "memory.svg",
+        "memory.png",
+        "swap.svg",
+        "swap.png",
+        "tables.txt",
+    ] {
         let p = out_dir.join(f);
         assert!(
             std::fs::metadata(&p)

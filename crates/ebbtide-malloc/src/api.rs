@@ -43,7 +43,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
         // SAFETY: forwarded.
         Some(t) => unsafe { heap::realloc(p.cast(), t).cast() },
         None => {
-            heap::set_errno(libc::ENOMEM);
+            ebbtide_core::os::set_errno(libc::ENOMEM);
             core::ptr::null_mut()
         }
     }
@@ -58,9 +58,9 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, n: 
     if !align.is_power_of_two() || align < core::mem::size_of::<*mut c_void>() {
         return libc::EINVAL;
     }
-    let e = heap::errno();
+    let e = ebbtide_core::os::errno();
     let p = heap::alloc_aligned(align, n);
-    heap::set_errno(e);
+    ebbtide_core::os::set_errno(e);
     if p.is_null() {
         return libc::ENOMEM;
     }
@@ -76,7 +76,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, n: 
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, n: usize) -> *mut c_void {
     if !align.is_power_of_two() {
-        heap::set_errno(libc::EINVAL);
+        ebbtide_core::os::set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     }
     heap::alloc_aligned(align, n).cast()
@@ -90,7 +90,7 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, n: usize) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, n: usize) -> *mut c_void {
     let Some(a) = align.max(1).checked_next_power_of_two() else {
-        heap::set_errno(libc::EINVAL);
+        ebbtide_core::os::set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     };
     heap::alloc_aligned(a, n).cast()
@@ -115,7 +115,7 @@ pub unsafe extern "C" fn pvalloc(n: usize) -> *mut c_void {
     match n.max(1).checked_next_multiple_of(pg) {
         Some(r) => heap::alloc_aligned(pg, r).cast(),
         None => {
-            heap::set_errno(libc::ENOMEM);
+            ebbtide_core::os::set_errno(libc::ENOMEM);
             core::ptr::null_mut()
         }
     }

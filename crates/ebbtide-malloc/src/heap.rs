@@ -29,6 +29,7 @@ use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::mem::MaybeUninit;
 use core::ptr::{self, NonNull};
+use ebbtide_core::os::{errno, set_errno};
 use ebbtide_core::spin::SpinLock;
 use ebbtide_core::zone::{FastConsts, FastFree};
 use ebbtide_core::{InvalidFree, Zone, ZoneOptions};
@@ -187,18 +188,6 @@ fn publish_missing_constants() {
 /// The thread creating a zone now (0 = none): its nested requests go to the bootstrap area.
 static CREATING: AtomicI32 = AtomicI32::new(0);
 static STARTED: AtomicBool = AtomicBool::new(false);
-
-/// The calling thread's errno.
-pub fn errno() -> i32 {
-    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
-    unsafe { *libc::__errno_location() }
-}
-
-/// Sets the calling thread's errno.
-pub fn set_errno(e: i32) {
-    // SAFETY: as in `errno`.
-    unsafe { *libc::__errno_location() = e };
-}
 
 fn gettid() -> i32 {
     // SAFETY: gettid has no preconditions and cannot fail.
@@ -746,7 +735,11 @@ unsafe extern "C" fn free_other(p: *mut u8) {
         huge::Freed::Done => {}
         huge::Freed::Twice { large } => report::bad_pointer(format_args!(
             "free({p:p}): double free: the {} block is already free; not applied",
-            if large { "large (page-run)" } else { "huge (own mapping)" }
+            if large {
+                "large (page-run)"
+            } else {
+                "huge (own mapping)"
+            }
         )),
         huge::Freed::Interior => report::bad_pointer(format_args!(
             "free({p:p}): pointer is inside a large block but not at its start; not applied"

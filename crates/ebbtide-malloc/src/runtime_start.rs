@@ -25,8 +25,8 @@
 //!   needs a thread (`sources` or `control_socket` set explicitly); at `max_cached_bytes`
 //!   when that budget is set lower than the threshold.
 
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use core::ffi::c_int;
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use ebbtide::options::{self, Tunable};
 
 extern "C" {
@@ -50,8 +50,7 @@ pub(crate) fn at_load() {
     if budget > 0 {
         at = at.min(budget);
     }
-    if explicitly_set(b"EBBTIDE_SOURCES", b"sources") || options::get_bool(Tunable::ControlSocket)
-    {
+    if explicitly_set(b"EBBTIDE_SOURCES", b"sources") || options::get_bool(Tunable::ControlSocket) {
         at = 0;
     }
     if at == 0 {
@@ -100,9 +99,9 @@ fn start_if_due() {
     let mut old = 0;
     // SAFETY: pthread_setcancelstate with a valid out-pointer; restored below on this thread.
     unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
-    let e = crate::heap::errno();
+    let e = ebbtide_core::os::errno();
     ebbtide::start_threads();
-    crate::heap::set_errno(e);
+    ebbtide_core::os::set_errno(e);
     // SAFETY: as above; the previous state back.
     unsafe { pthread_setcancelstate(old, core::ptr::null_mut()) };
 }

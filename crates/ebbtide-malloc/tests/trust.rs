@@ -23,7 +23,9 @@ use std::time::Duration;
 use support::{command, compile, describe, installed, run, same_as_glibc, scratch, Malloc};
 
 fn source(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/trust").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c/trust")
+        .join(name)
 }
 
 /// Compiles `tests/c/trust/NAME` into a scratch directory of its own.
@@ -49,7 +51,11 @@ fn a_small_program_has_no_runtime_thread_and_a_big_one_gets_them() {
     e.args(["-c", script]);
     let ebbtide = run(e, Malloc::Ebbtide, &dir, "small", LIMIT);
     same_as_glibc("python3 counting its tasks", &glibc, &ebbtide);
-    assert_eq!(ebbtide.stdout_str().trim(), "1", "a small program got threads");
+    assert_eq!(
+        ebbtide.stdout_str().trim(),
+        "1",
+        "a small program got threads"
+    );
 
     // Past the threshold (16 MiB by default) the runtime starts: its reclaim thread exists.
     let big = "import os, time\nb = [bytearray(1 << 20) for _ in range(40)]\n\
@@ -67,7 +73,8 @@ fn a_small_program_has_no_runtime_thread_and_a_big_one_gets_them() {
     );
     // runtime_start_bytes=0: at load, however small the program.
     let mut e = command("/usr/bin/python3");
-    e.args(["-c", script]).env("EBBTIDE_RUNTIME_START_BYTES", "0");
+    e.args(["-c", script])
+        .env("EBBTIDE_RUNTIME_START_BYTES", "0");
     let r = run(e, Malloc::Ebbtide, &dir, "eager", LIMIT);
     assert!(
         r.stdout_str().trim().parse::<u32>().unwrap_or(0) > 1,
@@ -78,17 +85,29 @@ fn a_small_program_has_no_runtime_thread_and_a_big_one_gets_them() {
 
 #[test]
 fn unshare_user_and_setpriv_work_under_the_preload() {
-    for (path, pkg) in [("/usr/bin/unshare", "util-linux"), ("/usr/bin/setpriv", "util-linux")] {
+    for (path, pkg) in [
+        ("/usr/bin/unshare", "util-linux"),
+        ("/usr/bin/setpriv", "util-linux"),
+    ] {
         if !installed(path, pkg) {
             return;
         }
     }
     let dir = scratch("trust-unshare");
     let cases: &[(&str, &[&str])] = &[
-        ("/usr/bin/unshare", &["--user", "--map-root-user", "/usr/bin/id", "-u"]),
+        (
+            "/usr/bin/unshare",
+            &["--user", "--map-root-user", "/usr/bin/id", "-u"],
+        ),
         (
             "/usr/bin/setpriv",
-            &["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/echo", "hi"],
+            &[
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/bin/echo",
+                "hi",
+            ],
         ),
     ];
     for (i, (prog, args)) in cases.iter().enumerate() {
@@ -171,8 +190,7 @@ fn fork_from_a_signal_handler_during_fork_does_not_hang() {
 
 #[test]
 fn a_thread_cancelled_in_the_allocator_is_cancelled_at_its_own_point() {
-    let Some((exe, dir)) = build("cancel.c", &["-fno-builtin", "-Wno-free-nonheap-object"])
-    else {
+    let Some((exe, dir)) = build("cancel.c", &["-fno-builtin", "-Wno-free-nonheap-object"]) else {
         return;
     };
     let glibc = run(command(&exe), Malloc::Glibc, &dir, "cancel", LIMIT);
@@ -194,7 +212,12 @@ fn a_thread_cancelled_in_the_allocator_is_cancelled_at_its_own_point() {
 fn double_free_program() -> Option<(PathBuf, PathBuf)> {
     build(
         "double_free.c",
-        &["-O0", "-fno-builtin", "-Wno-free-nonheap-object", "-Wno-use-after-free"],
+        &[
+            "-O0",
+            "-fno-builtin",
+            "-Wno-free-nonheap-object",
+            "-Wno-use-after-free",
+        ],
     )
 }
 
@@ -213,10 +236,22 @@ fn double_frees_above_the_classes_are_named_and_not_applied() {
         return;
     };
     for (mode, want) in [
-        ("large", "double free: the large (page-run) block is already free; not applied"),
-        ("huge", "double free: the huge (own mapping) block is already free; not applied"),
-        ("interior", "pointer is inside a large block but not at its start; not applied"),
-        ("small", "double free: the item is already free; not applied"),
+        (
+            "large",
+            "double free: the large (page-run) block is already free; not applied",
+        ),
+        (
+            "huge",
+            "double free: the huge (own mapping) block is already free; not applied",
+        ),
+        (
+            "interior",
+            "pointer is inside a large block but not at its start; not applied",
+        ),
+        (
+            "small",
+            "double free: the item is already free; not applied",
+        ),
     ] {
         let mut c = command(&exe);
         c.arg(mode);
@@ -229,8 +264,17 @@ fn double_frees_above_the_classes_are_named_and_not_applied() {
             r.stdout_str(),
             r.stderr_tail(10)
         );
-        assert!(r.stderr.contains(want), "{mode}: no {want:?} in:\n{}", r.stderr);
-        assert_eq!(r.stderr.lines().count(), 1, "{mode}: one message:\n{}", r.stderr);
+        assert!(
+            r.stderr.contains(want),
+            "{mode}: no {want:?} in:\n{}",
+            r.stderr
+        );
+        assert_eq!(
+            r.stderr.lines().count(),
+            1,
+            "{mode}: one message:\n{}",
+            r.stderr
+        );
     }
 }
 
@@ -262,7 +306,11 @@ fn abort_on_error_ends_the_process_with_sigabrt_after_the_message() {
                 !r.stdout_str().contains("survived"),
                 "{mode}: went on after the misuse"
             );
-            assert!(r.stderr.contains("ebbtide: free("), "{mode}: no message:\n{}", r.stderr);
+            assert!(
+                r.stderr.contains("ebbtide: free("),
+                "{mode}: no message:\n{}",
+                r.stderr
+            );
         }
     }
 }
