@@ -54,34 +54,6 @@ thread_local! {
     static TOOK: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Sleeps while `STATE` holds `seen` (may return early: the caller looks again).
-fn wait(seen: u32) {
-    // SAFETY: FUTEX_WAIT_PRIVATE on a static, aligned u32; no timeout. A raw system call:
-    // not a cancellation point, and nothing of libc's state is touched.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            STATE.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            seen,
-            core::ptr::null::<libc::timespec>(),
-        );
-    }
-}
-
-/// Wakes every thread sleeping on `STATE`.
-fn wake_all() {
-    // SAFETY: FUTEX_WAKE_PRIVATE on a static, aligned u32.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            STATE.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            i32::MAX,
-        );
-    }
-}
-
 /// Proof of being inside the gate; leaving when dropped.
 pub struct Inside(());
 
@@ -98,7 +70,7 @@ pub fn enter() -> Inside {
         let mut s = STATE.load(Ordering::Relaxed);
         loop {
             if s & CLOSED != 0 && !FORKING.with(|f| f.get()) {
-                wait(s);
+                crate::os::futex_wait_for(&STATE, s, None);
                 s = STATE.load(Ordering::Relaxed);
                 continue;
             }
@@ -121,7 +93,7 @@ fn leave() {
     let prev = STATE.fetch_sub(1, Ordering::Release);
     if prev & CLOSED != 0 {
         // A fork waits for the count to drop (rare: only while one is pending).
-        wake_all();
+        crate::os::futex_wake(&STATE, i32::MAX);
     }
 }
 
@@ -228,7 +200,7 @@ pub fn prepare() {
     // inside: it cannot wait for itself.
     let allowed = if DEPTH.with(|d| d.get()) > 0 { 1 } else { 0 };
     while s & !CLOSED > allowed {
-        wait(s);
+        crate::os::futex_wait_for(&STATE, s, None);
         // Acquire: as above.
         s = STATE.load(Ordering::Acquire);
     }
@@ -238,7 +210,7 @@ fn open() {
     FORKING.with(|f| f.set(false));
     // Release: pairs with the Acquire of `enter`.
     STATE.fetch_and(!CLOSED, Ordering::Release);
-    wake_all();
+    crate::os::futex_wake(&STATE, i32::MAX);
 }
 
 /// After `fork`, in the parent: opens the gate and lets the stdio list lock go.

@@ -214,7 +214,7 @@ fn post(addr: usize, len: usize) -> bool {
     // handshake with the sleeping helper (see `helper_main`).
     POSTED.store(p + 1, Ordering::SeqCst);
     if SLEEPING.swap(0, Ordering::SeqCst) == 1 {
-        os::futex_wake(&SLEEPING);
+        os::futex_wake(&SLEEPING, 1);
     }
     true
 }
