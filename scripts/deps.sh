@@ -88,3 +88,14 @@ if ! command -v cargo >/dev/null && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
   echo "deps: cargo not found: this project needs the Rust toolchain (rustup stable, $(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml) or later)" >&2
   exit 1
 fi
+# clippy checks the workspace's lints (Cargo.toml [workspace.lints]: SAFETY comments, `# Safety`
+# docs) in scripts/test.sh; rustup installs it where the toolchain came from rustup.
+if ! cargo clippy --version >/dev/null 2>&1; then
+  if command -v rustup >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/rustup" ]; then
+    echo "deps: installing clippy (rustup component add clippy)"
+    PATH="$HOME/.cargo/bin:$PATH" rustup component add clippy ||
+      echo "deps: could not install clippy: the lint stage of scripts/test.sh will not run" >&2
+  else
+    echo "deps: clippy not found and no rustup to install it: the lint stage will not run" >&2
+  fi
+fi

@@ -5,6 +5,7 @@
 # 2. Every stage, each run even when an earlier one failed, each reported:
 #    * cargo test --workspace (Rust unit and integration tests, the C API tests, the root-only
 #      cgroup/swap/PSI tests);
+#    * the lints (cargo clippy with the workspace's [workspace.lints]);
 #    * the README's main command resolves (its argument parsing, not the experiment);
 #    * the loom model of the per-CPU cache protocol.
 # 3. The summary, last line: `N passed, N failed` (`, N skipped` when tests skipped), counting
@@ -61,6 +62,19 @@ stage() {
 }
 
 stage "cargo test --workspace" cargo test --workspace --no-fail-fast
+# The workspace's lints (Cargo.toml [workspace.lints]): every unsafe block has a SAFETY comment,
+# every unsafe fn its `# Safety` doc. Clippy's default set is not this stage's business (-A).
+if cargo clippy --version >/dev/null 2>&1; then
+  stage "lints (cargo clippy: SAFETY comments, # Safety docs)" \
+    cargo clippy --workspace --all-targets -q -- -A clippy::all
+elif [ -n "${CI:-}" ]; then
+  failed=$((failed + 1))
+  report+=("FAILED  lints: clippy is not installed (rustup component add clippy)")
+else
+  # A skip: counted as one passed test that the skip count takes back below.
+  passed=$((passed + 1))
+  echo "lints (cargo clippy): clippy is not installed (rustup component add clippy)" >>"$EBBTIDE_TEST_SKIPS"
+fi
 stage "the README's main command resolves" \
   cargo run -q -p ebbtide-cli -- lab blkback --help
 if [ -f crates/ebbtide-core/tests/loom_pcpu.rs ]; then

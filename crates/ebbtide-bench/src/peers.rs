@@ -179,7 +179,8 @@ pub struct EbbtideC {
 
 // SAFETY: a zone may be used from any thread (the C API's contract, as `Zone: Send + Sync`).
 unsafe impl Send for EbbtideC {}
-// SAFETY: as above.
+// SAFETY: the C API's functions may be called on a zone from several threads at once (the same
+// contract as `Zone: Sync`); the function pointers are immutable.
 unsafe impl Sync for EbbtideC {}
 
 impl EbbtideC {

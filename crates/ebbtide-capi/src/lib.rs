@@ -490,7 +490,7 @@ unsafe extern "C" fn zone_alloc_guarded(zone: *mut EbbZone) -> *mut c_void {
                     AllocError::OutOfMemory(_) | AllocError::LimitReached { .. } => libc::ENOMEM,
                     AllocError::InitFailed | AllocError::CtorFailed => libc::ECANCELED,
                 };
-                // SAFETY: as above.
+                // SAFETY: the caller's guarantee that `zone` is a live handle, checked non-null above.
                 let z = unsafe { borrow_zone(zone) };
                 fail(errno, format!("{F}: zone '{}': {e}", z.name()));
                 ptr::null_mut()
@@ -1161,9 +1161,12 @@ mod tests {
         let _serial = INVALID_FREES_TESTS
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the names are NUL-terminated string literals; the flags are the header's.
         let plain = unsafe { ebb_zone_create(c"handle-plain".as_ptr(), 48, 0, 0) };
+        // SAFETY: as for `plain`: a literal C string and a flag of the header.
         let checked =
             unsafe { ebb_zone_create(c"handle-checked".as_ptr(), 48, 0, EBB_ZONE_CHECKED) };
+        // SAFETY: as for `plain`: a literal C string and a flag of the header.
         let zeroed = unsafe { ebb_zone_create(c"handle-zero".as_ptr(), 48, 0, EBB_ZONE_ZERO) };
         assert!(!plain.is_null() && !checked.is_null() && !zeroed.is_null());
         // SAFETY: a live zone.

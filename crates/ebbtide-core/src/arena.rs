@@ -143,7 +143,8 @@ pub(crate) struct MapEntry {
 // SAFETY: `map` points to a mapping owned by the arena for the life of the process; it is only
 // accessed through atomics.
 unsafe impl Send for Arena {}
-// SAFETY: as above; all mutable state is atomics or behind the mutex.
+// SAFETY: shared use is sound: all mutable state is atomics or behind the arena's mutex, and
+// `map` stays mapped for the life of the process.
 unsafe impl Sync for Arena {}
 
 static ARENA: OnceLock<Result<Arena, OsError>> = OnceLock::new();
@@ -553,8 +554,11 @@ mod tests {
     fn the_base_and_length_bound_the_arena_and_find_the_map() {
         let a = get().unwrap();
         assert_eq!(a.map as usize, a.base, "the map is the arena's first chunk");
-        // SAFETY (every call below): the arena's base and length, or (0, 0) for "no arena".
-        let entry = |b: usize, l: usize, x: usize| unsafe { map_entry_in(b, l, x) };
+        let entry = |b: usize, l: usize, x: usize| {
+            // SAFETY: every caller below passes the arena's base and length, or (0, 0) for "no
+            // arena"; `map_entry_in` only reads the map inside those bounds.
+            unsafe { map_entry_in(b, l, x) }
+        };
         assert!(entry(a.base, a.len, a.base - 1).is_none(), "below the base");
         assert!(entry(a.base, a.len, a.base + a.len).is_none(), "the end");
         assert!(entry(a.base, a.len, usize::MAX).is_none());

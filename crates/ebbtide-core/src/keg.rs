@@ -222,7 +222,8 @@ pub(crate) struct Keg {
 
 // SAFETY: all mutable state is behind the mutex; `geo`, `tag` and `arena` are immutable.
 unsafe impl Sync for Keg {}
-// SAFETY: as above.
+// SAFETY: moving a Keg to another thread moves no thread-bound state: its mutable state is
+// behind the mutex, `geo`, `tag` and `arena` are immutable values.
 unsafe impl Send for Keg {}
 
 /// Distinct page colours of slab 0 (see [`colour_of`]): 128 pages. A second-level TLB of
@@ -711,7 +712,7 @@ impl Keg {
                 g.lazy_reused_bytes += self.geo.slab_size as u64;
                 reused += self.geo.slab_size;
                 gauges[0] += self.geo.slab_size;
-                // SAFETY: as above.
+                // SAFETY: `s` is a valid meta of this keg (taken off the lazy list above); lock held.
                 gauges[if unsafe { (*s).advised } { 1 } else { 2 }] += self.geo.slab_size;
                 s
             } else {
@@ -1058,7 +1059,7 @@ impl Keg {
         } else {
             if addr & !(CHUNK_SIZE - 1) != w.our_chunk {
                 if !self.owns(addr) {
-                    // SAFETY: as above.
+                    // SAFETY: the cursor's slab and word (if any) are valid metas of this keg; lock held.
                     unsafe { cur.sync(g) };
                     invalid(p, InvalidKind::NotInZone);
                     return;
@@ -1069,7 +1070,8 @@ impl Keg {
             }
             match self.locate_owned(addr) {
                 Ok(l) => {
-                    // SAFETY: as above; `l.slab` is a valid meta of this keg.
+                    // SAFETY: the cursor's slab and word (if any) are valid; `l.slab` is a valid meta of this
+                    // keg (`locate_owned` found it); lock held.
                     unsafe {
                         cur.sync(g);
                         cur.load(
@@ -1081,7 +1083,7 @@ impl Keg {
                     (l.slab, l.index)
                 }
                 Err(k) => {
-                    // SAFETY: as above.
+                    // SAFETY: the cursor's slab and word (if any) are valid metas of this keg; lock held.
                     unsafe { cur.sync(g) };
                     invalid(p, k);
                     return;
@@ -1290,7 +1292,8 @@ impl Keg {
                     }
                     continue;
                 }
-                // SAFETY: as above; on no list until its pages are gone (`give_back_deferred`).
+                // SAFETY: `s` is a valid meta of this keg, entirely free and on no list; lock held. It stays
+                // on no list until its pages are gone (`give_back_deferred`).
                 unsafe { (*s).state = SlabState::Clean };
                 g.ninflight += 1;
                 g.backed_slabs -= 1;
@@ -1493,7 +1496,8 @@ impl Keg {
             {
                 break;
             }
-            // SAFETY: as above. Off every list and `Clean` until its pages are gone
+            // SAFETY: `s` is the lazy list's oldest slab, a valid meta of this keg; lock held. Off
+            // every list and `Clean` until its pages are gone
             // (`give_back_deferred`, with the lock dropped): nothing allocates from it meanwhile.
             unsafe {
                 self.lazy_remove(&mut g, s);

@@ -764,7 +764,8 @@ pub(crate) struct Pcpu {
 // SAFETY: the stacks are only touched through the protocols above (rseq sections, header locks,
 // stop + fence); `base` is owned by the Pcpu.
 unsafe impl Send for Pcpu {}
-// SAFETY: as above.
+// SAFETY: shared use is sound: the stacks are only touched through the protocols above (rseq
+// sections, header locks, stop + fence) and the immutable fields are plain values.
 unsafe impl Sync for Pcpu {}
 
 /// A spin lock on a header's `lock` word. Holders are short (no system call except the drainer's
@@ -1564,7 +1565,8 @@ impl Drop for BareStacks {
 // SAFETY: as for Pcpu: the stacks are only touched through the rseq sections.
 #[cfg(not(loom))]
 unsafe impl Sync for BareStacks {}
-// SAFETY: as above.
+// SAFETY: the stacks hold raw item pointers owned by the caller, not by a thread; the mapping
+// is the BareStacks' own.
 #[cfg(not(loom))]
 unsafe impl Send for BareStacks {}
 

@@ -228,7 +228,8 @@ fn run_case(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
                     continue;
                 }
                 let p = NonNull::new(a as *mut u8).unwrap();
-                // SAFETY: see above.
+                // SAFETY: `a` was an item of this zone, already freed; the zone promises (checked or
+                // NOBUCKET, tested above) to refuse it without touching memory it does not own.
                 let r = unsafe { zone.free(p) };
                 if cfg.checked {
                     prop_assert_eq!(r.map_err(|e| e.kind), Err(InvalidKind::DoubleFree));

@@ -178,7 +178,7 @@ fn publish_missing_constants() {
         // SAFETY: a published zone, never destroyed.
         if !z.is_null() && unsafe { Zone::tag_raw(z) } >> 1 == i as u64 && slot.get_any().is_none()
         {
-            // SAFETY: as above.
+            // SAFETY: `z` is a published zone (non-null, checked just above), never destroyed.
             if let Some(f) = unsafe { Zone::fast_consts_raw(z) } {
                 slot.publish(f);
             }
@@ -241,8 +241,8 @@ fn zone(c: usize) -> Get {
             let raw = zone.into_raw();
             // SAFETY: a zone just created, never destroyed.
             let tag = unsafe { Zone::tag_raw(raw) };
-            // SAFETY: as above. None for a careful zone (checked mode): its entries stay empty
-            // and every call goes the zone's way.
+            // SAFETY: `raw` is a zone just created, never destroyed. None for a careful zone
+            // (checked mode): its entries stay empty and every call goes the zone's way.
             let consts = unsafe { Zone::fast_consts_raw(raw) };
             let i = (tag >> 1) as usize;
             if i < TAGS {

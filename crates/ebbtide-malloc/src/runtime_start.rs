@@ -102,7 +102,8 @@ fn start_if_due() {
     let e = ebbtide_core::os::errno();
     ebbtide::start_threads();
     ebbtide_core::os::set_errno(e);
-    // SAFETY: as above; the previous state back.
+    // SAFETY: pthread_setcancelstate with a state it returned above; a null out-pointer is
+    // allowed. The previous state back on this thread.
     unsafe { pthread_setcancelstate(old, core::ptr::null_mut()) };
 }
 

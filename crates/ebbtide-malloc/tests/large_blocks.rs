@@ -71,7 +71,7 @@ fn resident(p: *mut u8, len: usize) -> usize {
 fn faults() -> i64 {
     // SAFETY: getrusage writes the struct we pass.
     let mut u: libc::rusage = unsafe { core::mem::zeroed() };
-    // SAFETY: as above.
+    // SAFETY: `&mut u` is valid for writes of one `rusage`.
     assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) }, 0);
     u.ru_minflt
 }

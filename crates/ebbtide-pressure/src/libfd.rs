@@ -67,7 +67,8 @@ fn identity(fd: RawFd) -> io::Result<Identity> {
     // SAFETY: `st` is plain old data (all-zero is valid) and fstat writes only into it; a
     // number that is not open only makes fstat fail with EBADF.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: see above; `&mut st` is valid for writes of one `stat`.
+    // SAFETY: `&mut st` is valid for writes of one `stat`; a number that is not open only makes
+    // fstat fail with EBADF.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }

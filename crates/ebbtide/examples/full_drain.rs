@@ -20,11 +20,13 @@ fn main() {
     let z = Zone::new(ZoneOptions::new("full-drain", size)).unwrap();
     for _ in 0..n {
         let p = z.alloc().unwrap().as_ptr();
+        // SAFETY: `p` is a fresh item of `z`, `size` bytes long and writable.
         unsafe { p.write_bytes(0x5a, size) };
         v.push(p);
     }
     let peak = rss();
     for p in v.drain(..) {
+        // SAFETY: `p` is a non-null item of `z`, allocated above and freed once here.
         unsafe { z.free(std::ptr::NonNull::new_unchecked(p)).unwrap() };
     }
     let back = ebbtide::reclaim::reclaim_all(Request::DrainCpu);

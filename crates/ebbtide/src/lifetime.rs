@@ -78,7 +78,7 @@ fn thread_count() -> Option<u64> {
     // SAFETY: `st` is plain old data (all-zero is valid); stat writes only into it and reads a
     // NUL-terminated path literal.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    // SAFETY: see above.
+    // SAFETY: the path is a NUL-terminated literal and `&mut st` is valid for writes of one `stat`.
     if unsafe { libc::stat(c"/proc/self/task".as_ptr(), &mut st) } != 0 {
         return None;
     }

@@ -186,7 +186,9 @@ fn forked_child_does_not_serve_the_parents_socket() {
 
     // A child that exits normally (running atexit handlers) leaves the parent's socket alone,
     // and a child may start its own.
-    // SAFETY: as above.
+    // SAFETY: the child calls only functions that are safe after fork in a glibc process (the
+    // control module's start, exit): the one lock it takes that a parent thread could hold, the
+    // control module's state lock, is not held by the parent while it forks here.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
@@ -198,7 +200,7 @@ fn forked_child_does_not_serve_the_parents_socket() {
         // A normal exit: atexit handlers run in the child.
         std::process::exit(code);
     }
-    // SAFETY: as above.
+    // SAFETY: waiting for our own child; `status` is valid for writing.
     let r = unsafe { libc::waitpid(pid, &mut status, 0) };
     assert_eq!(r, pid);
     assert_eq!(

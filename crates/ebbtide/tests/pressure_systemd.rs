@@ -30,13 +30,9 @@ fn fake_env(watch: &Path) -> impl Fn(&str) -> Option<OsString> {
 
 fn mkfifo(p: &Path) {
     let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-    // SAFETY: `c` is a valid C string.
-    assert_eq!(
-        unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
-        0,
-        "mkfifo {}",
-        p.display()
-    );
+    // SAFETY: `c` is a valid NUL-terminated C string that outlives the call.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(rc, 0, "mkfifo {}", p.display());
 }
 
 fn open_raw(p: &Path, flags: i32) -> OwnedFd {
@@ -82,11 +78,9 @@ fn fifo_write_first_then_event() {
 
     // The manager signals pressure by writing into the FIFO.
     let writer = open_raw(&fifo, libc::O_WRONLY | libc::O_NONBLOCK);
-    // SAFETY: valid 1-byte buffer.
-    assert_eq!(
-        unsafe { libc::write(writer.as_raw_fd(), b"x".as_ptr().cast(), 1) },
-        1
-    );
+    // SAFETY: a live 1-byte buffer and an open descriptor owned by `writer`.
+    let n = unsafe { libc::write(writer.as_raw_fd(), b"x".as_ptr().cast(), 1) };
+    assert_eq!(n, 1);
     let t = Instant::now();
     let ev = w.wait(Some(Duration::from_secs(5))).unwrap();
     assert!(t.elapsed() < Duration::from_secs(1), "prompt");
@@ -257,11 +251,9 @@ fn fifo_without_write_variable_one_event_per_manager_write() {
         events_for(&mut w, Duration::from_millis(200)).is_empty(),
         "no event before the manager writes"
     );
-    // SAFETY: writes one byte from a live buffer to our own fd.
-    assert_eq!(
-        unsafe { libc::write(manager.as_raw_fd(), b"x".as_ptr().cast(), 1) },
-        1
-    );
+    // SAFETY: writes one byte from a live buffer to an open descriptor owned by `manager`.
+    let n = unsafe { libc::write(manager.as_raw_fd(), b"x".as_ptr().cast(), 1) };
+    assert_eq!(n, 1);
     let ev = events_for(&mut w, Duration::from_millis(300));
     assert_eq!(ev.len(), 1, "one event for the one byte: {ev:?}");
     assert_eq!(ev[0].kind, SourceKind::Systemd);

@@ -569,15 +569,17 @@ mod tests {
             .unwrap()
             .into_raw();
         // SAFETY: a live zone, never destroyed in this test.
-        assert!(unsafe { Zone::fast_consts_raw(careful) }.is_none());
+        let consts = unsafe { Zone::fast_consts_raw(careful) };
+        assert!(consts.is_none());
         let plain = Zone::new(ZoneOptions::new("consts-plain", 64))
             .unwrap()
             .into_raw();
-        // SAFETY: as above.
+        // SAFETY: `plain` is a live zone, never destroyed in this test.
         let f = unsafe { Zone::fast_consts_raw(plain) }.expect("a plain zone has constants");
-        // SAFETY: as above. The first allocation of a fresh zone misses (empty stack): the slow
-        // path fills the stack, then the constants' fast path serves.
+        // SAFETY: `plain` is a live zone. The first allocation of a fresh zone misses (empty
+        // stack): the slow path fills the stack, then the constants' fast path serves.
         let p = unsafe { Zone::alloc_raw(plain) }.unwrap();
+        // SAFETY: `f` are the constants of the live zone `plain`.
         let q = unsafe { f.alloc_fast() };
         assert!(
             !q.is_null(),
@@ -586,11 +588,14 @@ mod tests {
         let o = crate::owner_entry(q as usize);
         assert_eq!(o.tag, f.tag());
         // SAFETY: q is an item of this zone, its chunk's entry read just now; freed once.
-        assert!(unsafe { f.free_fast_owned(NonNull::new(q).unwrap(), o.hint, o.start) });
+        let freed = unsafe { f.free_fast_owned(NonNull::new(q).unwrap(), o.hint, o.start) };
+        assert!(freed);
         // Not an item start: refused, nothing changed.
         // SAFETY: an address inside p's item; the fast path only tests it.
         let inside = unsafe { NonNull::new_unchecked(p.as_ptr().add(8)) };
-        assert!(!unsafe { f.free_fast_owned(inside, o.hint, o.start) });
+        // SAFETY: `inside` is not an item start; the fast path tests it and refuses.
+        let freed = unsafe { f.free_fast_owned(inside, o.hint, o.start) };
+        assert!(!freed);
         // The chunk's metadata, below the first slab (the start word): refused.
         let chunk = q as usize & !(crate::arena::CHUNK_SIZE - 1);
         assert!(
@@ -600,10 +605,9 @@ mod tests {
         for meta in [chunk, chunk + 64, o.start as usize - 64] {
             // SAFETY: an address in q's chunk; the fast path only tests it.
             let m = unsafe { NonNull::new_unchecked(meta as *mut u8) };
-            assert!(
-                !unsafe { f.free_fast_owned(m, o.hint, o.start) },
-                "{meta:#x}"
-            );
+            // SAFETY: `m` lies in the chunk's metadata; the fast path tests it and refuses.
+            let freed = unsafe { f.free_fast_owned(m, o.hint, o.start) };
+            assert!(!freed, "{meta:#x}");
         }
         // SAFETY: p is an item of this zone, freed once.
         unsafe { Zone::free_raw(plain, p).unwrap() };

@@ -100,7 +100,7 @@ mod tests {
         let c = take().unwrap().as_ptr();
         assert_eq!(c as usize % OBJECT_SLOT, 0, "{c:p}");
         assert_ne!(c, a);
-        // SAFETY: as above.
+        // SAFETY: `a` and `c` were taken from the list above, never written as objects, given once.
         unsafe {
             give(a);
             give(c);

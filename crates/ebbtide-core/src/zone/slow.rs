@@ -121,7 +121,7 @@ impl ZoneInner {
             lock(&self.depot).take()
         };
         if let Some(b) = b {
-            // SAFETY: as above.
+            // SAFETY: a bucket the depot handed over is ours alone: `count` valid items of this zone.
             unsafe {
                 let n = (*b.as_ptr()).count as usize;
                 self.keg.reuse.took(self.keg.geo.item_size);

@@ -66,7 +66,8 @@ pub(crate) fn child_main() -> i32 {
     let mut stamp = 2u8;
     while t1.elapsed() < hold {
         for i in 0..pages {
-            // SAFETY: as above.
+            // SAFETY: `i < pages`, so the byte lies inside the mapping made above, which only this
+            // thread writes.
             unsafe { base.add(i * PAGE).write_volatile(stamp) };
         }
         passes += 1;

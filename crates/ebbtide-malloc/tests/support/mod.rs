@@ -200,7 +200,7 @@ pub fn run(mut cmd: Command, malloc: Malloc, dir: &Path, tag: &str, limit: Durat
     };
     let secs = t0.elapsed().as_secs_f64();
     // Whatever the program left running in its group (daemons it started) goes with it.
-    // SAFETY: as above.
+    // SAFETY: kill(2) of the process group this test created; no memory involved.
     unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
     Run {
         status,
