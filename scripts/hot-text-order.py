@@ -23,7 +23,7 @@ lines before the first Rust name) keep their place at the head of the list.
 usage: scripts/hot-text-order.py [LIB]   (default: cargo build --release -p ebbtide-malloc's)
 needs: root (tracefs uprobes), binutils, cc, python3 (/usr/bin/python3 is traced too).
 Writes the new list over crates/ebbtide-malloc/hot-text.txt; rebuild and check with
-`cargo test --release -p ebbtide-malloc --test hot_text`.
+`cargo test --release -p ebbtide-malloc --test all hot_text::`.
 """
 import os
 import re

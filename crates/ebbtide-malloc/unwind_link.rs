@@ -1,5 +1,5 @@
 //! The unwinder linked into the shared libraries `libebbtide_malloc.so` and `libebbtide.so`
-//! (`crates/ebbtide-capi/build.rs` and `tests/hot_text.rs` include this file by path), instead
+//! (`crates/ebbtide-capi/build.rs` and `tests/all/hot_text.rs` include this file by path), instead
 //! of a dependency on `libgcc_s.so.1`.
 //!
 //! Rust's standard library unwinds with the C compiler's unwinder: its `unwind` crate links
@@ -49,7 +49,7 @@ pub fn archives() -> Option<(PathBuf, PathBuf)> {
 }
 
 /// `libgcc_eh.a` and `libgcc.a` of the C compiler, when it has both. Also what
-/// `tests/hot_text.rs` expects of the build (it includes this file by path).
+/// `tests/all/hot_text.rs` expects of the build (it includes this file by path).
 pub fn compiler_archives() -> Option<(PathBuf, PathBuf)> {
     Some((compiler_file("libgcc_eh.a")?, compiler_file("libgcc.a")?))
 }

@@ -44,7 +44,7 @@
 //! ## Layers
 //! Layer order (bottom first): local, sync, spin, os, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
 //!
-//! Each module names only modules before it in that list (`tests/layers.rs` reads the code and
+//! Each module names only modules before it in that list (`tests/all/layers.rs` reads the code and
 //! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
 //! release ring knows kegs only through its `Releasing` trait; the gates sit below the zones
 //! that read them and above nothing but the OS.

@@ -92,7 +92,7 @@
 //! (docs/benchmarks.md, "The stop in the word") the stop lived in two fields of its own (`cap`
 //! for pushes, `floor` for pops), every section had to load its stop field before `word` (the
 //! other order let a section combine a pre-drain count with a reopened floor and hand out an
-//! item twice: found by `tests/stress.rs` and the loom model), and each section paid one load
+//! item twice: found by `tests/all/stress.rs` and the loom model), and each section paid one load
 //! more.
 //!
 //! # Locked mode

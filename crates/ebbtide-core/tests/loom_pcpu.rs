@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: built only with --cfg loom (the loom stage of scripts/test.sh).
 //! A loom model of the per-CPU stack protocol of `src/pcpu.rs` against a concurrent remote drain
 //! and a concurrent cap change.
 //!

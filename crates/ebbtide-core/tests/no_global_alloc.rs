@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: its counting #[global_allocator] is the whole process's.
 //! No global allocator on the allocator's paths: a counting `#[global_allocator]` counts the
 //! allocations made by threads that armed a thread-local flag. Zones are created unarmed
 //! (creation may allocate); then allocation, free, cross-thread free, every reclaim request

@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: it installs ebbtide as the #[global_allocator] of its process.
 //! A real Rust workload on ebbtide as `#[global_allocator]`: text processing with strings,
 //! vectors, maps and sorting on several threads that hand data to each other, checked against
 //! a computation done before, with every block provably ebbtide's; then the pressure

@@ -22,12 +22,12 @@ use std::time::{Duration, Instant};
 const EFFECTS: &[(&str, &str, &str)] = &[
     (
         "abort_on_error",
-        "crates/ebbtide-malloc/tests/trust.rs",
+        "crates/ebbtide-malloc/tests/all/trust.rs",
         "abort_on_error_ends_the_process_with_sigabrt_after_the_message",
     ),
     (
         "runtime_start_bytes",
-        "crates/ebbtide-malloc/tests/trust.rs",
+        "crates/ebbtide-malloc/tests/all/trust.rs",
         "a_small_program_has_no_runtime_thread_and_a_big_one_gets_them",
     ),
     (

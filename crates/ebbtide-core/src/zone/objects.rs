@@ -83,8 +83,8 @@ mod tests {
     use super::*;
 
     /// Slots are aligned and distinct, also after one went back on the list (that a slot given
-    /// back is taken again is `tests/zone_objects.rs`'s, in a process of its own: here other
-    /// tests' zones take from the same list).
+    /// back is taken again is `tests/all/zone_objects.rs`'s, alone in its turn of the test
+    /// binary: here other tests' zones take from the same list).
     #[test]
     fn slots_are_aligned_and_distinct() {
         let a = take().unwrap().as_ptr();

@@ -1,5 +1,5 @@
 #!/bin/sh
-# A git session for the malloc test (crates/ebbtide-malloc/tests/real_programs.rs), run in an
+# A git session for the malloc test (crates/ebbtide-malloc/tests/all/real_programs.rs), run in an
 # empty directory given as $1. Every git below (and this shell) runs under the caller's malloc;
 # identities, dates and configuration are fixed, so the transcript is the same under any malloc.
 set -eu

@@ -1,5 +1,5 @@
 #!/bin/sh
-# jq for the malloc test (crates/ebbtide-malloc/tests/real_programs.rs), run in an empty
+# jq for the malloc test (crates/ebbtide-malloc/tests/all/real_programs.rs), run in an empty
 # directory given as $1 under the caller's malloc: jq's values are reference-counted malloc
 # blocks (objects, arrays, strings grown by realloc), and its regular expressions are
 # Oniguruma's. Deterministic output: counts and checksums only.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Everyday tools for the malloc test (crates/ebbtide-malloc/tests/real_programs.rs), run in an
+# Everyday tools for the malloc test (crates/ebbtide-malloc/tests/all/real_programs.rs), run in an
 # empty directory given as $1 under the caller's malloc: awk generating text, a parallel sort
 # with a large buffer, multi-threaded xz (blocks of megabytes on several threads), gzip.
 # Deterministic output: checksums only.

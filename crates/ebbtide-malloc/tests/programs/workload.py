@@ -1,4 +1,4 @@
-# A Python workload for the malloc test (crates/ebbtide-malloc/tests/real_programs.rs): run with
+# A Python workload for the malloc test (crates/ebbtide-malloc/tests/all/real_programs.rs): run with
 # PYTHONMALLOC=malloc, every object below is a malloc/realloc/free of the allocator under test.
 # Deterministic: the same lines under every allocator.
 import collections, gc, hashlib, json, pickle, random, re, sys, threading, queue, zlib

@@ -1,5 +1,5 @@
 //! Running unmodified programs under glibc's malloc and under `libebbtide_malloc.so`
-//! (`LD_PRELOAD`), for `tests/real_programs.rs`.
+//! (`LD_PRELOAD`), for `tests/all/real_programs.rs`.
 //!
 //! * [`lib`] builds the library once per test process (a nested `cargo build -p ebbtide-malloc
 //!   --profile test` into this test's own target directory: [`nested_build`], which the C API

@@ -300,6 +300,7 @@ fn stress(mix: &[u64]) {
 /// run concurrently.
 #[test]
 fn cross_thread_frees_under_concurrent_trim_drain_periodic() {
+    let _turn = crate::serial::turn(module_path!());
     stress(&[1, 2, 3]);
 }
 
@@ -311,5 +312,6 @@ fn cross_thread_frees_under_concurrent_trim_drain_periodic() {
 /// and then the reopened floor. `STRESS_ONLY=0` runs DrainCpu alone.
 #[test]
 fn cross_thread_frees_under_concurrent_drain_cpu() {
+    let _turn = crate::serial::turn(module_path!());
     stress(&[0, 1, 2, 3]);
 }

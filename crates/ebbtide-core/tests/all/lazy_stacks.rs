@@ -6,14 +6,14 @@
 //! 4 KiB × CPUs per size class of a malloc. (Its own test binary: the affinity is per thread,
 //! but the passes are process-wide.)
 
-#[path = "../../ebbtide/tests/support/skip.rs"]
+#[path = "../../../ebbtide/tests/support/skip.rs"]
 mod skip;
 use ebbtide_core::reclaim::{self, Request};
 use ebbtide_core::{Zone, ZoneOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::ptr::NonNull;
 
-#[path = "support/pin.rs"]
+#[path = "../support/pin.rs"]
 mod pin;
 use pin::pin;
 
@@ -32,6 +32,7 @@ fn written(addr: usize) -> bool {
 
 #[test]
 fn only_the_cpus_that_use_a_zone_write_its_stacks() {
+    let _turn = crate::serial::turn(module_path!());
     let n = ebbtide_core::os::cpu_count();
     if n < 2 {
         skip::skip(

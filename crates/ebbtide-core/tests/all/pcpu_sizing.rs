@@ -10,7 +10,7 @@ use ebbtide_core::reclaim::{self, Request};
 use ebbtide_core::{sizing, Zone, ZoneOptions};
 use std::ptr::NonNull;
 
-#[path = "support/pin.rs"]
+#[path = "../support/pin.rs"]
 mod pin;
 use pin::pin_last_cpu;
 
@@ -49,6 +49,7 @@ fn held_and_capacity(zones: &[&Zone], cpu: usize) -> (u64, u64) {
 
 #[test]
 fn capacity_follows_misses_within_the_budget() {
+    let _turn = crate::serial::turn(module_path!());
     let cpu = pin_last_cpu();
     let t0 = 1_000_000_000_000u64;
     set_fake_clock(Some(t0));

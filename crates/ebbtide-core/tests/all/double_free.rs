@@ -5,11 +5,12 @@
 
 use ebbtide_core::{InvalidKind, Zone, ZoneOptions};
 
-#[path = "support/pin.rs"]
+#[path = "../support/pin.rs"]
 mod pin;
 
 #[test]
 fn free_p_free_p_is_refused_and_p_is_handed_out_once() {
+    let _turn = crate::serial::turn(module_path!());
     // "The top of this CPU's stack" must stay one stack between the two frees (a migration in
     // between is the case the cheap check does not cover).
     pin::pin_here();
@@ -51,6 +52,7 @@ fn free_p_free_p_is_refused_and_p_is_handed_out_once() {
 
 #[test]
 fn the_raw_entry_points_refuse_it_too() {
+    let _turn = crate::serial::turn(module_path!());
     // "The top of this CPU's stack" must stay one stack between the two frees (a migration in
     // between is the case the cheap check does not cover).
     pin::pin_here();

@@ -8,16 +8,17 @@
 use ebbtide_core::{sizing, Zone, ZoneOptions};
 use std::ptr::NonNull;
 
-#[path = "support/pin.rs"]
+#[path = "../support/pin.rs"]
 mod pin;
 use pin::pin_last_cpu;
 
-#[path = "support/items.rs"]
+#[path = "../support/items.rs"]
 mod items;
 use items::{alloc_n, free_all};
 
 #[test]
 fn one_underflow_then_only_frees_grows_one_bucket() {
+    let _turn = crate::serial::turn(module_path!());
     let cpu = pin_last_cpu();
     let size = 4096u64; // bucket 2: floor 4 slots
     sizing::set_budget(1024 * size);

@@ -17,6 +17,7 @@ impl Drop for Counted<'_> {
 
 #[test]
 fn drop_runs_the_destructor_once_and_frees_the_item() {
+    let _turn = crate::serial::turn(module_path!());
     let drops = Cell::new(0);
     let z = TypedZone::<Counted>::new("typed-drop").unwrap();
     assert!(z.zone().item_size() >= std::mem::size_of::<Counted>());
@@ -48,6 +49,7 @@ fn drop_runs_the_destructor_once_and_frees_the_item() {
 
 #[test]
 fn into_inner_moves_out_without_dropping() {
+    let _turn = crate::serial::turn(module_path!());
     let drops = Cell::new(0);
     let z = TypedZone::<Counted>::new("typed-into").unwrap();
     let b = z
@@ -67,6 +69,7 @@ fn into_inner_moves_out_without_dropping() {
 
 #[test]
 fn leak_keeps_the_item_in_use() {
+    let _turn = crate::serial::turn(module_path!());
     let z = TypedZone::<u32>::new("typed-leak").unwrap();
     let r: &mut u32 = ZBox::leak(z.alloc(5).unwrap());
     *r += 1;
@@ -76,6 +79,7 @@ fn leak_keeps_the_item_in_use() {
 
 #[test]
 fn zero_sized_and_odd_types() {
+    let _turn = crate::serial::turn(module_path!());
     let z = TypedZone::<()>::new("typed-zst").unwrap();
     let a = z.alloc(()).unwrap();
     let b = z.alloc(()).unwrap();
@@ -105,6 +109,7 @@ fn zero_sized_and_odd_types() {
 
 #[test]
 fn failed_alloc_hands_the_value_back() {
+    let _turn = crate::serial::turn(module_path!());
     let drops = Cell::new(0);
     let z = TypedZone::<Counted>::from_options(
         ebbtide_core::ZoneOptions::new("typed-limit", 0).max_items(1, LimitMode::Fail),
@@ -129,6 +134,7 @@ fn failed_alloc_hands_the_value_back() {
 
 #[test]
 fn boxes_move_between_threads() {
+    let _turn = crate::serial::turn(module_path!());
     let z = TypedZone::<Arc<AtomicUsize>>::new("typed-send").unwrap();
     let counter = Arc::new(AtomicUsize::new(0));
     let boxes: Vec<_> = (0..100)
@@ -154,6 +160,7 @@ fn boxes_move_between_threads() {
 
 #[test]
 fn auto_traits() {
+    let _turn = crate::serial::turn(module_path!());
     fn send_sync<T: Send + Sync>() {}
     send_sync::<TypedZone<std::rc::Rc<u8>>>(); // the zone owns no T
     send_sync::<ZBox<'static, u64>>();

@@ -42,6 +42,7 @@ fn kept(z: &Zone) -> (usize, usize) {
 
 #[test]
 fn caches_keep_what_is_taken_again_and_the_floor_of_what_is_not() {
+    let _turn = crate::serial::turn(module_path!());
     // Lazy freeing off: slabs beyond a cap go back before the free returns (no timing here).
     reclaim::configure_lazy(false, 0, 1000);
     let fixed = zone("reuse-fixed", false);

@@ -4,11 +4,12 @@
 
 use ebbtide_core::{bucket_size_for, ConfigError, CreateError, Zone, ZoneOptions, BUCKET_MAX};
 
-#[path = "support/pin.rs"]
+#[path = "../support/pin.rs"]
 mod pin;
 
 #[test]
 fn bucket_items_sets_the_bucket_and_the_stack_floor() {
+    let _turn = crate::serial::turn(module_path!());
     let cpu = pin::pin_last_cpu();
     let z = Zone::new(ZoneOptions::new("bucket-30", 256).bucket_items(30)).unwrap();
     let s = z.snapshot();
@@ -30,6 +31,7 @@ fn bucket_items_sets_the_bucket_and_the_stack_floor() {
 
 #[test]
 fn a_bucket_above_the_largest_is_refused_by_name() {
+    let _turn = crate::serial::turn(module_path!());
     match Zone::new(ZoneOptions::new("bucket-big", 64).bucket_items(BUCKET_MAX + 1)) {
         Err(CreateError::Config(e @ ConfigError::BadBucket { items, max })) => {
             assert_eq!((items, max), (BUCKET_MAX + 1, BUCKET_MAX));

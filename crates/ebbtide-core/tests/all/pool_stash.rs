@@ -53,6 +53,7 @@ fn check(pool: &PagePool) -> ebbtide_core::zone::ZoneCheck {
 
 #[test]
 fn a_lazy_shrink_stashes_its_pages_and_the_next_round_takes_them_back() {
+    let _turn = crate::serial::turn(module_path!());
     let ps = ps();
     // Lazy freeing on, a settle delay no step below reaches by itself, no decay.
     reclaim::configure_lazy(true, 600_000, 600_000);

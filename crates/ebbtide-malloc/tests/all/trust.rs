@@ -15,6 +15,7 @@
 //!   are named as such, not as foreign pointers, and nothing is applied;
 //! * `abort_on_error=1` makes each of them end the process with SIGABRT after the message.
 
+#[path = "../support/mod.rs"]
 mod support;
 
 use std::os::unix::process::ExitStatusExt;
@@ -39,6 +40,7 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 #[test]
 fn a_small_program_has_no_runtime_thread_and_a_big_one_gets_them() {
+    let _turn = crate::serial::turn(module_path!());
     if !installed("/usr/bin/python3", "python3") {
         return;
     }
@@ -85,6 +87,7 @@ fn a_small_program_has_no_runtime_thread_and_a_big_one_gets_them() {
 
 #[test]
 fn unshare_user_and_setpriv_work_under_the_preload() {
+    let _turn = crate::serial::turn(module_path!());
     for (path, pkg) in [
         ("/usr/bin/unshare", "util-linux"),
         ("/usr/bin/setpriv", "util-linux"),
@@ -124,6 +127,7 @@ fn unshare_user_and_setpriv_work_under_the_preload() {
 
 #[test]
 fn set_id_with_the_runtime_threads_running() {
+    let _turn = crate::serial::turn(module_path!());
     let Some((exe, dir)) = build("setid_threads.c", &[]) else {
         return;
     };
@@ -152,6 +156,7 @@ fn set_id_with_the_runtime_threads_running() {
 
 #[test]
 fn fork_with_threads_in_stdio_does_not_hang() {
+    let _turn = crate::serial::turn(module_path!());
     let Some((exe, dir)) = build("fork_stdio.c", &[]) else {
         return;
     };
@@ -172,6 +177,7 @@ fn fork_with_threads_in_stdio_does_not_hang() {
 
 #[test]
 fn fork_from_a_signal_handler_during_fork_does_not_hang() {
+    let _turn = crate::serial::turn(module_path!());
     let Some((exe, dir)) = build("fork_signal.c", &[]) else {
         return;
     };
@@ -190,6 +196,7 @@ fn fork_from_a_signal_handler_during_fork_does_not_hang() {
 
 #[test]
 fn a_thread_cancelled_in_the_allocator_is_cancelled_at_its_own_point() {
+    let _turn = crate::serial::turn(module_path!());
     let Some((exe, dir)) = build("cancel.c", &["-fno-builtin", "-Wno-free-nonheap-object"]) else {
         return;
     };
@@ -232,6 +239,7 @@ fn checked_for_small(c: &mut std::process::Command, mode: &str) {
 
 #[test]
 fn double_frees_above_the_classes_are_named_and_not_applied() {
+    let _turn = crate::serial::turn(module_path!());
     let Some((exe, dir)) = double_free_program() else {
         return;
     };
@@ -280,6 +288,7 @@ fn double_frees_above_the_classes_are_named_and_not_applied() {
 
 #[test]
 fn abort_on_error_ends_the_process_with_sigabrt_after_the_message() {
+    let _turn = crate::serial::turn(module_path!());
     let Some((exe, dir)) = double_free_program() else {
         return;
     };

@@ -38,9 +38,10 @@
 //! A missing program skips its test with a message naming the Debian package (and fails under
 //! `CI`, where `.ci/run` installs them).
 
+#[path = "../support/mod.rs"]
 mod support;
 
-#[path = "support/resp.rs"]
+#[path = "../support/resp.rs"]
 mod resp;
 
 use std::path::Path;
@@ -123,6 +124,7 @@ fn both(name: &str, limit: Duration, make: impl Fn(&Path) -> Command) -> (Run, R
 
 #[test]
 fn python_workload() {
+    let _turn = crate::serial::turn(module_path!());
     if !installed(PYTHON, "python3") {
         return;
     }
@@ -326,16 +328,19 @@ fn cpython_suite(name: &str, modules: &[&str], per_module: u64) {
 
 #[test]
 fn cpython_test_suite() {
+    let _turn = crate::serial::turn(module_path!());
     cpython_suite("cpython", CPYTHON_MODULES, 240);
 }
 
 #[test]
 fn cpython_test_suite_signals() {
+    let _turn = crate::serial::turn(module_path!());
     cpython_suite("cpython-signals", CPYTHON_FAILING_MODULES, 120);
 }
 
 #[test]
 fn sqlite3_bulk_load_and_queries() {
+    let _turn = crate::serial::turn(module_path!());
     if !installed("/usr/bin/sqlite3", "sqlite3") {
         return;
     }
@@ -353,6 +358,7 @@ fn sqlite3_bulk_load_and_queries() {
 
 #[test]
 fn git_session() {
+    let _turn = crate::serial::turn(module_path!());
     if !installed("/usr/bin/git", "git") {
         return;
     }
@@ -369,6 +375,7 @@ fn git_session() {
 
 #[test]
 fn everyday_tools() {
+    let _turn = crate::serial::turn(module_path!());
     if !installed("/usr/bin/xz", "xz-utils") || !installed("/usr/bin/gzip", "gzip") {
         return;
     }
@@ -383,6 +390,7 @@ fn everyday_tools() {
 
 #[test]
 fn node_workload() {
+    let _turn = crate::serial::turn(module_path!());
     if !installed("/usr/bin/node", "nodejs") {
         return;
     }
@@ -400,6 +408,7 @@ fn node_workload() {
 
 #[test]
 fn jq_filters() {
+    let _turn = crate::serial::turn(module_path!());
     if !installed("/usr/bin/jq", "jq") {
         return;
     }
@@ -417,6 +426,7 @@ fn jq_filters() {
 
 #[test]
 fn perl_workload() {
+    let _turn = crate::serial::turn(module_path!());
     if !installed("/usr/bin/perl", "perl") {
         return;
     }
@@ -431,6 +441,7 @@ fn perl_workload() {
 
 #[test]
 fn cpp_standard_library() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = scratch("cpp-build");
     let Some(exe) = compile(&program("stdlib.cpp"), &dir, &[]) else {
         return;
@@ -450,6 +461,7 @@ fn cpp_standard_library() {
 /// Reduced from CPython's `test_threading` hang under the malloc.
 #[test]
 fn pthread_exit_from_main_ends_the_process() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = scratch("pthread-exit-build");
     let Some(exe) = compile(&program("pthread_exit.c"), &dir, &[]) else {
         return;
@@ -470,6 +482,7 @@ fn pthread_exit_from_main_ends_the_process() {
 /// not open (as daemons do) must go on running.
 #[test]
 fn program_closing_all_descriptors_keeps_running() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = scratch("close-all-build");
     let Some(exe) = compile(&program("close_all_fds.c"), &dir, &[]) else {
         return;
@@ -497,6 +510,7 @@ fn program_closing_all_descriptors_keeps_running() {
 /// gets 0, and it finds no descriptor above 2 it did not inherit.
 #[test]
 fn descriptors_at_start_are_the_programs() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = scratch("fds-build");
     let Some(exe) = compile(&program("fds_at_start.c"), &dir, &[]) else {
         return;
@@ -517,6 +531,7 @@ fn descriptors_at_start_are_the_programs() {
 /// (sigpending, sigtimedwait, signalfd), instead of reaching a thread of the malloc.
 #[test]
 fn blocked_signals_stay_pending() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = scratch("signals-build");
     let Some(exe) = compile(&program("blocked_signals.c"), &dir, &[]) else {
         return;
@@ -533,6 +548,7 @@ fn blocked_signals_stay_pending() {
 /// Reduced from CPython's `test_subprocess` failures under the malloc.
 #[test]
 fn forked_child_closing_all_descriptors_still_execs() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = scratch("fork-close-build");
     let Some(exe) = compile(&program("fork_close_exec.c"), &dir, &[]) else {
         return;
@@ -868,6 +884,7 @@ fn redis_scenario(malloc: Malloc) -> String {
 
 #[test]
 fn redis_server_under_benchmark_keeps_its_data() {
+    let _turn = crate::serial::turn(module_path!());
     if !installed("/usr/bin/redis-server", "redis-server")
         || !installed("/usr/bin/redis-benchmark", "redis-tools")
         || !installed("/usr/bin/redis-cli", "redis-tools")
@@ -963,6 +980,7 @@ fn assert_bound_to_ebbtide(
 
 #[test]
 fn symbols_bind_to_ebbtide() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = scratch("bindings");
     let lib_path = lib().to_str().unwrap().to_string();
 

@@ -5,11 +5,12 @@
 
 use ebbtide_core::{Zone, ZoneOptions};
 
-#[path = "support/pin.rs"]
+#[path = "../support/pin.rs"]
 mod pin;
 
 #[test]
 fn a_fresh_zone_hands_out_ascending_addresses() {
+    let _turn = crate::serial::turn(module_path!());
     pin::pin_last_cpu();
     for size in [16usize, 64, 256, 1024] {
         let z = Zone::new(ZoneOptions::new("ascending", size)).unwrap();

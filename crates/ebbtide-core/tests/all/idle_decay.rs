@@ -9,7 +9,7 @@ use ebbtide_core::{Zone, ZoneOptions};
 
 const S: u64 = 1_000_000_000;
 
-#[path = "support/items.rs"]
+#[path = "../support/items.rs"]
 mod items;
 use items::{alloc_n, free_all};
 
@@ -19,6 +19,7 @@ fn depot(z: &Zone) -> u64 {
 
 #[test]
 fn freed_data_leaves_at_the_first_pass_without_demand() {
+    let _turn = crate::serial::turn(module_path!());
     let z = Zone::new(ZoneOptions::new("idle-decay-delete", 64)).unwrap();
     let mut now = S;
     // A burst (from the slabs: the depot is empty), a pass, then its delete.
@@ -41,6 +42,7 @@ fn freed_data_leaves_at_the_first_pass_without_demand() {
 
 #[test]
 fn burst_and_delete_in_one_period_leave_at_the_second_pass() {
+    let _turn = crate::serial::turn(module_path!());
     let z = Zone::new(ZoneOptions::new("idle-decay-burst", 64)).unwrap();
     let mut now = S;
     z.periodic(now);
@@ -60,6 +62,7 @@ fn burst_and_delete_in_one_period_leave_at_the_second_pass() {
 
 #[test]
 fn a_zone_in_steady_use_keeps_its_working_set_then_decays() {
+    let _turn = crate::serial::turn(module_path!());
     let z = Zone::new(ZoneOptions::new("idle-decay-steady", 64)).unwrap();
     let mut now = S;
     let batch = 50_000;

@@ -339,6 +339,7 @@ proptest! {
 
     #[test]
     fn zone_matches_shadow_model(cfg in config(), ops in prop::collection::vec(op(), 1..160)) {
+        let _turn = crate::serial::turn(module_path!());
         let _g = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
         run_case(cfg, &ops)?;
     }
@@ -349,6 +350,7 @@ proptest! {
 /// reach.
 #[test]
 fn long_deterministic_sequence() {
+    let _turn = crate::serial::turn(module_path!());
     let _g = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut ops = Vec::new();
     for round in 0..40usize {

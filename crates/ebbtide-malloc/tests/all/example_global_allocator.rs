@@ -16,6 +16,7 @@ fn figures(line: &str) -> Vec<f64> {
 
 #[test]
 fn the_example_reports_in_use_within_mapped_and_gives_memory_back() {
+    let _turn = crate::serial::turn(module_path!());
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     // The example in this test's profile, so no second profile gets built.
     let profile: &[&str] = if cfg!(debug_assertions) {

@@ -4,6 +4,7 @@
 //! blocks as under glibc; so does one started under the limit; and a small program's `VmSize`
 //! is what it uses, not the allocator's reservations.
 
+#[path = "../support/mod.rs"]
 mod support;
 
 use std::os::unix::process::CommandExt;
@@ -100,10 +101,12 @@ fn check(when: &str) {
 
 #[test]
 fn a_limit_lowered_after_start_is_honoured_as_under_glibc() {
+    let _turn = crate::serial::turn(module_path!());
     check("after");
 }
 
 #[test]
 fn a_limit_set_before_start_is_honoured_as_under_glibc() {
+    let _turn = crate::serial::turn(module_path!());
     check("before");
 }

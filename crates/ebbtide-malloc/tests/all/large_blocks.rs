@@ -92,6 +92,7 @@ fn holds(p: *mut u8, n: usize, v: u8) -> bool {
 
 #[test]
 fn memory_freed_as_one_size_serves_others_without_faults() {
+    let _turn = crate::serial::turn(module_path!());
     let _s = alone();
     // SAFETY: every block is used within its size and freed once.
     unsafe {
@@ -138,6 +139,7 @@ fn memory_freed_as_one_size_serves_others_without_faults() {
 
 #[test]
 fn cached_runs_go_back_on_trim_squeeze_and_idle() {
+    let _turn = crate::serial::turn(module_path!());
     let _s = alone();
     // SAFETY: every block is used within its size and freed once.
     unsafe {
@@ -209,6 +211,7 @@ fn cached_runs_go_back_on_trim_squeeze_and_idle() {
 
 #[test]
 fn a_pressure_trim_keeps_only_what_was_reused() {
+    let _turn = crate::serial::turn(module_path!());
     let _s = alone();
     // SAFETY: every block is used within its size and freed once.
     unsafe {
@@ -267,6 +270,7 @@ fn a_pressure_trim_keeps_only_what_was_reused() {
 
 #[test]
 fn realloc_keeps_contents_in_place_and_moved() {
+    let _turn = crate::serial::turn(module_path!());
     let _s = alone();
     // SAFETY: every block is used within its size and freed once.
     unsafe {

@@ -8,6 +8,7 @@ use ebbtide_core::{Zone, ZoneOptions};
 
 #[test]
 fn squeeze_window_follows_the_fake_clock() {
+    let _turn = crate::serial::turn(module_path!());
     let t0 = 1_000_000_000_000u64;
     set_fake_clock(Some(t0));
     let z = Zone::new(ZoneOptions::new("squeeze-clock", 128)).unwrap();

@@ -30,6 +30,7 @@ fn excess_slabs(z: &Zone) -> i64 {
 
 #[test]
 fn the_excess_over_the_cap_waits_10_ms_without_pressure_and_not_with_it() {
+    let _turn = crate::serial::turn(module_path!());
     let z = Zone::new(
         ZoneOptions::new("excess-delay", ITEM)
             .depot_max_items(4)

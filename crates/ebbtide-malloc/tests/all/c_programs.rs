@@ -16,6 +16,7 @@
 //! * `dlopen` of a library that allocates in its constructor and hands its blocks to the
 //!   program (and takes the program's), then `dlclose`.
 
+#[path = "../support/mod.rs"]
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -115,6 +116,7 @@ fn program(src: &str, cxx: bool, linked: bool) -> PathBuf {
 
 #[test]
 fn c_api_preloaded_linked_and_locked() {
+    let _turn = crate::serial::turn(module_path!());
     let plain = program("api.c", false, false);
     let o = run(&plain, &[], &[], true);
     assert!(
@@ -146,6 +148,7 @@ fn c_api_preloaded_linked_and_locked() {
 
 #[test]
 fn bad_pointers_are_reported_not_applied() {
+    let _turn = crate::serial::turn(module_path!());
     let plain = program("api.c", false, false);
     let o = run(&plain, &["bad"], &[], true);
     assert!(o.status.success(), "{}", show(&o));
@@ -164,6 +167,7 @@ fn bad_pointers_are_reported_not_applied() {
 
 #[test]
 fn double_free_caught_in_checked_mode() {
+    let _turn = crate::serial::turn(module_path!());
     let d = scratch("df");
     let src = d.join("df.c");
     std::fs::write(
@@ -206,6 +210,7 @@ int main(void) {
 
 #[test]
 fn cxx_operators_preloaded_and_linked() {
+    let _turn = crate::serial::turn(module_path!());
     let plain = program("cxx.cpp", true, false);
     let o = run(&plain, &[], &[], true);
     assert!(
@@ -224,6 +229,7 @@ fn cxx_operators_preloaded_and_linked() {
 
 #[test]
 fn stress_threads_forks_and_drains() {
+    let _turn = crate::serial::turn(module_path!());
     let bin = program("stress.c", false, false);
     let o = run(&bin, &[], &[], true);
     assert!(o.status.success(), "{}", show(&o));
@@ -232,6 +238,7 @@ fn stress_threads_forks_and_drains() {
 
 #[test]
 fn forked_child_restarts_the_runtime() {
+    let _turn = crate::serial::turn(module_path!());
     let d = scratch("fork");
     let src = d.join("fork.c");
     // The parent's reclaim thread exists before the fork; the child, after its first slow
@@ -301,6 +308,7 @@ int main(void) {
 
 #[test]
 fn dlopen_of_a_library_that_allocates() {
+    let _turn = crate::serial::turn(module_path!());
     let d = scratch("dlopen");
     let lib_src = d.join("plug.c");
     std::fs::write(
@@ -378,6 +386,7 @@ int main(int argc, char **argv) {
 
 #[test]
 fn runtime_threads_do_not_keep_a_process_alive() {
+    let _turn = crate::serial::turn(module_path!());
     // main() ends with pthread_exit while a worker runs: the process must end when the worker
     // does (the C library's last-thread exit), not live on in the runtime's threads.
     let d = scratch("lastthread");

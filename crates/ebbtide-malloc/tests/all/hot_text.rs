@@ -26,14 +26,15 @@
 //! optimisation runs other, uninlined helpers. `readelf` and `nm` are binutils', which the link
 //! itself needs.
 
+#[path = "../support/mod.rs"]
 mod support;
 
 // The build script's own test of the machine's glibc (what decides the flag), not a copy of it.
 #[allow(dead_code)]
-#[path = "../relr_link.rs"]
+#[path = "../../relr_link.rs"]
 mod relr_link;
 #[allow(dead_code)]
-#[path = "../unwind_link.rs"]
+#[path = "../../unwind_link.rs"]
 mod unwind_link;
 
 use std::path::{Path, PathBuf};
@@ -91,6 +92,7 @@ fn symbols(lib: &Path) -> Vec<(u64, String)> {
 
 #[test]
 fn entry_points_plt_and_rseq_handlers_are_in_the_hot_section() {
+    let _turn = crate::serial::turn(module_path!());
     let lib = lib();
     let sections = sections(lib);
     let section = |name: &str| sections.iter().find(|s| s.0 == name);
@@ -157,6 +159,7 @@ fn entry_points_plt_and_rseq_handlers_are_in_the_hot_section() {
 
 #[test]
 fn the_list_names_functions_of_the_build() {
+    let _turn = crate::serial::turn(module_path!());
     let lib = lib();
     let list = std::fs::read_to_string(support::root().join("crates/ebbtide-malloc/hot-text.txt"))
         .unwrap();
@@ -250,6 +253,7 @@ fn text_of_sleep(after: Duration) -> Option<(u64, u64)> {
 #[test]
 #[ignore = "known regression, open: fails in the workspace run after the start path grew (passes alone in release); the hot-text list to be made robust with the core's consolidation"]
 fn a_preloaded_program_keeps_less_than_half_of_the_text_resident() {
+    let _turn = crate::serial::turn(module_path!());
     // Start-up (the runtime's thread, its pressure sources) is over well within a second.
     let Some((rss, size)) = text_of_sleep(Duration::from_millis(1000)) else {
         return;
@@ -272,6 +276,7 @@ fn a_preloaded_program_keeps_less_than_half_of_the_text_resident() {
 #[test]
 #[ignore = "known regression, open: 256 kB (4 windows) resident after the address space on demand and the lazy runtime added start-up functions; the list reordered by scripts/hot-text-order.py did not bring it back to 3 windows"]
 fn a_short_program_keeps_the_first_windows_of_the_text() {
+    let _turn = crate::serial::turn(module_path!());
     let Some((rss, _)) = text_of_sleep(Duration::from_millis(350)) else {
         return;
     };
@@ -286,6 +291,7 @@ fn a_short_program_keeps_the_first_windows_of_the_text() {
 
 #[test]
 fn relative_relocations_are_packed_where_the_loader_reads_them() {
+    let _turn = crate::serial::turn(module_path!());
     if std::env::var_os("EBBTIDE_RELR").is_some() {
         support::skip::skip(
             "relative_relocations_are_packed_where_the_loader_reads_them",
@@ -335,6 +341,7 @@ fn loads(lib: &Path) -> Vec<(String, u64, u64, u64)> {
 
 #[test]
 fn the_hot_text_starts_a_64_kib_window() {
+    let _turn = crate::serial::turn(module_path!());
     const WINDOW: u64 = 64 * 1024;
     let lib = lib();
     let loads = loads(lib);
@@ -378,6 +385,7 @@ fn the_hot_text_starts_a_64_kib_window() {
 
 #[test]
 fn the_unwinder_is_the_librarys_own() {
+    let _turn = crate::serial::turn(module_path!());
     if std::env::var_os("EBBTIDE_STATIC_UNWIND").is_some() {
         support::skip::skip(
             "the_unwinder_is_the_librarys_own",

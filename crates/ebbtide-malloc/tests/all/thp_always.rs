@@ -10,6 +10,7 @@
 //! and on a panic anywhere in between. Not root, or a kernel without THP, it skips saying so.
 //! A missing peer library skips too (and fails under `CI`, where `.ci/run` installs them).
 
+#[path = "../support/mod.rs"]
 mod support;
 
 use std::path::Path;
@@ -94,6 +95,7 @@ fn median(mut v: Vec<u64>) -> f64 {
 
 #[test]
 fn peak_rss_of_small_programs_within_the_peers_on_thp_always_and_madvise() {
+    let _turn = crate::serial::turn(module_path!());
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("SKIPPED: switching {THP} needs root");
@@ -184,6 +186,7 @@ fn peak_rss_of_small_programs_within_the_peers_on_thp_always_and_madvise() {
 
 #[test]
 fn the_mode_is_the_bracketed_word() {
+    let _turn = crate::serial::turn(module_path!());
     assert_eq!(current_mode("always [madvise] never\n"), Some("madvise"));
     assert_eq!(current_mode("[always] madvise never"), Some("always"));
     assert_eq!(current_mode("always madvise never"), None);

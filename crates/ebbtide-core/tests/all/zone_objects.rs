@@ -1,12 +1,14 @@
 //! Zone objects four to a page (`zone/objects.rs`): zones created one after another share the
 //! pages of their objects, and zones created and destroyed over and over reuse the slots, so
 //! the metadata the process keeps does not grow with the churn. One test: it reads the
-//! process-wide metadata figure, which other tests' zones would move.
+//! process-wide metadata figure, which other tests' zones would move (no other module's test
+//! runs beside it: `serial.rs`).
 
 use ebbtide_core::{Zone, ZoneOptions};
 
 #[test]
 fn zone_objects_share_pages_and_their_slots_are_reused() {
+    let _turn = crate::serial::turn(module_path!());
     let ps = ebbtide_core::os::page_size();
     let make = |i: usize| {
         let name = format!("objects-{i}");

@@ -64,6 +64,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
     #[test]
     fn blocks_keep_their_contents(ops in proptest::collection::vec(op(), 1..120)) {
+        let _turn = crate::serial::turn(module_path!());
         let mut live: BTreeMap<usize, Block> = BTreeMap::new();
         let mut seed = 0u8;
         for o in ops {

@@ -9,16 +9,17 @@ use ebbtide_core::reclaim;
 use ebbtide_core::{sizing, Zone, ZoneOptions};
 use std::ptr::NonNull;
 
-#[path = "support/pin.rs"]
+#[path = "../support/pin.rs"]
 mod pin;
 use pin::pin_last_cpu;
 
-#[path = "support/items.rs"]
+#[path = "../support/items.rs"]
 mod items;
 use items::{alloc_n, free_all};
 
 #[test]
 fn frees_that_find_the_stack_full_grow_it_at_once_within_the_room() {
+    let _turn = crate::serial::turn(module_path!());
     let cpu = pin_last_cpu();
     let size = 4096u64; // bucket 2: floor 4 slots
     let budget = 64 * size;

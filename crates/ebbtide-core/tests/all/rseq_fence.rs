@@ -8,7 +8,7 @@
 //! is stopped; a drainer stops a CPU, fences it, and then checks the counter no longer moves.
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
-#[path = "../../ebbtide/tests/support/skip.rs"]
+#[path = "../../../ebbtide/tests/support/skip.rs"]
 mod skip;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -200,6 +200,7 @@ fn run(fault_inside: bool) {
 
 #[test]
 fn membarrier_flag_cpu_fences_rseq_sections() {
+    let _turn = crate::serial::turn(module_path!());
     run(false);
 }
 
@@ -207,5 +208,6 @@ fn membarrier_flag_cpu_fences_rseq_sections() {
 /// bucket memory that reclaim may have given back, so they can fault mid-section).
 #[test]
 fn membarrier_fences_sections_that_fault() {
+    let _turn = crate::serial::turn(module_path!());
     run(true);
 }

@@ -3,16 +3,18 @@
 //! `crate::…` paths outside comments and test modules). A module that reaches up fails here,
 //! with the offending line.
 
-#[path = "support/layers.rs"]
+#[path = "../support/layers.rs"]
 mod layers;
 
 #[test]
 fn modules_only_reach_down() {
+    let _turn = crate::serial::turn(module_path!());
     layers::check(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
 }
 
 #[test]
 fn the_checker_reads_past_test_items() {
+    let _turn = crate::serial::turn(module_path!());
     let src = "use crate::a;\n\
                #[cfg(test)]\n\
                mod tests {\n\

@@ -1,0 +1,25 @@
+//! The integration tests of this crate, one binary (one link of the crate and its
+//! dependencies instead of one per file). Each module is a former test file; its tests run
+//! concurrently among themselves but never beside another module's (`serial`), as when
+//! each file was a binary of its own. Files that need a process of their own stay outside
+//! (their first line says why).
+
+mod ascending;
+mod bucket_option;
+mod double_free;
+mod excess_delay;
+mod grow_at_miss;
+mod grow_per_alternation;
+mod idle_decay;
+mod layers;
+mod lazy_stacks;
+mod pcpu_sizing;
+mod pool_stash;
+mod reuse_caps;
+mod rseq_fence;
+mod serial;
+mod squeeze_clock;
+mod stress;
+mod typed_zone;
+mod zone_model;
+mod zone_objects;
