@@ -88,13 +88,14 @@ if out[:4] != b'\x7fELF':
     sys.exit('the payload of %s is not an ELF kernel' % sys.argv[1])
 open(sys.argv[2], 'wb').write(out)
 PY
-  # The initramfs: busybox, the modules for 9p, virtio disks and overlayfs in load order, init.
+  # The initramfs: busybox, the modules for 9p, virtio disks, overlayfs and ext4 (a file system
+  # that can hold swap files, for `ebbtide lab malloc --vm` on the swap disk) in load order, init.
   ir="$tmp/initramfs"
   mkdir -p "$ir/bin" "$ir/dev" "$ir/proc" "$ir/sys" "$ir/lower" "$ir/rw" "$ir/newroot" "$ir/mods"
   cp /bin/busybox "$ir/bin/busybox"
   for c in $("$ir/bin/busybox" --list); do [ -e "$ir/bin/$c" ] || ln -s busybox "$ir/bin/$c"; done
   : > "$ir/mods/order"
-  for m in virtio_pci virtio_blk 9pnet_virtio 9p overlay; do
+  for m in virtio_pci virtio_blk 9pnet_virtio 9p overlay ext4; do
     modprobe -d "$tmp/k" -S "$kver" --show-depends "$m" | awk '$1 == "insmod" {print $2}' |
       while read -r ko; do
         b=$(basename "$ko")

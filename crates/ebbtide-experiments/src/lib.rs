@@ -485,6 +485,7 @@ pub(crate) fn loadavg() -> String {
 /// Usage of the lab command line (shared by `ebbtide-lab` and `ebbtide lab`).
 pub const USAGE: &str = "\
 usage: ebbtide lab <blkback|uma|idle|malloc|all> [--quick | --smoke | --full] [--out DIR] [--runs N]
+       ebbtide lab malloc --vm [--thp always|madvise|both] [--quick | --smoke | --full] [--out DIR]
 
   blkback  seeds 000/001: page pools of many block devices vs a guest in a memory-limited
            cgroup with a swap file; before/after the squeeze, squeeze durations 1/10/100 ms,
@@ -504,6 +505,10 @@ usage: ebbtide lab <blkback|uma|idle|malloc|all> [--quick | --smoke | --full] [-
   --full   the measurements of docs/experiments.md (default)
   --out    output folder (default: lab-out/<experiment>)
   --runs   repetitions where an experiment repeats runs
+  --vm     (malloc only) run it in a guest with Debian's stock kernel under qemu: cgroup v2
+           (memory.max, memory.high), the groups' memory.events and stall time in the tables;
+           one guest per THP mode, results in DIR/thp-always and DIR/thp-madvise
+  --thp    with --vm: the guests' transparent_hugepage mode (default both)
 
        ebbtide lab replot <blkback|uma> DIR   redraw DIR's SVGs from its series-*.json
 
@@ -540,8 +545,21 @@ pub fn cli_main_as(prog: &str, argv: Vec<String>) -> i32 {
     let mut scale = Scale::Full;
     let mut out: Option<PathBuf> = None;
     let mut runs = None;
+    let mut vm = false;
+    let mut thp = None;
     while let Some(a) = args.next() {
         match a.as_str() {
+            "--vm" => vm = true,
+            "--thp" => {
+                let v = args.next().unwrap_or_default();
+                match malloc::vm::Thp::parse_list(&v) {
+                    Some(l) => thp = Some(l),
+                    None => {
+                        eprintln!("{prog}: error: --thp takes always, madvise or both, not {v:?}\n\n{USAGE}");
+                        return 2;
+                    }
+                }
+            }
             "--quick" => scale = Scale::Quick,
             "--smoke" => scale = Scale::Smoke,
             "--full" => scale = Scale::Full,
@@ -578,6 +596,34 @@ pub fn cli_main_as(prog: &str, argv: Vec<String>) -> i32 {
             return 2;
         }
     };
+    if thp.is_some() && !vm {
+        eprintln!("{prog}: error: --thp goes with --vm (it sets the guest's THP mode)\n\n{USAGE}");
+        return 2;
+    }
+    if vm {
+        if list != ["malloc"] {
+            eprintln!(
+                "{prog}: error: --vm runs only the malloc experiment (lab malloc --vm)\n\n{USAGE}"
+            );
+            return 2;
+        }
+        let opts = Opts {
+            out: out.unwrap_or_else(|| PathBuf::from("lab-out/malloc-vm")),
+            scale,
+            runs,
+        };
+        let modes = thp.unwrap_or_else(|| vec![malloc::vm::Thp::Always, malloc::vm::Thp::Madvise]);
+        return match malloc::vm::run_malloc_vm(&opts, &modes) {
+            Ok(dirs) => {
+                dirs.iter().for_each(|d| println!("wrote {}", d.display()));
+                0
+            }
+            Err(err) => {
+                eprintln!("{prog}: error: lab malloc --vm: {err}");
+                1
+            }
+        };
+    }
     let mut failed = false;
     for e in &list {
         let dir = match (&out, list.len()) {
@@ -611,6 +657,18 @@ pub fn cli_main_as(prog: &str, argv: Vec<String>) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--vm` goes with `malloc` only and `--thp` with `--vm`; bad values are named. (None of
+    /// these boots a guest: they fail before.)
+    #[test]
+    fn vm_options_are_checked_before_anything_runs() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(cli_main(a(&["idle", "--vm"])), 2);
+        assert_eq!(cli_main(a(&["all", "--vm"])), 2);
+        assert_eq!(cli_main(a(&["malloc", "--thp", "always"])), 2);
+        assert_eq!(cli_main(a(&["malloc", "--vm", "--thp", "never"])), 2);
+        assert_eq!(cli_main(a(&["malloc", "--vm", "--thp"])), 2);
+    }
 
     #[test]
     fn rng_range_stays_in_bounds() {

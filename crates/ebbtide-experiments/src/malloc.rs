@@ -35,11 +35,12 @@ pub mod neighbour;
 pub mod python;
 pub mod redis;
 pub mod variants;
+pub mod vm;
 
 use crate::{lab_setup, loadavg, out_dir, privileged, write_series, write_text, Opts, Scale};
 use ebbtide_lab::{
-    plot::LinePlot, thousands, Cgroup, CgroupSpec, Error, Progress, Result, Sampler, SamplerConfig,
-    Series, Summary, SwapFile, Table, VariantRecord,
+    plot::LinePlot, thousands, Cgroup, CgroupSpec, CgroupVersion, Error, Progress, Result, Sampler,
+    SamplerConfig, Series, Summary, SwapFile, Table, VariantRecord,
 };
 use metrics::Back;
 use serde_json::{json, Value};
@@ -335,6 +336,12 @@ pub struct RunResult {
     pub neighbour_bytes: u64,
     /// The group's peak usage.
     pub cgroup_peak: Option<u64>,
+    /// cgroup v2 `memory.events` during the run: (`high`, `max`) notifications (`None` on v1,
+    /// which has neither).
+    pub memory_events: Option<(u64, u64)>,
+    /// Time the group's tasks stalled on memory during the run, ms: (`some`, `full`) of its
+    /// `memory.pressure` (`None` where the group has no PSI file).
+    pub stall_ms: Option<(f64, f64)>,
     /// Free-form figures for summary.json.
     pub extra: serde_json::Map<String, Value>,
     /// The time series, t = 0 at the reference mark.
@@ -370,10 +377,15 @@ fn run_one(ctx: &Ctx, program: Program, v: &Variant, mode: Mode) -> Result<RunRe
     let p = ctx.params;
     let tag = format!("{}-{}-{}", program.name(), mode.name(), v.name);
     let limit = p.limit(program);
+    // memory.high (v2; v1 has none and ignores it) half the slack below the limit: a program
+    // that gave its freed memory back leaves the group at the limit less the slack once the
+    // neighbour has ramped up, below it; one that kept it pushes the group over it, and the
+    // kernel counts `high` events and throttles there, as in a container with memory.high.
     let cg = if ctx.root {
         Some(Cgroup::create(
             &CgroupSpec::new(format!("malloc-{tag}"))
                 .memory_max(limit)
+                .memory_high(limit - p.slack / 2)
                 .swap_max(p.swap_allowance),
         )?)
     } else {
@@ -386,6 +398,8 @@ fn run_one(ctx: &Ctx, program: Program, v: &Variant, mode: Mode) -> Result<RunRe
     })?;
     let t0 = Instant::now();
     let oom0 = cg.as_ref().map(|c| c.oom_kills().unwrap_or(0)).unwrap_or(0);
+    let events0 = cg.as_ref().and_then(|c| v2_events(c));
+    let stall0 = cg.as_ref().and_then(|c| stall_us(c));
     let env = v.env(program);
     let mut prog = Running::start(program, cg.as_ref(), &env, p, &ctx.tmp, &tag)?;
     let pid = prog.pid();
@@ -510,6 +524,17 @@ fn run_one(ctx: &Ctx, program: Program, v: &Variant, mode: Mode) -> Result<RunRe
         .map(|c| c.oom_kills().unwrap_or(0).saturating_sub(oom0))
         .unwrap_or(0);
     let cgroup_peak = cg.as_ref().and_then(|c| c.peak().ok().flatten());
+    let memory_events = match (events0, cg.as_ref().and_then(|c| v2_events(c))) {
+        (Some((h0, m0)), Some((h1, m1))) => Some((h1.saturating_sub(h0), m1.saturating_sub(m0))),
+        _ => None,
+    };
+    let stall_ms = match (stall0, cg.as_ref().and_then(|c| stall_us(c))) {
+        (Some((s0, f0)), Some((s1, f1))) => Some((
+            s1.saturating_sub(s0) as f64 / 1000.0,
+            f1.saturating_sub(f0) as f64 / 1000.0,
+        )),
+        _ => None,
+    };
     drop(cg);
     if let Some(t) = &table {
         write_text(&ctx.out, &format!("ebbtide-stat-{tag}.txt"), t)?;
@@ -563,10 +588,27 @@ fn run_one(ctx: &Ctx, program: Program, v: &Variant, mode: Mode) -> Result<RunRe
         neighbour_ramp_s,
         neighbour_bytes,
         cgroup_peak,
+        memory_events,
+        stall_ms,
         extra,
         series,
         ref_ms,
     })
+}
+
+/// The (`high`, `max`) counts of a v2 group's `memory.events`; `None` on v1.
+fn v2_events(c: &Cgroup) -> Option<(u64, u64)> {
+    if c.version() != CgroupVersion::V2 {
+        return None;
+    }
+    let e = c.reader().events().ok()?;
+    Some((*e.get("high")?, *e.get("max")?))
+}
+
+/// The group's total memory stall (`some`, `full`), µs, where it has a PSI file.
+fn stall_us(c: &Cgroup) -> Option<(u64, u64)> {
+    let psi = c.psi().ok().flatten()?;
+    Some((psi.some.total_us, psi.full.total_us))
 }
 
 fn mibs(b: f64) -> String {
@@ -593,6 +635,8 @@ pub fn table(rows: &[&RunResult], mode: Mode) -> String {
             "major faults",
             "OOM kills",
             "killed",
+            "events high/max",
+            "stalled ms some/full",
         ]),
         Mode::Idle => Table::new(&[
             "allocator",
@@ -627,6 +671,10 @@ pub fn table(rows: &[&RunResult], mode: Mode) -> String {
                     r.group_majfaults.map_or("-".into(), thousands),
                     r.oom_kills.to_string(),
                     killed,
+                    r.memory_events
+                        .map_or("-".into(), |(h, m)| format!("{h}/{m}")),
+                    r.stall_ms
+                        .map_or("-".into(), |(s, f)| format!("{s:.0}/{f:.0}")),
                 ])
             }
             Mode::Idle => t.row(&[
@@ -822,6 +870,10 @@ fn record(r: &RunResult, v: &Variant) -> VariantRecord {
         "cgroup_peak_mib",
         r.cgroup_peak.map(|x| ebbtide_round(x as f64 / MIBF)),
     )
+    .with("memory_events_high", r.memory_events.map(|e| e.0))
+    .with("memory_events_max", r.memory_events.map(|e| e.1))
+    .with("stall_some_ms", r.stall_ms.map(|s| ebbtide_round(s.0)))
+    .with("stall_full_ms", r.stall_ms.map(|s| ebbtide_round(s.1)))
     .with(
         "ld_preload",
         v.preload_for(r.program).map(|p| p.display().to_string()),
@@ -1104,6 +1156,8 @@ mod tests {
             neighbour_ramp_s: Some(1.0),
             neighbour_bytes: 0,
             cgroup_peak: None,
+            memory_events: None,
+            stall_ms: None,
             extra: Default::default(),
             series: Series {
                 interval_ms: 100.0,
