@@ -327,6 +327,7 @@ pub mod fault {
                 return false;
             }
             c.set(n - 1);
+            // SeqCst: see `injected_failures`, the reader this counter exists for.
             FAILED.fetch_add(1, Ordering::SeqCst);
             true
         })
