@@ -90,8 +90,11 @@ if ! command -v cargo >/dev/null && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
 fi
 # clippy checks the workspace's lints (Cargo.toml [workspace.lints]: SAFETY comments, `# Safety`
 # docs) in scripts/test.sh; rustup installs it where the toolchain came from rustup.
-if ! cargo clippy --version >/dev/null 2>&1; then
-  if command -v rustup >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/rustup" ]; then
+if ! PATH="$PATH:$HOME/.cargo/bin" cargo clippy --version >/dev/null 2>&1; then
+  if [ "$check_only" = 1 ]; then
+    echo "deps: clippy is not installed (rustup component add clippy)"
+    exit 1
+  elif command -v rustup >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/rustup" ]; then
     echo "deps: installing clippy (rustup component add clippy)"
     PATH="$HOME/.cargo/bin:$PATH" rustup component add clippy ||
       echo "deps: could not install clippy: the lint stage of scripts/test.sh will not run" >&2

@@ -63,10 +63,13 @@ stage() {
 
 stage "cargo test --workspace" cargo test --workspace --no-fail-fast
 # The workspace's lints (Cargo.toml [workspace.lints]): every unsafe block has a SAFETY comment,
-# every unsafe fn its `# Safety` doc. Clippy's default set is not this stage's business (-A).
+# every unsafe fn its `# Safety` doc. Clippy's default set is not this stage's business (-A), so
+# the two are denied again after it: a later flag wins, and `missing_safety_doc` is a member of
+# clippy::all, which `-A clippy::all` alone would silence.
 if cargo clippy --version >/dev/null 2>&1; then
   stage "lints (cargo clippy: SAFETY comments, # Safety docs)" \
-    cargo clippy --workspace --all-targets -q -- -A clippy::all
+    cargo clippy --workspace --all-targets -q -- -A clippy::all \
+    -D clippy::undocumented_unsafe_blocks -D clippy::missing_safety_doc
 elif [ -n "${CI:-}" ]; then
   failed=$((failed + 1))
   report+=("FAILED  lints: clippy is not installed (rustup component add clippy)")

@@ -18,33 +18,28 @@
 //!
 //! **The start word** spares the malloc's `free`, which reads the entry for the tag anyway, the
 //! range test's arithmetic: `p - start` is `p`'s offset from the chunk's first slab, compared
-//! with the slabs' length as one word ([`crate::zone::FastConsts`]), where the offset within the
-//! chunk took a mask, the first slab's offset a load and a shift out of a packed word, and the
-//! compare 32-bit halves (4 instructions fewer with the start word's load; docs/benchmarks.md,
-//! "The start word"). It is
-//! meaningful only with the tag it was read with: the tag names the keg, the start word where
-//! that keg's slabs begin in this chunk.
+//! with the slabs' length as one word ([`crate::zone::FastConsts`]) — no chunk mask, no packed
+//! offset to load and shift (docs/design/free-owner-check.md). It is meaningful only with the
+//! tag it was read with: the tag names the keg, the start word where that keg's slabs begin in
+//! this chunk.
 //!
 //! **The hint** is the one word a `free` needs after the pointer to reach the stack it pushes
 //! onto: the owning zone's per-CPU stacks ([`crate::zone::FastConsts::stacks_hint`]). It sits
 //! beside the tag in the entry, so [`owner_entry`] reads both with the one load that starts at
-//! the pointer; without it the stacks' address came from a second table indexed by the tag, one
-//! more load between the pointer and the store (docs/benchmarks.md, "The chunk's hint"). A
-//! keg's hint is fixed before its first chunk and written before the tag (which is stored with
-//! Release), so a reader that saw the tag with Acquire reads that keg's hint: a later owner's
-//! (or 0) only if the chunk was freed meanwhile, which only the destruction of the owning zone does,
-//! after which a free into it is the caller's error anyway. The C entry points' `free` tests
-//! the owner by the hint alone (`Zone::free_fast_plain`: equal to its zone's stacks' base), so
-//! a given-back chunk's hint is cleared: a zone made later may get the destroyed zone's stacks'
-//! address.
+//! the pointer, and no table indexed by the tag stands between the pointer and the push's store
+//! (docs/design/free-owner-check.md). A keg's hint is fixed before its first chunk and written
+//! before the tag (which is stored with Release), so a reader that saw the tag with Acquire
+//! reads that keg's hint: a later owner's (or 0) only if the chunk was freed meanwhile, which
+//! only the destruction of the owning zone does, after which a free into it is the caller's
+//! error anyway. The C entry points' `free` tests the owner by the hint alone (equal to its
+//! zone's stacks' base), so a given-back chunk's hint is cleared: a zone made later may get the
+//! destroyed zone's stacks' address.
 //!
 //! **The map at the base**: the base and the length alone find an address's entry
 //! ([`map_entry_in`]: `off = addr - base`, outside iff `off >= len`, the entry at
-//! `base + 16 * (off >> CHUNK_SHIFT)`), so a `free` reads two words where the base, the length
-//! and the map's address were three (docs/benchmarks.md, "Loads, not instructions"). A zone's
-//! fast-path constants and the malloc's [`owner_entry`] both keep those two. (One word holding
-//! the base's chunk index and the chunk count was tried: it took three shifts and two moves to
-//! take apart, and ran no faster; docs/benchmarks.md, "The stacks' address as the owner test".)
+//! `base + 32 * (off >> CHUNK_SHIFT)`), so a `free` reads two words, not a third for the map's
+//! address: the C entry points are bound by their loads (docs/design/free-owner-check.md). A
+//! zone's fast-path constants and the malloc's [`owner_entry`] both keep those two.
 //!
 //! The chunk map is what makes a `free` of any pointer safe to check in O(1) without touching the
 //! pointer's memory: an address outside the arena, or in a chunk another keg owns, is rejected

@@ -28,16 +28,14 @@ pub(crate) struct Bucket {
 }
 const HEADER: usize = core::mem::size_of::<Bucket>();
 
-/// UMA's bucket size for an item size (anchors §2), with one change above a page.
+/// UMA's bucket size for an item size, with one change above a page.
 ///
 /// Up to a page the table is UMA's: a bucket holds 8–16 KiB of items. Above a page UMA's bucket
-/// holds one item, so every miss of a per-CPU stack moves a single item through the depot, and a
-/// stack at its bound (a floor of two items) misses again on every other operation: in the
-/// malloc's `live_mixed` case the 16 KiB class missed on 23 % of its operations and the case
-/// took 51–61 ns per replacement. Items above a page up to 16 KiB get buckets of about 16 KiB
-/// of items, at least two (4.6 KiB: 3; 8–16 KiB: 2), as tcmalloc moves at least two objects per
-/// transfer: 37–42 ns (docs/benchmarks.md, "Buckets above a page"). Above 16 KiB a bucket stays
-/// one item, so the floor of a CPU's stack (two buckets) stays two items.
+/// holds one item, so a stack at its floor (two items) would miss on every other operation.
+/// Items above a page up to 16 KiB get buckets of about 16 KiB of items, at least two (4.6 KiB:
+/// 3; 8–16 KiB: 2), as tcmalloc moves at least two objects per transfer
+/// (docs/design/bucket-sizes.md). Above 16 KiB a bucket stays one item, so the floor of a CPU's
+/// stack (two buckets) stays two items.
 pub fn bucket_size_for(item_size: usize) -> u32 {
     match item_size {
         0..=64 => 254,

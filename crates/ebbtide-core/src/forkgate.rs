@@ -194,14 +194,16 @@ pub fn prepare() {
     TOOK.with(|t| t.set(true));
     call(&LIBC.list_lock);
     FORKING.with(|f| f.set(true));
-    // Acquire: pairs with the Release of `leave`.
+    // Acquire: pairs with the Release of `leave`, so what the threads that already left wrote
+    // inside the gate is seen here, before the fork copies memory.
     let mut s = STATE.fetch_or(CLOSED, Ordering::Acquire) | CLOSED;
     // A thread inside the gate (a fork from a hook run by the core) counts as one of those
     // inside: it cannot wait for itself.
     let allowed = if DEPTH.with(|d| d.get()) > 0 { 1 } else { 0 };
     while s & !CLOSED > allowed {
         crate::os::futex_wait_for(&STATE, s, None);
-        // Acquire: as above.
+        // Acquire: pairs with the Release of `leave`: each thread that left while we waited
+        // made what it wrote inside the gate visible before the count we read dropped.
         s = STATE.load(Ordering::Acquire);
     }
 }

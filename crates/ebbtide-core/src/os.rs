@@ -13,7 +13,7 @@
 //! | [`page_size`], [`cpu_count`], [`current_cpu`], [`now_ns`], [`memory_and_swap`] | facts | none |
 //!
 //! **Why `MADV_DONTNEED` and not `munmap` to give memory back.** Both drop the pages at once
-//! (about 75 ms per GiB here, anchors §5) and both lower RSS and the cgroup charge immediately.
+//! (about 75 ms per GiB of touched memory on a 2-vCPU VM) and both lower RSS and the cgroup charge immediately.
 //! `MADV_DONTNEED` keeps the mapping: the address range stays ours, so a slab can be reused without
 //! a new `mmap`, the kernel never has to split a VMA (no `vm.max_map_count` exhaustion after many
 //! partial releases), and our chunk map stays valid, so a stale pointer into a released slab is
@@ -327,6 +327,7 @@ pub mod fault {
                 return false;
             }
             c.set(n - 1);
+            // SeqCst: see `injected_failures`, the reader this counter exists for.
             FAILED.fetch_add(1, Ordering::SeqCst);
             true
         })

@@ -33,27 +33,21 @@
 //! an underflow also grows at once, by one bucket ([`grow_at_miss`]), out of its CPU's *room*:
 //! the part of the budget the last pass left unallocated, taken with one atomic subtraction on
 //! the slow path (tcmalloc grows a class's per-CPU capacity the same way, on the miss, from the
-//! CPU's unallocated capacity). Without it a stack waited for the next pass (up to
-//! `pool_shrink_interval_ms`, 100 ms) however often it missed: the malloc's `live_mixed` case,
-//! whose classes above 1 KiB have floors of 4–16 items, ran most of its timed loop on the
-//! floors. Only overflows grow at once: an allocation that finds the stack empty fetches a
-//! bucket whatever the capacity, so growing there (measured: every allocation of a program
-//! building its live set) only spent the room. And an overflow grows the stack only if an
-//! underflow came between it and the stack's last growth: "an underflow since the last pass"
-//! alone let one early allocation on a consumer's CPU grow its stacks at every overflow until
-//! the first pass, to their storage (the malloc's `prodcons` and `larson`: docs/benchmarks.md,
-//! "One bucket per alternation"). The pass counts the slots misses took as
-//! already given ([`Stack::grown`]), so a miss grows a stack once, not twice, and recomputes the
-//! room (`budget − Σ grant bytes`); before a CPU's first pass the room is the whole budget.
+//! CPU's unallocated capacity), so a stack that misses need not wait for the next pass (up to
+//! `pool_shrink_interval_ms`). Only overflows grow at once: an allocation that finds the stack
+//! empty fetches a bucket whatever the capacity, so growing there only spends the room. And an
+//! overflow grows the stack only if an underflow came between it and the stack's last growth
+//! (one bucket per alternation): a stack that misses one way only (a consumer's CPU) misses
+//! once per bucket whatever its capacity, so growing it would only park the budget there. The
+//! pass counts the slots misses took as already given ([`Stack::grown`]), so a miss grows a
+//! stack once, not twice, and recomputes the room (`budget − Σ grant bytes`); before a CPU's
+//! first pass the room is the whole budget. The measurements: docs/design/pcpu-growth.md.
 //!
-//! **The budget is what demand adds above the floors.** It once counted the floors too
-//! (`Σ (floor + grant) × item size`): in the malloc, whose ~100 size classes each keep UMA's
-//! bucket pair (8–32 KiB of items a class), the floors alone exceeded the 1.5 MiB default, so
-//! no stack there ever grew — neither in the passes nor at misses — and `live_mixed` ran on
-//! floors of 4–16 items for its classes above 1 KiB. Counting grants only (tcmalloc's budget
-//! is its per-CPU capacity, but its classes start near zero, where these start at UMA's pair):
-//! `live_mixed` 30.3 → 27.2 ns in the full suite, `thread_churn`'s peak RSS 6.8 → 7.4 MiB
-//! (docs/benchmarks.md, "Growth at the miss").
+//! **The budget is what demand adds above the floors** (`Σ grant × item size`, not
+//! `Σ (floor + grant) × item size`): in the malloc, whose ~100 size classes each keep UMA's
+//! bucket pair (8–32 KiB of items a class), the floors alone exceed the 1.5 MiB default, so
+//! counting them would leave no room for any stack to grow. tcmalloc's budget is its per-CPU
+//! capacity, but its classes start near zero, where these start at UMA's pair.
 //!
 //! At rest, every CPU's `Σ grant × item size` is within the budget; the floors come on top
 //! (UMA's bucket pair per zone, never cut by the budget); a stack holding more than its new

@@ -34,8 +34,8 @@
 //!
 //! With ebbtide's 2 s period an idle depot is empty 2–4 s after its last allocation; memory a
 //! program freed in one go leaves at the first pass after the frees if no allocation came with
-//! them in that period, else at the second (UMA's decay alone took 16 s and more for a working
-//! set of a tenth of the burst: `docs/experiments.md` §4).
+//! them in that period, else at the second (UMA's decay alone held a tenth of a burst for 14–16 s:
+//! docs/design/idle-decay.md).
 
 /// Periods in a row without demand after which a depot's working set is 0 (kmem reaps what was
 /// unused for one interval; one more period keeps a working set across a short pause).
@@ -271,8 +271,8 @@ mod tests {
         assert_eq!(w.wss, 7, "max(10 * 3/4, 5): the trim is not demand");
     }
 
-    /// The case of `docs/experiments.md` §4 (python, 21 s): the periodic pass falls in the
-    /// middle of the delete. Items freed before the pass sat untouched for the next period,
+    /// The case of docs/design/idle-decay.md (python, back in 21 s): the periodic pass falls
+    /// in the middle of the delete. Items freed before the pass sat untouched for the next period,
     /// those freed after it were touched; the trim of the first must not hold the second.
     #[test]
     fn a_delete_split_by_a_pass_is_gone_at_the_next_pass() {

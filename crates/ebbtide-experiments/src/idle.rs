@@ -1,4 +1,4 @@
-//! `ebbtide-lab idle`: a burst, then idleness (anchors §6).
+//! `ebbtide-lab idle`: a burst, then idleness.
 //!
 //! Each allocator runs in its own child process so RSS is comparable: a small working set is
 //! allocated and kept; a worker thread allocates a burst of 64-byte objects, writes them,

@@ -10,8 +10,8 @@
 //! |-------------------|-----------|---------------------------------------------------------------------|
 //! | [`run_blkback`]   | 000, 001  | page pools of many block devices vs a guest in a limited cgroup     |
 //! | [`run_uma`]       | 002       | caches on/off throughput; caches with/without back pressure at a tight limit |
-//! | [`run_idle`]      | anchors §6| memory after a burst, while idle: ebbtide vs glibc, jemalloc, mimalloc, tcmalloc |
-//! | [`run_malloc`]    | issue 12  | unmodified redis-server and python3 under every malloc in a limited cgroup: deleted data, a neighbour that needs the memory, idle give-back |
+//! | [`run_idle`]      | —         | memory after a burst, while idle: ebbtide vs glibc, jemalloc, mimalloc, tcmalloc |
+//! | [`run_malloc`]    | —         | unmodified redis-server and python3 under every malloc in a limited cgroup: deleted data, a neighbour that needs the memory, idle give-back |
 //!
 //! A binary that calls these functions must call [`child_main_if_requested`] first thing in
 //! `main`: the variants are that binary re-executed.
@@ -49,7 +49,7 @@ pub enum Scale {
     Smoke,
     /// A smaller version, about 1–3 minutes per experiment on a 2-core machine.
     Quick,
-    /// The measurements of `docs/experiments.md`.
+    /// The full sizes, those of the published results.
     Full,
 }
 

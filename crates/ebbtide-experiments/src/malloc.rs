@@ -1,4 +1,4 @@
-//! `ebbtide lab malloc`: why a malloc should listen to memory pressure (issue 12).
+//! `ebbtide lab malloc`: why a malloc should listen to memory pressure.
 //!
 //! Two unmodified programs from Debian — `redis-server` and `python3` (`PYTHONMALLOC=malloc`)
 //! — each under every allocator ([`variants`]: ebbtide's `libebbtide_malloc.so`, glibc,
@@ -26,7 +26,7 @@
 //! only, because other groups on a shared machine swap into the same swap file (seen). For ebbtide, its statistics from the control socket ([`ctl`]): pressure
 //! events per source, bytes released.
 //!
-//! Targets (issue 12): ebbtide's freed memory back within 3 s of the pressure, within 10 s
+//! Targets: ebbtide's freed memory back within 3 s of the pressure, within 10 s
 //! when idle (aim 2 s); no OOM kill where a peer gets one; the least swap of all.
 
 pub mod ctl;
@@ -736,7 +736,7 @@ pub fn plot(rows: &[&RunResult], program: Program, mode: Mode, rss_only: bool) -
     plot
 }
 
-/// The targets of issue 12, judged on the results: one line each, `met`/`MISSED`/`n/a`.
+/// The targets (module docs), judged on the results: one line each, `met`/`MISSED`/`n/a`.
 pub fn verdict(results: &[RunResult]) -> Vec<String> {
     let mut out = Vec::new();
     for program in [Program::Redis, Program::Python] {

@@ -87,9 +87,8 @@ pub fn class_of(n: usize) -> usize {
         ebbtide_core::local_ref!(SMALL)[(n + 7) >> 3] as usize
     } else {
         // Laid out after the rest of `malloc`, so that the table's sizes fall through to the
-        // stack's pop with no taken jump. Not slower for the sizes here: the malloc suite's
-        // `pair_mixed` (16 B-32 KiB, half of them above the table) ran 6-9 % faster
-        // (docs/benchmarks.md, "The start word", last paragraphs).
+        // stack's pop with no taken jump; not slower for the sizes here
+        // (docs/design/malloc-class-formula.md).
         large_class();
         class_above_table(n)
     }

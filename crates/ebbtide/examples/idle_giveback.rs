@@ -1,4 +1,4 @@
-//! Idle give-back with default settings (issue 3, "without pressure"): a burst of `MIB` MiB is
+//! Idle give-back with default settings, without pressure: a burst of `MIB` MiB is
 //! freed, then the process allocates nothing; prints cached/mapped bytes over time until the
 //! reclaim thread's periodic pass has given everything back, for good (lazily freed pages
 //! decayed too). Target: ≤ 10 s.

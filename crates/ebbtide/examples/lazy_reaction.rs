@@ -1,4 +1,4 @@
-//! What lazily freed pages change (issue 13): a page pool of `MIB` MiB is filled, touched and
+//! What lazily freed pages change: a page pool of `MIB` MiB is filled, touched and
 //! given back without pressure, then either reused or taken by pressure. Per GiB, medians of
 //! `REPS`:
 //!

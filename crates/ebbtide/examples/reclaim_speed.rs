@@ -1,4 +1,4 @@
-//! Reaction benchmark (issue 3, benchmark 1): `MIB` MiB cached in one zone of each item size,
+//! Reaction benchmark: `MIB` MiB cached in one zone of each item size,
 //! then one DRAIN_CPU; prints the time per GiB given back, against the bare MADV_DONTNEED of the
 //! same amount of touched memory measured in the same run. Medians of `REPS` repetitions.
 //!

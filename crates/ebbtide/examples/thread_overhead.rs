@@ -1,7 +1,7 @@
-//! Fast-path cost with the reclaim thread and every pressure source active against none
-//! (issue 3, benchmark 3). Alternates child processes (`EBBTIDE_RECLAIM_THREAD=true` with the
-//! default sources, and `false` with `sources=none`), each timing 64-byte alloc+free pairs, and
-//! prints ministat's table with a Welch t-test at 95 %.
+//! Fast-path cost with the reclaim thread and every pressure source active against none.
+//! Alternates child processes (`EBBTIDE_RECLAIM_THREAD=true` with the default sources, and
+//! `false` with `sources=none`), each timing 64-byte alloc+free pairs, and prints ministat's
+//! table with a Welch t-test at 95 %.
 //!
 //! `cargo run --release -p ebbtide --example thread_overhead [RUNS]`
 use ebbtide::{Zone, ZoneOptions};

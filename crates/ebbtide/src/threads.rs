@@ -75,6 +75,8 @@ fn usable_cpus() -> usize {
 }
 
 fn ensure_release_helper() {
+    // AcqRel swap: exactly one caller goes on to start the helper; it pairs with the Release
+    // store of the fork handler, so a child that cleared the flag starts its own.
     if cfg!(miri) || HELPER_TRIED.swap(true, Ordering::AcqRel) {
         return;
     }

@@ -437,7 +437,7 @@ mod tests {
         let c = columns();
         assert_eq!(c[0].header, "ITEM");
         assert!(c.iter().any(|c| c.header == "USED"));
-        // Per-CPU capacity and misses (issue 11).
+        // Per-CPU capacity and misses.
         for h in ["PCPUCAP", "UNDERFL", "OVERFL"] {
             assert!(c.iter().any(|c| c.header == h), "{h}");
         }

@@ -1,18 +1,15 @@
 //! Where zone objects live: four to a page.
 //!
-//! A zone object ([`ZoneInner`], under 1 KiB) had a mapping of its own, a page written at
-//! creation: about 4 KiB of resident memory per zone, and a malloc has a zone per size class
-//! (37 in the suite's `prodcons`, 30 in a process that runs `sleep`). Here they are carved from
-//! shared pages in 1 KiB slots ([`pcpu::OBJECT_SLOT`]), so that a zone costs a quarter of a
-//! page. A destroyed zone's slot goes on a free list for the next zone; the pages stay mapped
-//! (counted in the metadata bytes from the moment they are mapped).
+//! Zone objects ([`ZoneInner`], under 1 KiB) are carved from shared pages in 1 KiB slots
+//! ([`pcpu::OBJECT_SLOT`]), so that a zone costs a quarter of a page of resident memory (a
+//! malloc has a zone per size class). A destroyed zone's slot goes on a free list for the next
+//! zone; the pages stay mapped (counted in the metadata bytes from the moment they are mapped).
 //!
 //! Each object starts at a multiple of 1 KiB within its page, and the stacks' colours avoid the
 //! first two lines of every 1 KiB of a page (`pcpu.rs`, `colour`): the C entry points read a
 //! zone's fast-path constants (at the start of its object) right after storing to a CPU's
 //! header, and with both at one page offset some processes ran several times slower
-//! (docs/benchmarks.md, "The bimodality removed"; zone objects were at offset 2048 of their own
-//! page for that reason).
+//! (docs/design/zone-objects.md).
 //!
 //! The list is behind a [`SpinLock`] (a few instructions held, no std mutex code in the malloc
 //! library's hot text): taken only by zone creation and destruction, both inside the fork gate

@@ -49,12 +49,12 @@ impl ZoneInner {
         let s = self.sizing_stack(cpu, 0);
         // Underflows since the last pass and since this stack last grew at a miss (the low 32
         // bits suffice for "any"): growth follows alternations, one bucket per overflow that
-        // comes after an underflow. "Since the last pass" alone let a stack that underflowed
-        // once grow at every overflow until the next pass — before the first pass, for the
-        // whole first `pool_shrink_interval_ms` of the process: the malloc's `prodcons`
-        // consumer (one early allocation on its CPU, then only frees) grew four classes'
-        // stacks to their storage, 1,000 idle blocks each (docs/benchmarks.md, "One bucket per
-        // alternation").
+        // comes after an underflow. "Since the last pass" alone is not enough: a stack that
+        // underflowed once (one early allocation on a consumer's CPU) would grow at every
+        // overflow until the next pass, to its storage, holding idle blocks
+        // (docs/design/pcpu-growth.md). Relaxed loads: the counters are statistics and this
+        // heuristic's marks (`pcpu::Demand`), ordering nothing else; a stale value only delays
+        // or allows one bucket's growth, which the next pass accounts for.
         let u = d.underflows.load(Ordering::Relaxed) as u32;
         let since_pass = u.wrapping_sub(d.under_seen.load(Ordering::Relaxed)) > 0;
         let since_growth = u != d.under_at_grow.load(Ordering::Relaxed);

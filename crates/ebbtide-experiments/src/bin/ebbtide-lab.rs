@@ -1,5 +1,5 @@
-//! `ebbtide-lab`: runs the seeds' experiments (the same as `ebbtide lab`). See
-//! `docs/experiments.md`.
+//! `ebbtide-lab`: runs the seeds' experiments (the same as `ebbtide lab`; `--help` lists
+//! them).
 
 fn main() {
     ebbtide_experiments::child_main_if_requested();
