@@ -19,6 +19,7 @@
 //! | [`inject`] | what `pressure <level>` does (one function to redirect to the pressure layer) |
 //! | [`events`] | the recent events ring |
 //! | `server` | the poll loop: timeouts, size bounds, connection limit, descriptors the program closed |
+//! | `buffer` | request and reply bytes in mappings of their own, not the program's allocator |
 //!
 //! The protocol is documented in `docs/control-protocol.md` and in
 //! `docs/ABI/testing/control/socket`.
@@ -45,6 +46,7 @@
 //!   the control thread records why and starts the server again a second later, at the same
 //!   path.
 
+mod buffer;
 pub mod events;
 mod handler;
 pub mod inject;
