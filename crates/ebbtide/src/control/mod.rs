@@ -33,6 +33,12 @@
 //! registry while listing zones, the options writers' lock, the reclaim lock), each for a
 //! bounded time that does not depend on the client.
 //!
+//! An observation (`ping`, `version`, `stats json`, `events`) takes nothing from the global
+//! allocator, which in a malloc process is the program's own zones: request and reply bytes
+//! are mapped from the OS (`buffer`), the statistics written straight into the reply
+//! ([`crate::stats::write_json`]). Watching a program does not show as its requests or its
+//! footprint (`docs/design/observer.md`).
+//!
 //! # Process life
 //!
 //! * Exit: the socket is removed by an `atexit` handler (and by [`stop`]); a socket left by a

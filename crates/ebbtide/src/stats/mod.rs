@@ -10,7 +10,9 @@
 //! * the `#[repr(C)]` mirror (`ZoneStatsC`, ...) and the C declaration text ([`c_header`]);
 //! * every emitter: [`Snapshot::to_json`], [`Snapshot::to_prometheus`] (one process; the
 //!   [`Exposition`] builder behind it also serves `ebbtide exporter`, many processes in one
-//!   page), [`Snapshot::to_table`] (`vmstat -z` style);
+//!   page), [`Snapshot::to_table`] (`vmstat -z` style), and [`write_json`], the JSON of
+//!   [`Snapshot::to_json`] written from the live zones without allocating (the control
+//!   socket's `stats json`: `docs/design/observer.md`);
 //! * the reverse of the JSON: [`Stats::set`] fills a struct field by field, by name;
 //! * the ABI documentation (`docs/ABI/testing/stats-*`, see [`crate::abi`]).
 //!
