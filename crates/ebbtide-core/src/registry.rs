@@ -109,6 +109,22 @@ impl Locked {
         self.0.count
     }
 
+    /// Calls `f` on every live object, oldest first (the tail, then back along `prev`).
+    /// Every object on the list must be a `T`.
+    pub(crate) fn for_each_oldest_first<T: Linked>(&self, mut f: impl FnMut(&T)) {
+        let mut l = self.0.head;
+        // SAFETY (both loops): links on the list belong to live `T`s while the lock is held.
+        unsafe {
+            while !l.is_null() && !(*l).next.is_null() {
+                l = (*l).next;
+            }
+            while !l.is_null() {
+                f(&*T::from_link(l));
+                l = (*l).prev;
+            }
+        }
+    }
+
     /// Calls `f` on every live object, newest first. Every object on the list must be a `T`
     /// (the core registers zones only).
     pub(crate) fn for_each<T: Linked>(&self, mut f: impl FnMut(&T)) {

@@ -2,7 +2,9 @@
 //!
 //! `--prometheus` asks the process for its JSON and renders it with the library's emitter in
 //! this build (as `ebbtide exporter` does, without the `pid`/`comm`/`cgroup` labels), so the two
-//! always show the same names, whatever version of ebbtide the process runs.
+//! always show the same names, whatever version of ebbtide the process runs. The table too is
+//! rendered here from the JSON: `stats json` is the request the process answers without
+//! allocating, so looking at a program does not count as its work (`docs/design/observer.md`).
 
 use super::Target;
 use crate::client;
@@ -24,25 +26,24 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let format = if a.json || a.prometheus {
-        Format::Json
-    } else {
-        Format::Table
-    };
     let out = client::request(
         a.target.pid,
         a.target.socket.as_deref(),
-        &Request::Stats(format),
+        &Request::Stats(Format::Json),
     )?;
+    if a.json {
+        print!("{out}");
+        return Ok(());
+    }
+    let read = snapshot_json::parse(&out).map_err(|e| {
+        CliError::Protocol(format!("the statistics of process {}: {e}", a.target.pid))
+    })?;
     if a.prometheus {
-        let read = snapshot_json::parse(&out).map_err(|e| {
-            CliError::Protocol(format!("the statistics of process {}: {e}", a.target.pid))
-        })?;
         let mut page = Exposition::new();
         page.add_snapshot_where(&read.snapshot, &[], &|g, f| read.has(g, f));
         print!("{}", page.render());
     } else {
-        print!("{out}");
+        print!("{}", read.snapshot.to_table());
     }
     Ok(())
 }

@@ -4,6 +4,14 @@
 //! a header with the pressure level and the process-wide figures, the zones table (the
 //! `vmstat -z` columns plus REQ/s), and the recent events. Keys: `s`, `→` or `>` sort by the
 //! next column, `←` or `<` by the previous one, `r` reverses the order, `q` or Esc quits.
+//!
+//! `--batch` prints the same header and table as plain text instead, once per interval, and
+//! ends after `--iterations` tables (as `top -b -n`): for scripts and logs, no terminal needed.
+//! The first table has no REQ/s yet (`-`).
+//!
+//! Watching costs the process nothing it would count as its own: `stats json` and `events`
+//! are answered without allocating (`docs/design/observer.md`), so a sleeping program shows
+//! 0 REQ/s.
 
 use super::Target;
 use crate::client;
@@ -33,6 +41,14 @@ pub struct Args {
     /// Initial sort column (a header such as USED, SIZE, REQ/s; case-insensitive).
     #[arg(long, default_value = "USED")]
     sort: String,
+    /// Print plain-text tables instead of a screen (no terminal needed) and end after
+    /// --iterations of them.
+    #[arg(long)]
+    batch: bool,
+    /// With --batch: how many tables to print, one per interval (the first has no REQ/s yet).
+    #[arg(long, default_value_t = 2, requires = "batch",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    iterations: u64,
 }
 
 /// One table column: its header and the JSON key it shows (`None`: REQ/s, computed).
@@ -383,6 +399,10 @@ pub fn run(a: Args) -> Result<(), CliError> {
     }
     // Fail before taking over the terminal if the process cannot be reached.
     client::request_at(pid, &socket, &Request::Ping)?;
+    if a.batch {
+        let mut st = new_state(pid, socket, Duration::from_millis(a.interval_ms), &a.sort);
+        return batch(&mut st, a.iterations);
+    }
     if !std::io::stdout().is_terminal() {
         return Err(CliError::Usage(
             "top needs a terminal; use 'ebbtide stat PID' for a one-shot table".into(),
@@ -415,6 +435,74 @@ pub fn run(a: Args) -> Result<(), CliError> {
         what: "terminal".into(),
         err,
     })
+}
+
+/// `--batch`: `iterations` plain-text tables, one per interval.
+fn batch(st: &mut State, iterations: u64) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for i in 0..iterations {
+        if i > 0 {
+            std::thread::sleep(st.interval);
+        }
+        st.refresh();
+        let text = st.text();
+        out.write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .map_err(|err| CliError::Io {
+                what: "standard output".into(),
+                err,
+            })?;
+    }
+    Ok(())
+}
+
+impl State {
+    /// The header, the table (columns aligned) and the events as plain text, with a blank
+    /// line after (one `--batch` table).
+    pub fn text(&self) -> String {
+        let mut lines = self.header();
+        // The keys make no sense without a screen.
+        if let Some(first) = lines.first_mut() {
+            if let Some(i) = first.find(" - keys:") {
+                first.truncate(i);
+            }
+        }
+        let head: Vec<String> = self.columns.iter().map(|c| c.header.to_string()).collect();
+        let rows = self.rows();
+        let widths: Vec<usize> = (0..head.len())
+            .map(|i| {
+                rows.iter()
+                    .map(|r| r[i].len())
+                    .chain([head[i].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let fmt_row = |r: &[String]| {
+            r.iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(i, (c, w))| {
+                    if i == 0 {
+                        format!("{c:<w$}")
+                    } else {
+                        format!("{c:>w$}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        lines.push(fmt_row(&head));
+        lines.extend(rows.iter().map(|r| fmt_row(r)));
+        if !self.events.is_empty() {
+            lines.push("events:".into());
+            lines.extend(self.events.iter().cloned());
+        }
+        let mut text = lines.join("\n");
+        text.push_str("\n\n");
+        text
+    }
 }
 
 #[cfg(test)]
@@ -501,5 +589,19 @@ mod tests {
         );
         assert!(h[2].contains("psi moderate 1500 ms ago"), "{h:?}");
         assert_eq!(bytes(&Value::from(3u64 << 20)), "3.0 MiB");
+    }
+
+    #[test]
+    fn batch_text_has_the_table() {
+        let st = state_with_sample();
+        let t = st.text();
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("ebbtide top - pid 1") && !lines[0].contains("keys:"));
+        let head = lines
+            .iter()
+            .find(|l| l.starts_with("ITEM"))
+            .expect("a header row");
+        assert!(head.trim_end().ends_with("REQ/s"), "{t}");
+        assert!(t.ends_with("\n\n"));
     }
 }

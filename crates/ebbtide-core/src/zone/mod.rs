@@ -605,6 +605,17 @@ impl ZoneInner {
     }
 }
 
+/// Calls `f` with the counters and the name of every live zone, oldest first, allocating
+/// nothing: each snapshot is [`ZoneInner::snapshot_counts`]'s (`per_cpu` empty, its sums in the
+/// `pcpu_*` fields). For observers that must not touch the program's allocator (the control
+/// socket). `f` runs under the registry lock, which a malloc's zone creation takes: it must
+/// not allocate, create or destroy a zone.
+pub fn visit_snapshots(mut f: impl FnMut(&ZoneSnapshot, &str)) {
+    let _inside = crate::forkgate::enter();
+    let reg = crate::registry::lock();
+    reg.for_each_oldest_first(|z: &ZoneInner| f(&z.snapshot_counts(), z.name.as_str()));
+}
+
 /// Snapshots of every live zone, oldest first (for statistics: allocates the result, so never
 /// call it from an allocation path).
 ///

@@ -55,6 +55,10 @@ pub struct ZoneSnapshot {
     pub pcpu_underflows: u64,
     /// Frees that found this CPU's stack full (slow path while caching), every CPU.
     pub pcpu_overflows: u64,
+    /// Largest capacity of one CPU's stack.
+    pub pcpu_capacity_max: u64,
+    /// Σ over CPUs of the misses the last resize pass counted.
+    pub pcpu_interval_misses: u64,
     /// One entry per CPU, in CPU order.
     pub per_cpu: Vec<CpuStack>,
 }
@@ -98,9 +102,35 @@ impl ZoneInner {
         s
     }
 
-    /// [`ZoneInner::snapshot`] with an empty name: allocates nothing (`String::new()`), so it
-    /// may run under the registry lock, which a malloc's zone creation takes.
+    /// [`ZoneInner::snapshot_counts`] with the per-CPU view (`per_cpu`, one allocation).
     pub(crate) fn snapshot_unnamed(&self) -> ZoneSnapshot {
+        let mut s = self.snapshot_counts();
+        s.per_cpu = (0..self.pcpu.ncpu())
+            .map(|cpu| self.cpu_stack(cpu))
+            .collect();
+        s
+    }
+
+    /// One CPU's stack (racy reads).
+    fn cpu_stack(&self, cpu: usize) -> CpuStack {
+        let h = self.pcpu.header(cpu);
+        let d = self.pcpu.demand(cpu);
+        CpuStack {
+            capacity: h.cap.load(Ordering::Relaxed),
+            grant: d.grant.load(Ordering::Relaxed),
+            items: self.pcpu.count(cpu) as u32,
+            underflows: d.underflows.load(Ordering::Relaxed),
+            overflows: d.overflows.load(Ordering::Relaxed),
+            interval_misses: d.interval_misses.load(Ordering::Relaxed),
+            in_use: self.pcpu.in_use(cpu),
+        }
+    }
+
+    /// The zone's counters with an empty name and no `per_cpu` entries (their sums are in
+    /// the `pcpu_*` fields): allocates nothing (`String::new()`, `Vec::new()`), so it may run
+    /// under the registry lock, which a malloc's zone creation takes, and on the control
+    /// thread, whose observations must not touch the program's allocator.
+    pub(crate) fn snapshot_counts(&self) -> ZoneSnapshot {
         let d = {
             let g = lock(&self.depot);
             (g.wss, g.nbuckets)
@@ -120,22 +150,16 @@ impl ZoneInner {
         let stashed_bytes = stashed * geo.item_size;
         let mapped = (kc.backed_slabs * geo.slab_size).saturating_sub(stashed_bytes);
         let size = self.item_size as u64;
-        let per_cpu: Vec<CpuStack> = (0..self.pcpu.ncpu())
-            .map(|cpu| {
-                let h = self.pcpu.header(cpu);
-                let d = self.pcpu.demand(cpu);
-                CpuStack {
-                    capacity: h.cap.load(Ordering::Relaxed),
-                    grant: d.grant.load(Ordering::Relaxed),
-                    items: self.pcpu.count(cpu) as u32,
-                    underflows: d.underflows.load(Ordering::Relaxed),
-                    overflows: d.overflows.load(Ordering::Relaxed),
-                    interval_misses: d.interval_misses.load(Ordering::Relaxed),
-                    in_use: self.pcpu.in_use(cpu),
-                }
-            })
-            .collect();
-        let capacity: u64 = per_cpu.iter().map(|c| c.capacity as u64).sum();
+        let (mut capacity, mut capacity_max, mut underflows, mut overflows, mut misses) =
+            (0u64, 0u64, 0u64, 0u64, 0u64);
+        for cpu in 0..self.pcpu.ncpu() {
+            let c = self.cpu_stack(cpu);
+            capacity += c.capacity as u64;
+            capacity_max = capacity_max.max(c.capacity as u64);
+            underflows += c.underflows;
+            overflows += c.overflows;
+            misses += c.interval_misses;
+        }
         ZoneSnapshot {
             name: String::new(),
             size: self.requested_size,
@@ -181,9 +205,11 @@ impl ZoneInner {
             },
             pcpu_capacity: capacity,
             pcpu_capacity_bytes: capacity * size,
-            pcpu_underflows: per_cpu.iter().map(|c| c.underflows).sum(),
-            pcpu_overflows: per_cpu.iter().map(|c| c.overflows).sum(),
-            per_cpu,
+            pcpu_underflows: underflows,
+            pcpu_overflows: overflows,
+            pcpu_capacity_max: capacity_max,
+            pcpu_interval_misses: misses,
+            per_cpu: Vec::new(),
         }
     }
 

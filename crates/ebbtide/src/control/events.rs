@@ -50,6 +50,17 @@ pub fn last_injected() -> Option<Level> {
     }
 }
 
+/// Write every kept event, oldest first, one a line, into `out` (the ring is read in place:
+/// nothing is allocated unless `out` does).
+pub fn write_text<W: std::fmt::Write>(out: &mut W) -> std::fmt::Result {
+    let r = ebbtide_core::lock(&RING);
+    for l in r.iter() {
+        out.write_str(l)?;
+        out.write_char('\n')?;
+    }
+    Ok(())
+}
+
 /// All kept events, oldest first, one a line.
 pub fn text() -> String {
     let r = ebbtide_core::lock(&RING);

@@ -19,6 +19,7 @@
 //! | [`inject`] | what `pressure <level>` does (one function to redirect to the pressure layer) |
 //! | [`events`] | the recent events ring |
 //! | `server` | the poll loop: timeouts, size bounds, connection limit, descriptors the program closed |
+//! | `buffer` | request and reply bytes in mappings of their own, not the program's allocator |
 //!
 //! The protocol is documented in `docs/control-protocol.md` and in
 //! `docs/ABI/testing/control/socket`.
@@ -31,6 +32,12 @@
 //! locks it takes are those of the layers it calls while executing a request (the zone
 //! registry while listing zones, the options writers' lock, the reclaim lock), each for a
 //! bounded time that does not depend on the client.
+//!
+//! An observation (`ping`, `version`, `stats json`, `events`) takes nothing from the global
+//! allocator, which in a malloc process is the program's own zones: request and reply bytes
+//! are mapped from the OS (`buffer`), the statistics written straight into the reply
+//! ([`crate::stats::write_json`]). Watching a program does not show as its requests or its
+//! footprint (`docs/design/observer.md`).
 //!
 //! # Process life
 //!
@@ -45,6 +52,7 @@
 //!   the control thread records why and starts the server again a second later, at the same
 //!   path.
 
+mod buffer;
 pub mod events;
 mod handler;
 pub mod inject;

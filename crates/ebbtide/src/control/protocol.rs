@@ -190,7 +190,7 @@ fn printable(s: &str) -> String {
 }
 
 /// Parse one request line (with or without its trailing `\n` / `\r\n`).
-pub fn parse_request(line: &[u8]) -> Result<Request, ParseError> {
+pub fn parse_request<'a>(line: &'a [u8]) -> Result<Request, ParseError> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.len() >= MAX_REQUEST {
@@ -212,9 +212,10 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ParseError> {
         return Err(ParseError::Empty);
     }
     let mut args = rest.split([' ', '\t']).filter(|a| !a.is_empty());
-    let verb_lc = verb.to_ascii_lowercase();
-    let one_arg = |verb: &'static str, args: &mut dyn Iterator<Item = &str>| {
-        let first = args.next().map(str::to_string);
+    // Borrowed words, compared without case: parsing an observation (`stats json`, `ping`)
+    // allocates nothing (`docs/design/observer.md`); only what a request keeps is copied.
+    let one_arg = |verb: &'static str, args: &mut dyn Iterator<Item = &'a str>| {
+        let first = args.next();
         if let Some(extra) = args.next() {
             return Err(ParseError::ExtraArgument {
                 verb,
@@ -223,57 +224,57 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ParseError> {
         }
         Ok(first)
     };
-    match verb_lc.as_str() {
-        "ping" | "version" | "help" | "events" => {
-            let verb: &'static str = match verb_lc.as_str() {
-                "ping" => "ping",
-                "version" => "version",
-                "help" => "help",
-                _ => "events",
-            };
-            if let Some(a) = args.next() {
-                return Err(ParseError::ExtraArgument {
-                    verb,
-                    arg: a.to_string(),
-                });
-            }
-            Ok(match verb {
-                "ping" => Request::Ping,
-                "version" => Request::Version,
-                "help" => Request::Help,
-                _ => Request::Events,
-            })
+    let is = |w: &str| verb.eq_ignore_ascii_case(w);
+    if let Some((word, req)) = [
+        ("ping", Request::Ping),
+        ("version", Request::Version),
+        ("help", Request::Help),
+        ("events", Request::Events),
+    ]
+    .into_iter()
+    .find(|(w, _)| is(w))
+    {
+        if let Some(a) = args.next() {
+            return Err(ParseError::ExtraArgument {
+                verb: word,
+                arg: a.to_string(),
+            });
         }
-        "stats" => {
-            let f = match one_arg("stats", &mut args)? {
-                None => Format::Table,
-                Some(w) => match w.to_ascii_lowercase().as_str() {
-                    "table" => Format::Table,
-                    "json" => Format::Json,
-                    "prometheus" | "prom" => Format::Prometheus,
-                    _ => return Err(ParseError::BadFormat(w)),
-                },
-            };
-            Ok(Request::Stats(f))
-        }
-        "get" => Ok(Request::Get(one_arg("get", &mut args)?)),
-        "set" => {
-            if rest.is_empty() {
-                return Err(ParseError::MissingArgument {
-                    verb: "set",
-                    expected: "name=value[,name=value...]",
-                });
+        return Ok(req);
+    }
+    if is("stats") {
+        let f = match one_arg("stats", &mut args)? {
+            None => Format::Table,
+            Some(w) if w.eq_ignore_ascii_case("table") => Format::Table,
+            Some(w) if w.eq_ignore_ascii_case("json") => Format::Json,
+            Some(w) if w.eq_ignore_ascii_case("prometheus") || w.eq_ignore_ascii_case("prom") => {
+                Format::Prometheus
             }
-            // Values never contain white space; a space means a second argument. Entries
-            // are checked for '=' here so the error names the request syntax; everything
-            // else (names, values, ranges) is the options parser's job.
-            let conf = one_arg("set", &mut args)?.unwrap_or_default();
-            if let Some(bad) = conf.split(',').next().filter(|e| !e.contains('=')) {
-                return Err(ParseError::BadAssignment(bad.to_string()));
-            }
-            Ok(Request::Set(conf))
+            Some(w) => return Err(ParseError::BadFormat(w.to_string())),
+        };
+        return Ok(Request::Stats(f));
+    }
+    if is("get") {
+        return Ok(Request::Get(one_arg("get", &mut args)?.map(str::to_string)));
+    }
+    if is("set") {
+        if rest.is_empty() {
+            return Err(ParseError::MissingArgument {
+                verb: "set",
+                expected: "name=value[,name=value...]",
+            });
         }
-        "pressure" => match one_arg("pressure", &mut args)? {
+        // Values never contain white space; a space means a second argument. Entries are
+        // checked for '=' here so the error names the request syntax; everything else
+        // (names, values, ranges) is the options parser's job.
+        let conf = one_arg("set", &mut args)?.unwrap_or_default();
+        if let Some(bad) = conf.split(',').next().filter(|e| !e.contains('=')) {
+            return Err(ParseError::BadAssignment(bad.to_string()));
+        }
+        return Ok(Request::Set(conf.to_string()));
+    }
+    if is("pressure") {
+        return match one_arg("pressure", &mut args)? {
             None => Err(ParseError::MissingArgument {
                 verb: "pressure",
                 expected: "a level: normal, low, moderate or critical",
@@ -281,10 +282,10 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ParseError> {
             Some(w) => w
                 .parse::<Level>()
                 .map(Request::Pressure)
-                .map_err(|_| ParseError::BadLevel(w)),
-        },
-        _ => Err(ParseError::UnknownVerb(verb.to_string())),
+                .map_err(|_| ParseError::BadLevel(w.to_string())),
+        };
     }
+    Err(ParseError::UnknownVerb(verb.to_string()))
 }
 
 /// A reply as the client reads it.

@@ -16,11 +16,18 @@
 //! least once a second) — a program may close descriptors it did not open. A lost connection
 //! is dropped; a lost listener or wake pipe ends the loop with [`Exit::Lost`], and the control
 //! thread starts the server again (`super::restart_after_loss`).
+//!
+//! Memory: a round of the loop and an observation (`ping`, `version`, `stats json`, `events`)
+//! take nothing from the program's allocator — the poll set is on the stack, the connection
+//! table was sized at start ([`MAX_CONNECTIONS`]), each connection's request and reply bytes
+//! are [`MapBuf`]s mapped from the OS, and a reply's buffer is unmapped once it is written
+//! (`docs/design/observer.md`).
 
+use super::buffer::MapBuf;
 use super::events;
 use super::handler;
 use super::peer;
-use super::protocol::{encode_err, encode_ok, parse_request, MAX_REQUEST};
+use super::protocol::{encode_err, parse_request, MAX_REQUEST};
 use ebbtide_pressure::libfd::LibFd;
 use std::io::{self, Read, Write};
 use std::os::fd::RawFd;
@@ -44,8 +51,10 @@ pub(crate) enum Exit {
 
 struct Conn {
     stream: LibFd,
-    inbuf: Vec<u8>,
-    out: Vec<u8>,
+    /// Bytes read and not yet handled (at most [`MAX_REQUEST`]).
+    inbuf: MapBuf,
+    /// The reply being written, from `out_pos`; unmapped when written.
+    out: MapBuf,
     out_pos: usize,
     deadline: Instant,
     /// Close once `out` is written.
@@ -54,12 +63,15 @@ struct Conn {
     eof: bool,
 }
 
+/// Room left before a payload for its header, `ok <len>\n` (`len` has at most 20 digits).
+const HEADER_ROOM: usize = 24;
+
 impl Conn {
     fn new(stream: LibFd, now: Instant) -> Conn {
         Conn {
             stream,
-            inbuf: Vec::new(),
-            out: Vec::new(),
+            inbuf: MapBuf::new(),
+            out: MapBuf::new(),
             out_pos: 0,
             deadline: now + READ_TIMEOUT,
             closing: false,
@@ -71,20 +83,48 @@ impl Conn {
         self.out_pos < self.out.len()
     }
 
-    fn queue(&mut self, reply: Vec<u8>, now: Instant) {
-        self.out = reply;
+    /// Queue `bytes` as the whole reply. Without memory for it the connection closes.
+    fn queue(&mut self, bytes: &[u8], now: Instant) {
+        self.out.clear();
+        if !self.out.push(bytes) {
+            self.closing = true;
+        }
         self.out_pos = 0;
         self.deadline = now + WRITE_TIMEOUT;
     }
 
+    /// Execute `line` and queue its reply: the payload is written straight into `out` after
+    /// room for its header, which is then written in front of it.
+    fn answer(&mut self, line: &[u8], now: Instant) {
+        let req = match parse_request(line) {
+            Ok(req) => req,
+            Err(e) => return self.queue(&encode_err(&e.to_string()), now),
+        };
+        self.out.clear();
+        if !self.out.push(&[b' '; HEADER_ROOM]) {
+            // No memory for a reply: say nothing more and close.
+            self.out.release();
+            self.closing = true;
+            return;
+        }
+        match handler::handle(&req, &mut self.out) {
+            Ok(()) => {
+                let len = self.out.len() - HEADER_ROOM;
+                let mut head = [0u8; HEADER_ROOM];
+                let n = ok_header(len, &mut head);
+                self.out.overwrite(HEADER_ROOM - n, &head[..n]);
+                self.out_pos = HEADER_ROOM - n;
+                self.deadline = now + WRITE_TIMEOUT;
+            }
+            Err(msg) => self.queue(&encode_err(&msg), now),
+        }
+    }
+
     /// Handle the next complete line in `inbuf`, if any; returns whether one was handled.
     fn next_request(&mut self, now: Instant) -> bool {
-        let line = match self.inbuf.iter().position(|&b| b == b'\n') {
-            Some(nl) => {
-                let line: Vec<u8> = self.inbuf.drain(..=nl).collect();
-                line
-            }
-            None if self.eof && !self.inbuf.is_empty() => std::mem::take(&mut self.inbuf),
+        let (end, take) = match self.inbuf.as_slice().iter().position(|&b| b == b'\n') {
+            Some(nl) => (nl + 1, nl + 1),
+            None if self.eof && !self.inbuf.is_empty() => (self.inbuf.len(), self.inbuf.len()),
             None => {
                 if self.inbuf.len() >= MAX_REQUEST {
                     let msg = format!(
@@ -92,24 +132,43 @@ impl Conn {
                          {MAX_REQUEST} bytes per line); closing the connection",
                         self.inbuf.len()
                     );
-                    self.queue(encode_err(&msg), now);
-                    self.inbuf = Vec::new();
+                    self.queue(&encode_err(&msg), now);
+                    self.inbuf.release();
                     self.closing = true;
                     return true;
                 }
                 return false;
             }
         };
-        let reply = match parse_request(&line) {
-            Ok(req) => match handler::handle(&req) {
-                Ok(payload) => encode_ok(&payload),
-                Err(msg) => encode_err(&msg),
-            },
-            Err(e) => encode_err(&e.to_string()),
-        };
-        self.queue(reply, now);
+        // The line is moved out of `inbuf` onto the stack (it is at most MAX_REQUEST bytes),
+        // so that the handler may borrow the connection.
+        let mut line = [0u8; MAX_REQUEST];
+        let n = end.min(MAX_REQUEST);
+        line[..n].copy_from_slice(&self.inbuf.as_slice()[..n]);
+        self.inbuf.consume(take);
+        self.answer(&line[..n], now);
         true
     }
+}
+
+/// `ok <len>\n` into `head`; returns its length.
+fn ok_header(len: usize, head: &mut [u8; HEADER_ROOM]) -> usize {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut v = len;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let d = &digits[i..];
+    head[..3].copy_from_slice(b"ok ");
+    head[3..3 + d.len()].copy_from_slice(d);
+    head[3 + d.len()] = b'\n';
+    4 + d.len()
 }
 
 /// What the thread owns while it runs.
@@ -127,7 +186,8 @@ impl Server {
             listener,
             wake,
             own_uid: super::path::euid(),
-            conns: Vec::new(),
+            // Sized once: accepting a client never grows it.
+            conns: Vec::with_capacity(MAX_CONNECTIONS),
         })
     }
 
@@ -150,17 +210,18 @@ impl Server {
             }
             // A connection the program closed is dropped (its number is not touched again).
             self.conns.retain(|c| c.stream.check().is_ok());
-            let mut fds = Vec::with_capacity(2 + self.conns.len());
-            fds.push(pollfd(self.wake.raw(), libc::POLLIN));
-            fds.push(pollfd(self.listener.raw(), libc::POLLIN));
-            for c in &self.conns {
+            let mut fds = [pollfd(-1, 0); 2 + MAX_CONNECTIONS];
+            fds[0] = pollfd(self.wake.raw(), libc::POLLIN);
+            fds[1] = pollfd(self.listener.raw(), libc::POLLIN);
+            for (slot, c) in fds[2..].iter_mut().zip(&self.conns) {
                 let ev = if c.writing() {
                     libc::POLLOUT
                 } else {
                     libc::POLLIN
                 };
-                fds.push(pollfd(c.stream.raw(), ev));
+                *slot = pollfd(c.stream.raw(), ev);
             }
+            let nfds = 2 + self.conns.len();
             let timeout = self
                 .conns
                 .iter()
@@ -169,9 +230,10 @@ impl Server {
                 .unwrap_or(Duration::from_secs(1))
                 .min(Duration::from_secs(1));
             let ms = timeout.as_millis().clamp(1, 1000) as libc::c_int;
-            // SAFETY: `fds` is a valid, initialised array of `fds.len()` pollfd structs that
-            // stays alive (and unmoved) for the call.
-            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            // SAFETY: `fds` is a valid, initialised array of at least `nfds` pollfd structs
+            // (`conns` never holds more than MAX_CONNECTIONS) that stays alive (and unmoved)
+            // for the call.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), nfds as libc::nfds_t, ms) };
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -189,14 +251,13 @@ impl Server {
             }
             let now = Instant::now();
             // Connections first (their indexes are fds[2..]), then accept new ones.
-            let mut keep = Vec::with_capacity(self.conns.len());
-            for (i, c) in self.conns.drain(..).enumerate() {
-                let rev = fds[2 + i].revents;
-                if let Some(c) = service(c, rev, now) {
-                    keep.push(c);
-                }
-            }
-            self.conns = keep;
+            // In place, in order: `retain_mut` visits each connection once, front to back.
+            let mut i = 2;
+            self.conns.retain_mut(|c| {
+                let rev = fds[i].revents;
+                i += 1;
+                service(c, rev, now)
+            });
             if fds[1].revents & libc::POLLIN != 0 {
                 self.accept_all(now);
             }
@@ -205,7 +266,7 @@ impl Server {
             // Best effort for a reply queued just before the stop (e.g. the reply to
             // `set control_socket=false`): one nonblocking write, then close.
             if c.writing() && c.stream.check().is_ok() {
-                let _ = (&c.stream).write(&c.out[c.out_pos..]);
+                let _ = (&c.stream).write(&c.out.as_slice()[c.out_pos..]);
             }
         }
         exit
@@ -243,6 +304,7 @@ impl Server {
                     // One nonblocking attempt: a fresh socket buffer always takes one line.
                     let _ = (&stream).write(&encode_err(&msg));
                 }
+                // Below MAX_CONNECTIONS (checked above): within the capacity reserved at start.
                 None => self.conns.push(Conn::new(stream, now)),
             }
         }
@@ -275,55 +337,54 @@ fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
     }
 }
 
-/// Advance one connection; `None` when it is closed.
-fn service(mut c: Conn, rev: libc::c_short, now: Instant) -> Option<Conn> {
-    let close = |c: Conn| {
-        drop(c);
-        None
-    };
+/// Advance one connection; false when it is to be closed (dropping it closes its socket and
+/// unmaps its buffers).
+fn service(c: &mut Conn, rev: libc::c_short, now: Instant) -> bool {
     if c.writing() {
         if rev & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0 {
-            match (&c.stream).write(&c.out[c.out_pos..]) {
+            match (&c.stream).write(&c.out.as_slice()[c.out_pos..]) {
                 Ok(n) => c.out_pos += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return close(c),
+                Err(_) => return false,
             }
         }
         if c.writing() {
-            return if now >= c.deadline { close(c) } else { Some(c) };
+            return now < c.deadline;
         }
-        // Reply complete.
-        c.out = Vec::new();
+        // Reply complete: its pages go back to the OS now, not when the client leaves.
+        c.out.release();
         c.out_pos = 0;
         if c.closing {
-            return close(c);
+            return false;
         }
         c.deadline = now + READ_TIMEOUT;
         // A pipelined request may already be buffered.
         if c.next_request(now) {
-            return Some(c);
+            return true;
         }
-        if c.eof {
-            return close(c);
-        }
-        return Some(c);
+        return !c.eof;
     }
     if rev & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
         let room = MAX_REQUEST - c.inbuf.len().min(MAX_REQUEST);
         let mut buf = [0u8; MAX_REQUEST];
         match (&c.stream).read(&mut buf[..room.max(1)]) {
             Ok(0) => c.eof = true,
-            Ok(n) => c.inbuf.extend_from_slice(&buf[..n]),
+            Ok(n) => {
+                if !c.inbuf.push(&buf[..n]) {
+                    // No memory for the request: nothing can be answered.
+                    return false;
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return close(c),
+            Err(_) => return false,
         }
         if c.next_request(now) {
-            return Some(c);
+            return true;
         }
         if c.eof {
-            return close(c);
+            return false;
         }
     }
     if now >= c.deadline {
@@ -341,7 +402,21 @@ fn service(mut c: Conn, rev: libc::c_short, now: Instant) -> Option<Conn> {
             )
         };
         let _ = (&c.stream).write(&encode_err(&msg));
-        return close(c);
+        return false;
     }
-    Some(c)
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_is_encode_ok_s() {
+        for len in [0, 7, 10, 4096, usize::MAX] {
+            let mut head = [0u8; HEADER_ROOM];
+            let n = ok_header(len, &mut head);
+            assert_eq!(&head[..n], format!("ok {len}\n").as_bytes());
+        }
+    }
 }

@@ -85,6 +85,15 @@ pub fn kind_name(k: SourceKind) -> &'static str {
 
 /// The reclaim thread's state now.
 pub fn pressure_state() -> PressureState {
+    PressureState {
+        statuses: lock(&SHARED).statuses.clone(),
+        ..pressure_state_head()
+    }
+}
+
+/// [`pressure_state`] without the sources' statuses (`statuses` empty): allocates nothing,
+/// for the control socket's observations; [`with_statuses`] reads them in place.
+pub fn pressure_state_head() -> PressureState {
     let last = LAST_EVENT.load(Ordering::Relaxed);
     let last_event = (last != 0).then(|| {
         let v = last - 1;
@@ -103,8 +112,14 @@ pub fn pressure_state() -> PressureState {
         events: core::array::from_fn(|i| EVENTS[i].load(Ordering::Relaxed)),
         total_events: EVENTS[8].load(Ordering::Relaxed),
         last_event,
-        statuses: lock(&SHARED).statuses.clone(),
+        statuses: Vec::new(),
         thread_note,
         source_opens: SOURCE_OPENS.load(Ordering::Relaxed),
     }
+}
+
+/// Calls `f` with every source's status, in place (under the state's lock: `f` must be short
+/// and must not wait).
+pub fn with_statuses<R>(f: impl FnOnce(&[SourceStatus]) -> R) -> R {
+    f(&lock(&SHARED).statuses)
 }

@@ -29,7 +29,9 @@ mod thread;
 
 pub use config::{detect_config, policy_config, source_tunables};
 pub(crate) use events::count_map_failure;
-pub use events::{kind_name, pressure_state, PressureState, KIND_NAMES};
+pub use events::{
+    kind_name, pressure_state, pressure_state_head, with_statuses, PressureState, KIND_NAMES,
+};
 pub use handlers::{
     register_lowmem_handler, register_lowmem_handler_c, unregister_lowmem_handler,
     unregister_lowmem_handler_c, HandlerId, LowmemHandler,

@@ -182,7 +182,12 @@ pub(super) fn run(gen: u64) {
             }
         };
         if let Some(w) = watcher.as_ref() {
-            lock(&SHARED).statuses = w.status().to_vec();
+            // Copied only when changed: a copy allocates (a string per source), and a sleeping
+            // program's counters must not move every wake-up (`docs/design/observer.md`).
+            let mut sh = lock(&SHARED);
+            if sh.statuses.as_slice() != w.status() {
+                sh.statuses = w.status().to_vec();
+            }
         }
         for ev in events {
             if ev.kind != SourceKind::Explicit {

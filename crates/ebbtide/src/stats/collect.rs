@@ -9,21 +9,24 @@ pub fn zone_snapshots() -> Vec<ZoneSnapshot> {
     ebbtide_core::zone::snapshots()
 }
 
-/// The process's statistics now. Pressure figures are filled in by the pressure layer when it
-/// runs; without it they stay 0.
-pub fn collect() -> Snapshot {
-    let zones = zone_snapshots();
-    let cached: u64 = zones
-        .iter()
-        .map(|z| z.cached_bytes_pcpu + z.cached_bytes_depot + z.free_bytes_slabs)
-        .sum::<u64>()
-        // Caches of the layers above the zones (the malloc's page heap), given back by the
-        // same paths.
-        + ebbtide_core::outer::held_bytes();
-    let global = GlobalStats {
+/// Bytes a zone holds in caches (per-CPU, depot, free slab slots).
+pub(crate) fn zone_cached(z: &ZoneSnapshot) -> u64 {
+    z.cached_bytes_pcpu + z.cached_bytes_depot + z.free_bytes_slabs
+}
+
+/// The process-wide figures now, given the zones' cached bytes and the pressure state; the
+/// source of the last event comes apart (a static name, so that the live writer copies
+/// nothing). Allocates nothing.
+pub(crate) fn global_now(
+    zones_cached: u64,
+    p: &crate::reclaimer::PressureState,
+) -> (GlobalStats, &'static str) {
+    let mut g = GlobalStats {
         mapped_bytes: ebbtide_core::mapped_bytes(),
         metadata_bytes: crate::os::metadata_bytes(),
-        cached_bytes: cached,
+        // Caches of the layers above the zones (the malloc's page heap), given back by the
+        // same paths, count with the zones'.
+        cached_bytes: zones_cached + ebbtide_core::outer::held_bytes(),
         released_bytes: ebbtide_core::released_bytes(),
         squeeze_until_ms: {
             let until = crate::reclaim::squeeze_until();
@@ -40,6 +43,40 @@ pub fn collect() -> Snapshot {
         lazy_pending_bytes: crate::lazy::lazy_pending_bytes(),
         ..GlobalStats::default()
     };
+    g.pressure_level = p.level;
+    g.pressure_events = p.total_events;
+    g.source_opens = p.source_opens;
+    [
+        g.events_systemd,
+        g.events_psi,
+        g.events_cgroup1,
+        g.events_headroom,
+        g.events_events,
+        g.events_budget,
+        g.events_explicit,
+        g.events_mmap_failure,
+    ] = p.events;
+    let mut source = "";
+    if let Some((kind, level, ago_ns)) = p.last_event {
+        source = crate::reclaimer::KIND_NAMES[kind];
+        g.last_event_level = level;
+        g.last_event_ms_ago = ago_ns / 1_000_000;
+    }
+    (g, source)
+}
+
+/// The source kinds listed when no reclaim thread watches (the explicit one first, active).
+pub(crate) const KINDS_WITHOUT_THREAD: [&str; 7] = [
+    "explicit", "systemd", "psi", "cgroup1", "headroom", "events", "budget",
+];
+
+/// The process's statistics now. Pressure figures are filled in by the pressure layer when it
+/// runs; without it they stay 0.
+pub fn collect() -> Snapshot {
+    let zones = zone_snapshots();
+    let p = crate::reclaimer::pressure_state();
+    let (mut global, source) = global_now(zones.iter().map(zone_cached).sum(), &p);
+    global.last_event_source = source.to_string();
     let mut s = Snapshot {
         global,
         sources: Vec::new(),
@@ -59,53 +96,28 @@ pub fn collect() -> Snapshot {
             s.zones.push(ZoneStats::from(z));
         }
     }
-    fill_pressure(&mut s, &crate::reclaimer::pressure_state());
-    s
-}
-
-/// The pressure part of a snapshot, from the reclaim thread's state.
-fn fill_pressure(s: &mut Snapshot, p: &crate::reclaimer::PressureState) {
-    let g = &mut s.global;
-    g.pressure_level = p.level;
-    g.pressure_events = p.total_events;
-    g.source_opens = p.source_opens;
-    [
-        g.events_systemd,
-        g.events_psi,
-        g.events_cgroup1,
-        g.events_headroom,
-        g.events_events,
-        g.events_budget,
-        g.events_explicit,
-        g.events_mmap_failure,
-    ] = p.events;
-    if let Some((kind, level, ago_ns)) = p.last_event {
-        g.last_event_source = crate::reclaimer::KIND_NAMES[kind].to_string();
-        g.last_event_level = level;
-        g.last_event_ms_ago = ago_ns / 1_000_000;
-    }
-    let sources = sources_of(&p.statuses);
-    s.sources = sources;
+    s.sources = sources_of(&p.statuses);
     if s.sources.is_empty() && !p.thread_note.is_empty() {
-        s.sources.push(SourceStats {
-            name: "explicit".into(),
-            active: true,
-            ..SourceStats::default()
-        });
-        for n in ["systemd", "psi", "cgroup1", "headroom", "events", "budget"] {
+        for (i, n) in KINDS_WITHOUT_THREAD.into_iter().enumerate() {
             s.sources.push(SourceStats {
                 name: n.into(),
-                reason: p.thread_note.into(),
+                active: i == 0,
+                reason: if i == 0 {
+                    String::new()
+                } else {
+                    p.thread_note.into()
+                },
                 ..SourceStats::default()
             });
         }
     }
+    s
 }
 
 /// One entry per source kind from the watcher's statuses (PSI and cgroup v1 register one source
 /// per level): an active kind names what each of its sources reads (`watches`), an inactive one
 /// why none runs (`reason`).
-fn sources_of(statuses: &[ebbtide_pressure::SourceStatus]) -> Vec<SourceStats> {
+pub(crate) fn sources_of(statuses: &[ebbtide_pressure::SourceStatus]) -> Vec<SourceStats> {
     let mut sources: Vec<SourceStats> = Vec::new();
     for st in statuses {
         let name = crate::reclaimer::kind_name(st.kind);

@@ -10,7 +10,9 @@
 //! * the `#[repr(C)]` mirror (`ZoneStatsC`, ...) and the C declaration text ([`c_header`]);
 //! * every emitter: [`Snapshot::to_json`], [`Snapshot::to_prometheus`] (one process; the
 //!   [`Exposition`] builder behind it also serves `ebbtide exporter`, many processes in one
-//!   page), [`Snapshot::to_table`] (`vmstat -z` style);
+//!   page), [`Snapshot::to_table`] (`vmstat -z` style), and [`write_json`], the JSON of
+//!   [`Snapshot::to_json`] written from the live zones without allocating (the control
+//!   socket's `stats json`: `docs/design/observer.md`);
 //! * the reverse of the JSON: [`Stats::set`] fills a struct field by field, by name;
 //! * the ABI documentation (`docs/ABI/testing/stats-*`, see [`crate::abi`]).
 //!
@@ -26,11 +28,13 @@
 mod c;
 mod collect;
 mod json;
+mod live;
 mod prometheus;
 mod table;
 
 pub use c::c_header;
 pub use collect::{collect, zone_snapshots};
+pub use live::write_json;
 pub use prometheus::{
     check_exposition, metric_name as prometheus_name, series as prometheus_series, size_range,
     zone_field_summed, Exposition, MetricType, Series, CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE,
@@ -513,11 +517,11 @@ stats_group! {
         pcpu_capacity: U64, Gauge, Items, "PCPUCAP", "Capacity of this zone's per-CPU caches, summed over CPUs: each CPU's bucket pair (2 x bucket_size) plus what the resize pass granted it for its misses, within pcpu_budget_bytes (0 while caching is off).";
         pcpu_capacity_bytes: U64, Gauge, Bytes, "", "pcpu_capacity times the item size: what this zone's per-CPU caches may hold.";
         pcpu_capacity_max: U64, Gauge, Items, "", "Largest capacity of this zone's cache on one CPU."
-            = z.per_cpu.iter().map(|c| c.capacity as u64).max().unwrap_or(0);
+            = z.pcpu_capacity_max;
         pcpu_underflows: U64, Counter, Events, "UNDERFL", "Allocations that found this CPU's cache empty and went to the depot or the slabs (misses that grow the cache).";
         pcpu_overflows: U64, Counter, Events, "OVERFL", "Frees that found this CPU's cache full and flushed a bucket to the depot (misses that grow the cache).";
         pcpu_interval_misses: U64, Gauge, Events, "", "Misses (underflows and overflows, every CPU) counted by the last resize pass, i.e. in the last pool_shrink_interval_ms."
-            = z.per_cpu.iter().map(|c| c.interval_misses).sum();
+            = z.pcpu_interval_misses;
     }
 }
 
