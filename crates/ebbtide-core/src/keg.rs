@@ -41,6 +41,7 @@
 //! backed slabs.
 
 use crate::arena::{self, Arena, CHUNK_SIZE};
+use crate::disposal::{Disposal, Emptied, Pages};
 use crate::os::{self, OsError};
 use crate::release::Session;
 use crate::slab::{Geometry, SlabMeta, SlabState, CHUNK_HEADER};
@@ -255,19 +256,6 @@ fn end_excess(g: &mut KegInner) {
     }
 }
 
-/// What [`Keg::take_back_in`] does with a slab it leaves entirely free.
-pub(crate) enum Emptied<'a> {
-    /// Onto the free list; its pages stay backed.
-    Keep,
-    /// Its pages go back to the OS before the call returns, with the keg lock dropped (the
-    /// squeeze window).
-    GiveBack,
-    /// Beyond the keg's reserve (none when the session does not keep reserves), to the session's
-    /// release pipeline; onto the free list within it, or when the session cannot take one more
-    /// keg (a later `Keg::reclaim_in` gives those back). An inactive session means `Keep`.
-    Pipeline(&'a mut Session),
-}
-
 /// What [`Keg::take_back_in`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TakenBack {
@@ -397,7 +385,8 @@ struct Work<'a> {
     /// The last chunk found to be ours.
     our_chunk: usize,
     out: TakenBack,
-    give_back: bool,
+    /// Slabs left entirely free go back to the OS before the call returns ([`Emptied::Release`]).
+    release: bool,
     /// A slab emptied beyond the free cap stays on the free list for now ([`EXCESS_DELAY_MS`]).
     delay_excess: bool,
     /// [`Keg::free_cap_now`] when the work began.
@@ -798,24 +787,6 @@ impl Keg {
         Ok(n)
     }
 
-    /// Returns items to their slabs. With `release_empty`, a slab that becomes entirely free gives
-    /// its pages back at once (the squeeze window); otherwise it goes onto the free list. See
-    /// [`Keg::take_back_in`].
-    pub(crate) fn take_back(
-        &self,
-        items: &[*mut u8],
-        release_empty: bool,
-        fini: impl FnMut(*mut u8),
-        invalid: impl FnMut(*mut u8, InvalidKind),
-    ) -> usize {
-        let emptied = if release_empty {
-            Emptied::GiveBack
-        } else {
-            Emptied::Keep
-        };
-        self.take_back_in(items, emptied, Some(fini), invalid).bytes
-    }
-
     /// Returns items to their slabs. Each pointer is checked first; invalid ones are skipped and
     /// reported through `invalid(ptr, kind)` (called with the keg lock held: it must not call
     /// into this keg). `fini` (if any) runs on each valid item before its bit is set. `emptied`
@@ -831,17 +802,18 @@ impl Keg {
     /// take a five-instruction path with every value in registers (no `fini` to run); everything
     /// else (another slab or word, an invalid pointer, a double free, the slab's last item, a
     /// state change) goes through [`Keg::take_back_general`], which checks everything.
-    pub(crate) fn take_back_in<F: FnMut(*mut u8)>(
+    pub(crate) fn take_back<F: FnMut(*mut u8)>(
         &self,
         items: &[*mut u8],
-        emptied: Emptied<'_>,
+        d: &mut Disposal<'_>,
         mut fini: Option<F>,
         mut invalid: impl FnMut(*mut u8, InvalidKind),
     ) -> TakenBack {
-        let (give_back, session) = match emptied {
-            Emptied::Keep => (false, None),
-            Emptied::GiveBack => (true, None),
-            Emptied::Pipeline(s) if s.active() => (false, Some(s)),
+        let pages = d.pages;
+        let (release, session) = match &mut d.emptied {
+            Emptied::Keep | Emptied::Stash(_) => (false, None),
+            Emptied::Release => (true, None),
+            Emptied::Pipeline(s) if s.active() => (false, Some(&mut **s)),
             Emptied::Pipeline(_) => (false, None),
         };
         let keep = match &session {
@@ -850,17 +822,15 @@ impl Keg {
         };
         let fast = fini.is_none();
         let free_cap = self.free_cap_now();
-        let delay_excess = session.is_none()
-            && !give_back
-            && free_cap != usize::MAX
-            && crate::lazy::release_kind_now() == crate::lazy::ReleaseKind::Lazy;
+        let delay_excess =
+            session.is_none() && !release && free_cap != usize::MAX && pages.is_lazy();
         let mut g = lock(&self.inner);
         let mut w = Work {
             deferred: Deferred::new(),
             cur: Cursor::default(),
             our_chunk: usize::MAX,
             out: TakenBack { bytes: 0, valid: 0 },
-            give_back,
+            release,
             delay_excess,
             free_cap,
             keep,
@@ -924,27 +894,26 @@ impl Keg {
         if w.out.bytes > 0 {
             self.account_release(&mut g, w.out.bytes);
         }
-        if w.session.is_none()
-            && self.excess_due(&mut g, w.free_cap, w.delay_excess, crate::lazy::now_ms)
-        {
+        if w.session.is_none() && self.excess_due(&mut g, w.free_cap, w.delay_excess, pages.clock) {
             drop(g);
-            w.out.bytes += self.shed_excess(w.free_cap);
+            w.out.bytes += self.trim_excess(w.free_cap, pages);
         }
         w.out
     }
 
-    /// The free slabs beyond `cap` leave the free list: without pressure (lazy freeing on) into
-    /// the lazy decay ([`crate::lazy`]: they settle, are offered with `MADV_FREE`, go back for
-    /// good after `lazy_decay_ms` unless allocation takes them again first, and go back at once
-    /// when another zone needs fresh pages, `drain::make_room`); else back now. Returns the
-    /// bytes given back now.
-    fn shed_excess(&self, cap: usize) -> usize {
-        if crate::lazy::release_kind_now() == crate::lazy::ReleaseKind::Lazy {
-            self.lazy_keep(cap, crate::lazy::now_ms(), crate::lazy::settle_ms() == 0);
-            0
-        } else {
-            self.reclaim_keep(cap)
-        }
+    /// Trims the free list to `cap` slabs: without pressure (`pages` lazily) the slabs beyond
+    /// it go into the lazy decay ([`crate::lazy`]: they settle, are offered with `MADV_FREE`, are
+    /// released after `lazy_decay_ms` unless allocation takes them again first, and at once when
+    /// another zone needs fresh pages, `zone::make_room`); else they are released now. Returns
+    /// the bytes released now.
+    fn trim_excess(&self, cap: usize, pages: Pages) -> usize {
+        self.release_free(
+            cap,
+            &mut Disposal {
+                emptied: Emptied::Keep,
+                pages,
+            },
+        )
     }
 
     /// Whether the free slabs beyond the cap go back now. With `delay` (no pressure, lazy
@@ -978,19 +947,18 @@ impl Keg {
 
     /// The periodic step (the runtime's, every `pool_shrink_interval_ms`): the free slabs beyond
     /// the cap leave the free list if the keg has held them for [`EXCESS_DELAY_MS`] at `now`
-    /// (into the lazy decay; back at once under pressure or with lazy freeing off,
-    /// [`Keg::shed_excess`]). Returns the bytes given back now.
-    /// Also what starts the excess clock of a keg whose cap fell below what it holds (a zone
-    /// whose working set of reuse shrank at the end of a period: `ZoneInner::periodic`).
-    pub(crate) fn release_expired_excess(&self, now: u32) -> usize {
+    /// (into the lazy decay when `pages` says lazily, else released at once,
+    /// [`Keg::trim_excess`]). Returns the bytes released now. Also what starts the excess clock
+    /// of a keg whose cap fell below what it holds (a zone whose working set of reuse shrank at
+    /// the end of a period: `ZoneInner::periodic`).
+    pub(crate) fn trim_expired_excess(&self, now: u32, pages: Pages) -> usize {
         let cap = self.free_cap_now();
         if cap == usize::MAX {
             return 0;
         }
-        let delay = crate::lazy::release_kind_now() == crate::lazy::ReleaseKind::Lazy;
-        let due = self.excess_due(&mut lock(&self.inner), cap, delay, || now);
+        let due = self.excess_due(&mut lock(&self.inner), cap, pages.is_lazy(), || now);
         if due {
-            self.shed_excess(cap)
+            self.trim_excess(cap, pages)
         } else {
             0
         }
@@ -1142,7 +1110,7 @@ impl Keg {
                 // then onto the free list, and `take_back_in`'s end decides).
                 let over_cap =
                     w.session.is_none() && !w.delay_excess && g.nfree_slabs >= w.free_cap;
-                if w.give_back || over_cap {
+                if w.release || over_cap {
                     // On no list until its pages are gone: given back once the lock is
                     // dropped (`give_back_deferred`), never under it.
                     (*s).state = SlabState::Clean;
@@ -1228,27 +1196,26 @@ impl Keg {
         RELEASED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
-    /// Gives the pages of free slabs back to the OS, keeping `reserve_slabs` of them (none when
-    /// `keep_reserve` is false). Adjacent slabs go back in one `madvise`. Returns the bytes given
-    /// back.
-    #[cfg(test)]
-    pub(crate) fn reclaim(&self, keep_reserve: bool) -> usize {
-        self.reclaim_keep(if keep_reserve { self.reserve_slabs } else { 0 })
+    /// Releases the pages of free slabs until at most `keep` free slabs stay backed, as `d`
+    /// decides: through its release session when it carries an active one (the slabs wait on
+    /// the `releasing` list and their bytes are counted when the session completes: returns 0
+    /// for them); into the lazy decay when its pages leave lazily ([`Keg::lazy_keep`], stamped by
+    /// its clock; returns 0: lazily freed bytes are counted apart); else at once, with the keg
+    /// lock dropped for the `madvise` (one per run of adjacent slabs), returning the bytes.
+    pub(crate) fn release_free(&self, keep: usize, d: &mut Disposal<'_>) -> usize {
+        let pages = d.pages;
+        match d.session() {
+            Some(sess) if sess.active() => self.release_free_to(keep, sess),
+            _ if pages.is_lazy() => {
+                self.lazy_keep(keep, (pages.clock)(), pages.settle_ms == 0);
+                0
+            }
+            _ => self.release_free_to(keep, &mut Session::inactive()),
+        }
     }
 
-    /// Gives the pages of free slabs back to the OS until at most `keep` free slabs stay backed.
-    pub(crate) fn reclaim_keep(&self, keep: usize) -> usize {
-        self.reclaim_keep_in(keep, &mut Session::inactive())
-    }
-
-    /// [`Keg::reclaim`] through a release session: the free slabs are handed to the session and
-    /// their bytes are counted when it completes (returns 0 then); with an inactive session, the
-    /// pages go back here, under the lock, and the bytes are returned.
-    pub(crate) fn reclaim_in(&self, keep_reserve: bool, sess: &mut Session) -> usize {
-        self.reclaim_keep_in(if keep_reserve { self.reserve_slabs } else { 0 }, sess)
-    }
-
-    fn reclaim_keep_in(&self, keep: usize, sess: &mut Session) -> usize {
+    /// [`Keg::release_free`] into `sess` (an inactive one: released here, with the lock dropped).
+    fn release_free_to(&self, keep: usize, sess: &mut Session) -> usize {
         if sess.active() {
             if lock(&self.inner).nfree_slabs <= keep {
                 return 0;
@@ -1798,6 +1765,23 @@ impl Keg {
 mod tests {
     use super::*;
 
+    /// Takes `items` back with `fini` run on each: slabs emptied go back to the OS at once with
+    /// `release`, else onto the free list. Returns the bytes released.
+    fn take_back(
+        k: &Keg,
+        items: &[*mut u8],
+        release: bool,
+        fini: impl FnMut(*mut u8),
+        invalid: impl FnMut(*mut u8, InvalidKind),
+    ) -> usize {
+        let mut d = if release {
+            Disposal::release()
+        } else {
+            Disposal::keep()
+        };
+        k.take_back(items, &mut d, Some(fini), invalid).bytes
+    }
+
     #[test]
     fn import_release_reclaim() {
         let k = Keg::new(64, 0).unwrap();
@@ -1816,12 +1800,12 @@ mod tests {
             unsafe { p.write_bytes(0x5a, 64) };
         }
         let mut bad = vec![];
-        k.take_back(&v, false, |_| {}, |p, kind| bad.push((p, kind)));
+        take_back(&k, &v, false, |_| {}, |p, kind| bad.push((p, kind)));
         assert!(bad.is_empty());
         let c = k.validate().unwrap();
         assert_eq!(c.items_out, 0);
         assert_eq!(c.free_slabs, 16);
-        assert_eq!(k.reclaim(false), 16 * 4096);
+        assert_eq!(k.release_free(0, &mut Disposal::keep()), 16 * 4096);
         let c = k.validate().unwrap();
         assert_eq!((c.free_slabs, c.backed_slabs), (0, 0));
         k.destroy().unwrap();
@@ -1837,10 +1821,10 @@ mod tests {
             // SAFETY: pages of ours.
             unsafe { p.write_bytes(7, ps) };
         }
-        k.take_back(&v[..4], false, |_| {}, |_, _| panic!("invalid"));
+        take_back(&k, &v[..4], false, |_| {}, |_, _| panic!("invalid"));
         // Fake time: the first four go lazy at t = 1000 ms, the next four at t = 1600 ms.
         assert_eq!(k.lazy_keep(0, 1000, true), 4 * ps);
-        k.take_back(&v[4..], false, |_| {}, |_, _| panic!("invalid"));
+        take_back(&k, &v[4..], false, |_| {}, |_, _| panic!("invalid"));
         assert_eq!(k.lazy_keep(0, 1600, true), 4 * ps);
         let c = k.validate().unwrap();
         assert_eq!((c.lazy_slabs, c.free_slabs, c.backed_slabs), (8, 0, 0));
@@ -1860,10 +1844,10 @@ mod tests {
         let c = k.validate().unwrap();
         assert_eq!((c.lazy_slabs, c.clean_slabs >= 6), (0, true));
         // A free into a lazily freed slab is a double free; a purge without delay takes all.
-        k.take_back(&w, false, |_| {}, |_, _| panic!("invalid"));
+        take_back(&k, &w, false, |_| {}, |_, _| panic!("invalid"));
         k.lazy_keep(0, 3000, true);
         let mut bad = vec![];
-        k.take_back(&w[..1], false, |_| {}, |p, kind| bad.push((p, kind)));
+        take_back(&k, &w[..1], false, |_| {}, |p, kind| bad.push((p, kind)));
         assert_eq!(bad, vec![(w[0], InvalidKind::DoubleFree)]);
         assert_eq!(k.purge_lazy(None), 2 * ps);
         k.validate().unwrap();
@@ -1880,7 +1864,7 @@ mod tests {
             // SAFETY: pages of ours.
             unsafe { p.write_bytes(9, ps) };
         }
-        k.take_back(&v, false, |_| {}, |_, _| panic!("invalid"));
+        take_back(&k, &v, false, |_| {}, |_, _| panic!("invalid"));
         // Given up at t = 500 ms, not offered yet (settle 100 ms).
         assert_eq!(k.lazy_keep(0, 500, false), 6 * ps);
         assert_eq!(k.counts().lazy_freed_bytes, 0, "no MADV_FREE yet");
@@ -1895,7 +1879,7 @@ mod tests {
         // The decay counts from when the slabs were given up.
         assert_eq!(k.purge_lazy(Some((1499, 1000))), 0);
         assert_eq!(k.purge_lazy(Some((1500, 1000))), 4 * ps);
-        k.take_back(&w, false, |_| {}, |_, _| panic!("invalid"));
+        take_back(&k, &w, false, |_| {}, |_, _| panic!("invalid"));
         k.lazy_keep(0, 2000, false);
         assert_eq!(
             k.purge_lazy(None),
@@ -1922,7 +1906,7 @@ mod tests {
             (v[0] as usize & !(CHUNK_SIZE - 1)) as *mut u8,
         ];
         let mut bad = vec![];
-        k.take_back(&bogus, false, |_| {}, |p, kind| bad.push((p, kind)));
+        take_back(&k, &bogus, false, |_| {}, |p, kind| bad.push((p, kind)));
         assert_eq!(
             bad.iter().map(|b| b.1).collect::<Vec<_>>(),
             vec![
@@ -1932,9 +1916,9 @@ mod tests {
                 InvalidKind::NotAnItem
             ]
         );
-        k.take_back(&v[..1], false, |_| {}, |_, _| panic!("valid"));
+        take_back(&k, &v[..1], false, |_| {}, |_, _| panic!("valid"));
         let mut bad = vec![];
-        k.take_back(&v[..1], false, |_| {}, |p, kind| bad.push((p, kind)));
+        take_back(&k, &v[..1], false, |_| {}, |p, kind| bad.push((p, kind)));
         assert_eq!(bad, vec![(v[0], InvalidKind::DoubleFree)]);
         k.validate().unwrap();
         assert_eq!(
@@ -1943,8 +1927,8 @@ mod tests {
             "destroy with live items fails and changes nothing"
         );
         k.validate().unwrap();
-        k.take_back(&v[1..], false, |_| {}, |_, _| panic!("valid"));
-        other.take_back(&w, false, |_| {}, |_, _| panic!("valid"));
+        take_back(&k, &v[1..], false, |_| {}, |_, _| panic!("valid"));
+        take_back(&other, &w, false, |_| {}, |_, _| panic!("valid"));
         k.destroy().unwrap();
         other.destroy().unwrap();
     }
@@ -2002,12 +1986,12 @@ mod tests {
         // A pointer into a slab never carved was never handed out.
         let never = (chunk + g.first_slab + 10 * g.slab_size) as *mut u8;
         let mut bad = vec![];
-        k.take_back(&[never], false, |_| {}, |p, kind| bad.push((p, kind)));
+        take_back(&k, &[never], false, |_| {}, |p, kind| bad.push((p, kind)));
         assert_eq!(bad, vec![(never, InvalidKind::NotAnItem)]);
         k.validate().unwrap();
         // Given back and reused: clean slabs are taken before new ones are carved.
-        k.take_back(&v, false, |_| {}, |_, _| panic!("valid"));
-        assert_eq!(k.reclaim(false), 3 * g.slab_size);
+        take_back(&k, &v, false, |_| {}, |_, _| panic!("valid"));
+        assert_eq!(k.release_free(0, &mut Disposal::keep()), 3 * g.slab_size);
         assert_eq!(k.import(&mut v).unwrap(), v.len());
         let mut bases: Vec<usize> = v.iter().map(|&p| p as usize & !(g.slab_size - 1)).collect();
         bases.sort_unstable();
@@ -2015,7 +1999,7 @@ mod tests {
         assert!(bases
             .iter()
             .all(|&b| b < chunk + g.first_slab + 3 * g.slab_size));
-        k.take_back(&v, false, |_| {}, |_, _| panic!("valid"));
+        take_back(&k, &v, false, |_| {}, |_, _| panic!("valid"));
         // Every slab of the chunk, then the next chunk.
         let mut all = vec![ptr::null_mut(); (g.slabs_per_chunk + 1) * g.items_per_slab];
         assert_eq!(k.import(&mut all).unwrap(), all.len());
@@ -2027,8 +2011,11 @@ mod tests {
             meta_pages,
             "every descriptor written, the colour's pages never touched"
         );
-        k.take_back(&all, false, |_| {}, |_, _| panic!("valid"));
-        assert_eq!(k.reclaim(false), (g.slabs_per_chunk + 1) * g.slab_size);
+        take_back(&k, &all, false, |_| {}, |_, _| panic!("valid"));
+        assert_eq!(
+            k.release_free(0, &mut Disposal::keep()),
+            (g.slabs_per_chunk + 1) * g.slab_size
+        );
         k.validate().unwrap();
         k.destroy().unwrap();
     }
@@ -2044,7 +2031,12 @@ mod tests {
             unsafe { p.write_bytes(1, 256) };
         }
         let before = k.counts().released_bytes;
-        let r = k.take_back_in(&v, Emptied::Keep, None::<fn(*mut u8)>, |_, _| panic!());
+        let r = k.take_back(
+            &v,
+            &mut Disposal::keep(),
+            None::<fn(*mut u8)>,
+            |_, _| panic!(),
+        );
         assert_eq!(r.valid, v.len());
         assert_eq!(r.bytes, 3 * g.slab_size, "all but two slabs given back");
         let c = k.validate().unwrap();
@@ -2053,7 +2045,12 @@ mod tests {
         // Without a cap everything stays backed until a reclaim.
         let k2 = Keg::new(256, 0).unwrap();
         k2.import(&mut v).unwrap();
-        let r = k2.take_back_in(&v, Emptied::Keep, None::<fn(*mut u8)>, |_, _| panic!());
+        let r = k2.take_back(
+            &v,
+            &mut Disposal::keep(),
+            None::<fn(*mut u8)>,
+            |_, _| panic!(),
+        );
         assert_eq!((r.bytes, k2.validate().unwrap().free_slabs), (0, 5));
         k.destroy().unwrap();
         k2.destroy().unwrap();
@@ -2064,7 +2061,7 @@ mod tests {
         let k = Keg::new(4096, 0).unwrap();
         let mut v = [ptr::null_mut(); 8];
         k.import(&mut v).unwrap();
-        assert_eq!(k.take_back(&v, true, |_| {}, |_, _| panic!()), 8 * 4096);
+        assert_eq!(take_back(&k, &v, true, |_| {}, |_, _| panic!()), 8 * 4096);
         let c = k.validate().unwrap();
         assert_eq!((c.backed_slabs, c.clean_slabs > 0), (0, true));
         k.destroy().unwrap();
@@ -2073,9 +2070,26 @@ mod tests {
 
 #[cfg(test)]
 mod bulk_tests {
-    //! The bulk release path (`take_back_in`'s cursor and fast path) and the release pipeline.
+    //! The bulk release path (`take_back`'s cursor and fast path) and the release pipeline.
     use super::*;
     use crate::release::Session;
+
+    /// Takes `items` back with `fini` run on each: slabs emptied go back to the OS at once with
+    /// `release`, else onto the free list. Returns the bytes released.
+    fn take_back(
+        k: &Keg,
+        items: &[*mut u8],
+        release: bool,
+        fini: impl FnMut(*mut u8),
+        invalid: impl FnMut(*mut u8, InvalidKind),
+    ) -> usize {
+        let mut d = if release {
+            Disposal::release()
+        } else {
+            Disposal::keep()
+        };
+        k.take_back(items, &mut d, Some(fini), invalid).bytes
+    }
 
     fn import_n(k: &Keg, n: usize) -> Vec<*mut u8> {
         let mut v = vec![ptr::null_mut(); n];
@@ -2122,9 +2136,9 @@ mod bulk_tests {
         rev.reverse();
         let mut valid = 0;
         for c in rev.chunks(254) {
-            let r = k.take_back_in(
+            let r = k.take_back(
                 c,
-                Emptied::Pipeline(&mut sess),
+                &mut Disposal::reclaim(&mut sess, false),
                 None::<fn(*mut u8)>,
                 no_invalid,
             );
@@ -2153,9 +2167,9 @@ mod bulk_tests {
         let k = Keg::new(64, 3).unwrap();
         let v = import_n(&k, 64 * 10);
         let mut sess = Session::begin_wait(true);
-        k.take_back_in(
+        k.take_back(
             &v[..64 * 5],
-            Emptied::Pipeline(&mut sess),
+            &mut Disposal::reclaim(&mut sess, false),
             None::<fn(*mut u8)>,
             no_invalid,
         );
@@ -2164,9 +2178,9 @@ mod bulk_tests {
         assert_eq!(sess.finish(), 2 * 4096);
         // An inactive session means Keep.
         let mut off = Session::inactive();
-        k.take_back_in(
+        k.take_back(
             &v[64 * 5..],
-            Emptied::Pipeline(&mut off),
+            &mut Disposal::reclaim(&mut off, false),
             None::<fn(*mut u8)>,
             no_invalid,
         );
@@ -2174,7 +2188,10 @@ mod bulk_tests {
         assert_eq!((c.free_slabs, c.releasing_slabs, c.backed_slabs), (8, 0, 8));
         // reclaim_in through a session: all but the reserve, counted at the end.
         let mut sess = Session::begin_wait(true);
-        assert_eq!(k.reclaim_in(true, &mut sess), 0);
+        assert_eq!(
+            k.release_free(k.reserve_slabs(), &mut Disposal::reclaim(&mut sess, false)),
+            0
+        );
         assert_eq!(k.validate().unwrap().releasing_slabs, 5);
         assert_eq!(sess.finish(), 5 * 4096);
         let c = k.validate().unwrap();
@@ -2189,7 +2206,7 @@ mod bulk_tests {
         let v = import_n(&k, 64 * 3);
         let w = import_n(&other, 1);
         // Free slab 2 entirely first: its items are double frees afterwards.
-        k.take_back(&v[128..], false, |_| {}, no_invalid);
+        take_back(&k, &v[128..], false, |_| {}, no_invalid);
         let mut x = 0u64;
         let batch = [
             v[0],
@@ -2209,9 +2226,9 @@ mod bulk_tests {
         let mut bad = vec![];
         let mut seen = vec![];
         let mut sess = Session::begin_wait(true);
-        let r = k.take_back_in(
+        let r = k.take_back(
             &batch,
-            Emptied::Pipeline(&mut sess),
+            &mut Disposal::reclaim(&mut sess, false),
             Some(|p| seen.push(p)),
             |p, kind| bad.push((p, kind)),
         );
@@ -2241,17 +2258,20 @@ mod bulk_tests {
         assert_eq!(c.items_out, 128 - 6);
         // The same batch without fini (the fast path) reports the same and applies nothing.
         let mut bad2 = vec![];
-        let r = k.take_back_in(&batch, Emptied::Keep, None::<fn(*mut u8)>, |p, kind| {
-            bad2.push((p, kind))
-        });
+        let r = k.take_back(
+            &batch,
+            &mut Disposal::keep(),
+            None::<fn(*mut u8)>,
+            |p, kind| bad2.push((p, kind)),
+        );
         assert_eq!(r.valid, 0);
         assert_eq!(bad2.len(), batch.len());
         assert!(bad2
             .iter()
             .all(|b| b.1 != InvalidKind::NotAnItem || b.0 == batch[11]));
         assert_eq!(k.validate().unwrap().items_out, 128 - 6);
-        k.take_back(&v[..128], false, |_| {}, |_, _| {});
-        other.take_back(&w, false, |_| {}, no_invalid);
+        take_back(&k, &v[..128], false, |_| {}, |_, _| {});
+        take_back(&other, &w, false, |_| {}, no_invalid);
         assert_eq!(k.validate().unwrap().items_out, 0);
         k.destroy().unwrap();
         other.destroy().unwrap();
@@ -2309,12 +2329,12 @@ mod bulk_tests {
                 }
                 let mut bad = 0;
                 let mut sess = Session::begin_wait(round % 2 == 0);
-                let mode = match round % 3 {
-                    0 => Emptied::Pipeline(&mut sess),
-                    1 => Emptied::Keep,
-                    _ => Emptied::GiveBack,
+                let mut mode = match round % 3 {
+                    0 => Disposal::reclaim(&mut sess, false),
+                    1 => Disposal::keep(),
+                    _ => Disposal::release(),
                 };
-                let r = k.take_back_in(&batch, mode, None::<fn(*mut u8)>, |_, _| bad += 1);
+                let r = k.take_back(&batch, &mut mode, None::<fn(*mut u8)>, |_, _| bad += 1);
                 sess.finish();
                 assert_eq!(
                     (r.valid, bad),
@@ -2334,7 +2354,7 @@ mod bulk_tests {
                 let c = k.validate().unwrap();
                 assert_eq!(c.items_out, out.len(), "size {size} round {round}");
             }
-            k.take_back(&out, false, |_| {}, no_invalid);
+            take_back(&k, &out, false, |_| {}, no_invalid);
             k.destroy().unwrap();
         }
     }
@@ -2363,7 +2383,7 @@ mod bulk_tests {
                             assert_eq!(got, i as u8 | 1, "item {p:?} changed under its owner");
                         }
                     }
-                    k.take_back(&v, false, |_| {}, no_invalid);
+                    take_back(&k, &v, false, |_| {}, no_invalid);
                     rounds += 1;
                 }
             })
@@ -2376,14 +2396,14 @@ mod bulk_tests {
             }
             let mut sess = Session::begin_wait(false);
             for c in v.chunks(254) {
-                k.take_back_in(
+                k.take_back(
                     c,
-                    Emptied::Pipeline(&mut sess),
+                    &mut Disposal::reclaim(&mut sess, false),
                     None::<fn(*mut u8)>,
                     no_invalid,
                 );
             }
-            k.reclaim_in(false, &mut sess);
+            k.release_free(0, &mut Disposal::reclaim(&mut sess, false));
             sess.finish();
             k.validate().unwrap();
         }
@@ -2424,9 +2444,12 @@ mod bulk_tests {
         // The squeeze: slabs emptied by a release in give-back mode.
         let v = import_n(&k, 8);
         let w = longest_wait(&|| {
-            let r = k.take_back_in(&v, Emptied::GiveBack, None::<fn(*mut u8)>, |p, kind| {
-                panic!("{p:?}: {kind:?}")
-            });
+            let r = k.take_back(
+                &v,
+                &mut Disposal::release(),
+                None::<fn(*mut u8)>,
+                |p, kind| panic!("{p:?}: {kind:?}"),
+            );
             assert_eq!(r.bytes, 8 * 4096);
         });
         assert!(
@@ -2437,14 +2460,26 @@ mod bulk_tests {
         let v = import_n(&k, 16);
         let keep: Vec<_> = v.iter().step_by(2).copied().collect();
         let drop_: Vec<_> = v.iter().skip(1).step_by(2).copied().collect();
-        k.take_back(&drop_, false, |_| {}, |p, kind| panic!("{p:?}: {kind:?}"));
-        let w = longest_wait(&|| assert_eq!(k.reclaim(false), 8 * 4096));
+        take_back(
+            &k,
+            &drop_,
+            false,
+            |_| {},
+            |p, kind| panic!("{p:?}: {kind:?}"),
+        );
+        let w = longest_wait(&|| assert_eq!(k.release_free(0, &mut Disposal::keep()), 8 * 4096));
         assert!(
             w < std::time::Duration::from_millis(50),
             "lock held {w:?} during madvise"
         );
-        k.take_back(&keep, false, |_| {}, |p, kind| panic!("{p:?}: {kind:?}"));
-        k.reclaim(false);
+        take_back(
+            &k,
+            &keep,
+            false,
+            |_| {},
+            |p, kind| panic!("{p:?}: {kind:?}"),
+        );
+        k.release_free(0, &mut Disposal::keep());
         let c = k.validate().unwrap();
         assert_eq!((c.items_out, c.backed_slabs), (0, 0));
         k.destroy().unwrap();
@@ -2466,9 +2501,9 @@ mod bulk_tests {
         let mut sess = Session::begin_wait(true);
         for (k, v) in kegs.iter().zip(&items) {
             let odd: Vec<*mut u8> = v.iter().copied().skip(1).step_by(2).collect();
-            k.take_back_in(
+            k.take_back(
                 &odd,
-                Emptied::Pipeline(&mut sess),
+                &mut Disposal::reclaim(&mut sess, false),
                 None::<fn(*mut u8)>,
                 no_invalid,
             );
@@ -2487,7 +2522,10 @@ mod bulk_tests {
         );
         // ... which the reclaim's final pass hands over (completing the first 16 to make room).
         for k in &kegs {
-            assert_eq!(k.reclaim_in(true, &mut sess), 0);
+            assert_eq!(
+                k.release_free(k.reserve_slabs(), &mut Disposal::reclaim(&mut sess, false)),
+                0
+            );
         }
         assert_eq!(sess.finish(), 20 * 300 * 4096);
         for (k, v) in kegs.iter().zip(&items) {
@@ -2506,7 +2544,8 @@ mod bulk_tests {
                     "a live item was released"
                 );
             }
-            k.take_back(
+            take_back(
+                &k,
                 &v.iter().copied().step_by(2).collect::<Vec<_>>(),
                 false,
                 |_| {},

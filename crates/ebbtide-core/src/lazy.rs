@@ -84,12 +84,6 @@ pub fn release_kind(lazy_enabled: bool, under_pressure: bool) -> ReleaseKind {
     }
 }
 
-/// [`release_kind`] for this moment: the mode, and pressure as the runtime reported it or an
-/// open squeeze window.
-pub(crate) fn release_kind_now() -> ReleaseKind {
-    release_kind(enabled(), under_pressure() || crate::gate::squeezing_now())
-}
-
 /// Is a slab lazily freed at `lazy_at` due to go back for good at `now` (both [`now_ms`])?
 /// Pure; the millisecond clock wraps after 49 days and the difference is taken modulo 2^32.
 pub fn expired(lazy_at: u32, now: u32, delay_ms: u64) -> bool {

@@ -42,7 +42,7 @@
 //! memory-bound program's misses would otherwise wait behind.
 //!
 //! ## Layers
-//! Layer order (bottom first): local, sync, spin, os, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
+//! Layer order (bottom first): local, sync, spin, os, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, disposal, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
 //!
 //! Each module names only modules before it in that list (`tests/layers.rs` reads the code and
 //! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
@@ -169,6 +169,8 @@ pub(crate) mod arena;
 pub(crate) mod bucket;
 #[cfg(not(loom))]
 pub(crate) mod depot;
+#[cfg(not(loom))]
+pub(crate) mod disposal;
 #[cfg(not(loom))]
 pub mod error;
 #[cfg(not(loom))]

@@ -106,12 +106,15 @@ impl PagePool {
         // Takes the zone's locks (depot, stacks' headers, stash, keg): inside the fork gate, as
         // every other path that does (`forkgate.rs`).
         let _inside = crate::forkgate::enter();
-        let target = if crate::gate::squeezing_now() {
+        // The decision, once: a squeeze window releases everything at once, else pages leave
+        // lazily or now as lazy freeing and pressure say.
+        let mut d = crate::disposal::Disposal::current();
+        let target = if matches!(d.emptied, crate::disposal::Emptied::Release) {
             0
         } else {
             self.max_buffer_pages()
         };
-        self.zone.inner().shrink_to(target)
+        self.zone.inner().shrink_to(target, &mut d)
     }
 
     /// Figures.

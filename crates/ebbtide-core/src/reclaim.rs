@@ -22,6 +22,7 @@ pub use crate::gate::{
 };
 
 use crate::bucket;
+use crate::disposal::{Disposal, Emptied};
 use crate::gate::{self, exclusive};
 use crate::os;
 use crate::release::Session;
@@ -131,12 +132,15 @@ pub fn squeeze(duration_ns: u64) -> usize {
 fn reclaim_zone(z: &ZoneInner, req: Request) -> usize {
     exclusive(|| {
         let mut sess = Session::begin(true);
-        let b = reclaim_zone_locked(z, req, &mut sess);
+        let b = reclaim_zone_locked(z, req, &mut Disposal::reclaim(&mut sess, squeezing_now()));
         b + sess.finish()
     })
     .unwrap_or(0)
 }
-fn reclaim_zone_locked(z: &ZoneInner, req: Request, sess: &mut Session) -> usize {
+
+/// One zone's part of a reclaim, its items and emptied slabs going where `d` (the reclaim's
+/// decision) sends them; the free slabs beyond the reserve are released at the end.
+fn reclaim_zone_locked(z: &ZoneInner, req: Request, d: &mut Disposal<'_>) -> usize {
     let mut bytes = 0;
     match req {
         Request::Trim => {
@@ -149,21 +153,21 @@ fn reclaim_zone_locked(z: &ZoneInner, req: Request, sess: &mut Session) -> usize
                     d.wss.trim_target()
                 }
             };
-            z.trim_depot_in(keep, Some(sess));
+            z.trim_depot(keep, d);
             z.shrink_bucket_size();
         }
         Request::Drain => {
-            z.trim_depot_in(0, Some(sess));
+            z.trim_depot(0, d);
             z.shrink_bucket_size();
         }
         Request::DrainCpu => {
             z.halve_bucket_size();
-            z.trim_depot_in(0, Some(sess));
-            z.drain_cpus_in(|_| true, Some(sess));
-            z.trim_depot_in(0, Some(sess));
+            z.trim_depot(0, d);
+            z.drain_cpus(|_| true, d);
+            z.trim_depot(0, d);
         }
     }
-    bytes += z.keg.reclaim_in(true, sess);
+    bytes += z.keg.release_free(z.keg.reserve_slabs(), d);
     match req {
         Request::Trim => z.count_trim(),
         Request::Drain => z.count_drain(),
@@ -186,9 +190,10 @@ pub fn reclaim_all(req: Request) -> usize {
         + exclusive(|| {
             let reg = crate::registry::lock();
             let mut sess = Session::begin(true);
+            let mut d = Disposal::reclaim(&mut sess, squeezing_now());
             let mut b = 0;
-            reg.for_each(|z: &ZoneInner| b += reclaim_zone_locked(z, req, &mut sess));
-            let b = b + bucket::reclaim_bucket_kegs_in(&mut sess);
+            reg.for_each(|z: &ZoneInner| b += reclaim_zone_locked(z, req, &mut d));
+            let b = b + bucket::release_bucket_kegs(&mut sess);
             // A pressure reclaim wants the memory now: lazily freed pages go too.
             b + sess.finish() + purge_lazy_locked(&reg)
         })
@@ -235,7 +240,13 @@ pub fn decay_lazy(now: u32) -> usize {
         return 0;
     }
     let reg = crate::registry::lock();
-    decay_lazy_locked(&reg, now, crate::lazy::decay_ms(), crate::lazy::settle_ms())
+    decay_lazy_locked(
+        &reg,
+        now,
+        crate::lazy::decay_ms(),
+        crate::lazy::settle_ms(),
+        &mut Disposal::current(),
+    )
 }
 
 /// The delayed step of free slabs beyond a zone's cap (run by the runtime every
@@ -249,7 +260,7 @@ pub fn release_excess(now: u32) -> usize {
         return 0;
     }
     let reg = crate::registry::lock();
-    crate::zone::release_excess_locked(&reg, now)
+    crate::zone::trim_excess_locked(&reg, now, Disposal::pages_now(squeezing_now()))
 }
 
 /// The periodic pass over every zone without pressure (working-set update, idle trim, idle
@@ -260,7 +271,7 @@ pub fn periodic_all(now_ns: u64) -> usize {
         let reg = crate::registry::lock();
         let mut b = 0;
         reg.for_each(|z: &ZoneInner| b += z.periodic(now_ns));
-        b + bucket::reclaim_bucket_kegs()
+        b + bucket::release_bucket_kegs(&mut Session::inactive())
     })
     .unwrap_or(0)
         + crate::outer::periodic_all(now_ns)
@@ -288,14 +299,15 @@ pub fn resize_pcpu(now_ns: u64) -> crate::zone::ResizeReport {
 /// given back.
 pub fn shrink_pools() -> usize {
     let _inside = crate::forkgate::enter();
-    let squeezing = squeezing_now();
+    let mut d = Disposal::current();
+    let squeezing = matches!(d.emptied, Emptied::Release);
     exclusive(|| {
         let reg = crate::registry::lock();
         let mut b = 0;
         reg.for_each(|z: &ZoneInner| {
             let max = z.pool_max.load(Ordering::Relaxed);
             if max != usize::MAX {
-                b += z.shrink_to(if squeezing { 0 } else { max });
+                b += z.shrink_to(if squeezing { 0 } else { max }, &mut d);
             }
         });
         b

@@ -486,7 +486,8 @@ impl Drop for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keg::{Emptied, Keg};
+    use crate::disposal::Disposal;
+    use crate::keg::Keg;
 
     fn import_n(k: &Keg, n: usize) -> Vec<*mut u8> {
         let mut v = vec![core::ptr::null_mut(); n];
@@ -498,9 +499,12 @@ mod tests {
     }
 
     fn release_all(k: &Keg, v: &[*mut u8], s: &mut Session) {
-        k.take_back_in(v, Emptied::Pipeline(s), None::<fn(*mut u8)>, |p, kind| {
-            panic!("{p:?}: {kind:?}")
-        });
+        k.take_back(
+            v,
+            &mut Disposal::reclaim(s, false),
+            None::<fn(*mut u8)>,
+            |p, kind| panic!("{p:?}: {kind:?}"),
+        );
     }
 
     #[test]
@@ -568,7 +572,10 @@ mod tests {
         let c = k.validate().unwrap();
         assert_eq!((c.free_slabs, c.releasing_slabs), (4, 0));
         // reclaim_in with it gives the pages back at once, under the keg lock, and says so.
-        assert_eq!(k.reclaim_in(false, &mut other), 4 * 4096);
+        assert_eq!(
+            k.release_free(0, &mut Disposal::reclaim(&mut other, false)),
+            4 * 4096
+        );
         assert_eq!(other.finish(), 0);
         drop(owner);
         k.destroy().unwrap();

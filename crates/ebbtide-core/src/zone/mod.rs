@@ -24,7 +24,7 @@ mod snapshot;
 mod stash;
 
 pub(crate) use drain::{
-    decay_lazy_locked, drain_cpu_all, make_room, purge_lazy_locked, release_excess_locked,
+    decay_lazy_locked, drain_cpu_all, make_room, purge_lazy_locked, trim_excess_locked,
 };
 pub use entry::CEntry;
 pub use fast::{FastConsts, FastFree};
@@ -34,10 +34,11 @@ pub use snapshot::{CpuStack, ZoneCheck, ZoneSnapshot};
 
 use crate::bucket::{self, Bucket, BUCKET_MAX};
 use crate::depot::DepotInner;
+use crate::disposal::{Disposal, Emptied, Pages};
 use crate::error::{
     report, AllocError, ConfigError, CreateError, InvalidFree, InvalidKind, ZoneBusy, ZoneName,
 };
-use crate::keg::{Emptied, Keg};
+use crate::keg::Keg;
 use crate::os;
 use crate::pcpu::{self, lock_header, Pcpu};
 use crate::registry::{Link, Linked};
