@@ -114,7 +114,7 @@ impl PagePool {
         } else {
             self.max_buffer_pages()
         };
-        self.zone.inner().shrink_to(target, &mut d)
+        self.zone.inner().trim_to(target, &mut d)
     }
 
     /// Figures.

@@ -28,7 +28,7 @@ use crate::os;
 use crate::release::Session;
 use crate::sync::{lock, Ordering};
 use crate::zone::{
-    decay_lazy_locked, drain_cpu_all, purge_lazy_locked, Zone, ZoneFlags, ZoneInner,
+    drain_cpu_all, release_lazy_due_locked, release_lazy_locked, Zone, ZoneFlags, ZoneInner,
 };
 
 /// A reclaim request (the values are the C ABI's `EBB_RECLAIM_*`).
@@ -195,7 +195,7 @@ pub fn reclaim_all(req: Request) -> usize {
             reg.for_each(|z: &ZoneInner| b += reclaim_zone_locked(z, req, &mut d));
             let b = b + bucket::release_bucket_kegs(&mut sess);
             // A pressure reclaim wants the memory now: lazily freed pages go too.
-            b + sess.finish() + purge_lazy_locked(&reg)
+            b + sess.finish() + release_lazy_locked(&reg)
         })
         .unwrap_or(0)
 }
@@ -228,7 +228,7 @@ pub fn purge_lazy_all() -> usize {
     if crate::lazy::lazy_held_bytes() == 0 {
         return 0;
     }
-    purge_lazy_locked(&crate::registry::lock())
+    release_lazy_locked(&crate::registry::lock())
 }
 
 /// The decay step (run by the runtime every `pool_shrink_interval_ms`): lazy slabs older than
@@ -240,7 +240,7 @@ pub fn decay_lazy(now: u32) -> usize {
         return 0;
     }
     let reg = crate::registry::lock();
-    decay_lazy_locked(
+    release_lazy_due_locked(
         &reg,
         now,
         crate::lazy::decay_ms(),
@@ -307,7 +307,7 @@ pub fn shrink_pools() -> usize {
         reg.for_each(|z: &ZoneInner| {
             let max = z.pool_max.load(Ordering::Relaxed);
             if max != usize::MAX {
-                b += z.shrink_to(if squeezing { 0 } else { max }, &mut d);
+                b += z.trim_to(if squeezing { 0 } else { max }, &mut d);
             }
         });
         b

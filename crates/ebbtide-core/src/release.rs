@@ -110,7 +110,7 @@ fn claim() -> Option<(usize, usize)> {
 }
 
 /// Gives one claimed run back and counts it done.
-fn give_back(addr: usize, len: usize) {
+fn release_run(addr: usize, len: usize) {
     // SAFETY: runs are only posted by a session for slabs it took off every list of their keg
     // under the keg lock: committed memory of ours that holds no live item and that nothing
     // hands out until the session has seen this run done.
@@ -128,7 +128,7 @@ fn helper_pass(max_sleep_ms: Option<u64>) {
         // for a run its parent's helper had claimed); never while asleep.
         let _inside = crate::forkgate::enter();
         while let Some((a, l)) = claim() {
-            give_back(a, l);
+            release_run(a, l);
             WORKER_RUNS.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -239,7 +239,7 @@ pub(crate) struct Session {
     /// Free slabs each keg keeps backed: its reserve, or none.
     keep_reserve: bool,
     /// Runs that found the ring full: given back by the owner at its next call of
-    /// [`Session::drain_overflow`], which callers make with no keg lock held (a `madvise` never
+    /// [`Session::release_overflow`], which callers make with no keg lock held (a `madvise` never
     /// runs under a keg lock).
     overflow: [(usize, usize); OVERFLOW],
     noverflow: usize,
@@ -295,16 +295,16 @@ impl Session {
     }
 
     /// Whether runs wait in the overflow: the caller should drop its keg lock and call
-    /// [`Session::drain_overflow`] before it adds more.
+    /// [`Session::release_overflow`] before it adds more.
     #[inline]
     pub(crate) fn has_overflow(&self) -> bool {
         self.noverflow > 0
     }
 
     /// Gives back the runs that found the ring full, on this thread. Call with no keg lock held.
-    pub(crate) fn drain_overflow(&mut self) {
+    pub(crate) fn release_overflow(&mut self) {
         for &(a, l) in &self.overflow[..self.noverflow] {
-            // SAFETY: as in `give_back`: runs of slabs on their keg's releasing list.
+            // SAFETY: as in `release_run`: runs of slabs on their keg's releasing list.
             unsafe { os::release(NonNull::new_unchecked(a as *mut u8), l) };
         }
         self.noverflow = 0;
@@ -427,19 +427,19 @@ impl Session {
     }
 
     /// Waits until every posted run is given back, doing unclaimed ones here.
-    fn drain_ring(&mut self) {
+    fn finish_ring(&mut self) {
         for i in 0..PENDING {
             self.flush(i);
             // Flushing may leave runs in the overflow (ring full): give them back now, before the
             // kegs are told their slabs are clean. (No keg lock is held here.)
-            self.drain_overflow();
+            self.release_overflow();
         }
         while let Some((a, l)) = claim() {
-            give_back(a, l);
+            release_run(a, l);
         }
         let posted = POSTED.load(Ordering::Relaxed);
         let mut spins = 0u32;
-        // Acquire: pairs with the Release increment in `give_back` (the madvise is finished).
+        // Acquire: pairs with the Release increment in `release_run` (the madvise is finished).
         while DONE.load(Ordering::Acquire) != posted {
             spins += 1;
             if spins < 64 {
@@ -455,7 +455,7 @@ impl Session {
         if !self.active {
             return;
         }
-        self.drain_ring();
+        self.finish_ring();
         for k in self.kegs[..self.nkegs].iter().flatten() {
             // SAFETY: enlisted kegs outlive the session: kegs are destroyed only with no reclaim
             // in progress on them (zone destruction owns the zone; bucket kegs are never

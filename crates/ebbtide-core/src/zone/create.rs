@@ -185,7 +185,7 @@ impl ZoneInner {
             let mut d = Disposal::keep();
             zr.drain_cpus(|_| true, &mut d);
             zr.trim_depot(0, &mut d);
-            zr.stash_purge(&mut d);
+            zr.drain_stash(&mut d);
             zr.keg.destroy()?;
             reg.unlink(z);
         }

@@ -89,17 +89,17 @@ impl ZoneInner {
     /// stash (`stash.rs`) while the stash is open, and a stash that is not (pressure, lazy
     /// freeing off or without a settle delay) is emptied the way pages leave now. Returns the
     /// bytes released.
-    pub(crate) fn shrink_to(&self, target: usize, d: &mut Disposal<'_>) -> usize {
+    pub(crate) fn trim_to(&self, target: usize, d: &mut Disposal<'_>) -> usize {
         let stash = self.stash_open(d.pages);
         let mut released = 0;
         if !stash && self.stash.len() > 0 {
             released += if d.pages.is_lazy() {
-                self.stash_purge(&mut Disposal {
+                self.drain_stash(&mut Disposal {
                     emptied: Emptied::Keep,
                     pages: d.pages,
                 })
             } else {
-                self.stash_purge(&mut Disposal::release())
+                self.drain_stash(&mut Disposal::release())
             };
         }
         let free = self.free_items();
@@ -204,7 +204,7 @@ impl ZoneInner {
         let mut d = Disposal::current();
         self.drain_cpus(|_| true, &mut d);
         self.trim_depot(0, &mut d);
-        self.stash_purge(&mut Disposal {
+        self.drain_stash(&mut Disposal {
             emptied: Emptied::Keep,
             pages: d.pages,
         });
@@ -261,7 +261,7 @@ pub(crate) fn drain_cpu_all(halve: bool, keep_reserve: bool) -> usize {
         let b = b + crate::bucket::release_bucket_kegs(&mut sess);
         // Every caller wants the memory now (squeeze, buckets off, DRAIN_CPU, a failed
         // mapping): lazily freed pages go too.
-        b + sess.finish() + purge_lazy_locked(&reg)
+        b + sess.finish() + release_lazy_locked(&reg)
     })
     .unwrap_or(0)
 }
@@ -358,9 +358,9 @@ impl ZoneInner {
         if d.pages.is_lazy() {
             return self.keg.release_free(keep, d);
         }
-        self.stash_purge(&mut Disposal::release())
+        self.drain_stash(&mut Disposal::release())
             + self.keg.release_free(keep, d)
-            + self.keg.purge_lazy(None)
+            + self.keg.release_lazy(None)
     }
 }
 
@@ -381,20 +381,20 @@ pub(crate) fn make_room(bytes: usize) {
     let mut left = bytes;
     reg.for_each(|z: &ZoneInner| {
         if left > 0 {
-            left = left.saturating_sub(z.keg.purge_lazy_upto(None, left));
+            left = left.saturating_sub(z.keg.release_lazy_upto(None, left));
         }
     });
 }
 
 /// Every lazily freed page of every zone back now (`MADV_DONTNEED`), with the registry locked
 /// (inside a reclaim). Returns the bytes given back.
-pub(crate) fn purge_lazy_locked(reg: &crate::registry::Locked) -> usize {
+pub(crate) fn release_lazy_locked(reg: &crate::registry::Locked) -> usize {
     if crate::lazy::lazy_held_bytes() == 0 {
         return 0;
     }
     let mut b = 0;
     reg.for_each(|z: &ZoneInner| {
-        b += z.stash_purge(&mut Disposal::release()) + z.keg.purge_lazy(None)
+        b += z.drain_stash(&mut Disposal::release()) + z.keg.release_lazy(None)
     });
     b
 }
@@ -412,7 +412,7 @@ pub(crate) fn trim_excess_locked(reg: &crate::registry::Locked, now: u32, pages:
 /// (`MADV_DONTNEED`), those that settled for `settle_ms` are offered (`MADV_FREE`). Returns the
 /// bytes given back for good. `d`: where the slabs of settled stashed pages go on their way to
 /// the lazy list (the caller's decision).
-pub(crate) fn decay_lazy_locked(
+pub(crate) fn release_lazy_due_locked(
     reg: &crate::registry::Locked,
     now: u32,
     decay_ms: u64,
@@ -424,7 +424,7 @@ pub(crate) fn decay_lazy_locked(
         // Stashed pages that settled join the lazy list first (offered, stamped when given up),
         // so the decay below counts from then (`stash.rs`).
         z.stash_settle(now, settle_ms, d);
-        b += z.keg.purge_lazy(Some((now, decay_ms)));
+        b += z.keg.release_lazy(Some((now, decay_ms)));
         z.keg.advise_lazy(now, settle_ms);
     });
     b

@@ -24,7 +24,7 @@ mod snapshot;
 mod stash;
 
 pub(crate) use drain::{
-    decay_lazy_locked, drain_cpu_all, make_room, purge_lazy_locked, trim_excess_locked,
+    drain_cpu_all, make_room, release_lazy_due_locked, release_lazy_locked, trim_excess_locked,
 };
 pub use entry::CEntry;
 pub use fast::{FastConsts, FastFree};

@@ -6,7 +6,7 @@
 //! `alloc_page` takes it off again, a few instructions each way; the buddy allocator sees a
 //! batch only when the list passes its high mark. The zone's own way back is longer: items to
 //! their slabs (`Keg::take_back`: the slab located, its bitmap and state, two list moves),
-//! free slabs to the lazy list (`Keg::lazy_keep`), and an import that takes them off it again —
+//! free slabs to the lazy list (`Keg::release_free_lazily`), and an import that takes them off it again —
 //! some hundred instructions per page, 3 % of the seed's dd throughput (perf of `lab blkback`'s
 //! overhead child, docs/experiments.md §1), which its statistics then find.
 //!
@@ -20,7 +20,7 @@
 //! once (the decay pass, [`ZoneInner::stash_settle`]), and decay from there as any lazy slab.
 //! Whatever gives pages back with `MADV_DONTNEED` (a squeeze, a pressure level, TRIM, DRAIN,
 //! DRAIN_CPU, lazy freeing turned off) empties the stash first, the same way
-//! ([`ZoneInner::stash_purge`]); a zone's destruction and a sleeper at `max_items` take the
+//! ([`ZoneInner::drain_stash`]); a zone's destruction and a sleeper at `max_items` take the
 //! pages back to the slabs.
 //!
 //! To the keg the pages are still handed out (as a cache's items are): the counting equation
@@ -288,7 +288,7 @@ impl ZoneInner {
             self.stash_gauges(n, false);
             let before = self.keg.counts().free_slabs;
             self.return_to_keg(&buf[..n], d);
-            moved += self.keg.lazy_keep(before, at, true);
+            moved += self.keg.release_free_lazily(before, at, true);
             if n < buf.len() {
                 break;
             }
@@ -299,7 +299,7 @@ impl ZoneInner {
     /// Every stashed page back to the slabs, whose emptied slabs go where `d` sends them:
     /// released at once ([`Disposal::release`]: pressure wants the memory), or kept as free
     /// slabs (a zone being destroyed, a sleeper at `max_items`). Returns the bytes released.
-    pub(crate) fn stash_purge(&self, d: &mut Disposal<'_>) -> usize {
+    pub(crate) fn drain_stash(&self, d: &mut Disposal<'_>) -> usize {
         let mut bytes = 0;
         let mut buf = [ptr::null_mut::<u8>(); FLUSH_BATCH];
         while self.stash.len() > 0 {
