@@ -60,12 +60,12 @@ pub(crate) enum Emptied<'s> {
     /// Onto the free list; its pages stay backed, except the slabs beyond the keg's free-slab cap
     /// (back at once, or after the excess delay when [`Pages`] says lazily).
     Keep,
-    /// Its pages go back to the OS before the call returns, with the keg lock dropped (the
+    /// Its pages are released before the call returns, with the keg lock dropped (the
     /// squeeze window).
     Release,
     /// Beyond the keg's reserve (none when the session keeps no reserve), to the session's
     /// release pipeline; onto the free list within it, or when the session cannot take one more
-    /// keg (the reclaim's final [`crate::keg::Keg::release_free`] gives those back). An inactive
+    /// keg (the reclaim's final [`crate::keg::Keg::release_free`] releases those). An inactive
     /// session means [`Emptied::Keep`].
     Pipeline(&'s mut Session),
     /// A page pool's shrink: the items go into the zone's stash (`zone/stash.rs`) to be given up
@@ -117,7 +117,7 @@ impl<'s> Disposal<'s> {
         }
     }
 
-    /// Slabs emptied go back to the OS before the call returns (the squeeze). Pure.
+    /// Slabs emptied are released before the call returns (the squeeze). Pure.
     pub(crate) fn release() -> Disposal<'static> {
         Disposal {
             emptied: Emptied::Release,
@@ -127,9 +127,9 @@ impl<'s> Disposal<'s> {
 
     /// A reclaim's decision: emptied slabs into `sess`'s pipeline, pages that leave otherwise
     /// leave now (a reclaim wants the memory). `squeezing` (read once by the reclaim's entry
-    /// point): a session that keeps reserves would keep some of what a squeeze gives back, so
+    /// point): a session that keeps reserves would keep some of what a squeeze releases, so
     /// then the slabs go back at once; an inactive session keeps them on the free list for the
-    /// reclaim's final [`crate::keg::Keg::release_free`] (or gives them back at once while
+    /// reclaim's final [`crate::keg::Keg::release_free`] (or releases them at once while
     /// squeezing). Pure.
     pub(crate) fn reclaim(sess: &'s mut Session, squeezing: bool) -> Disposal<'s> {
         let emptied = if sess.active() && !(squeezing && sess.keep_reserve()) {

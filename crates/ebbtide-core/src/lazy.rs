@@ -2,7 +2,7 @@
 //! memory must go now, and the decay of lazily freed pages that stay unused.
 //!
 //! The kernel's page allocator hands a page freed by xen-blkback back to it without a fault. A
-//! userspace cache that gives a page back with `MADV_DONTNEED` pays a page fault (and the
+//! userspace cache that releases a page with `MADV_DONTNEED` pays a page fault (and the
 //! kernel's zeroing) when it uses that address again: 9–14 µs on a nested VM, more than the rest
 //! of a 4 KiB I/O. `MADV_FREE` offers the page instead: the kernel takes it only when it needs
 //! memory, and a write before that keeps it, with no fault. So pages leave a cache in one of two
@@ -145,7 +145,7 @@ pub fn lazy_pending_bytes() -> u64 {
 }
 
 /// Bytes on the kegs' lazy lists (offered or settling), without the stashes' pages: what
-/// `zone::make_room` can give back (a stash settles only on the decay's step). A gauge read
+/// `zone::make_room` can release (a stash settles only on the decay's step). A gauge read
 /// without a lock, so a hint: a walk it starts may find less (the walk takes each keg's lock).
 pub fn keg_lazy_bytes() -> u64 {
     (LAZY_BYTES.load(Ordering::Relaxed) + LAZY_PENDING_BYTES.load(Ordering::Relaxed)) as u64

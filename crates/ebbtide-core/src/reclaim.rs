@@ -6,8 +6,8 @@
 //! | [`Request::Drain`] | whole depot to the slabs, free slabs back to the OS | −1 |
 //! | [`Request::DrainCpu`] | depot, then every CPU's stack (one loop over CPUs draining every zone on each, one `membarrier` per CPU), then the depot again; free slabs back | halved toward the minimum first |
 //!
-//! Every call returns the bytes given back to the OS, all of them given back by the time it
-//! returns. Inside a reclaim, slabs left entirely free go back to the OS through a
+//! Every call returns the bytes released, all of them released by the time it
+//! returns. Inside a reclaim, slabs left entirely free are released through a
 //! release session (`release.rs`) as soon as they are free, overlapping the kernel's work
 //! with the sorting of the remaining items (and sharing it with a helper thread); the session
 //! ends before the call returns. Reclaims are serialised and re-entry proof (`gate.rs`).
@@ -65,7 +65,7 @@ pub struct Response {
 
 /// Carries out `r` with at most one pass over the CPUs: a squeeze window, disabling buckets and a
 /// DRAIN_CPU all need every CPU's stack emptied, and one DRAIN_CPU (one `membarrier` per CPU)
-/// serves all three. Returns the bytes given back.
+/// serves all three. Returns the bytes released.
 pub fn respond(r: Response) -> usize {
     let _inside = crate::forkgate::enter();
     let squeeze = match r.squeeze_ns {
@@ -108,7 +108,7 @@ pub fn end_squeeze() {
 
 /// Enables or disables bucket caching in every zone. Disabling closes every per-CPU stack and
 /// drains them (DRAIN_CPU); enabling lets each CPU reopen on its next slow path. Returns the bytes
-/// given back.
+/// released.
 pub fn set_buckets_enabled(on: bool) -> usize {
     let _inside = crate::forkgate::enter();
     respond(Response {
@@ -119,7 +119,7 @@ pub fn set_buckets_enabled(on: bool) -> usize {
 
 /// Opens (or extends) a squeeze window of `duration_ns`: caches keep nothing until it ends.
 /// Drains every zone's caches at once (the reclaim code enforces the window itself, so an idle
-/// cache cannot miss it). Returns the bytes given back.
+/// cache cannot miss it). Returns the bytes released.
 pub fn squeeze(duration_ns: u64) -> usize {
     let _inside = crate::forkgate::enter();
     respond(Response {
@@ -176,7 +176,7 @@ fn reclaim_zone_locked(z: &ZoneInner, req: Request, d: &mut Disposal<'_>) -> usi
     bytes
 }
 
-/// Reclaims from every zone; returns the bytes given back.
+/// Reclaims from every zone; returns the bytes released.
 pub fn reclaim_all(req: Request) -> usize {
     let _inside = crate::forkgate::enter();
     if req == Request::DrainCpu {
@@ -222,7 +222,7 @@ pub fn make_room(bytes: usize) {
 }
 
 /// Pressure: every lazily freed page of every zone goes back now (`MADV_DONTNEED`). Returns the
-/// bytes given back.
+/// bytes released.
 pub fn purge_lazy_all() -> usize {
     let _inside = crate::forkgate::enter();
     if crate::lazy::lazy_held_bytes() == 0 {
@@ -233,7 +233,7 @@ pub fn purge_lazy_all() -> usize {
 
 /// The decay step (run by the runtime every `pool_shrink_interval_ms`): lazy slabs older than
 /// `lazy_decay_ms` at `now` go back for good, those that settled for `lazy_settle_ms` are
-/// offered with `MADV_FREE`. Returns the bytes given back for good.
+/// offered with `MADV_FREE`. Returns the bytes released for good.
 pub fn decay_lazy(now: u32) -> usize {
     let _inside = crate::forkgate::enter();
     if crate::lazy::lazy_held_bytes() == 0 {
@@ -252,8 +252,8 @@ pub fn decay_lazy(now: u32) -> usize {
 /// The delayed step of free slabs beyond a zone's cap (run by the runtime every
 /// `pool_shrink_interval_ms`, beside [`decay_lazy`]): a keg that has held more free slabs than
 /// its cap for `EXCESS_DELAY_MS` (10 ms) at `now` moves the excess into the lazy decay, or
-/// gives it back under pressure (`keg.rs`). Walks the zones only when some keg holds an
-/// excess. Returns the bytes given back now.
+/// releases it under pressure (`keg.rs`). Walks the zones only when some keg holds an
+/// excess. Returns the bytes released now.
 pub fn release_excess(now: u32) -> usize {
     let _inside = crate::forkgate::enter();
     if crate::keg::EXCESS_KEGS.load(Ordering::Relaxed) == 0 {
@@ -264,7 +264,7 @@ pub fn release_excess(now: u32) -> usize {
 }
 
 /// The periodic pass over every zone without pressure (working-set update, idle trim, idle
-/// per-CPU stacks drained); returns the bytes given back.
+/// per-CPU stacks drained); returns the bytes released.
 pub fn periodic_all(now_ns: u64) -> usize {
     let _inside = crate::forkgate::enter();
     exclusive(|| {
@@ -296,7 +296,7 @@ pub fn resize_pcpu(now_ns: u64) -> crate::zone::ResizeReport {
 }
 
 /// Enforces every page pool's cap (`max_buffer_pages`, 0 while squeezing); returns the bytes
-/// given back.
+/// released.
 pub fn shrink_pools() -> usize {
     let _inside = crate::forkgate::enter();
     let mut d = Disposal::current();
@@ -327,7 +327,8 @@ pub fn cached_bytes() -> u64 {
 }
 
 impl Zone {
-    /// Gives cached memory back to the OS; returns the bytes given back.
+    /// Reclaims the zone's cached memory (`req`: trim, drain or drain every CPU) and releases
+    /// its free slabs; returns the bytes released.
     pub fn reclaim(&self, req: Request) -> usize {
         reclaim_zone(self.inner(), req)
     }

@@ -2,7 +2,7 @@
 use super::*;
 use crate::release::Session;
 
-/// Takes `items` back with `fini` run on each: slabs emptied go back to the OS at once with
+/// Takes `items` back with `fini` run on each: slabs emptied are released at once with
 /// `release`, else onto the free list. Returns the bytes released.
 fn take_back(
     k: &Keg,
@@ -114,7 +114,7 @@ fn pipeline_keeps_the_reserve_and_inactive_session_keeps_everything() {
     );
     let c = k.validate().unwrap();
     assert_eq!((c.free_slabs, c.releasing_slabs, c.backed_slabs), (8, 0, 8));
-    // reclaim_in through a session: all but the reserve, counted at the end.
+    // `release_free` through a session: all but the reserve, counted at the end.
     let mut sess = Session::begin_wait(true);
     assert_eq!(
         k.release_free(k.reserve_slabs(), &mut Disposal::reclaim(&mut sess, false)),
@@ -288,7 +288,7 @@ fn bulk_release_matches_a_shadow_model() {
 }
 
 /// Allocation goes on while another thread releases through the pipeline: a slab is never
-/// handed out while its pages are being given back (its contents would turn to zeros).
+/// handed out while its pages are being released (its contents would turn to zeros).
 #[test]
 fn concurrent_alloc_during_pipeline_release() {
     let k = std::sync::Arc::new(Keg::new(64, 0).unwrap());
@@ -342,9 +342,9 @@ fn concurrent_alloc_during_pipeline_release() {
     k.destroy().unwrap();
 }
 
-/// No `madvise` under the keg lock (review: the squeeze's give-back and the synchronous
+/// No `madvise` under the keg lock (review: the squeeze's release and the synchronous
 /// reclaim ran it with the lock held, stalling every allocation from the keg meanwhile).
-/// Each give-back here is slowed to 100 ms; another thread must still get the lock at once.
+/// Each release here is slowed to 100 ms; another thread must still get the lock at once.
 #[test]
 fn pages_go_back_with_the_keg_lock_dropped() {
     let k = Keg::new(4096, 0).unwrap();
@@ -369,7 +369,7 @@ fn pages_go_back_with_the_keg_lock_dropped() {
             waiter.join().unwrap()
         })
     };
-    // The squeeze: slabs emptied by a release in give-back mode.
+    // The squeeze: slabs emptied by a release with `Emptied::Release`.
     let v = import_n(&k, 8);
     let w = longest_wait(&|| {
         let r = k.take_back(

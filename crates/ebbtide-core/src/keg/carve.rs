@@ -1,8 +1,12 @@
+//! Chunks and carving: where slabs come from. A keg grows by a chunk of the arena, writes a
+//! slab's metadata when the slab is first used, and imports items for the layers above from
+//! partial, free, lazy, clean and never-used slabs in that order.
+
 use super::*;
 
 /// Distinct page colours of slab 0 (see [`colour_of`]): 128 pages. A second-level TLB of
-/// today's x86 cores has some hundreds of sets; measured on this project's machine (AMD,
-/// family 26), 16 colours gained a third of what 64 did, and 128 no more than 64.
+/// today's x86 cores has some hundreds of sets; 128 is where more colours stopped helping
+/// (`docs/design/keg-records.md`, "Slab colours").
 pub(crate) const COLOURS: usize = 128;
 
 /// How many pages past its metadata slab 0 of every chunk of the keg with `tag` starts, pure.
@@ -12,8 +16,7 @@ pub(crate) const COLOURS: usize = 128;
 /// size class — have virtual page numbers equal modulo 1024. A set-associative TLB indexes
 /// its sets by the low bits of the page number: forty classes' first pages then compete for
 /// the ways of one set, and a program touching objects of many classes misses in the TLB on
-/// most accesses (the malloc's `larson` case on one CPU: 12.8 → 9.7 ns per replacement with
-/// the colours; docs/benchmarks.md, "Slab colours"). Bonwick's slab allocator colours slabs
+/// most accesses (measured: `docs/design/keg-records.md`, "Slab colours"). Bonwick's slab allocator colours slabs
 /// by cache lines for the same reason within a cache; here the unit is the page and the
 /// structure the TLB. Consecutive tags are 37 pages apart (37 is prime to 128, so the first
 /// 128 kegs all differ). The cost is address space only: the skipped pages are never touched,
@@ -148,7 +151,8 @@ impl Keg {
                 g.lazy_reused_bytes += self.geo.slab_size as u64;
                 reused += self.geo.slab_size;
                 gauges[0] += self.geo.slab_size;
-                // SAFETY: as above.
+                // SAFETY: `s` is the lazy slab just taken off the lazy list, a valid meta of this
+                // keg; the lock is held, so nothing else writes it.
                 gauges[if unsafe { (*s).advised } { 1 } else { 2 }] += self.geo.slab_size;
                 s
             } else {

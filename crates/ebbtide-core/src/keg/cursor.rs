@@ -1,15 +1,20 @@
+//! Taking items back into their slabs: one pass over a batch with a cursor that caches the
+//! current slab (its state, free count and one bitmap word), so a drain of millions of items
+//! touches each slab's metadata once; the fate of a slab the pass leaves entirely free is the
+//! caller's [`Disposal`].
+
 use super::*;
 
-/// What [`Keg::take_back_in`] did.
+/// What [`Keg::take_back`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TakenBack {
-    /// Bytes given back to the OS during the call.
+    /// Bytes released during the call.
     pub(crate) bytes: usize,
     /// Valid items returned to their slabs.
     pub(crate) valid: usize,
 }
 
-/// [`Keg::take_back_in`]'s cache of the slab it is working on: its state, free count and one
+/// [`Keg::take_back`]'s cache of the slab it is working on: its state, free count and one
 /// bitmap word, plus the items returned but not yet counted in the keg's counters, and what the
 /// fast path may do without looking further.
 pub(super) struct Cursor {
@@ -120,16 +125,16 @@ impl Cursor {
     }
 }
 
-/// [`Keg::take_back_in`]'s state between items.
+/// [`Keg::take_back`]'s state between items.
 pub(super) struct Work<'a> {
-    /// Slabs emptied in give-back mode, taken off every list (`ninflight`), whose pages go back
-    /// once the lock is dropped.
+    /// Slabs emptied under `Emptied::Release` (or beyond the cap), taken off every list
+    /// (`ninflight`), whose pages are released once the lock is dropped.
     deferred: Deferred,
     cur: Cursor,
     /// The last chunk found to be ours.
     our_chunk: usize,
     out: TakenBack,
-    /// Slabs left entirely free go back to the OS before the call returns ([`Emptied::Release`]).
+    /// Slabs left entirely free are released before the call returns ([`Emptied::Release`]).
     release: bool,
     /// A slab emptied beyond the free cap stays on the free list for now ([`EXCESS_DELAY_MS`]).
     delay_excess: bool,
@@ -142,10 +147,11 @@ pub(super) struct Work<'a> {
 impl Keg {
     /// Returns items to their slabs. Each pointer is checked first; invalid ones are skipped and
     /// reported through `invalid(ptr, kind)` (called with the keg lock held: it must not call
-    /// into this keg). `fini` (if any) runs on each valid item before its bit is set. `emptied`
-    /// says what happens to a slab that becomes entirely free. Returns the bytes given back (only
-    /// [`Emptied::GiveBack`] gives any back here; the pipeline's are counted when its session
-    /// completes) and the number of valid items.
+    /// into this keg). `fini` (if any) runs on each valid item before its bit is set. `d` (the
+    /// caller's decision) says what happens to a slab that becomes entirely free, and how the
+    /// free slabs beyond the keg's cap leave. Returns the bytes released (only
+    /// [`Emptied::Release`] and the free-slab cap release any here; the pipeline's are counted
+    /// when its session completes) and the number of valid items.
     ///
     /// Speed (a drain returns millions of items): a [`Cursor`] caches the current slab's state,
     /// free count and one bitmap word, plus the items not yet added to the keg's counters, and
@@ -254,7 +260,7 @@ impl Keg {
         w.out
     }
 
-    /// [`Keg::take_back_in`] for one item, in full generality. Leaves the cursor on the item's slab
+    /// [`Keg::take_back`] for one item, in full generality. Leaves the cursor on the item's slab
     /// (when it is one of ours) with its fast-path fields up to date.
     #[inline(never)]
     pub(super) fn take_back_general<F: FnMut(*mut u8)>(
@@ -281,7 +287,8 @@ impl Keg {
         } else {
             if addr & !(CHUNK_SIZE - 1) != w.our_chunk {
                 if !self.owns(addr) {
-                    // SAFETY: as above.
+                    // SAFETY: the cursor's slab and word (if any) are valid metas of this keg,
+                    // loaded under the lock we hold.
                     unsafe { cur.sync(g) };
                     invalid(p, InvalidKind::NotInZone);
                     return;
@@ -292,7 +299,10 @@ impl Keg {
             }
             match self.locate_owned(addr) {
                 Ok(l) => {
-                    // SAFETY: as above; `l.slab` is a valid meta of this keg.
+                    // SAFETY: the cursor's slab and word (if any) are valid metas of this keg,
+                    // loaded under the lock we hold; `l.slab` is a valid meta of this keg
+                    // (`locate_owned` found it in one of our chunks) and its bitmap has
+                    // `geo.words` words.
                     unsafe {
                         cur.sync(g);
                         cur.load(
@@ -304,7 +314,8 @@ impl Keg {
                     (l.slab, l.index)
                 }
                 Err(k) => {
-                    // SAFETY: as above.
+                    // SAFETY: the cursor's slab and word (if any) are valid metas of this keg,
+                    // loaded under the lock we hold.
                     unsafe { cur.sync(g) };
                     invalid(p, k);
                     return;
@@ -362,11 +373,11 @@ impl Keg {
                 list_remove(&mut g.partial, s);
                 g.npartial -= 1;
                 // Beyond the cap: back at once, unless the excess may wait (`EXCESS_DELAY_MS`:
-                // then onto the free list, and `take_back_in`'s end decides).
+                // then onto the free list, and `take_back`'s end decides).
                 let over_cap =
                     w.session.is_none() && !w.delay_excess && g.nfree_slabs >= w.free_cap;
                 if w.release || over_cap {
-                    // On no list until its pages are gone: given back once the lock is
+                    // On no list until its pages are gone: released once the lock is
                     // dropped (`release_deferred`), never under it.
                     (*s).state = SlabState::Clean;
                     g.ninflight += 1;

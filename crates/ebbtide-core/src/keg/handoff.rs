@@ -1,12 +1,16 @@
+//! Releasing free slabs: synchronously, with the keg lock dropped for every `madvise`
+//! ([`Deferred`]), or handed to a reclaim's release session, whose completion moves them from
+//! `releasing` to `clean` ([`crate::release::Releasing`]).
+
 use super::*;
 
-/// Slabs whose pages a thread gives back with the keg lock dropped (see `KegInner::ninflight`).
+/// Slabs whose pages a thread releases with the keg lock dropped (see `KegInner::ninflight`).
 pub(super) struct Deferred {
     pub(super) slabs: [*mut SlabMeta; DEFERRED],
     pub(super) n: usize,
 }
 
-/// Slabs given back per round of dropping the lock.
+/// Slabs released per round of dropping the lock.
 pub(super) const DEFERRED: usize = 64;
 
 impl Deferred {
@@ -155,7 +159,9 @@ impl Keg {
                     }
                     continue;
                 }
-                // SAFETY: as above; on no list until its pages are gone (`release_deferred`).
+                // SAFETY: `s` is a valid meta of this chunk, entirely free and now on no list;
+                // lock held. `Clean` and on no list until its pages are gone
+                // (`release_deferred`): nothing allocates from it or frees into it meanwhile.
                 unsafe { (*s).state = SlabState::Clean };
                 g.ninflight += 1;
                 g.backed_slabs -= 1;

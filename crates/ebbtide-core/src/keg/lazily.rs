@@ -1,3 +1,7 @@
+//! The lazy list: free slabs released lazily (settling, then offered with `MADV_FREE`), taken back
+//! by allocation first, released for good after a delay or when memory is needed elsewhere
+//! ([`crate::lazy`] holds the settings, gauges and the pure delay rule).
+
 use super::*;
 
 /// `MADV_FREE` on `[addr, addr+len)`, falling back to `MADV_DONTNEED` where it is refused.
@@ -19,7 +23,7 @@ impl Keg {
     /// `now_ms`. With `advise`, their pages are offered with `MADV_FREE` at once (one call per run
     /// of adjacent slabs); otherwise [`Keg::advise_lazy`] does it once they settled, unless
     /// allocation took them back first (then no system call at all). Where the kernel refuses
-    /// `MADV_FREE` a run is given back with `MADV_DONTNEED` instead (the slabs are then lazy in
+    /// `MADV_FREE` a run is released with `MADV_DONTNEED` instead (the slabs are then lazy in
     /// name only; their later purge is a no-op for the kernel). Returns the bytes moved.
     pub(crate) fn release_free_lazily(&self, keep: usize, now_ms: u32, advise: bool) -> usize {
         let mut g = lock(&self.inner);
@@ -150,7 +154,7 @@ impl Keg {
     /// Gives lazily freed slabs back for good (`MADV_DONTNEED`, then `clean`), oldest first:
     /// all of them (`older_than` `None`), or those lazily freed at least `delay_ms` before
     /// `now_ms` (`Some((now_ms, delay_ms))`, see [`crate::lazy::expired`]). Adjacent slabs go back
-    /// in one call. Returns the bytes given back.
+    /// in one call. Returns the bytes released.
     pub(crate) fn release_lazy(&self, older_than: Option<(u32, u64)>) -> usize {
         self.release_lazy_upto(older_than, usize::MAX)
     }
@@ -173,8 +177,9 @@ impl Keg {
             {
                 break;
             }
-            // SAFETY: as above. Off every list and `Clean` until its pages are gone
-            // (`release_deferred`, with the lock dropped): nothing allocates from it meanwhile.
+            // SAFETY: `s` is the oldest slab of the lazy list, a valid meta of this keg; lock held.
+            // Off every list and `Clean` until its pages are gone (`release_deferred`, with the
+            // lock dropped): nothing allocates from it meanwhile.
             unsafe {
                 self.lazy_remove(&mut g, s);
                 (*s).state = SlabState::Clean;

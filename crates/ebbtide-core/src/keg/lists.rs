@@ -1,5 +1,13 @@
+//! The intrusive slab lists (`partial`, `free`, `lazy`, `releasing`, `clean`): doubly linked
+//! through the slabs' metadata, every operation under the keg lock.
+
 use super::*;
 
+/// Pushes `s` onto the list at `head`.
+///
+/// # Safety
+/// `s` is a valid meta of this keg on no list, `*head` (when non-null) the valid head of one of
+/// its lists, and the caller holds the keg lock.
 pub(super) unsafe fn list_push(head: &mut *mut SlabMeta, s: *mut SlabMeta) {
     // SAFETY: `s` and `*head` (when non-null) are valid metas of this keg; the caller holds the
     // keg lock.
@@ -13,6 +21,11 @@ pub(super) unsafe fn list_push(head: &mut *mut SlabMeta, s: *mut SlabMeta) {
     *head = s;
 }
 
+/// Takes `s` off the list at `head`.
+///
+/// # Safety
+/// `s` is on the list at `head`, its neighbours are valid metas of this keg, and the caller
+/// holds the keg lock.
 pub(super) unsafe fn list_remove(head: &mut *mut SlabMeta, s: *mut SlabMeta) {
     // SAFETY: `s` is on the list at `head`; its neighbours are valid metas; keg lock held.
     unsafe {

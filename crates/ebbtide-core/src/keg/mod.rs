@@ -73,7 +73,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// Bytes of slabs whose pages are backed, over all kegs (the allocator's share of RSS).
 pub(crate) static MAPPED_BYTES: AtomicUsize = AtomicUsize::new(0);
 
-/// Bytes given back to the OS since the process started, over all kegs.
+/// Bytes released since the process started, over all kegs.
 pub(crate) static RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// Bytes of item slabs backed by memory now, over every keg.
@@ -81,7 +81,7 @@ pub fn mapped_bytes() -> u64 {
     MAPPED_BYTES.load(Ordering::Relaxed) as u64
 }
 
-/// Bytes given back to the OS so far, over every keg.
+/// Bytes released so far, over every keg.
 pub fn released_bytes() -> u64 {
     RELEASED_BYTES.load(Ordering::Relaxed)
 }
@@ -98,7 +98,7 @@ struct KegInner {
     partial: *mut SlabMeta,
     free: *mut SlabMeta,
     clean: *mut SlabMeta,
-    /// Clean slabs whose pages a release session is giving back (see the module docs), and the
+    /// Clean slabs whose pages a release session is releasing (see the module docs), and the
     /// last of them (for the O(1) splice onto `clean`).
     releasing: *mut SlabMeta,
     releasing_tail: *mut SlabMeta,
@@ -182,7 +182,7 @@ pub struct KegCounts {
     pub clean_slabs: usize,
     /// Clean slabs whose release is in progress (zero outside a reclaim).
     pub releasing_slabs: usize,
-    /// Lazily freed slabs (`MADV_FREE`, not yet reused or given back for good).
+    /// Lazily freed slabs (`MADV_FREE`, not yet reused or released for good).
     pub lazy_slabs: usize,
     pub full_slabs: usize,
     pub backed_slabs: usize,
@@ -203,7 +203,7 @@ pub(crate) struct Keg {
     /// Free slabs kept backed by [`Keg::reclaim`] (UMA's keg reserve, in slabs).
     reserve_slabs: usize,
     /// Free slabs kept backed outside a reclaim: the slabs a free leaves entirely free beyond
-    /// this many go back to the OS, at once or after [`EXCESS_DELAY_MS`] (`usize::MAX`: all
+    /// this many are released, at once or after [`EXCESS_DELAY_MS`] (`usize::MAX`: all
     /// kept, the default; see [`Keg::keep_free_at_most`]).
     free_cap: usize,
     /// Reuse of this keg's free slabs and of its zone's depot (`reuse.rs`): for a zone that
@@ -219,7 +219,8 @@ pub(crate) struct Keg {
 // SAFETY: all mutable state is behind the mutex; `geo`, `tag` and `arena` are immutable.
 unsafe impl Sync for Keg {}
 
-// SAFETY: as above.
+// SAFETY: the raw pointers a keg holds (in `inner`, behind the mutex) point into chunks it owns,
+// not into any thread's data, so the keg may move to another thread; `arena` is a `&'static`.
 unsafe impl Send for Keg {}
 
 /// Where a valid item lives.

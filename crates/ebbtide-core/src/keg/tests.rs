@@ -1,6 +1,6 @@
 use super::*;
 
-/// Takes `items` back with `fini` run on each: slabs emptied go back to the OS at once with
+/// Takes `items` back with `fini` run on each: slabs emptied are released at once with
 /// `release`, else onto the free list. Returns the bytes released.
 fn take_back(
     k: &Keg,

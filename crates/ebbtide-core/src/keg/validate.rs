@@ -1,3 +1,6 @@
+//! The consistency check of a keg: every list, count and bitmap against the counting invariant
+//! (module documentation); for tests and `ZoneInner::validate`.
+
 use super::*;
 
 impl Keg {

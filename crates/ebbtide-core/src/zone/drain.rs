@@ -247,7 +247,7 @@ fn stopped_by_drain_all(z: &ZoneInner, cpu: usize) -> bool {
 /// (each stopping every zone's stack on that CPU, one fence, then emptying them), then depots
 /// again, then free slabs and the bucket kegs' free slabs back to the OS. `halve`: bucket sizes
 /// halve toward their minimum first (UMA, before a per-CPU drain); `keep_reserve`: kegs keep
-/// their reserve of free slabs (not while squeezing). Returns the bytes given back; 0 if this
+/// their reserve of free slabs (not while squeezing). Returns the bytes released; 0 if this
 /// thread is already reclaiming.
 pub(crate) fn drain_cpu_all(halve: bool, keep_reserve: bool) -> usize {
     crate::gate::exclusive(|| {
@@ -364,7 +364,7 @@ impl ZoneInner {
     }
 }
 
-/// A zone is about to fault in `bytes` of fresh pages: give back as many lazily freed bytes of
+/// A zone is about to fault in `bytes` of fresh pages: release as many lazily freed bytes of
 /// the zones (oldest slabs of each zone first), so that memory freed in one size class and
 /// waiting in the lazy decay does not stay in RSS beside the pages another class takes anew —
 /// the cross-class reuse that allocators whose classes share pages get for free. Nothing when
@@ -387,7 +387,7 @@ pub(crate) fn make_room(bytes: usize) {
 }
 
 /// Every lazily freed page of every zone back now (`MADV_DONTNEED`), with the registry locked
-/// (inside a reclaim). Returns the bytes given back.
+/// (inside a reclaim). Returns the bytes released.
 pub(crate) fn release_lazy_locked(reg: &crate::registry::Locked) -> usize {
     if crate::lazy::lazy_held_bytes() == 0 {
         return 0;
@@ -410,7 +410,7 @@ pub(crate) fn trim_excess_locked(reg: &crate::registry::Locked, now: u32, pages:
 
 /// The decay step over every zone: lazy slabs older than `decay_ms` at `now` go back for good
 /// (`MADV_DONTNEED`), those that settled for `settle_ms` are offered (`MADV_FREE`). Returns the
-/// bytes given back for good. `d`: where the slabs of settled stashed pages go on their way to
+/// bytes released for good. `d`: where the slabs of settled stashed pages go on their way to
 /// the lazy list (the caller's decision).
 pub(crate) fn release_lazy_due_locked(
     reg: &crate::registry::Locked,

@@ -1,7 +1,7 @@
 //! A page pool's lazily given-back pages, kept as the kernel keeps freed pages on its per-CPU
 //! page lists.
 //!
-//! blkback's worst case (`max_buffer_pages` 0) gives every page back after each round of I/O
+//! blkback's worst case (`max_buffer_pages` 0) releases every page after each round of I/O
 //! and allocates it again for the next: `free_page` puts it on the CPU's `pcp` list, and
 //! `alloc_page` takes it off again, a few instructions each way; the buddy allocator sees a
 //! batch only when the list passes its high mark. The zone's own way back is longer: items to
@@ -32,7 +32,7 @@ use super::*;
 use crate::lazy;
 
 /// Most pages one stash holds: 4 MiB of pages, blkback's default `max_buffer_pages` (1024).
-/// The seed's dd gives back 352 pages per round; the kernel's `pcp->high` is of this order.
+/// The seed's dd releases 352 pages per round; the kernel's `pcp->high` is of this order.
 pub(crate) const STASH_PAGES: usize = 1024;
 
 /// One stashed page and when it was given up ([`lazy::now_ms`]).
