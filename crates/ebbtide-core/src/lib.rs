@@ -53,9 +53,28 @@
 //! one keg; a *chunk* is the 4 MiB unit of address space a keg owns; a *bucket* is an array of free
 //! item pointers; a *stack* is one CPU's cache of one zone (UMA's alloc and free buckets end to
 //! end).
-//! To *release* is always to give pages back to the OS (`os::release`, the release pipeline,
-//! `released_bytes`); items go back to their slabs by being *taken back* (`Keg::take_back`,
-//! `ZoneInner::return_to_keg`); pages given up without pressure are *lazily freed* (`lazy`).
+//!
+//! ### Giving memory back: four verbs
+//! UMA names giving memory back with three verbs; this crate uses them, and one more for pages
+//! (`docs/design/vocabulary.md` maps every public name that uses another verb to these):
+//!
+//! * To **trim** is to bring a cache down to what it should hold, coldest first: the depot to
+//!   its working set, a stack to its capacity, a keg's free list to its cap, a page pool to
+//!   `max_buffer_pages` (UMA's `zone_trim`, `UMA_RECLAIM_TRIM`).
+//! * To **drain** is to empty a cache entirely into the slabs: the depot, one CPU's stack or
+//!   every CPU's (UMA's `zone_drain`, `cache_drain`, `UMA_RECLAIM_DRAIN(_CPU)`).
+//! * To **reclaim** is to answer a request for memory — trim or drain the caches of one zone or
+//!   all, then release their free slabs — all of it done before the call returns (UMA's
+//!   `uma_reclaim`, `uma_zone_reclaim`).
+//! * To **release** is to give pages to the OS: *now* (`MADV_DONTNEED`, [`os::release`]) or
+//!   *lazily* (settle, then `MADV_FREE`, released for good after the decay delay: [`lazy`]).
+//!   UMA's `zone_release` hands items to the keg; here that is to *take back* (`Keg::take_back`,
+//!   `ZoneInner::return_to_keg`), which moves items, not memory.
+//!
+//! Which of these a path does with what it frees is one value, the caller's *disposal
+//! decision* (`disposal.rs`): taken once at the top (the free path, the periodic pass, a
+//! reclaim, the squeeze, a page pool's trim) and passed down to the keg, which reads no process
+//! state of its own.
 //!
 //! ## Allocation order
 //! 1. this CPU's stack (fast path, inlined: one rseq critical section);
