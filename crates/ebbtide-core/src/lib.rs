@@ -23,7 +23,7 @@
 //!    ├─ depot           ── full buckets, MRU first, capped; WSS estimator      depot.rs, wss.rs
 //!    │                     (caps that may follow reuse, with the keg's)        reuse.rs
 //!    │    └ buckets     ── arrays of item pointers from internal kegs          bucket.rs
-//!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg.rs, lazy.rs
+//!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg/, lazy.rs
 //!         └ slabs       ── runs of pages cut into items; metadata off-page;    slab.rs
 //!                          slab 0 coloured per keg (out of one TLB set)
 //!              └ chunks ── 4 MiB pieces of one arena span, mapped as used;   arena.rs
@@ -136,7 +136,7 @@
 //! comes ([`lazy`]; a page pool's shrink keeps the pages it gives back lazily in an array, its
 //! stash, which its next miss takes from first, as the kernel's per-CPU page lists hand a freed
 //! page back: `zone/stash.rs`); and a keg with a free-slab cap keeps what a free empties beyond it on
-//! its free list for 10 ms before it joins the lazy decay (`keg.rs`, `EXCESS_DELAY_MS`; back at
+//! its free list for 10 ms before it joins the lazy decay (`keg/excess.rs`, `EXCESS_DELAY_MS`; back at
 //! once under pressure). Lazily freed slabs make room for fresh ones: a zone (or the malloc's
 //! page heap) about to fault in new pages first gives back as many lazily freed bytes of the
 //! other zones (`zone/drain.rs`, `make_room`), so memory one size class freed leaves RSS as

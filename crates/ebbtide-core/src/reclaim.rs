@@ -252,7 +252,7 @@ pub fn decay_lazy(now: u32) -> usize {
 /// The delayed step of free slabs beyond a zone's cap (run by the runtime every
 /// `pool_shrink_interval_ms`, beside [`decay_lazy`]): a keg that has held more free slabs than
 /// its cap for `EXCESS_DELAY_MS` (10 ms) at `now` moves the excess into the lazy decay, or
-/// releases it under pressure (`keg.rs`). Walks the zones only when some keg holds an
+/// releases it under pressure (`keg/excess.rs`). Walks the zones only when some keg holds an
 /// excess. Returns the bytes released now.
 pub fn release_excess(now: u32) -> usize {
     let _inside = crate::forkgate::enter();

@@ -18,10 +18,10 @@
 //!   gone, and no helper work outlives the call (so no keg or chunk can go away under the helper).
 //! * **Concurrent allocation is safe.** A slab handed to a session is marked `Clean` (further frees
 //!   into it are double frees) but sits on its keg's `releasing` list, which allocation never looks
-//!   at, until the session has seen its `madvise` complete (`keg.rs`).
+//!   at, until the session has seen its `madvise` complete (`keg/handoff.rs`).
 //! * **Kegs.** A session remembers (up to 16) the kegs it took slabs from, to complete them at the
 //!   end; a keg it has no room for keeps its emptied slabs on the free list, and the reclaim's
-//!   final `Keg::reclaim_in` pass hands them over (completing the others first).
+//!   final `Keg::release_free` pass hands them over (completing the others first).
 //! * **One session at a time.** The ring belongs to one session (`BUSY`); a session that finds it
 //!   taken is inactive and its callers take the old synchronous paths. Reclaims are serialised
 //!   anyway, so this is only a guard.

@@ -200,7 +200,7 @@ pub(crate) struct Keg {
     pub(crate) geo: Geometry,
     pub(crate) tag: u64,
     pub(crate) arena: &'static Arena,
-    /// Free slabs kept backed by [`Keg::reclaim`] (UMA's keg reserve, in slabs).
+    /// Free slabs a reclaim keeps backed ([`Keg::release_free`]; UMA's keg reserve, in slabs).
     reserve_slabs: usize,
     /// Free slabs kept backed outside a reclaim: the slabs a free leaves entirely free beyond
     /// this many are released, at once or after [`EXCESS_DELAY_MS`] (`usize::MAX`: all
@@ -337,7 +337,7 @@ impl Keg {
         })
     }
 
-    /// The free slabs [`Keg::reclaim`] keeps backed when asked to keep the reserve.
+    /// The free slabs a reclaim keeps backed when it keeps the reserve ([`Keg::release_free`]).
     pub(crate) fn reserve_slabs(&self) -> usize {
         self.reserve_slabs
     }

@@ -5,7 +5,7 @@
 //! imported from the keg (slabs, then new pages). Free order: this CPU's stack → flush a bucket's
 //! worth to the depot → (depot full, buckets disabled or squeezing) straight to the slabs.
 //!
-//! Counting (see also `keg.rs`):
+//! Counting (see also `keg/mod.rs`):
 //! `items_out(keg) == used + Σ per-CPU counts + depot items + stashed pages` (a page pool's
 //! pages given back lazily, `stash.rs`; none for other zones), hence
 //! `items in backed slabs == used + per-CPU + depot + free in slabs + stashed pages`. `used` is derived from the
