@@ -30,8 +30,11 @@
 //! The runtime (the reclaim thread, which owns the tunables) sets the mode with
 //! [`crate::reclaim::configure_lazy`]; the core reads no option. This module holds the settings,
 //! the gauges and the pure rules, below the kegs that use them; what walks every zone is in the
-//! zone layer (`zone/drain.rs`) and the reclaim entry points. The default here is off, so a process without the reclaim thread (which
-//! would never decay anything) gives pages back with `MADV_DONTNEED` as before.
+//! zone layer (`zone/drain.rs`) and the reclaim entry points; which way pages leave is read from
+//! these settings once per operation, by the caller's disposal decision
+//! (`crate::disposal::Disposal::current`), never by a keg. The default here is off, so a process
+//! without the reclaim thread (which would never release lazily freed pages for good) releases
+//! pages with `MADV_DONTNEED`.
 //!
 //! Figures: [`lazy_bytes`] (offered with `MADV_FREE` now), [`lazy_pending_bytes`] (settling
 //! now), [`lazy_freed_bytes`] (offered, ever), per keg the bytes offered and the bytes taken back

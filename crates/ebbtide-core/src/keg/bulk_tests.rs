@@ -342,8 +342,8 @@ fn concurrent_alloc_during_pipeline_release() {
     k.destroy().unwrap();
 }
 
-/// No `madvise` under the keg lock (review: the squeeze's release and the synchronous
-/// reclaim ran it with the lock held, stalling every allocation from the keg meanwhile).
+/// No `madvise` under the keg lock: the squeeze's release and the synchronous release of free
+/// slabs drop it, so allocation from the keg is never stalled behind the kernel.
 /// Each release here is slowed to 100 ms; another thread must still get the lock at once.
 #[test]
 fn pages_go_back_with_the_keg_lock_dropped() {

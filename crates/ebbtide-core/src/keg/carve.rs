@@ -224,7 +224,8 @@ impl Keg {
         }
         g.free_items -= n;
         g.items_out += n;
-        // Under the lock, as before: `validate` and the lazy passes see keg and gauges agree.
+        // Relaxed gauges (`MAPPED_BYTES`), changed under the keg lock so that `validate` and the
+        // lazy passes see keg and gauges agree.
         if gauges[0] > 0 {
             MAPPED_BYTES.fetch_add(gauges[0], Ordering::Relaxed);
         }

@@ -94,6 +94,7 @@ impl Keg {
 
     pub(super) fn account_release(&self, g: &mut KegInner, bytes: usize) {
         g.released_bytes += bytes as u64;
+        // Relaxed gauges, changed under the keg lock (see `MAPPED_BYTES`).
         MAPPED_BYTES.fetch_sub(bytes, Ordering::Relaxed);
         RELEASED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
     }

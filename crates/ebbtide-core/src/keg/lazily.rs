@@ -101,6 +101,7 @@ impl Keg {
             // SAFETY: `c` is a valid chunk header of this keg; lock held.
             c = unsafe { (*c).next };
         }
+        // Relaxed gauges, changed under the keg lock (see `MAPPED_BYTES`).
         MAPPED_BYTES.fetch_sub(moved, Ordering::Relaxed);
         crate::lazy::gauge(advise).fetch_add(moved, Ordering::Relaxed);
         if advise {
@@ -144,6 +145,7 @@ impl Keg {
         advised += self.runs(&mut bases[..n], |a, l| unsafe { offer(a, l) });
         if advised > 0 {
             g.lazy_freed_bytes += advised as u64;
+            // Relaxed gauges, changed under the keg lock (see `MAPPED_BYTES`).
             crate::lazy::LAZY_PENDING_BYTES.fetch_sub(advised, Ordering::Relaxed);
             crate::lazy::LAZY_BYTES.fetch_add(advised, Ordering::Relaxed);
             crate::lazy::LAZY_FREED_BYTES.fetch_add(advised as u64, Ordering::Relaxed);
@@ -200,6 +202,7 @@ impl Keg {
         }
         if released > 0 {
             g.released_bytes += released as u64;
+            // Relaxed gauges, changed under the keg lock (see `MAPPED_BYTES`).
             RELEASED_BYTES.fetch_add(released as u64, Ordering::Relaxed);
             crate::lazy::LAZY_BYTES.fetch_sub(released - pending, Ordering::Relaxed);
             crate::lazy::LAZY_PENDING_BYTES.fetch_sub(pending, Ordering::Relaxed);

@@ -71,9 +71,12 @@ use core::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Bytes of slabs whose pages are backed, over all kegs (the allocator's share of RSS).
+/// Relaxed everywhere: a gauge that orders no other memory; every change is made under the lock
+/// of the keg whose slabs moved, so a keg's `validate` sees it agree with that keg.
 pub(crate) static MAPPED_BYTES: AtomicUsize = AtomicUsize::new(0);
 
-/// Bytes released since the process started, over all kegs.
+/// Bytes released since the process started, over all kegs. Relaxed everywhere, as
+/// [`MAPPED_BYTES`].
 pub(crate) static RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// Bytes of item slabs backed by memory now, over every keg.
@@ -377,6 +380,7 @@ impl Keg {
         // being destroyed (see `release::Session::complete`).
         debug_assert_eq!(g.nreleasing, 0, "keg destroyed during a release session");
         let backed = g.backed_slabs * self.geo.slab_size;
+        // Relaxed gauges, changed under the keg lock (see `MAPPED_BYTES`).
         MAPPED_BYTES.fetch_sub(backed, Ordering::Relaxed);
         end_excess(&mut g);
         // Lazily freed slabs go back with their chunks, for good.
