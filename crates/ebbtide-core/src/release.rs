@@ -304,7 +304,9 @@ impl Session {
     /// Gives back the runs that found the ring full, on this thread. Call with no keg lock held.
     pub(crate) fn release_overflow(&mut self) {
         for &(a, l) in &self.overflow[..self.noverflow] {
-            // SAFETY: as in `release_run`: runs of slabs on their keg's releasing list.
+            // SAFETY: each run is whole slabs an enlisted keg took off every list under its lock
+            // (on its `releasing` list, `Clean`): committed memory of ours holding no live item,
+            // which nothing hands out until this session completes that keg.
             unsafe { os::release(NonNull::new_unchecked(a as *mut u8), l) };
         }
         self.noverflow = 0;
