@@ -6,6 +6,7 @@
 //! The size table is UMA's `bucket_select`: the starting (and minimum) bucket size of a zone
 //! from its item size; contention grows it up to [`BUCKET_MAX`].
 
+use crate::disposal::Disposal;
 use crate::keg::Keg;
 use crate::os::OsError;
 use crate::release::Session;
@@ -112,8 +113,8 @@ impl Bucket {
         if let Ok(ks) = kegs() {
             ks[class_of(cap)].take_back(
                 &[b.as_ptr().cast()],
-                false,
-                |_| {},
+                &mut Disposal::keep(),
+                None::<fn(*mut u8)>,
                 |p, k| {
                     panic!(
                         "internal error: bucket {p:?} rejected by its keg: {}",
@@ -138,15 +139,15 @@ impl Bucket {
     }
 }
 
-/// Gives the pages of free bucket slabs back to the OS.
-pub(crate) fn reclaim_bucket_kegs() -> usize {
-    reclaim_bucket_kegs_in(&mut Session::inactive())
-}
-
-/// [`reclaim_bucket_kegs`] through a release session (bytes counted when it completes).
-pub(crate) fn reclaim_bucket_kegs_in(sess: &mut Session) -> usize {
+/// Releases the pages of every free bucket slab: through `sess` when it is active (bytes counted
+/// when it completes), else at once (returned). Bucket slabs never go into the lazy decay: they
+/// are shared by every zone, and a periodic pass or a reclaim wants them gone.
+pub(crate) fn release_bucket_kegs(sess: &mut Session) -> usize {
     match KEGS.get() {
-        Some(Ok(ks)) => ks.iter().map(|k| k.reclaim_in(false, sess)).sum(),
+        Some(Ok(ks)) => ks
+            .iter()
+            .map(|k| k.release_free(0, &mut Disposal::reclaim(&mut *sess, false)))
+            .sum(),
         _ => 0,
     }
 }

@@ -2,7 +2,7 @@
 //! memory must go now, and the decay of lazily freed pages that stay unused.
 //!
 //! The kernel's page allocator hands a page freed by xen-blkback back to it without a fault. A
-//! userspace cache that gives a page back with `MADV_DONTNEED` pays a page fault (and the
+//! userspace cache that releases a page with `MADV_DONTNEED` pays a page fault (and the
 //! kernel's zeroing) when it uses that address again: 9–14 µs on a nested VM, more than the rest
 //! of a 4 KiB I/O. `MADV_FREE` offers the page instead: the kernel takes it only when it needs
 //! memory, and a write before that keeps it, with no fault. So pages leave a cache in one of two
@@ -30,8 +30,11 @@
 //! The runtime (the reclaim thread, which owns the tunables) sets the mode with
 //! [`crate::reclaim::configure_lazy`]; the core reads no option. This module holds the settings,
 //! the gauges and the pure rules, below the kegs that use them; what walks every zone is in the
-//! zone layer (`zone/drain.rs`) and the reclaim entry points. The default here is off, so a process without the reclaim thread (which
-//! would never decay anything) gives pages back with `MADV_DONTNEED` as before.
+//! zone layer (`zone/drain.rs`) and the reclaim entry points; which way pages leave is read from
+//! these settings once per operation, by the caller's disposal decision
+//! (`crate::disposal::Disposal::current`), never by a keg. The default here is off, so a process
+//! without the reclaim thread (which would never release lazily freed pages for good) releases
+//! pages with `MADV_DONTNEED`.
 //!
 //! Figures: [`lazy_bytes`] (offered with `MADV_FREE` now), [`lazy_pending_bytes`] (settling
 //! now), [`lazy_freed_bytes`] (offered, ever), per keg the bytes offered and the bytes taken back
@@ -82,12 +85,6 @@ pub fn release_kind(lazy_enabled: bool, under_pressure: bool) -> ReleaseKind {
     } else {
         ReleaseKind::Now
     }
-}
-
-/// [`release_kind`] for this moment: the mode, and pressure as the runtime reported it or an
-/// open squeeze window.
-pub(crate) fn release_kind_now() -> ReleaseKind {
-    release_kind(enabled(), under_pressure() || crate::gate::squeezing_now())
 }
 
 /// Is a slab lazily freed at `lazy_at` due to go back for good at `now` (both [`now_ms`])?
@@ -151,7 +148,7 @@ pub fn lazy_pending_bytes() -> u64 {
 }
 
 /// Bytes on the kegs' lazy lists (offered or settling), without the stashes' pages: what
-/// `zone::make_room` can give back (a stash settles only on the decay's step). A gauge read
+/// `zone::make_room` can release (a stash settles only on the decay's step). A gauge read
 /// without a lock, so a hint: a walk it starts may find less (the walk takes each keg's lock).
 pub fn keg_lazy_bytes() -> u64 {
     (LAZY_BYTES.load(Ordering::Relaxed) + LAZY_PENDING_BYTES.load(Ordering::Relaxed)) as u64

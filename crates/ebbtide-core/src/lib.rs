@@ -23,7 +23,7 @@
 //!    ├─ depot           ── full buckets, MRU first, capped; WSS estimator      depot.rs, wss.rs
 //!    │                     (caps that may follow reuse, with the keg's)        reuse.rs
 //!    │    └ buckets     ── arrays of item pointers from internal kegs          bucket.rs
-//!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg.rs, lazy.rs
+//!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg/, lazy.rs
 //!         └ slabs       ── runs of pages cut into items; metadata off-page;    slab.rs
 //!                          slab 0 coloured per keg (out of one TLB set)
 //!              └ chunks ── 4 MiB pieces of one arena span, mapped as used;   arena.rs
@@ -42,7 +42,7 @@
 //! memory-bound program's misses would otherwise wait behind.
 //!
 //! ## Layers
-//! Layer order (bottom first): local, sync, spin, os, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
+//! Layer order (bottom first): local, sync, spin, os, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, disposal, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
 //!
 //! Each module names only modules before it in that list (`tests/all/layers.rs` reads the code and
 //! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
@@ -53,9 +53,28 @@
 //! one keg; a *chunk* is the 4 MiB unit of address space a keg owns; a *bucket* is an array of free
 //! item pointers; a *stack* is one CPU's cache of one zone (UMA's alloc and free buckets end to
 //! end).
-//! To *release* is always to give pages back to the OS (`os::release`, the release pipeline,
-//! `released_bytes`); items go back to their slabs by being *taken back* (`Keg::take_back`,
-//! `ZoneInner::return_to_keg`); pages given up without pressure are *lazily freed* (`lazy`).
+//!
+//! ### Giving memory back: four verbs
+//! UMA names giving memory back with three verbs; this crate uses them, and one more for pages
+//! (`docs/design/vocabulary.md` maps every public name that uses another verb to these):
+//!
+//! * To **trim** is to bring a cache down to what it should hold, coldest first: the depot to
+//!   its working set, a stack to its capacity, a keg's free list to its cap, a page pool to
+//!   `max_buffer_pages` (UMA's `zone_trim`, `UMA_RECLAIM_TRIM`).
+//! * To **drain** is to empty a cache entirely into the slabs: the depot, one CPU's stack or
+//!   every CPU's (UMA's `zone_drain`, `cache_drain`, `UMA_RECLAIM_DRAIN(_CPU)`).
+//! * To **reclaim** is to answer a request for memory — trim or drain the caches of one zone or
+//!   all, then release their free slabs — all of it done before the call returns (UMA's
+//!   `uma_reclaim`, `uma_zone_reclaim`).
+//! * To **release** is to give pages to the OS: *now* (`MADV_DONTNEED`, [`os::release`]) or
+//!   *lazily* (settle, then `MADV_FREE`, released for good after the decay delay: [`lazy`]).
+//!   UMA's `zone_release` hands items to the keg; here that is to *take back* (`Keg::take_back`,
+//!   `ZoneInner::return_to_keg`), which moves items, not memory.
+//!
+//! Which of these a path does with what it frees is one value, the caller's *disposal
+//! decision* (`disposal.rs`): taken once at the top (the free path, the periodic pass, a
+//! reclaim, the squeeze, a page pool's trim) and passed down to the keg, which reads no process
+//! state of its own.
 //!
 //! ## Allocation order
 //! 1. this CPU's stack (fast path, inlined: one rseq critical section);
@@ -117,7 +136,7 @@
 //! comes ([`lazy`]; a page pool's shrink keeps the pages it gives back lazily in an array, its
 //! stash, which its next miss takes from first, as the kernel's per-CPU page lists hand a freed
 //! page back: `zone/stash.rs`); and a keg with a free-slab cap keeps what a free empties beyond it on
-//! its free list for 10 ms before it joins the lazy decay (`keg.rs`, `EXCESS_DELAY_MS`; back at
+//! its free list for 10 ms before it joins the lazy decay (`keg/excess.rs`, `EXCESS_DELAY_MS`; back at
 //! once under pressure). Lazily freed slabs make room for fresh ones: a zone (or the malloc's
 //! page heap) about to fault in new pages first gives back as many lazily freed bytes of the
 //! other zones (`zone/drain.rs`, `make_room`), so memory one size class freed leaves RSS as
@@ -169,6 +188,8 @@ pub(crate) mod arena;
 pub(crate) mod bucket;
 #[cfg(not(loom))]
 pub(crate) mod depot;
+#[cfg(not(loom))]
+pub(crate) mod disposal;
 #[cfg(not(loom))]
 pub mod error;
 #[cfg(not(loom))]

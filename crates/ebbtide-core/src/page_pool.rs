@@ -8,9 +8,9 @@
 //! `madvise` per run of adjacent pages: `MADV_DONTNEED` under pressure (a squeeze window or a
 //! pressure level above Normal), otherwise lazily ([`crate::lazy`]: no system call for
 //! `lazy_settle_ms`, then `MADV_FREE`, `MADV_DONTNEED` after `lazy_decay_ms`), so the worst-case
-//! squeeze of the seed (`max_buffer_pages` 0, every round of I/O gives every page back) reuses
+//! squeeze of the seed (`max_buffer_pages` 0, every round of I/O releases every page) reuses
 //! its pages without a page fault, as blkback reuses pages the kernel's allocator hands back;
-//! and without the slabs' bookkeeping either: a shrink puts the pages it gives back lazily in
+//! and without the slabs' bookkeeping either: a shrink puts the pages it releases lazily in
 //! the pool's stash (`zone/stash.rs`), an array from which its next miss takes them, as the
 //! kernel's per-CPU page lists hand a freed page back.
 //!
@@ -55,7 +55,7 @@ impl PagePool {
         zone.inner()
             .pool_max
             .store(max_buffer_pages, Ordering::Relaxed);
-        // Where its shrinks put the pages they give back lazily (`zone/stash.rs`); on failure
+        // Where its shrinks put the pages they release lazily (`zone/stash.rs`); on failure
         // the zone, still empty, is destroyed by its drop.
         zone.inner().enable_stash()?;
         Ok(PagePool { zone })
@@ -101,17 +101,20 @@ impl PagePool {
     }
 
     /// Shrinks to the cap now (0 while squeezing), as the reclaim thread does every
-    /// `pool_shrink_interval_ms`. Returns the bytes given back.
+    /// `pool_shrink_interval_ms`. Returns the bytes released.
     pub fn shrink(&self) -> usize {
         // Takes the zone's locks (depot, stacks' headers, stash, keg): inside the fork gate, as
         // every other path that does (`forkgate.rs`).
         let _inside = crate::forkgate::enter();
-        let target = if crate::gate::squeezing_now() {
+        // The decision, once: a squeeze window releases everything at once, else pages leave
+        // lazily or now as lazy freeing and pressure say.
+        let mut d = crate::disposal::Disposal::current();
+        let target = if matches!(d.emptied, crate::disposal::Emptied::Release) {
             0
         } else {
             self.max_buffer_pages()
         };
-        self.zone.inner().shrink_to(target)
+        self.zone.inner().trim_to(target, &mut d)
     }
 
     /// Figures.

@@ -6,8 +6,8 @@
 //! | [`Request::Drain`] | whole depot to the slabs, free slabs back to the OS | −1 |
 //! | [`Request::DrainCpu`] | depot, then every CPU's stack (one loop over CPUs draining every zone on each, one `membarrier` per CPU), then the depot again; free slabs back | halved toward the minimum first |
 //!
-//! Every call returns the bytes given back to the OS, all of them given back by the time it
-//! returns. Inside a reclaim, slabs left entirely free go back to the OS through a
+//! Every call returns the bytes released, all of them released by the time it
+//! returns. Inside a reclaim, slabs left entirely free are released through a
 //! release session (`release.rs`) as soon as they are free, overlapping the kernel's work
 //! with the sorting of the remaining items (and sharing it with a helper thread); the session
 //! ends before the call returns. Reclaims are serialised and re-entry proof (`gate.rs`).
@@ -22,12 +22,13 @@ pub use crate::gate::{
 };
 
 use crate::bucket;
+use crate::disposal::{Disposal, Emptied};
 use crate::gate::{self, exclusive};
 use crate::os;
 use crate::release::Session;
 use crate::sync::{lock, Ordering};
 use crate::zone::{
-    decay_lazy_locked, drain_cpu_all, purge_lazy_locked, Zone, ZoneFlags, ZoneInner,
+    drain_cpu_all, release_lazy_due_locked, release_lazy_locked, Zone, ZoneFlags, ZoneInner,
 };
 
 /// A reclaim request (the values are the C ABI's `EBB_RECLAIM_*`).
@@ -64,7 +65,7 @@ pub struct Response {
 
 /// Carries out `r` with at most one pass over the CPUs: a squeeze window, disabling buckets and a
 /// DRAIN_CPU all need every CPU's stack emptied, and one DRAIN_CPU (one `membarrier` per CPU)
-/// serves all three. Returns the bytes given back.
+/// serves all three. Returns the bytes released.
 pub fn respond(r: Response) -> usize {
     let _inside = crate::forkgate::enter();
     let squeeze = match r.squeeze_ns {
@@ -107,7 +108,7 @@ pub fn end_squeeze() {
 
 /// Enables or disables bucket caching in every zone. Disabling closes every per-CPU stack and
 /// drains them (DRAIN_CPU); enabling lets each CPU reopen on its next slow path. Returns the bytes
-/// given back.
+/// released.
 pub fn set_buckets_enabled(on: bool) -> usize {
     let _inside = crate::forkgate::enter();
     respond(Response {
@@ -118,7 +119,7 @@ pub fn set_buckets_enabled(on: bool) -> usize {
 
 /// Opens (or extends) a squeeze window of `duration_ns`: caches keep nothing until it ends.
 /// Drains every zone's caches at once (the reclaim code enforces the window itself, so an idle
-/// cache cannot miss it). Returns the bytes given back.
+/// cache cannot miss it). Returns the bytes released.
 pub fn squeeze(duration_ns: u64) -> usize {
     let _inside = crate::forkgate::enter();
     respond(Response {
@@ -131,12 +132,15 @@ pub fn squeeze(duration_ns: u64) -> usize {
 fn reclaim_zone(z: &ZoneInner, req: Request) -> usize {
     exclusive(|| {
         let mut sess = Session::begin(true);
-        let b = reclaim_zone_locked(z, req, &mut sess);
+        let b = reclaim_zone_locked(z, req, &mut Disposal::reclaim(&mut sess, squeezing_now()));
         b + sess.finish()
     })
     .unwrap_or(0)
 }
-fn reclaim_zone_locked(z: &ZoneInner, req: Request, sess: &mut Session) -> usize {
+
+/// One zone's part of a reclaim, its items and emptied slabs going where `d` (the reclaim's
+/// decision) sends them; the free slabs beyond the reserve are released at the end.
+fn reclaim_zone_locked(z: &ZoneInner, req: Request, d: &mut Disposal<'_>) -> usize {
     let mut bytes = 0;
     match req {
         Request::Trim => {
@@ -149,21 +153,21 @@ fn reclaim_zone_locked(z: &ZoneInner, req: Request, sess: &mut Session) -> usize
                     d.wss.trim_target()
                 }
             };
-            z.trim_depot_in(keep, Some(sess));
+            z.trim_depot(keep, d);
             z.shrink_bucket_size();
         }
         Request::Drain => {
-            z.trim_depot_in(0, Some(sess));
+            z.trim_depot(0, d);
             z.shrink_bucket_size();
         }
         Request::DrainCpu => {
             z.halve_bucket_size();
-            z.trim_depot_in(0, Some(sess));
-            z.drain_cpus_in(|_| true, Some(sess));
-            z.trim_depot_in(0, Some(sess));
+            z.trim_depot(0, d);
+            z.drain_cpus(|_| true, d);
+            z.trim_depot(0, d);
         }
     }
-    bytes += z.keg.reclaim_in(true, sess);
+    bytes += z.keg.release_free(z.keg.reserve_slabs(), d);
     match req {
         Request::Trim => z.count_trim(),
         Request::Drain => z.count_drain(),
@@ -172,7 +176,7 @@ fn reclaim_zone_locked(z: &ZoneInner, req: Request, sess: &mut Session) -> usize
     bytes
 }
 
-/// Reclaims from every zone; returns the bytes given back.
+/// Reclaims from every zone; returns the bytes released.
 pub fn reclaim_all(req: Request) -> usize {
     let _inside = crate::forkgate::enter();
     if req == Request::DrainCpu {
@@ -186,11 +190,12 @@ pub fn reclaim_all(req: Request) -> usize {
         + exclusive(|| {
             let reg = crate::registry::lock();
             let mut sess = Session::begin(true);
+            let mut d = Disposal::reclaim(&mut sess, squeezing_now());
             let mut b = 0;
-            reg.for_each(|z: &ZoneInner| b += reclaim_zone_locked(z, req, &mut sess));
-            let b = b + bucket::reclaim_bucket_kegs_in(&mut sess);
+            reg.for_each(|z: &ZoneInner| b += reclaim_zone_locked(z, req, &mut d));
+            let b = b + bucket::release_bucket_kegs(&mut sess);
             // A pressure reclaim wants the memory now: lazily freed pages go too.
-            b + sess.finish() + purge_lazy_locked(&reg)
+            b + sess.finish() + release_lazy_locked(&reg)
         })
         .unwrap_or(0)
 }
@@ -217,50 +222,56 @@ pub fn make_room(bytes: usize) {
 }
 
 /// Pressure: every lazily freed page of every zone goes back now (`MADV_DONTNEED`). Returns the
-/// bytes given back.
+/// bytes released.
 pub fn purge_lazy_all() -> usize {
     let _inside = crate::forkgate::enter();
     if crate::lazy::lazy_held_bytes() == 0 {
         return 0;
     }
-    purge_lazy_locked(&crate::registry::lock())
+    release_lazy_locked(&crate::registry::lock())
 }
 
 /// The decay step (run by the runtime every `pool_shrink_interval_ms`): lazy slabs older than
 /// `lazy_decay_ms` at `now` go back for good, those that settled for `lazy_settle_ms` are
-/// offered with `MADV_FREE`. Returns the bytes given back for good.
+/// offered with `MADV_FREE`. Returns the bytes released for good.
 pub fn decay_lazy(now: u32) -> usize {
     let _inside = crate::forkgate::enter();
     if crate::lazy::lazy_held_bytes() == 0 {
         return 0;
     }
     let reg = crate::registry::lock();
-    decay_lazy_locked(&reg, now, crate::lazy::decay_ms(), crate::lazy::settle_ms())
+    release_lazy_due_locked(
+        &reg,
+        now,
+        crate::lazy::decay_ms(),
+        crate::lazy::settle_ms(),
+        &mut Disposal::current(),
+    )
 }
 
 /// The delayed step of free slabs beyond a zone's cap (run by the runtime every
 /// `pool_shrink_interval_ms`, beside [`decay_lazy`]): a keg that has held more free slabs than
 /// its cap for `EXCESS_DELAY_MS` (10 ms) at `now` moves the excess into the lazy decay, or
-/// gives it back under pressure (`keg.rs`). Walks the zones only when some keg holds an
-/// excess. Returns the bytes given back now.
+/// releases it under pressure (`keg/excess.rs`). Walks the zones only when some keg holds an
+/// excess. Returns the bytes released now.
 pub fn release_excess(now: u32) -> usize {
     let _inside = crate::forkgate::enter();
     if crate::keg::EXCESS_KEGS.load(Ordering::Relaxed) == 0 {
         return 0;
     }
     let reg = crate::registry::lock();
-    crate::zone::release_excess_locked(&reg, now)
+    crate::zone::trim_excess_locked(&reg, now, Disposal::pages_now(squeezing_now()))
 }
 
 /// The periodic pass over every zone without pressure (working-set update, idle trim, idle
-/// per-CPU stacks drained); returns the bytes given back.
+/// per-CPU stacks drained); returns the bytes released.
 pub fn periodic_all(now_ns: u64) -> usize {
     let _inside = crate::forkgate::enter();
     exclusive(|| {
         let reg = crate::registry::lock();
         let mut b = 0;
         reg.for_each(|z: &ZoneInner| b += z.periodic(now_ns));
-        b + bucket::reclaim_bucket_kegs()
+        b + bucket::release_bucket_kegs(&mut Session::inactive())
     })
     .unwrap_or(0)
         + crate::outer::periodic_all(now_ns)
@@ -285,17 +296,18 @@ pub fn resize_pcpu(now_ns: u64) -> crate::zone::ResizeReport {
 }
 
 /// Enforces every page pool's cap (`max_buffer_pages`, 0 while squeezing); returns the bytes
-/// given back.
+/// released.
 pub fn shrink_pools() -> usize {
     let _inside = crate::forkgate::enter();
-    let squeezing = squeezing_now();
+    let mut d = Disposal::current();
+    let squeezing = matches!(d.emptied, Emptied::Release);
     exclusive(|| {
         let reg = crate::registry::lock();
         let mut b = 0;
         reg.for_each(|z: &ZoneInner| {
             let max = z.pool_max.load(Ordering::Relaxed);
             if max != usize::MAX {
-                b += z.shrink_to(if squeezing { 0 } else { max });
+                b += z.trim_to(if squeezing { 0 } else { max }, &mut d);
             }
         });
         b
@@ -315,7 +327,8 @@ pub fn cached_bytes() -> u64 {
 }
 
 impl Zone {
-    /// Gives cached memory back to the OS; returns the bytes given back.
+    /// Reclaims the zone's cached memory (`req`: trim, drain or drain every CPU) and releases
+    /// its free slabs; returns the bytes released.
     pub fn reclaim(&self, req: Request) -> usize {
         reclaim_zone(self.inner(), req)
     }

@@ -1,4 +1,4 @@
-//! The release pipeline: pages of emptied slabs go back to the OS on a helper thread while the
+//! The release pipeline: pages of emptied slabs are released on a helper thread while the
 //! reclaiming thread is still putting cached items back into their slabs, so a large drain costs
 //! about the larger of the two (item work, kernel work) instead of their sum, and the tail of the
 //! kernel work is shared by both threads.
@@ -14,14 +14,14 @@
 //! ```
 //!
 //! * **Nothing is asynchronous to the caller.** A session ends (`finish`, or its `Drop`) only
-//!   after every run it posted has been given back; the bytes a reclaim reports are bytes already
+//!   after every run it posted has been released; the bytes a reclaim reports are bytes already
 //!   gone, and no helper work outlives the call (so no keg or chunk can go away under the helper).
 //! * **Concurrent allocation is safe.** A slab handed to a session is marked `Clean` (further frees
 //!   into it are double frees) but sits on its keg's `releasing` list, which allocation never looks
-//!   at, until the session has seen its `madvise` complete (`keg.rs`).
+//!   at, until the session has seen its `madvise` complete (`keg/handoff.rs`).
 //! * **Kegs.** A session remembers (up to 16) the kegs it took slabs from, to complete them at the
 //!   end; a keg it has no room for keeps its emptied slabs on the free list, and the reclaim's
-//!   final `Keg::reclaim_in` pass hands them over (completing the others first).
+//!   final `Keg::release_free` pass hands them over (completing the others first).
 //! * **One session at a time.** The ring belongs to one session (`BUSY`); a session that finds it
 //!   taken is inactive and its callers take the old synchronous paths. Reclaims are serialised
 //!   anyway, so this is only a guard.
@@ -38,7 +38,7 @@ use crate::os;
 use core::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
-/// Runs in flight at most (posted, not yet given back).
+/// Runs in flight at most (posted, not yet released).
 const RING: usize = 64;
 /// A chunk's waiting pages are posted once they reach this many bytes (never, with a whole
 /// chunk: a chunk's slabs are smaller than the chunk), when a fifth chunk needs the slot, or at
@@ -49,7 +49,7 @@ pub(crate) const MAX_RUN: usize = CHUNK_SIZE;
 /// moves them from its `releasing` list to `clean` once their pages are gone and returns their
 /// bytes. Defined here so that the pipeline sits below the kegs that use it.
 pub(crate) trait Releasing {
-    /// Called once the session has seen every run it posted given back.
+    /// Called once the session has seen every run it posted released.
     fn complete_releases(&self) -> usize;
 }
 
@@ -71,7 +71,7 @@ static SLOTS: [Slot; RING] = [const {
 static POSTED: AtomicUsize = AtomicUsize::new(0);
 /// Runs claimed by a consumer (helper or owner).
 static CLAIMED: AtomicUsize = AtomicUsize::new(0);
-/// Runs given back.
+/// Runs released.
 static DONE: AtomicUsize = AtomicUsize::new(0);
 /// A session owns the ring.
 static BUSY: AtomicBool = AtomicBool::new(false);
@@ -79,7 +79,7 @@ static BUSY: AtomicBool = AtomicBool::new(false);
 static SLEEPING: AtomicU32 = AtomicU32::new(0);
 /// A helper was started in this process (cleared in a forked child, which has none).
 static WORKER_UP: AtomicBool = AtomicBool::new(false);
-/// Runs the helper gave back (statistics and tests).
+/// Runs the helper released (statistics and tests).
 static WORKER_RUNS: AtomicUsize = AtomicUsize::new(0);
 
 /// Claims the next posted run, if any.
@@ -110,7 +110,7 @@ fn claim() -> Option<(usize, usize)> {
 }
 
 /// Gives one claimed run back and counts it done.
-fn give_back(addr: usize, len: usize) {
+fn release_run(addr: usize, len: usize) {
     // SAFETY: runs are only posted by a session for slabs it took off every list of their keg
     // under the keg lock: committed memory of ours that holds no live item and that nothing
     // hands out until the session has seen this run done.
@@ -128,7 +128,7 @@ fn helper_pass(max_sleep_ms: Option<u64>) {
         // for a run its parent's helper had claimed); never while asleep.
         let _inside = crate::forkgate::enter();
         while let Some((a, l)) = claim() {
-            give_back(a, l);
+            release_run(a, l);
             WORKER_RUNS.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -144,7 +144,7 @@ fn helper_pass(max_sleep_ms: Option<u64>) {
     SLEEPING.store(0, Ordering::SeqCst);
 }
 
-/// The helper's loop: gives back every run posted by any session, sleeping on a futex word
+/// The helper's loop: releases every run posted by any session, sleeping on a futex word
 /// between them. Never returns. A runtime runs it on a thread of its own (the core starts no
 /// thread) and says so with [`set_helper_running`]; without one, sessions do every `madvise`
 /// themselves when they finish.
@@ -176,7 +176,7 @@ pub fn helper_running() -> bool {
     WORKER_UP.load(Ordering::Acquire)
 }
 
-/// Runs given back by the helper thread since the process started.
+/// Runs released by the helper thread since the process started.
 pub fn helper_runs() -> usize {
     WORKER_RUNS.load(Ordering::Relaxed)
 }
@@ -197,7 +197,7 @@ const CHUNK_PAGES_MAX: usize = CHUNK_SIZE / 4096;
 /// Chunks with pages waiting at once (a drain interleaves item slabs with bucket slabs).
 const PENDING: usize = 4;
 
-/// Hands the run `[addr, addr + len)` to the helper (or gives it back here when the ring is
+/// Hands the run `[addr, addr + len)` to the helper (or releases it here when the ring is
 /// full). Only the session owning the ring calls this.
 ///
 /// Returns false, posting nothing, when the ring is full (the helper is behind).
@@ -234,12 +234,12 @@ pub(crate) struct Session {
     clock: u64,
     kegs: [Option<NonNull<dyn Releasing>>; MAX_KEGS],
     nkegs: usize,
-    /// Bytes given back by completed kegs so far.
+    /// Bytes released by completed kegs so far.
     bytes: usize,
     /// Free slabs each keg keeps backed: its reserve, or none.
     keep_reserve: bool,
-    /// Runs that found the ring full: given back by the owner at its next call of
-    /// [`Session::drain_overflow`], which callers make with no keg lock held (a `madvise` never
+    /// Runs that found the ring full: released by the owner at its next call of
+    /// [`Session::release_overflow`], which callers make with no keg lock held (a `madvise` never
     /// runs under a keg lock).
     overflow: [(usize, usize); OVERFLOW],
     noverflow: usize,
@@ -295,16 +295,18 @@ impl Session {
     }
 
     /// Whether runs wait in the overflow: the caller should drop its keg lock and call
-    /// [`Session::drain_overflow`] before it adds more.
+    /// [`Session::release_overflow`] before it adds more.
     #[inline]
     pub(crate) fn has_overflow(&self) -> bool {
         self.noverflow > 0
     }
 
     /// Gives back the runs that found the ring full, on this thread. Call with no keg lock held.
-    pub(crate) fn drain_overflow(&mut self) {
+    pub(crate) fn release_overflow(&mut self) {
         for &(a, l) in &self.overflow[..self.noverflow] {
-            // SAFETY: as in `give_back`: runs of slabs on their keg's releasing list.
+            // SAFETY: each run is whole slabs an enlisted keg took off every list under its lock
+            // (on its `releasing` list, `Clean`): committed memory of ours holding no live item,
+            // which nothing hands out until this session completes that keg.
             unsafe { os::release(NonNull::new_unchecked(a as *mut u8), l) };
         }
         self.noverflow = 0;
@@ -354,7 +356,7 @@ impl Session {
     }
 
     /// Adds `[addr, addr + len)` (whole slabs of an enlisted keg, taken off its lists; page
-    /// aligned, inside one chunk) to the pages to give back. Called with that keg's lock held;
+    /// aligned, inside one chunk) to the pages to release. Called with that keg's lock held;
     /// never blocks and never gives pages back itself: runs that find the ring full wait in the
     /// overflow, which the caller drains after dropping the lock ([`Session::has_overflow`]).
     pub(crate) fn add(&mut self, addr: usize, len: usize) {
@@ -426,20 +428,20 @@ impl Session {
         }
     }
 
-    /// Waits until every posted run is given back, doing unclaimed ones here.
-    fn drain_ring(&mut self) {
+    /// Waits until every posted run is released, doing unclaimed ones here.
+    fn finish_ring(&mut self) {
         for i in 0..PENDING {
             self.flush(i);
-            // Flushing may leave runs in the overflow (ring full): give them back now, before the
+            // Flushing may leave runs in the overflow (ring full): release them now, before the
             // kegs are told their slabs are clean. (No keg lock is held here.)
-            self.drain_overflow();
+            self.release_overflow();
         }
         while let Some((a, l)) = claim() {
-            give_back(a, l);
+            release_run(a, l);
         }
         let posted = POSTED.load(Ordering::Relaxed);
         let mut spins = 0u32;
-        // Acquire: pairs with the Release increment in `give_back` (the madvise is finished).
+        // Acquire: pairs with the Release increment in `release_run` (the madvise is finished).
         while DONE.load(Ordering::Acquire) != posted {
             spins += 1;
             if spins < 64 {
@@ -455,7 +457,7 @@ impl Session {
         if !self.active {
             return;
         }
-        self.drain_ring();
+        self.finish_ring();
         for k in self.kegs[..self.nkegs].iter().flatten() {
             // SAFETY: enlisted kegs outlive the session: kegs are destroyed only with no reclaim
             // in progress on them (zone destruction owns the zone; bucket kegs are never
@@ -465,7 +467,7 @@ impl Session {
         self.nkegs = 0;
     }
 
-    /// Ends the session; returns the bytes given back through it.
+    /// Ends the session; returns the bytes released through it.
     pub(crate) fn finish(mut self) -> usize {
         self.complete();
         self.bytes
@@ -486,7 +488,8 @@ impl Drop for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keg::{Emptied, Keg};
+    use crate::disposal::Disposal;
+    use crate::keg::Keg;
 
     fn import_n(k: &Keg, n: usize) -> Vec<*mut u8> {
         let mut v = vec![core::ptr::null_mut(); n];
@@ -498,9 +501,12 @@ mod tests {
     }
 
     fn release_all(k: &Keg, v: &[*mut u8], s: &mut Session) {
-        k.take_back_in(v, Emptied::Pipeline(s), None::<fn(*mut u8)>, |p, kind| {
-            panic!("{p:?}: {kind:?}")
-        });
+        k.take_back(
+            v,
+            &mut Disposal::reclaim(s, false),
+            None::<fn(*mut u8)>,
+            |p, kind| panic!("{p:?}: {kind:?}"),
+        );
     }
 
     #[test]
@@ -531,7 +537,7 @@ mod tests {
         }
         assert_eq!(s.finish(), 6144 * 4096);
         for p in &v {
-            // SAFETY: the slabs are ours and mapped; given back, they read as zeros.
+            // SAFETY: the slabs are ours and mapped; released, they read as zeros.
             assert_eq!(unsafe { *p.add(100) }, 0);
         }
         let c = k.validate().unwrap();
@@ -567,8 +573,12 @@ mod tests {
         release_all(&k, &v, &mut other);
         let c = k.validate().unwrap();
         assert_eq!((c.free_slabs, c.releasing_slabs), (4, 0));
-        // reclaim_in with it gives the pages back at once, under the keg lock, and says so.
-        assert_eq!(k.reclaim_in(false, &mut other), 4 * 4096);
+        // `release_free` with it releases the pages at once (the keg lock dropped for the
+        // `madvise`) and says so.
+        assert_eq!(
+            k.release_free(0, &mut Disposal::reclaim(&mut other, false)),
+            4 * 4096
+        );
         assert_eq!(other.finish(), 0);
         drop(owner);
         k.destroy().unwrap();

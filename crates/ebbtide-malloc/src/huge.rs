@@ -317,9 +317,9 @@ pub fn alloc_mapping(n: usize) -> *mut u8 {
     alloc_in(n, 1, false).0
 }
 
-/// How [`give_back`] decides.
+/// Which dirty runs [`release_runs`] releases.
 #[derive(Clone, Copy)]
-enum GiveBack {
+enum Release {
     /// The periodic pass: runs freed before the time; a period of the working set ends.
     Idle(u64),
     /// A pressure trim: those, and the oldest beyond the working set.
@@ -328,23 +328,23 @@ enum GiveBack {
     All,
 }
 
-/// Gives back the page heap's dirty runs as `how` says; returns the bytes.
-fn give_back(how: GiveBack) -> usize {
+/// Releases the page heap's dirty runs as `how` says; returns the bytes.
+fn release_runs(how: Release) -> usize {
     // The periodic pass always runs: it ends a period even when nothing is held.
     let empty = CACHED.load(Ordering::Relaxed) == 0;
-    if empty && !matches!(how, GiveBack::Idle(_)) {
+    if empty && !matches!(how, Release::Idle(_)) {
         return 0;
     }
     let _inside = ebbtide_core::forkgate::enter();
     let mut t = ebbtide_core::lock(&TABLE);
     let b = match how {
-        GiveBack::Idle(before) => {
+        Release::Idle(before) => {
             let b = t.heap.release_older_than(before);
             t.heap.end_period();
             b
         }
-        GiveBack::Trim(before) => t.heap.trim(before),
-        GiveBack::All => t.heap.release_older_than(u64::MAX),
+        Release::Trim(before) => t.heap.trim(before),
+        Release::All => t.heap.release_older_than(u64::MAX),
     };
     CACHED.store(t.heap.dirty_bytes(), Ordering::Relaxed);
     b
@@ -358,13 +358,13 @@ impl ebbtide_core::outer::OuterCache for HugeCache {
         CACHED.load(Ordering::Relaxed) as u64
     }
     fn periodic(&self, now_ns: u64) -> usize {
-        give_back(GiveBack::Idle(now_ns.saturating_sub(pageheap::IDLE_NS)))
+        release_runs(Release::Idle(now_ns.saturating_sub(pageheap::IDLE_NS)))
     }
     fn trim(&self, now_ns: u64) -> usize {
-        give_back(GiveBack::Trim(now_ns.saturating_sub(pageheap::IDLE_NS)))
+        release_runs(Release::Trim(now_ns.saturating_sub(pageheap::IDLE_NS)))
     }
     fn drain(&self) -> usize {
-        give_back(GiveBack::All)
+        release_runs(Release::All)
     }
 }
 

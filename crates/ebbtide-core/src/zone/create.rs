@@ -181,9 +181,11 @@ impl ZoneInner {
             if used > 0 {
                 return Err(used);
             }
-            zr.drain_cpus(|_| true);
-            zr.trim_depot(0);
-            zr.stash_purge(false);
+            // Every cached item back onto its slab's free list: the chunks are unmapped next.
+            let mut d = Disposal::keep();
+            zr.drain_cpus(|_| true, &mut d);
+            zr.trim_depot(0, &mut d);
+            zr.drain_stash(&mut d);
             zr.keg.destroy()?;
             reg.unlink(z);
         }

@@ -4,47 +4,22 @@
 
 use super::*;
 
-/// Where items taken out of a cache go.
-pub(crate) enum Sink<'s> {
-    /// To their slabs; inside a reclaim, emptied slabs go to the session's release pipeline.
-    Slabs(Option<&'s mut Session>),
-    /// Into a page pool's stash (`stash.rs`): a shrink that gives pages back lazily. The
-    /// count is of items that still go to their slabs first (the free pages the shrink keeps).
-    Stash(&'s mut usize),
-}
-
-impl Sink<'_> {
-    fn reborrow(&mut self) -> Sink<'_> {
-        match self {
-            Sink::Slabs(s) => Sink::Slabs(s.as_deref_mut()),
-            Sink::Stash(keep) => Sink::Stash(keep),
-        }
-    }
-}
-
 impl ZoneInner {
-    /// Empties the depot (`keep` items stay) into the slabs; returns items moved.
-    pub(crate) fn trim_depot(&self, keep: u64) -> usize {
-        self.trim_depot_in(keep, None)
-    }
-
-    /// [`ZoneInner::trim_depot`] inside a reclaim: emptied item slabs go to the session's release
-    /// pipeline. Bucket slabs do not: bucket kegs are shared by every zone, so their pages are
-    /// given back (and counted) by `reclaim_all`, not by one zone's reclaim.
-    pub(crate) fn trim_depot_in(&self, keep: u64, sess: Option<&mut Session>) -> usize {
-        self.trim_depot_to(keep, Sink::Slabs(sess))
-    }
-
-    /// [`ZoneInner::trim_depot`] into `sink`.
-    fn trim_depot_to(&self, keep: u64, mut sink: Sink<'_>) -> usize {
+    /// Trims the depot to `keep` items (coldest buckets first) into their slabs, as `d`
+    /// decides ([`Disposal`]); returns the items moved. Bucket slabs never go into a reclaim's
+    /// pipeline: bucket kegs are shared by every zone, so their pages are released (and
+    /// counted) by `reclaim_all`, not by one zone's reclaim.
+    pub(crate) fn trim_depot(&self, keep: u64, d: &mut Disposal<'_>) -> usize {
         let mut moved = 0;
         loop {
             let b = lock(&self.depot).take_cold_above(keep);
             let Some(b) = b else { break };
-            // SAFETY: the bucket came out of the depot; ours alone.
+            // SAFETY: the bucket came out of the depot, so no other thread holds it: its `count`
+            // first slots are the items it carries, ours to move, and `Bucket::free` gets a
+            // bucket from `Bucket::alloc` that nothing uses afterwards.
             unsafe {
                 let n = (*b.as_ptr()).count as usize;
-                self.give(&Bucket::slots(b)[..n], sink.reborrow());
+                self.give(&Bucket::slots(b)[..n], d.reborrow());
                 moved += n;
                 Bucket::free(b);
             }
@@ -67,7 +42,10 @@ impl ZoneInner {
                 d.wss.periodic_target().min(self.depot_cap())
             }
         };
-        let mut moved = self.trim_depot(keep);
+        // One decision for the whole pass, from the process state now (a squeeze window, the
+        // lazy mode, pressure).
+        let mut d = Disposal::current();
+        let mut moved = self.trim_depot(keep, &mut d);
         // 2. Idle CPUs: a stack whose word did not change for a whole period saw no operation.
         let mut idle = 0;
         for cpu in self.pcpu.cpus_in_use() {
@@ -87,9 +65,9 @@ impl ZoneInner {
                     self.pcpu.demand(cpu).grant.store(0, Ordering::Relaxed);
                 }
             }
-            moved += self.drain_cpus(|cpu| idle & (1u64 << (cpu % 64)) != 0);
+            moved += self.drain_cpus(|cpu| idle & (1u64 << (cpu % 64)) != 0, &mut d);
         }
-        let released = self.release_free_slabs(self.keg.reserve_slabs());
+        let released = self.release_free_slabs(self.keg.reserve_slabs(), &mut d);
         let _ = moved;
         if released > 0 {
             self.counters
@@ -105,18 +83,24 @@ impl ZoneInner {
     }
 
     /// Page-pool shrink (blkback's `shrink_free_pagepool`): keeps at most `target` free items,
-    /// coldest first — depot buckets, then per-CPU stacks, then the slabs' pages go back to the
-    /// OS. Items in use are never touched. Returns the bytes given back.
-    ///
-    /// Pages that leave lazily go to the pool's stash (`stash.rs`) while it is open; a stash
-    /// that is not (pressure, lazy freeing off or without a settle delay) is emptied the way
-    /// pages leave now.
-    pub(crate) fn shrink_to(&self, target: usize) -> usize {
-        let stash = self.stash_open();
+    /// coldest first — depot buckets, then per-CPU stacks, then the slabs' pages are released.
+    /// Items in use are never touched. `d` is the caller's decision (its pages say whether the
+    /// pages leave lazily); the shrink's items go to their slabs as it says, or into the pool's
+    /// stash (`stash.rs`) while the stash is open, and a stash that is not (pressure, lazy
+    /// freeing off or without a settle delay) is emptied the way pages leave now. Returns the
+    /// bytes released.
+    pub(crate) fn trim_to(&self, target: usize, d: &mut Disposal<'_>) -> usize {
+        let stash = self.stash_open(d.pages);
         let mut released = 0;
         if !stash && self.stash.len() > 0 {
-            let now = crate::lazy::release_kind_now() == crate::lazy::ReleaseKind::Now;
-            released += self.stash_purge(now);
+            released += if d.pages.is_lazy() {
+                self.drain_stash(&mut Disposal {
+                    emptied: Emptied::Keep,
+                    pages: d.pages,
+                })
+            } else {
+                self.drain_stash(&mut Disposal::release())
+            };
         }
         let free = self.free_items();
         if free <= target {
@@ -127,12 +111,13 @@ impl ZoneInner {
         let keep_depot = target.saturating_sub(pcpu) as u64;
         // What the depot holds beyond `keep_depot` is beyond the target (with the stacks).
         let mut none = 0;
-        self.trim_depot_to(
+        let pages = d.pages;
+        self.trim_depot(
             keep_depot,
-            if stash {
-                Sink::Stash(&mut none)
+            &mut if stash {
+                Disposal::stash(&mut none, pages)
             } else {
-                Sink::Slabs(None)
+                d.reborrow()
             },
         );
         if self.free_items() > target && pcpu > 0 {
@@ -140,21 +125,21 @@ impl ZoneInner {
             // what the depot and the slabs still hold stay free (in the slabs).
             let held = lock(&self.depot).wss.nitems as usize + self.keg.counts().free_items;
             let mut room = target.saturating_sub(held);
-            let mut sink = if stash {
-                Sink::Stash(&mut room)
+            let mut to = if stash {
+                Disposal::stash(&mut room, pages)
             } else {
-                Sink::Slabs(None)
+                d.reborrow()
             };
             // Only the stacks that hold items: an empty one has nothing to give, and each drain
             // costs a fence (`membarrier`) of its CPU. A push racing with this read is like a
             // push just after the drain: the next shrink sees it.
-            self.drain_cpus_to(|cpu| self.pcpu.count(cpu) > 0, sink.reborrow());
-            self.trim_depot_to(target as u64, sink);
+            self.drain_cpus(|cpu| self.pcpu.count(cpu) > 0, &mut to);
+            self.trim_depot(target as u64, &mut to);
         }
         // Free slab slots may hold what the caches no longer do.
         let cached = self.pcpu_items() + lock(&self.depot).wss.nitems as usize;
         let slabs_keep = target.saturating_sub(cached) / self.keg.geo.items_per_slab;
-        released += self.release_free_slabs(slabs_keep);
+        released += self.release_free_slabs(slabs_keep, d);
         self.count_released(released);
         released
     }
@@ -167,20 +152,25 @@ impl ZoneInner {
         }
     }
 
-    /// Items taken out of a cache, to `sink`.
-    fn give(&self, items: &[*mut u8], sink: Sink<'_>) {
-        match sink {
-            Sink::Slabs(sess) => {
-                self.return_to_keg_in(items, sess);
+    /// Items taken out of a cache, where `d` sends them: to their slabs, or into the stash
+    /// (all but the first ones its count keeps as free pages, which go to their slabs).
+    fn give(&self, items: &[*mut u8], mut d: Disposal<'_>) {
+        let pages = d.pages;
+        if let Emptied::Stash(to_slabs) = &mut d.emptied {
+            let k = (**to_slabs).min(items.len());
+            if k > 0 {
+                self.return_to_keg(
+                    &items[..k],
+                    &mut Disposal {
+                        emptied: Emptied::Keep,
+                        pages,
+                    },
+                );
+                **to_slabs -= k;
             }
-            Sink::Stash(to_slabs) => {
-                let k = (*to_slabs).min(items.len());
-                if k > 0 {
-                    self.return_to_keg(&items[..k]);
-                    *to_slabs -= k;
-                }
-                self.stash_in(&items[k..]);
-            }
+            self.stash_in(&items[k..], pages);
+        } else {
+            self.return_to_keg(items, &mut d);
         }
     }
 
@@ -190,24 +180,9 @@ impl ZoneInner {
 }
 
 impl ZoneInner {
-    /// Drains the per-CPU stacks of this zone on the CPUs `pick` selects (one fence per CPU).
-    /// Returns the items moved to the slabs.
-    pub(crate) fn drain_cpus(&self, pick: impl Fn(usize) -> bool) -> usize {
-        self.drain_cpus_in(pick, None)
-    }
-
-    /// [`ZoneInner::drain_cpus`] inside a reclaim (emptied slabs go to the session's release
-    /// pipeline).
-    pub(crate) fn drain_cpus_in(
-        &self,
-        pick: impl Fn(usize) -> bool,
-        sess: Option<&mut Session>,
-    ) -> usize {
-        self.drain_cpus_to(pick, Sink::Slabs(sess))
-    }
-
-    /// [`ZoneInner::drain_cpus`] into `sink`.
-    fn drain_cpus_to(&self, pick: impl Fn(usize) -> bool, mut sink: Sink<'_>) -> usize {
+    /// Drains the per-CPU stacks of this zone on the CPUs `pick` selects (one fence per CPU),
+    /// their items going where `d` decides. Returns the items moved.
+    pub(crate) fn drain_cpus(&self, pick: impl Fn(usize) -> bool, d: &mut Disposal<'_>) -> usize {
         let mut buf = [ptr::null_mut::<u8>(); STACK_BUF];
         let mut moved = 0;
         for cpu in self.pcpu.cpus_in_use() {
@@ -218,26 +193,32 @@ impl ZoneInner {
             let _g = lock_header(h);
             self.pcpu.stop_fenced(cpu, h);
             let cap = self.cap_for(cpu);
-            moved += self.empty_stopped(cpu, cap, &mut buf, sink.reborrow());
+            moved += self.empty_stopped(cpu, cap, &mut buf, d.reborrow());
         }
         moved
     }
 
-    /// Every cached item of this zone back to the slabs (used before sleeping at `max_items`).
+    /// Every cached item of this zone back to the slabs (used before sleeping at `max_items`,
+    /// and by a zone's destruction), as the process state decides now.
     pub(crate) fn drain_caches(&self) {
-        self.drain_cpus(|_| true);
-        self.trim_depot(0);
-        self.stash_purge(false);
+        let mut d = Disposal::current();
+        self.drain_cpus(|_| true, &mut d);
+        self.trim_depot(0, &mut d);
+        self.drain_stash(&mut Disposal {
+            emptied: Emptied::Keep,
+            pages: d.pages,
+        });
     }
 
     /// Empties this zone's stopped and fenced stack on `cpu` into its slabs (through `buf`,
-    /// large enough for a full stack) and reopens the stack with `cap`. Returns the items moved.
+    /// large enough for a full stack) and reopens the stack with `cap`; the items go where `d`
+    /// decides. Returns the items moved.
     pub(super) fn empty_stopped(
         &self,
         cpu: usize,
         cap: u32,
         buf: &mut [*mut u8; STACK_BUF],
-        sink: Sink<'_>,
+        d: Disposal<'_>,
     ) -> usize {
         let mut n = 0;
         self.pcpu
@@ -246,7 +227,7 @@ impl ZoneInner {
                 n += 1;
             });
         if n > 0 {
-            self.give(&buf[..n], sink);
+            self.give(&buf[..n], d);
         }
         n
     }
@@ -266,34 +247,39 @@ fn stopped_by_drain_all(z: &ZoneInner, cpu: usize) -> bool {
 /// (each stopping every zone's stack on that CPU, one fence, then emptying them), then depots
 /// again, then free slabs and the bucket kegs' free slabs back to the OS. `halve`: bucket sizes
 /// halve toward their minimum first (UMA, before a per-CPU drain); `keep_reserve`: kegs keep
-/// their reserve of free slabs (not while squeezing). Returns the bytes given back; 0 if this
+/// their reserve of free slabs (not while squeezing). Returns the bytes released; 0 if this
 /// thread is already reclaiming.
 pub(crate) fn drain_cpu_all(halve: bool, keep_reserve: bool) -> usize {
     crate::gate::exclusive(|| {
         let reg = crate::registry::lock();
+        // The decision, once: emptied slabs into this session's pipeline (at once while a
+        // squeeze window is open and the session keeps reserves).
+        let squeezing = crate::gate::squeezing_now();
         let mut sess = Session::begin(keep_reserve);
-        let b = drain_cpu_locked(&reg, halve, keep_reserve, &mut sess);
-        let b = b + crate::bucket::reclaim_bucket_kegs_in(&mut sess);
+        let mut d = Disposal::reclaim(&mut sess, squeezing);
+        let b = drain_cpu_locked(&reg, halve, keep_reserve, &mut d);
+        let b = b + crate::bucket::release_bucket_kegs(&mut sess);
         // Every caller wants the memory now (squeeze, buckets off, DRAIN_CPU, a failed
         // mapping): lazily freed pages go too.
-        b + sess.finish() + purge_lazy_locked(&reg)
+        b + sess.finish() + release_lazy_locked(&reg)
     })
     .unwrap_or(0)
 }
 
-/// The pass of [`drain_cpu_all`] with the registry locked. The bytes `sess` gives back are
-/// counted by its owner.
+/// The pass of [`drain_cpu_all`] with the registry locked, items and emptied slabs going where
+/// `d` (a reclaim's decision) sends them; `keep_reserve`: the final release of free slabs keeps
+/// each keg's reserve. The bytes `d`'s session releases are counted by its owner.
 pub(crate) fn drain_cpu_locked(
     reg: &crate::registry::Locked,
     halve: bool,
     keep_reserve: bool,
-    sess: &mut Session,
+    d: &mut Disposal<'_>,
 ) -> usize {
     reg.for_each(|z: &ZoneInner| {
         if halve {
             z.halve_bucket_size();
         }
-        z.trim_depot_in(0, Some(sess));
+        z.trim_depot(0, d);
     });
     let ncpu = os::cpu_count();
     let mut buf = [ptr::null_mut::<u8>(); STACK_BUF];
@@ -334,7 +320,7 @@ pub(crate) fn drain_cpu_locked(
             if cpu < z.pcpu.ncpu() && stopped_by_drain_all(z, cpu) {
                 let h = z.pcpu.header(cpu);
                 let cap = z.cap_for(cpu);
-                z.empty_stopped(cpu, cap, &mut buf, Sink::Slabs(Some(&mut *sess)));
+                z.empty_stopped(cpu, cap, &mut buf, d.reborrow());
                 // Release: pairs with the Acquire of the next taker of the header lock taken
                 // above (`lock_header_as`), which sees the emptied stack.
                 h.lock.store(pcpu::UNLOCKED, Ordering::Release);
@@ -343,8 +329,13 @@ pub(crate) fn drain_cpu_locked(
     }
     let mut bytes = 0;
     reg.for_each(|z: &ZoneInner| {
-        z.trim_depot_in(0, Some(sess));
-        bytes += z.keg.reclaim_in(keep_reserve, sess);
+        z.trim_depot(0, d);
+        let keep = if keep_reserve {
+            z.keg.reserve_slabs()
+        } else {
+            0
+        };
+        bytes += z.keg.release_free(keep, d);
         z.count_drain_cpu();
     });
     bytes
@@ -359,25 +350,21 @@ pub(crate) fn on_map_failure() {
 }
 
 impl ZoneInner {
-    /// Free slabs beyond `keep` leave the zone: lazily when [`crate::lazy::release_kind`] says
-    /// so, else at once, together with the zone's lazily freed slabs (a squeeze wants the memory
-    /// now). Returns the bytes given back at once (lazily freed bytes are counted apart).
-    pub(crate) fn release_free_slabs(&self, keep: usize) -> usize {
-        use crate::lazy::{self, ReleaseKind};
-        match lazy::release_kind_now() {
-            ReleaseKind::Lazy => {
-                self.keg
-                    .lazy_keep(keep, lazy::now_ms(), lazy::settle_ms() == 0);
-                0
-            }
-            ReleaseKind::Now => {
-                self.stash_purge(true) + self.keg.reclaim_keep(keep) + self.keg.purge_lazy(None)
-            }
+    /// Free slabs beyond `keep` leave the zone as `d` decides: into the lazy decay when its
+    /// pages leave lazily; else released at once, together with the zone's stashed and lazily
+    /// freed pages (pressure or a squeeze wants the memory now). Returns the bytes released at
+    /// once (lazily freed bytes are counted apart).
+    pub(crate) fn release_free_slabs(&self, keep: usize, d: &mut Disposal<'_>) -> usize {
+        if d.pages.is_lazy() {
+            return self.keg.release_free(keep, d);
         }
+        self.drain_stash(&mut Disposal::release())
+            + self.keg.release_free(keep, d)
+            + self.keg.release_lazy(None)
     }
 }
 
-/// A zone is about to fault in `bytes` of fresh pages: give back as many lazily freed bytes of
+/// A zone is about to fault in `bytes` of fresh pages: release as many lazily freed bytes of
 /// the zones (oldest slabs of each zone first), so that memory freed in one size class and
 /// waiting in the lazy decay does not stay in RSS beside the pages another class takes anew —
 /// the cross-class reuse that allocators whose classes share pages get for free. Nothing when
@@ -394,45 +381,50 @@ pub(crate) fn make_room(bytes: usize) {
     let mut left = bytes;
     reg.for_each(|z: &ZoneInner| {
         if left > 0 {
-            left = left.saturating_sub(z.keg.purge_lazy_upto(None, left));
+            left = left.saturating_sub(z.keg.release_lazy_upto(None, left));
         }
     });
 }
 
 /// Every lazily freed page of every zone back now (`MADV_DONTNEED`), with the registry locked
-/// (inside a reclaim). Returns the bytes given back.
-pub(crate) fn purge_lazy_locked(reg: &crate::registry::Locked) -> usize {
+/// (inside a reclaim). Returns the bytes released.
+pub(crate) fn release_lazy_locked(reg: &crate::registry::Locked) -> usize {
     if crate::lazy::lazy_held_bytes() == 0 {
         return 0;
     }
     let mut b = 0;
-    reg.for_each(|z: &ZoneInner| b += z.stash_purge(true) + z.keg.purge_lazy(None));
+    reg.for_each(|z: &ZoneInner| {
+        b += z.drain_stash(&mut Disposal::release()) + z.keg.release_lazy(None)
+    });
     b
 }
 
-/// The delayed give-back over every zone: free slabs beyond a keg's cap held for
-/// `EXCESS_DELAY_MS` at `now` go back (`Keg::release_expired_excess`). Returns the bytes.
-pub(crate) fn release_excess_locked(reg: &crate::registry::Locked, now: u32) -> usize {
+/// The delayed trim over every zone: free slabs beyond a keg's cap held for `EXCESS_DELAY_MS` at
+/// `now` leave the free list the way `pages` says (`Keg::trim_expired_excess`). Returns the
+/// bytes released now.
+pub(crate) fn trim_excess_locked(reg: &crate::registry::Locked, now: u32, pages: Pages) -> usize {
     let mut b = 0;
-    reg.for_each(|z: &ZoneInner| b += z.keg.release_expired_excess(now));
+    reg.for_each(|z: &ZoneInner| b += z.keg.trim_expired_excess(now, pages));
     b
 }
 
 /// The decay step over every zone: lazy slabs older than `decay_ms` at `now` go back for good
 /// (`MADV_DONTNEED`), those that settled for `settle_ms` are offered (`MADV_FREE`). Returns the
-/// bytes given back for good.
-pub(crate) fn decay_lazy_locked(
+/// bytes released for good. `d`: where the slabs of settled stashed pages go on their way to
+/// the lazy list (the caller's decision).
+pub(crate) fn release_lazy_due_locked(
     reg: &crate::registry::Locked,
     now: u32,
     decay_ms: u64,
     settle_ms: u64,
+    d: &mut Disposal<'_>,
 ) -> usize {
     let mut b = 0;
     reg.for_each(|z: &ZoneInner| {
         // Stashed pages that settled join the lazy list first (offered, stamped when given up),
         // so the decay below counts from then (`stash.rs`).
-        z.stash_settle(now, settle_ms);
-        b += z.keg.purge_lazy(Some((now, decay_ms)));
+        z.stash_settle(now, settle_ms, d);
+        b += z.keg.release_lazy(Some((now, decay_ms)));
         z.keg.advise_lazy(now, settle_ms);
     });
     b

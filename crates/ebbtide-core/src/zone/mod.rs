@@ -5,7 +5,7 @@
 //! imported from the keg (slabs, then new pages). Free order: this CPU's stack → flush a bucket's
 //! worth to the depot → (depot full, buckets disabled or squeezing) straight to the slabs.
 //!
-//! Counting (see also `keg.rs`):
+//! Counting (see also `keg/mod.rs`):
 //! `items_out(keg) == used + Σ per-CPU counts + depot items + stashed pages` (a page pool's
 //! pages given back lazily, `stash.rs`; none for other zones), hence
 //! `items in backed slabs == used + per-CPU + depot + free in slabs + stashed pages`. `used` is derived from the
@@ -24,7 +24,7 @@ mod snapshot;
 mod stash;
 
 pub(crate) use drain::{
-    decay_lazy_locked, drain_cpu_all, make_room, purge_lazy_locked, release_excess_locked,
+    drain_cpu_all, make_room, release_lazy_due_locked, release_lazy_locked, trim_excess_locked,
 };
 pub use entry::CEntry;
 pub use fast::{FastConsts, FastFree};
@@ -34,10 +34,11 @@ pub use snapshot::{CpuStack, ZoneCheck, ZoneSnapshot};
 
 use crate::bucket::{self, Bucket, BUCKET_MAX};
 use crate::depot::DepotInner;
+use crate::disposal::{Disposal, Emptied, Pages};
 use crate::error::{
     report, AllocError, ConfigError, CreateError, InvalidFree, InvalidKind, ZoneBusy, ZoneName,
 };
-use crate::keg::{Emptied, Keg};
+use crate::keg::Keg;
 use crate::os;
 use crate::pcpu::{self, lock_header, Pcpu};
 use crate::registry::{Link, Linked};

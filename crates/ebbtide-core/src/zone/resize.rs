@@ -86,6 +86,9 @@ pub(crate) fn resize_locked(
     quiet_ns: u64,
 ) -> ResizeReport {
     let mut rep = ResizeReport::default();
+    // Where the trimmed items' emptied slabs go: decided once for the pass, from the process
+    // state now.
+    let mut d = Disposal::current();
     let ncpu = os::cpu_count();
     let mut buf = [ptr::null_mut::<u8>(); STACK_BUF];
     for cpu in 0..ncpu {
@@ -180,7 +183,7 @@ pub(crate) fn resize_locked(
             });
             if n > 0 {
                 rep.trimmed_items += n as u64;
-                rep.released_bytes += z.return_to_keg(&buf[..n]) as u64;
+                rep.released_bytes += z.return_to_keg(&buf[..n], &mut d) as u64;
             }
         });
     }

@@ -87,7 +87,7 @@ impl ZoneInner {
                     let item = slots[n - 1];
                     let k = self.pcpu.push_batch(&slots[..n - 1]);
                     if k < n - 1 {
-                        self.return_to_keg(&slots[k..n - 1]);
+                        self.return_to_keg(&slots[k..n - 1], &mut Disposal::current());
                     }
                     Bucket::free(b);
                     return Ok(NonNull::new_unchecked(item));
@@ -108,7 +108,7 @@ impl ZoneInner {
             let item = tmp[n - 1];
             let k = self.pcpu.push_batch(&tmp[..n - 1]);
             if k < n - 1 {
-                self.return_to_keg(&tmp[k..n - 1]);
+                self.return_to_keg(&tmp[k..n - 1], &mut Disposal::current());
             }
             // SAFETY: import returns non-null items.
             return Ok(unsafe { NonNull::new_unchecked(item) });
@@ -131,7 +131,7 @@ impl ZoneInner {
                 if n > 1 {
                     let cap = self.depot_cap();
                     if let Err(b) = lock(&self.depot).put(b, false, cap) {
-                        self.return_to_keg(&Bucket::slots(b)[..n - 1]);
+                        self.return_to_keg(&Bucket::slots(b)[..n - 1], &mut Disposal::current());
                         Bucket::free(b);
                     }
                 } else {
@@ -204,8 +204,12 @@ impl ZoneInner {
             }
             if ok < n {
                 // Items whose init failed never left the slab as far as fini is concerned.
-                self.keg
-                    .take_back(&out[ok..n], false, |_| {}, |p, k| self.invalid_late(p, k));
+                self.keg.take_back(
+                    &out[ok..n],
+                    &mut Disposal::current(),
+                    None::<fn(*mut u8)>,
+                    |p, k| self.invalid_late(p, k),
+                );
                 self.unreserve(n - ok);
                 if ok == 0 {
                     self.counters.fails.fetch_add(1, Ordering::Relaxed);
@@ -302,12 +306,12 @@ impl ZoneInner {
                         };
                         drop(d);
                         if let Err(b) = r {
-                            self.return_to_keg(&Bucket::slots(b)[..n]);
+                            self.return_to_keg(&Bucket::slots(b)[..n], &mut Disposal::current());
                             Bucket::free(b);
                         }
                         if let Some(c) = cold {
                             let k = (*c.as_ptr()).count as usize;
-                            self.return_to_keg(&Bucket::slots(c)[..k]);
+                            self.return_to_keg(&Bucket::slots(c)[..k], &mut Disposal::current());
                             Bucket::free(c);
                         }
                     } else {
@@ -324,43 +328,25 @@ impl ZoneInner {
                 }
             }
         }
-        self.return_to_keg(&[p]);
+        self.return_to_keg(&[p], &mut Disposal::current());
         Ok(())
     }
 
-    /// Returns items to the slabs (fini, validation, accounting, squeeze release).
-    pub(crate) fn return_to_keg(&self, items: &[*mut u8]) -> usize {
-        self.return_to_keg_in(items, None)
-    }
-
-    /// [`ZoneInner::return_to_keg`] inside a reclaim: with an active session, slabs it leaves
-    /// entirely free go to the session's release pipeline (their bytes are counted when the
-    /// session completes, not returned here).
-    pub(crate) fn return_to_keg_in(&self, items: &[*mut u8], sess: Option<&mut Session>) -> usize {
-        let squeezing = crate::gate::squeezing_now();
-        let emptied = match sess {
-            // A session that keeps reserves would keep some of what a squeeze gives back.
-            Some(s) if s.active() && !(squeezing && s.keep_reserve()) => Emptied::Pipeline(s),
-            _ if squeezing => Emptied::GiveBack,
-            _ => Emptied::Keep,
-        };
-        self.return_to_keg_as(items, emptied)
-    }
-
-    /// [`ZoneInner::return_to_keg`] with the fate of emptied slabs given by the caller.
-    pub(crate) fn return_to_keg_as(&self, items: &[*mut u8], emptied: Emptied<'_>) -> usize {
+    /// Takes items back into their slabs (fini, validation, accounting); `d` says where slabs
+    /// left entirely free go (see [`Disposal`]: the caller decides, once). Returns the bytes
+    /// released before the call returns (a reclaim's pipeline counts its own when its session
+    /// completes).
+    pub(crate) fn return_to_keg(&self, items: &[*mut u8], d: &mut Disposal<'_>) -> usize {
         let invalid = |p, k| self.invalid_late(p, k);
         let r = match self.fini {
-            Some(f) => self.keg.take_back_in(
+            Some(f) => self.keg.take_back(
                 items,
-                emptied,
+                d,
                 // SAFETY: hook contract.
                 Some(|p: *mut u8| unsafe { f(p.cast(), self.item_size, self.hook_arg) }),
                 invalid,
             ),
-            None => self
-                .keg
-                .take_back_in(items, emptied, None::<fn(*mut u8)>, invalid),
+            None => self.keg.take_back(items, d, None::<fn(*mut u8)>, invalid),
         };
         let (released, valid) = (r.bytes, r.valid);
         self.unreserve(valid);

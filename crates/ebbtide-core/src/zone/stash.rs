@@ -1,12 +1,12 @@
 //! A page pool's lazily given-back pages, kept as the kernel keeps freed pages on its per-CPU
 //! page lists.
 //!
-//! blkback's worst case (`max_buffer_pages` 0) gives every page back after each round of I/O
+//! blkback's worst case (`max_buffer_pages` 0) releases every page after each round of I/O
 //! and allocates it again for the next: `free_page` puts it on the CPU's `pcp` list, and
 //! `alloc_page` takes it off again, a few instructions each way; the buddy allocator sees a
 //! batch only when the list passes its high mark. The zone's own way back is longer: items to
 //! their slabs (`Keg::take_back`: the slab located, its bitmap and state, two list moves),
-//! free slabs to the lazy list (`Keg::lazy_keep`), and an import that takes them off it again —
+//! free slabs to the lazy list (`Keg::release_free_lazily`), and an import that takes them off it again —
 //! some hundred instructions per page, 3 % of the seed's dd throughput (perf of `lab blkback`'s
 //! overhead child, docs/experiments.md §1), which its statistics then find.
 //!
@@ -20,7 +20,7 @@
 //! once (the decay pass, [`ZoneInner::stash_settle`]), and decay from there as any lazy slab.
 //! Whatever gives pages back with `MADV_DONTNEED` (a squeeze, a pressure level, TRIM, DRAIN,
 //! DRAIN_CPU, lazy freeing turned off) empties the stash first, the same way
-//! ([`ZoneInner::stash_purge`]); a zone's destruction and a sleeper at `max_items` take the
+//! ([`ZoneInner::drain_stash`]); a zone's destruction and a sleeper at `max_items` take the
 //! pages back to the slabs.
 //!
 //! To the keg the pages are still handed out (as a cache's items are): the counting equation
@@ -32,7 +32,7 @@ use super::*;
 use crate::lazy;
 
 /// Most pages one stash holds: 4 MiB of pages, blkback's default `max_buffer_pages` (1024).
-/// The seed's dd gives back 352 pages per round; the kernel's `pcp->high` is of this order.
+/// The seed's dd releases 352 pages per round; the kernel's `pcp->high` is of this order.
 pub(crate) const STASH_PAGES: usize = 1024;
 
 /// One stashed page and when it was given up ([`lazy::now_ms`]).
@@ -191,10 +191,8 @@ impl ZoneInner {
     /// Whether a shrink's pages go to the stash now: a page pool's zone with one, pages leaving
     /// lazily (no pressure, no squeeze window, lazy freeing on), and a settle delay to wait
     /// (with `lazy_settle_ms` 0 pages are offered at once: the slabs' way does that).
-    pub(crate) fn stash_open(&self) -> bool {
-        lazy::release_kind_now() == lazy::ReleaseKind::Lazy
-            && lazy::settle_ms() > 0
-            && self.stash.enabled()
+    pub(crate) fn stash_open(&self, pages: Pages) -> bool {
+        pages.is_lazy() && pages.settle_ms > 0 && self.stash.enabled()
     }
 
     /// Bytes of `n` stashed pages, and the gauges they move between: a stashed page is not
@@ -214,12 +212,19 @@ impl ZoneInner {
         }
     }
 
-    /// Pages a shrink gives up lazily: into the stash, and what does not fit to the slabs.
-    pub(crate) fn stash_in(&self, pages: &[*mut u8]) {
-        let k = self.stash.put(pages, lazy::now_ms());
+    /// Pages a shrink gives up lazily (`how`: its decision's pages, and their clock): into the
+    /// stash, and what does not fit to the slabs (onto the free list).
+    pub(crate) fn stash_in(&self, pages: &[*mut u8], how: Pages) {
+        let k = self.stash.put(pages, (how.clock)());
         self.stash_gauges(k, true);
         if k < pages.len() {
-            self.return_to_keg(&pages[k..]);
+            self.return_to_keg(
+                &pages[k..],
+                &mut Disposal {
+                    emptied: Emptied::Keep,
+                    pages: how,
+                },
+            );
         }
     }
 
@@ -271,7 +276,8 @@ impl ZoneInner {
     /// The decay pass's step: pages stashed at least `settle_ms` before `now` go to the keg's
     /// lazy list, offered with `MADV_FREE` at once (they have settled), stamped with the time
     /// they were given up so that their decay counts from then. Returns their bytes.
-    pub(crate) fn stash_settle(&self, now: u32, settle_ms: u64) -> usize {
+    /// `d`: where the slabs go on their way (the decay pass's decision).
+    pub(crate) fn stash_settle(&self, now: u32, settle_ms: u64, d: &mut Disposal<'_>) -> usize {
         let mut moved = 0;
         let mut buf = [ptr::null_mut::<u8>(); FLUSH_BATCH];
         loop {
@@ -281,8 +287,8 @@ impl ZoneInner {
             }
             self.stash_gauges(n, false);
             let before = self.keg.counts().free_slabs;
-            self.return_to_keg(&buf[..n]);
-            moved += self.keg.lazy_keep(before, at, true);
+            self.return_to_keg(&buf[..n], d);
+            moved += self.keg.release_free_lazily(before, at, true);
             if n < buf.len() {
                 break;
             }
@@ -290,10 +296,10 @@ impl ZoneInner {
         moved
     }
 
-    /// Every stashed page back to the slabs: given back at once with `MADV_DONTNEED`
-    /// (`give_back`: pressure wants the memory), else kept as free slabs (a zone being
-    /// destroyed, a sleeper at `max_items`). Returns the bytes given back.
-    pub(crate) fn stash_purge(&self, give_back: bool) -> usize {
+    /// Every stashed page back to the slabs, whose emptied slabs go where `d` sends them:
+    /// released at once ([`Disposal::release`]: pressure wants the memory), or kept as free
+    /// slabs (a zone being destroyed, a sleeper at `max_items`). Returns the bytes released.
+    pub(crate) fn drain_stash(&self, d: &mut Disposal<'_>) -> usize {
         let mut bytes = 0;
         let mut buf = [ptr::null_mut::<u8>(); FLUSH_BATCH];
         while self.stash.len() > 0 {
@@ -302,14 +308,7 @@ impl ZoneInner {
                 break;
             }
             self.stash_gauges(n, false);
-            bytes += self.return_to_keg_as(
-                &buf[..n],
-                if give_back {
-                    Emptied::GiveBack
-                } else {
-                    Emptied::Keep
-                },
-            );
+            bytes += self.return_to_keg(&buf[..n], d);
         }
         bytes
     }

@@ -215,7 +215,7 @@ pub(super) fn run(gen: u64) {
             let now_ms = ebbtide_core::lazy::now_ms();
             reclaim::decay_lazy(now_ms);
             // Free slabs a class keeps beyond its cap for longer than 10 ms go into the lazy
-            // decay (`keg.rs`).
+            // decay (the core's `keg/excess.rs`).
             reclaim::release_excess(now_ms);
             reclaim::shrink_pools();
             // Per-CPU capacity follows the misses of the last interval (`sizing.rs`).

@@ -1,0 +1,206 @@
+//! Releasing free slabs: synchronously, with the keg lock dropped for every `madvise`
+//! ([`Deferred`]), or handed to a reclaim's release session, whose completion moves them from
+//! `releasing` to `clean` ([`crate::release::Releasing`]).
+
+use super::*;
+
+/// Slabs whose pages a thread releases with the keg lock dropped (see `KegInner::ninflight`).
+pub(super) struct Deferred {
+    pub(super) slabs: [*mut SlabMeta; DEFERRED],
+    pub(super) n: usize,
+}
+
+/// Slabs released per round of dropping the lock.
+pub(super) const DEFERRED: usize = 64;
+
+impl Deferred {
+    pub(super) fn new() -> Deferred {
+        Deferred {
+            slabs: [ptr::null_mut(); DEFERRED],
+            n: 0,
+        }
+    }
+
+    pub(super) fn full(&self) -> bool {
+        self.n == DEFERRED
+    }
+}
+
+impl crate::release::Releasing for Keg {
+    /// Called by a release session once the `madvise` of every slab it was handed is complete:
+    /// the `releasing` slabs become ordinary clean slabs and their bytes are counted as given
+    /// back. Returns those bytes.
+    fn complete_releases(&self) -> usize {
+        let mut g = lock(&self.inner);
+        if g.nreleasing == 0 {
+            return 0;
+        }
+        let (head, tail) = (g.releasing, g.releasing_tail);
+        // SAFETY: `head..=tail` is the releasing list of valid metas of this keg, `g.clean` (when
+        // non-null) the head of the clean list; lock held.
+        unsafe {
+            (*tail).next = g.clean;
+            if !g.clean.is_null() {
+                (*g.clean).prev = tail;
+            }
+        }
+        g.clean = head;
+        g.releasing = ptr::null_mut();
+        g.releasing_tail = ptr::null_mut();
+        let n = g.nreleasing;
+        g.nclean += n;
+        g.nreleasing = 0;
+        let bytes = n * self.geo.slab_size;
+        self.account_release(&mut g, bytes);
+        bytes
+    }
+}
+
+impl Keg {
+    /// Gives the pages of the deferred slabs back with the keg lock dropped, then puts the slabs
+    /// on the clean list. Returns the lock, taken again.
+    pub(super) fn release_deferred<'g>(
+        &'g self,
+        g: crate::sync::MutexGuard<'g, KegInner>,
+        d: &mut Deferred,
+    ) -> crate::sync::MutexGuard<'g, KegInner> {
+        drop(g);
+        // Address order, so that adjacent slabs go back in one call whatever order they came in.
+        d.slabs[..d.n].sort_unstable_by_key(|&s| self.slab_base(s));
+        let mut i = 0;
+        while i < d.n {
+            // Adjacent slabs (emptied in address order by a drain) go back in one call.
+            let start = self.slab_base(d.slabs[i]);
+            let mut len = self.geo.slab_size;
+            while i + 1 < d.n && self.slab_base(d.slabs[i + 1]) == start + len {
+                len += self.geo.slab_size;
+                i += 1;
+            }
+            // SAFETY: the slabs are ours, entirely free, and on no list (`ninflight`): nothing
+            // hands them out or frees into them until they are back on a list.
+            unsafe { os::release(NonNull::new_unchecked(start as *mut u8), len) };
+            i += 1;
+        }
+        let mut g = lock(&self.inner);
+        for &s in &d.slabs[..d.n] {
+            // SAFETY: `s` is a valid meta of this keg, Clean, on no list; lock held.
+            unsafe { list_push(&mut g.clean, s) };
+        }
+        g.nclean += d.n;
+        g.ninflight -= d.n;
+        d.n = 0;
+        g
+    }
+
+    pub(super) fn account_release(&self, g: &mut KegInner, bytes: usize) {
+        g.released_bytes += bytes as u64;
+        // Relaxed gauges, changed under the keg lock (see `MAPPED_BYTES`).
+        MAPPED_BYTES.fetch_sub(bytes, Ordering::Relaxed);
+        RELEASED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Releases the pages of free slabs until at most `keep` free slabs stay backed, as `d`
+    /// decides: through its release session when it carries an active one (the slabs wait on
+    /// the `releasing` list and their bytes are counted when the session completes: returns 0
+    /// for them); into the lazy decay when its pages leave lazily ([`Keg::release_free_lazily`], stamped by
+    /// its clock; returns 0: lazily freed bytes are counted apart); else at once, with the keg
+    /// lock dropped for the `madvise` (one per run of adjacent slabs), returning the bytes.
+    pub(crate) fn release_free(&self, keep: usize, d: &mut Disposal<'_>) -> usize {
+        let pages = d.pages;
+        match d.session() {
+            Some(sess) if sess.active() => self.release_free_to(keep, sess),
+            _ if pages.is_lazy() => {
+                self.release_free_lazily(keep, (pages.clock)(), pages.settle_ms == 0);
+                0
+            }
+            _ => self.release_free_to(keep, &mut Session::inactive()),
+        }
+    }
+
+    /// [`Keg::release_free`] into `sess` (an inactive one: released here, with the lock dropped).
+    pub(super) fn release_free_to(&self, keep: usize, sess: &mut Session) -> usize {
+        if sess.active() {
+            if lock(&self.inner).nfree_slabs <= keep {
+                return 0;
+            }
+            // Not under our lock: enlisting may complete the session's other kegs.
+            sess.enlist(self);
+        }
+        let mut g = lock(&self.inner);
+        if g.nfree_slabs <= keep {
+            return 0;
+        }
+        let mut to_release = g.nfree_slabs - keep;
+        let mut released = 0;
+        let mut d = Deferred::new();
+        let mut c = g.chunks;
+        while !c.is_null() && to_release > 0 {
+            let chunk = c as usize;
+            for i in 0..self.carved(&g, c) {
+                if to_release == 0 {
+                    break;
+                }
+                let s = self.meta(chunk, i);
+                // SAFETY: `s` is a valid meta of this chunk; lock held.
+                if unsafe { (*s).state } != SlabState::Free {
+                    continue;
+                }
+                g.nfree_slabs -= 1;
+                to_release -= 1;
+                // SAFETY: `s` is on the free list; lock held.
+                unsafe { list_remove(&mut g.free, s) };
+                if sess.active() {
+                    // SAFETY: `s` is entirely free and now on no list; lock held.
+                    unsafe { self.to_releasing(&mut g, s) };
+                    sess.add(self.slab_base(s), self.geo.slab_size);
+                    if sess.has_overflow() {
+                        drop(g);
+                        sess.release_overflow();
+                        g = lock(&self.inner);
+                    }
+                    continue;
+                }
+                // SAFETY: `s` is a valid meta of this chunk, entirely free and now on no list;
+                // lock held. `Clean` and on no list until its pages are gone
+                // (`release_deferred`): nothing allocates from it or frees into it meanwhile.
+                unsafe { (*s).state = SlabState::Clean };
+                g.ninflight += 1;
+                g.backed_slabs -= 1;
+                g.free_items -= self.geo.items_per_slab;
+                d.slabs[d.n] = s;
+                d.n += 1;
+                released += self.geo.slab_size;
+                if d.full() {
+                    // Chunks stay on the keg's list while it lives: `c` stays valid.
+                    g = self.release_deferred(g, &mut d);
+                }
+            }
+            // SAFETY: `c` is a valid chunk header of this keg; lock held.
+            c = unsafe { (*c).next };
+        }
+        if d.n > 0 {
+            g = self.release_deferred(g, &mut d);
+        }
+        if released > 0 {
+            self.account_release(&mut g, released);
+        }
+        released
+    }
+
+    /// Calls `f(addr, len)` once per run of adjacent slabs starting at `bases` (sorted here).
+    /// Returns the bytes of all of them.
+    pub(super) fn runs(&self, bases: &mut [usize], mut f: impl FnMut(usize, usize)) -> usize {
+        bases.sort_unstable();
+        let slab = self.geo.slab_size;
+        let mut i = 0;
+        while i < bases.len() {
+            let mut j = i + 1;
+            while j < bases.len() && bases[j] == bases[j - 1] + slab {
+                j += 1;
+            }
+            f(bases[i], (j - i) * slab);
+            i = j;
+        }
+        bases.len() * slab
+    }
+}
