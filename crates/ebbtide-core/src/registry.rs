@@ -113,7 +113,8 @@ impl Locked {
     /// Every object on the list must be a `T`.
     pub(crate) fn for_each_oldest_first<T: Linked>(&self, mut f: impl FnMut(&T)) {
         let mut l = self.0.head;
-        // SAFETY (both loops): links on the list belong to live `T`s while the lock is held.
+        // SAFETY: links on the list belong to live `T`s while the lock (`self`) is held; both
+        // loops only follow them.
         unsafe {
             while !l.is_null() && !(*l).next.is_null() {
                 l = (*l).next;
