@@ -157,11 +157,10 @@ impl EbbZoneOptions {
 ///
 /// The bit is there for `ebb_zone_alloc` and `ebb_zone_free`: one test of the handle, which
 /// arrives in a register, says both "not NULL" and "not careful" (NULL and a careful zone's
-/// handle have bit 0 clear), where the zone's `careful` word was a load on every call and
-/// those paths are bound by their loads (docs/benchmarks.md, "Loads, not instructions"); the
-/// minus one is in the fields' displacements (`entry.rs`). Zone objects are 1 KiB aligned
-/// (`objects.rs`), so bit 0 of the pointer is free. Every other entry point takes the zone
-/// through `zone_ptr`.
+/// handle have bit 0 clear), where the zone's `careful` word would be one more load on every
+/// call, and those paths are bound by their loads; the minus one folds into the fields'
+/// displacements (`entry.rs`). Zone objects are 1 KiB aligned (`objects.rs`), so bit 0 of the
+/// pointer is free. Every other entry point takes the zone through `zone_ptr`.
 pub enum EbbZone {}
 
 /// Bit 0 of an [`EbbZone`] handle: the zone takes the fast paths.
@@ -173,13 +172,7 @@ fn zone_ptr(h: *const EbbZone) -> *mut c_void {
     (h as usize & !FAST) as *mut c_void
 }
 
-/// Does the handle's zone take the fast paths (bit 0 set: not NULL, not careful)? The entry
-/// points in assembly test the bit themselves (`entry.rs`); the tests, and the entry points of
-/// other targets, ask here.
-#[cfg_attr(
-    all(target_arch = "x86_64", target_os = "linux", not(test)),
-    allow(dead_code)
-)]
+/// Does the handle's zone take the fast paths (bit 0 set: not NULL, not careful)?
 #[inline(always)]
 fn fast_handle(h: *const EbbZone) -> bool {
     h as usize & FAST != 0

@@ -263,18 +263,15 @@ pub enum Mode {
 /// Sentinel for "no rseq" in [`Pcpu::rseq_off`].
 const NO_RSEQ: isize = isize::MIN;
 
-/// glibc's rseq offset as a static, valid once a zone in rseq mode exists (`rseq::fast_offset`):
-/// what the malloc's `malloc` and `free` in assembly read, RIP-relative.
+/// glibc's rseq offset as a static, valid once a zone in rseq mode exists (`rseq::fast_offset`);
+/// public (hidden) for the malloc's tests, which see from it whether rseq is in use.
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
 #[doc(hidden)]
 pub use rseq::OFF_FAST;
 
 /// Right after the commit store: the post-commit label, then (out of line) the abort handler,
-/// the failure exit `$fail`, and the descriptor. Exported (hidden) for the C entry points in
-/// assembly (`zone/entry.rs`, `entry_section_tail!`): one text of the abort handler and the
+/// the failure exit `$fail`, and the descriptor: one text of the abort handler and the
 /// descriptor for every section.
-#[doc(hidden)]
-#[macro_export]
 macro_rules! rseq_exit {
     ($fail:expr) => {
         concat!(
@@ -303,8 +300,7 @@ mod rseq {
 
     static OFFSET: OnceLock<Option<isize>> = OnceLock::new();
 
-    /// `offset`'s value once it is `Some` (0 before), for `fast_offset` and the malloc's entry
-    /// points in assembly (`pcpu::OFF_FAST`).
+    /// `offset`'s value once it is `Some` (0 before), for `fast_offset`.
     pub static OFF_FAST: AtomicIsize = AtomicIsize::new(0);
 
     /// The rseq offset, for the in-place critical sections of a malloc's `free`
@@ -1346,11 +1342,6 @@ pub(crate) struct RseqRef {
     base: *mut u8,
     rseq_off: isize,
 }
-
-/// Where an [`RseqRef`] keeps the stacks' base and glibc's rseq offset (for the C entry points
-/// in assembly, `zone/entry.rs`).
-pub(crate) const RSEQ_REF_BASE: usize = core::mem::offset_of!(RseqRef, base);
-pub(crate) const RSEQ_REF_OFF: usize = core::mem::offset_of!(RseqRef, rseq_off);
 
 impl Pcpu {
     /// The fast-path view; only meaningful in rseq mode ([`Pcpu::is_rseq`]).

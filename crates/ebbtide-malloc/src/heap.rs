@@ -31,7 +31,7 @@ use core::mem::MaybeUninit;
 use core::ptr::{self, NonNull};
 use ebbtide_core::os::{errno, set_errno};
 use ebbtide_core::spin::SpinLock;
-use ebbtide_core::zone::{FastConsts, FastFree};
+use ebbtide_core::zone::{FastConsts, FastFree, Raw, Table};
 use ebbtide_core::{InvalidFree, Zone, ZoneOptions};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
@@ -69,14 +69,6 @@ pub(crate) struct FastSlot {
 // is stored with Release; it is read only after `key` was seen set with Acquire, and never
 // written again (a zone is never destroyed, a class or tag never gets a second zone).
 unsafe impl Sync for FastSlot {}
-
-/// What the entry points in assembly (`entry.rs`) read of a [`FastSlot`]: the entry of index
-/// `i` is `1 << SLOT_SHIFT` bytes times `i` into its table, its key at `SLOT_KEY`, its
-/// [`FastConsts`] at `SLOT_CONSTS`.
-pub(crate) const SLOT_SHIFT: u32 = 7;
-pub(crate) const SLOT_KEY: usize = core::mem::offset_of!(FastSlot, key);
-pub(crate) const SLOT_CONSTS: usize = core::mem::offset_of!(FastSlot, consts);
-const _: () = assert!(core::mem::size_of::<FastSlot>() == 1 << SLOT_SHIFT);
 
 impl FastSlot {
     const fn empty() -> FastSlot {
@@ -492,28 +484,13 @@ fn alloc_in_class(c: usize) -> *mut u8 {
     // The table through `local_ref!`: no GOT load for its address (`ebbtide_core::local`).
     let slot = unsafe { ebbtide_core::local_ref!(CLASS_FAST).get_unchecked(c) };
     if let Some(f) = slot.get_any() {
-        // SAFETY: the constants of a published zone, never destroyed.
-        let p = unsafe { f.alloc_fast() };
-        if !p.is_null() {
-            return p;
+        // SAFETY: the constants of a published zone, never destroyed; only a zone that is not
+        // careful has them (`Zone::fast_consts_raw`).
+        if let Ok(p) = unsafe { f.alloc_fast::<Table>() } {
+            return p.as_ptr();
         }
     }
     alloc_class_slow(c)
-}
-
-/// `malloc(n)` for `n` above the size table's range, for `malloc` in assembly (`entry.rs`),
-/// which handles the table's sizes itself: the class by the formula (no second test against
-/// the table), or a large block. `extern "C"` (cannot unwind): reached by a tail
-/// jump.
-#[inline(never)]
-pub(crate) extern "C" fn alloc_beyond_table(n: usize) -> *mut u8 {
-    #[cfg(test)]
-    crate::slowcount::count_slow_alloc();
-    if n <= SMALL_MAX {
-        // `malloc` came here only for `n` above the table.
-        return alloc_in_class(classes::class_above_table(n));
-    }
-    alloc_huge(n, 0)
 }
 
 /// An item of class `c`, past the fast path. `extern "C"` (it cannot unwind) so that the fast
@@ -605,9 +582,8 @@ pub fn alloc_aligned(align: usize, n: usize) -> *mut u8 {
             let z = ZONES[c].load(Ordering::Acquire);
             if !z.is_null() {
                 // SAFETY: a published zone, never destroyed.
-                let p = unsafe { Zone::alloc_fast_raw(z) };
-                if !p.is_null() {
-                    return p;
+                if let Ok(p) = unsafe { Zone::alloc_fast_raw::<Raw>(z) } {
+                    return p.as_ptr();
                 }
             }
             return alloc_class_slow(c);
@@ -627,23 +603,24 @@ pub unsafe fn free(p: *mut u8) {
     // The map's words as they are: a free chunk's odd word or nobody's 0 finds no entry (the
     // keys are even tags), and `free_tagged` takes both for nobody's.
     let o = ebbtide_core::owner_entry_raw(p as usize);
-    let (tag, i) = (o.tag, (o.tag >> 1) as usize);
+    let i = (o.tag >> 1) as usize;
     if i < TAGS {
         // The table through `local_ref!`, as `CLASS_FAST` in `alloc`.
-        if let Some(f) = ebbtide_core::local_ref!(TAG_FAST)[i].get(tag) {
-            // SAFETY: p is non-null and in a chunk whose tag is this zone's (the entry's key is
-            // the tag: 0, for addresses nobody owns, and a free chunk's odd word match no
-            // entry), and the hint and start word came with that tag; the zone is published
-            // and never destroyed.
-            if !unsafe { f.free_fast_owned(NonNull::new_unchecked(p), o.hint, o.start) } {
-                // SAFETY: forwarded (the fast path changed nothing).
-                unsafe { free_again_tag(i, p) };
+        if let Some(f) = ebbtide_core::local_ref!(TAG_FAST)[i].get(o.tag) {
+            // SAFETY: the entry's key is the chunk's tag (0, for addresses nobody owns, and a
+            // free chunk's odd word match no entry), so the constants are the owning zone's,
+            // which is published, never destroyed and not careful (only such a zone has
+            // constants); `p` forwarded from the caller.
+            let how = unsafe { f.free_fast::<Table>(p, &o) };
+            if how != FastFree::Done {
+                // SAFETY: `how` is what the fast path of entry `i`'s zone returned for `p`.
+                unsafe { free_missed(i, p, how) };
             }
             return;
         }
     }
     // SAFETY: forwarded.
-    unsafe { free_tagged(p, tag) }
+    unsafe { free_tagged(p, o.tag) }
 }
 
 /// `free` of a pointer whose tag is not in the tag table: a class past it, or not a class.
@@ -652,17 +629,17 @@ pub unsafe fn free(p: *mut u8) {
 /// As [`free`].
 #[cold]
 #[inline(never)]
-pub(crate) unsafe extern "C" fn free_tagged(p: *mut u8, tag: u64) {
+pub(crate) unsafe fn free_tagged(p: *mut u8, tag: u64) {
     #[cfg(test)]
     crate::slowcount::count_slow_free();
     // `tag` is the chunk map's word as `free` read it (`class_of_tag` takes any).
     if let Some(c) = class_of_tag(tag) {
         let z = ZONES[c].load(Ordering::Acquire);
-        // SAFETY: p is non-null (its chunk has a tag); the zone is published and never
-        // destroyed (its tag maps to it).
-        let how = unsafe { Zone::free_fast_raw(z, NonNull::new_unchecked(p)) };
+        // SAFETY: the zone is published and never destroyed (its tag maps to it); `Raw`
+        // assumes nothing of it and tests the owner; `p` forwarded.
+        let how = unsafe { Zone::free_fast_raw::<Raw>(z, p) };
         if how != FastFree::Done {
-            // SAFETY: forwarded; `how` is what free_fast_raw just returned.
+            // SAFETY: forwarded; `how` is what the zone's fast path just returned for `p`.
             unsafe { free_resume(z, p, how) };
         }
         return;
@@ -671,36 +648,32 @@ pub(crate) unsafe extern "C" fn free_tagged(p: *mut u8, tag: u64) {
     unsafe { free_other(p) }
 }
 
-/// The whole free of `p` by the zone of tag entry `i` (published: its [`TAG_FAST`] entry was),
-/// after its fast path changed nothing: not an item, this CPU's stack full or closed, or an
-/// immediate double free. The zone's `free` checks and tries again and reports what was wrong
-/// (its fast path returns no reason: passing one cost `free` an instruction per outcome).
+/// A `free` that the fast path of tag entry `i`'s zone (published: its [`TAG_FAST`] entry was)
+/// did not finish (`how`: not an item, this CPU's stack full or closed, an immediate double
+/// free): the zone goes on from there.
 ///
 /// # Safety
-/// As [`free`]; `p` is in a chunk with the tag of entry `i`.
+/// As [`free`]; `how` is what that zone's fast path returned for `p` just now.
 #[cold]
 #[inline(never)]
-pub(crate) unsafe extern "C" fn free_again_tag(i: usize, p: *mut u8) {
+unsafe fn free_missed(i: usize, p: *mut u8, how: FastFree) {
     #[cfg(test)]
     crate::slowcount::count_slow_free();
     // Relaxed: `TAG_CLASS[i]` and `ZONES[c]` were stored before the tag's entry was published
     // (Release), which the caller saw (Acquire).
     let c = TAG_CLASS[i].load(Ordering::Relaxed) as usize - 1;
-    let z = ZONES[c].load(Ordering::Relaxed);
-    // SAFETY: a published zone, never destroyed; p is non-null (its chunk has a tag).
-    zone_free_reported(p, || unsafe {
-        Zone::free_raw(z, NonNull::new_unchecked(p))
-    });
+    // SAFETY: the zone of entry `i`; the rest forwarded.
+    unsafe { free_resume(ZONES[c].load(Ordering::Relaxed), p, how) }
 }
 
-/// A free the zone's fast path did not finish.
+/// A free the zone's fast path did not finish: [`Zone::free_raw_resume`], reported.
 ///
 /// # Safety
-/// As [`Zone::free_raw_resume`].
-#[cold]
-#[inline(never)]
-pub unsafe extern "C" fn free_resume(z: *mut c_void, p: *mut u8, how: FastFree) {
-    // SAFETY: forwarded from the caller.
+/// As [`Zone::free_raw_resume`]; `p` is not null (the callers found it in a chunk with `z`'s
+/// tag, or got it from `GlobalAlloc::dealloc`).
+#[inline]
+pub unsafe fn free_resume(z: *mut c_void, p: *mut u8, how: FastFree) {
+    // SAFETY: `p` is not null and the rest is `free_raw_resume`'s contract (the caller's).
     zone_free_reported(p, || unsafe {
         Zone::free_raw_resume(z, NonNull::new_unchecked(p), how)
     });

@@ -14,7 +14,6 @@
 
 mod create;
 mod drain;
-mod entry;
 mod fast;
 mod limit;
 mod objects;
@@ -26,8 +25,7 @@ mod stash;
 pub(crate) use drain::{
     decay_lazy_locked, drain_cpu_all, make_room, purge_lazy_locked, release_excess_locked,
 };
-pub use entry::CEntry;
-pub use fast::{FastConsts, FastFree};
+pub use fast::{AllocMiss, Base, Caller, FastConsts, FastFree, Handle, Plain, Raw, Table};
 pub(crate) use resize::resize_locked;
 pub use resize::ResizeReport;
 pub use snapshot::{CpuStack, ZoneCheck, ZoneSnapshot};

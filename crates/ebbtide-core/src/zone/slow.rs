@@ -29,7 +29,7 @@ impl ZoneInner {
             Some(p) => p,
             None => self.alloc_slow()?,
         };
-        if self.fast.careful & C_CHECKED != 0 {
+        if self.fast.c.careful & C_CHECKED != 0 {
             if let Ok(loc) = self.keg.locate(p.as_ptr() as usize) {
                 if !self.keg.mark_live(loc) {
                     report(format_args!(
@@ -40,7 +40,7 @@ impl ZoneInner {
                 }
             }
         }
-        if self.fast.careful & C_ZERO != 0 {
+        if self.fast.c.careful & C_ZERO != 0 {
             // SAFETY: the item is ours, item_size bytes.
             unsafe { p.as_ptr().write_bytes(0, self.item_size) };
         }
@@ -48,7 +48,7 @@ impl ZoneInner {
             // SAFETY: hook contract: called with an item of this zone and the zone's argument.
             if unsafe { ctor(p.as_ptr().cast(), self.item_size, self.hook_arg) } != 0 {
                 self.counters.fails.fetch_add(1, Ordering::Relaxed);
-                if self.fast.careful & C_CHECKED != 0 {
+                if self.fast.c.careful & C_CHECKED != 0 {
                     if let Ok(loc) = self.keg.locate(p.as_ptr() as usize) {
                         self.keg.mark_dead(loc);
                     }
@@ -221,7 +221,7 @@ impl ZoneInner {
     #[inline(never)]
     pub(super) fn free_careful(&self, p: *mut u8) -> Result<(), InvalidFree> {
         let _inside = crate::forkgate::enter();
-        if self.fast.careful & C_CHECKED != 0 {
+        if self.fast.c.careful & C_CHECKED != 0 {
             match self.keg.locate(p as usize) {
                 Ok(loc) => {
                     if !self.keg.mark_dead(loc) {
