@@ -2,14 +2,15 @@
 //!
 //! A handle with its bit set ([`fast_handle`]) is a live zone that is not careful: its fast
 //! paths are the core's one fast path for the [`Plain`] caller (no careful test, the stacks'
-//! base read inside the critical section). Everything beyond this CPU's stack (a careful or
-//! NULL zone, an empty or full stack, a pointer that fails the item test, the duplicate of
-//! the stack's top) goes to `zone_alloc_guarded` / `zone_free_guarded`, which do the whole
-//! operation under the unwind guard and report what was wrong. The fast paths never panic,
+//! base read inside the critical section). A careful or NULL zone goes to
+//! `zone_alloc_guarded` / `zone_free_guarded`, which do the whole operation under the unwind
+//! guard; a fast path that misses (an empty or full stack, a pointer that fails the item test,
+//! the duplicate of the stack's top) goes to `zone_alloc_guarded` / `zone_free_missed`, the
+//! latter resuming the free from the fast path's answer without testing again. The fast paths never panic,
 //! run no hook and take no lock, so they need no guard. Hand-written assembly entry points
 //! were measured against this path and dropped (`docs/design/fast-path.md`).
 
-use crate::{fast_handle, zone_alloc_guarded, zone_free_guarded, EbbZone, FAST};
+use crate::{fast_handle, zone_alloc_guarded, zone_free_guarded, zone_free_missed, EbbZone, FAST};
 use core::ffi::c_void;
 use ebbtide_rt::zone::{FastFree, Plain};
 use ebbtide_rt::Zone;
@@ -36,7 +37,8 @@ pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
             return p.as_ptr().cast();
         }
     }
-    // SAFETY: forwarded.
+    // SAFETY: `zone` is NULL or a live handle (the caller's guarantee), as the guarded path
+    // requires; the fast path changed nothing.
     unsafe { zone_alloc_guarded(zone) }
 }
 
@@ -48,15 +50,20 @@ pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
 /// `zone` is NULL or a live handle; if `item` is an item of `zone`, the caller owns it.
 #[no_mangle]
 pub unsafe extern "C" fn ebb_zone_free(zone: *mut EbbZone, item: *mut c_void) {
-    // SAFETY: a live zone (caller's guarantee), not careful (the handle's bit); the fast path
-    // tests the pointer without touching it (NULL fails its owner test) and cannot panic.
-    if fast_handle(zone)
-        && unsafe { Zone::free_fast_raw::<Plain>(fast_zone_ptr(zone), item.cast()) }
-            == FastFree::Done
-    {
+    if fast_handle(zone) {
+        // SAFETY: a live zone (caller's guarantee), not careful (the handle's bit); the fast
+        // path tests the pointer without touching it (NULL fails its owner test) and cannot
+        // panic.
+        let how = unsafe { Zone::free_fast_raw::<Plain>(fast_zone_ptr(zone), item.cast()) };
+        if how != FastFree::Done {
+            // SAFETY: `zone` is a live handle and `item` as the caller guarantees it; `how` is
+            // what the zone's fast path just returned for `item`.
+            unsafe { zone_free_missed(zone, item, how) };
+        }
         return;
     }
-    // SAFETY: forwarded.
+    // SAFETY: `zone` and `item` as the caller guarantees them, which is the guarded path's
+    // contract.
     unsafe { zone_free_guarded(zone, item) }
 }
 

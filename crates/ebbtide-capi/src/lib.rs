@@ -23,7 +23,7 @@ use core::ptr::{self, NonNull};
 use ebbtide_rt::options::OptionErrorKind;
 use ebbtide_rt::reclaimer::{HandlerId, LowmemHandler};
 use ebbtide_rt::stats::{GlobalStatsC, PoolStats, PoolStatsC, ZoneStats, ZoneStatsC};
-use ebbtide_rt::zone::{FiniHook, InitHook};
+use ebbtide_rt::zone::{FastFree, FiniHook, InitHook};
 use ebbtide_rt::{
     AllocError, CreateError, Level, LimitMode, PagePool, Request, Zone, ZoneFlags, ZoneOptions,
 };
@@ -524,6 +524,32 @@ unsafe extern "C" fn zone_free_guarded(zone: *mut EbbZone, item: *mut c_void) {
         // SAFETY: caller's guarantee (a live zone, ownership of a valid item); invalid pointers
         // are detected by `free_raw` without touching their memory.
         if let Err(e) = unsafe { Zone::free_raw(zone_ptr(zone), p) } {
+            report_invalid_free(F, e);
+        }
+    })
+}
+
+/// `ebb_zone_free` of a fast handle's zone past its fast path, from where it stopped (`how`):
+/// NULL does nothing, anything else goes to the zone's resume (the invalid-pointer report, the
+/// slow path, the double free), which tests nothing again. Under the guard, as
+/// `zone_free_guarded`.
+///
+/// # Safety
+/// `zone` is a live handle; `item` as `ebb_zone_free` requires; `how` is what the zone's fast
+/// path returned for `item` just now.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn zone_free_missed(zone: *mut EbbZone, item: *mut c_void, how: FastFree) {
+    const F: &str = "ebb_zone_free";
+    #[cfg(test)]
+    entry::tests::count_slow_free();
+    guard_abort(F, || {
+        let Some(p) = NonNull::new(item.cast::<u8>()) else {
+            return;
+        };
+        // SAFETY: a live zone, `p` not null and as the caller guarantees it, `how` its fast
+        // path's answer for `p` (the caller's guarantee).
+        if let Err(e) = unsafe { Zone::free_raw_resume(zone_ptr(zone), p, how) } {
             report_invalid_free(F, e);
         }
     })

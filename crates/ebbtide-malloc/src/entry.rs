@@ -51,7 +51,7 @@ pub(crate) mod tests {
     /// As C's `malloc`.
     unsafe fn malloc(n: usize) -> *mut c_void {
         let f = core::hint::black_box(malloc_sym as unsafe extern "C" fn(usize) -> *mut c_void);
-        // SAFETY: forwarded.
+        // SAFETY: `f` is this crate's `malloc`, whose contract (none beyond C's) is this one's.
         unsafe { f(n) }
     }
 
@@ -61,7 +61,8 @@ pub(crate) mod tests {
     /// As C's `free` (anything else is reported and not applied).
     unsafe fn free(p: *mut c_void) {
         let f = core::hint::black_box(free_sym as unsafe extern "C" fn(*mut c_void));
-        // SAFETY: forwarded.
+        // SAFETY: `f` is this crate's `free`; `p` as C's `free` requires (the caller's
+        // guarantee).
         unsafe { f(p) }
     }
 

@@ -167,10 +167,10 @@ fn publish_missing_constants() {
         let z = ZONES[c as usize - 1].load(Ordering::Acquire);
         // The zone of the class may be a later one than the tag's (its first creator forked
         // away before publishing it): only the tag's own zone goes into the tag's entry.
-        // SAFETY: a published zone, never destroyed.
+        // SAFETY: a published zone (non-null checked first), never destroyed.
         if !z.is_null() && unsafe { Zone::tag_raw(z) } >> 1 == i as u64 && slot.get_any().is_none()
         {
-            // SAFETY: as above.
+            // SAFETY: `z` is a published zone (non-null, tested just above), never destroyed.
             if let Some(f) = unsafe { Zone::fast_consts_raw(z) } {
                 slot.publish(f);
             }
@@ -233,8 +233,8 @@ fn zone(c: usize) -> Get {
             let raw = zone.into_raw();
             // SAFETY: a zone just created, never destroyed.
             let tag = unsafe { Zone::tag_raw(raw) };
-            // SAFETY: as above. None for a careful zone (checked mode): its entries stay empty
-            // and every call goes the zone's way.
+            // SAFETY: `raw` is the zone just created, never destroyed. None for a careful zone
+            // (checked mode): its entries stay empty and every call goes the zone's way.
             let consts = unsafe { Zone::fast_consts_raw(raw) };
             let i = (tag >> 1) as usize;
             if i < TAGS {
@@ -278,7 +278,7 @@ fn zone(c: usize) -> Get {
 /// Without a cap, everything a program frees in a class and does not allocate again stays in
 /// that class's depot: `PYTHONMALLOC=malloc python3 workload.py` ended with 53 MB of free items
 /// in depots, 30 MB of them 64-byte objects of a tree built and dropped at the start, which no
-/// other class could use (docs/benchmarks.md, Issue 12, "Peak RSS: where the memory goes"). tcmalloc's
+/// other class could use (docs/design/benchmarks-record.md, "Peak RSS: where the memory goes"). tcmalloc's
 /// transfer cache, the same layer, holds at most 64 batches of a class (at most 32 objects
 /// each); jemalloc has no such layer (its thread caches flush to the slabs).
 pub const DEPOT_BYTES: usize = 256 * 1024;
@@ -314,12 +314,13 @@ pub const MID_DEPOT_BYTES: usize = 1 << 20;
 /// (the peers 61.9–69.4); with these caps at 69.8 MiB, `live_mixed` (which replaces blocks of
 /// 16 B–16 KiB at random) as fast as without them, where caps of a page's size (256 KiB) up to
 /// 16 KiB gave 68.2 MiB but `live_mixed` 51–52 ns instead of 41–47 (alternated runs,
-/// docs/benchmarks.md, Issue 12, "Caps for the classes up to 16 KiB").
+/// docs/design/benchmarks-record.md, "Caps for the classes up to 16 KiB").
 pub const MID_FREE_SLAB_BYTES: usize = 2 << 20;
 
 /// The floor of the caps that follow reuse (the classes above [`CAPPED_MAX`]): what a class
 /// keeps in its depot, and in free slabs, however little a program takes again. 64 KiB: with
-/// 256 KiB `redis` peaked 0.6 MiB higher (docs/benchmarks.md, "Caches bounded by reuse").
+/// 256 KiB `redis` peaked 0.6 MiB higher (docs/design/benchmarks-record.md, "Caches bounded by
+/// reuse").
 pub const REUSE_FLOOR: usize = 64 * 1024;
 
 /// Whether a class of `size`-byte blocks bounds its caches by reuse, and its floor: the classes
@@ -368,7 +369,7 @@ pub fn free_slabs_max_bytes(size: usize) -> usize {
 /// tens of the hundred classes: with UMA's buckets `prodcons` (a producer's and a consumer's
 /// CPU over the 32 classes of 16 B–1 KiB) peaked at 5.9–6.4 MiB, with these at 5.4–5.5 (the
 /// median peer 4.7), `thread_churn` 7.2–7.4 → 7.0–7.1 MiB, and no case slower
-/// (docs/benchmarks.md, "Half-size buckets for the malloc"). tcmalloc moves at most 32 blocks
+/// (docs/design/benchmarks-record.md, "Half-size buckets for the malloc"). tcmalloc moves at most 32 blocks
 /// per transfer, jemalloc's thread caches hold at most 200 a class.
 pub fn bucket_items(size: usize) -> u32 {
     if size <= 2048 {
@@ -463,11 +464,23 @@ pub fn owner(p: usize) -> Owner {
     Owner::Foreign
 }
 
-/// `malloc(n)`.
+/// `malloc(n)`. The size table's range is tested first, so the commonest sizes make one
+/// compare before the table's load; the larger classes and the large blocks are out of line.
 #[inline(always)]
 pub fn alloc(n: usize) -> *mut u8 {
-    if n <= SMALL_MAX {
+    if n <= classes::TABLE_MAX {
         return alloc_in_class(classes::class_of(n));
+    }
+    alloc_beyond_table(n)
+}
+
+/// `malloc(n)` for `n` above the size table's range: the class by the formula, or a large
+/// block. `extern "C"` (it cannot unwind) so that `malloc` reaches it by a tail jump, with no
+/// stack frame of its own.
+#[inline(never)]
+extern "C" fn alloc_beyond_table(n: usize) -> *mut u8 {
+    if n <= SMALL_MAX {
+        return alloc_in_class(classes::class_above_table(n));
     }
     alloc_huge(n, 0)
 }
@@ -619,17 +632,20 @@ pub unsafe fn free(p: *mut u8) {
             return;
         }
     }
-    // SAFETY: forwarded.
+    // SAFETY: `free_tagged`'s contract is `free`'s (the caller's), and `o.tag` is `p`'s map
+    // word as it requires.
     unsafe { free_tagged(p, o.tag) }
 }
 
 /// `free` of a pointer whose tag is not in the tag table: a class past it, or not a class.
+/// `extern "C"` (it cannot unwind), as [`free_missed`], so that `free` reaches both by a tail
+/// jump and needs no stack frame of its own.
 ///
 /// # Safety
 /// As [`free`].
 #[cold]
 #[inline(never)]
-pub(crate) unsafe fn free_tagged(p: *mut u8, tag: u64) {
+pub(crate) unsafe extern "C" fn free_tagged(p: *mut u8, tag: u64) {
     #[cfg(test)]
     crate::slowcount::count_slow_free();
     // `tag` is the chunk map's word as `free` read it (`class_of_tag` takes any).
@@ -639,12 +655,13 @@ pub(crate) unsafe fn free_tagged(p: *mut u8, tag: u64) {
         // assumes nothing of it and tests the owner; `p` forwarded.
         let how = unsafe { Zone::free_fast_raw::<Raw>(z, p) };
         if how != FastFree::Done {
-            // SAFETY: forwarded; `how` is what the zone's fast path just returned for `p`.
+            // SAFETY: `z` is published and never destroyed; `p` is not null (its chunk has `z`'s
+            // tag) and owned as `free` requires; `how` is what `z`'s fast path just returned.
             unsafe { free_resume(z, p, how) };
         }
         return;
     }
-    // SAFETY: forwarded.
+    // SAFETY: `free_other`'s contract is `free`'s (the caller's).
     unsafe { free_other(p) }
 }
 
@@ -656,7 +673,7 @@ pub(crate) unsafe fn free_tagged(p: *mut u8, tag: u64) {
 /// As [`free`]; `how` is what that zone's fast path returned for `p` just now.
 #[cold]
 #[inline(never)]
-unsafe fn free_missed(i: usize, p: *mut u8, how: FastFree) {
+unsafe extern "C" fn free_missed(i: usize, p: *mut u8, how: FastFree) {
     #[cfg(test)]
     crate::slowcount::count_slow_free();
     // Relaxed: `TAG_CLASS[i]` and `ZONES[c]` were stored before the tag's entry was published
@@ -761,7 +778,8 @@ pub unsafe fn realloc(p: *mut u8, n: usize) -> *mut u8 {
         return alloc(n);
     }
     if n == 0 {
-        // SAFETY: forwarded.
+        // SAFETY: `free`'s contract is `realloc`'s for `p` (the caller's), and `p` is not used
+        // again.
         unsafe { free(p) };
         return ptr::null_mut();
     }

@@ -491,7 +491,6 @@ mod tests {
     use super::{item_check, passes_item_check, FastFree, Table};
     use crate::slab::Geometry;
     use crate::zone::{Zone, ZoneFlags, ZoneOptions};
-    use core::ptr::NonNull;
 
     /// A careful zone has no fast-path constants (their paths skip the careful test); a plain
     /// zone's constants allocate and free through them.
@@ -505,11 +504,14 @@ mod tests {
         let plain = Zone::new(ZoneOptions::new("consts-plain", 64))
             .unwrap()
             .into_raw();
-        // SAFETY: as above.
+        // SAFETY: `plain` is a live zone, never destroyed in this test.
         let f = unsafe { Zone::fast_consts_raw(plain) }.expect("a plain zone has constants");
-        // SAFETY: as above. The first allocation of a fresh zone misses (empty stack): the slow
-        // path fills the stack, then the constants' fast path serves.
+        // The first allocation of a fresh zone misses (empty stack): the slow path fills the
+        // stack, then the constants' fast path serves.
+        // SAFETY: `plain` is a live zone.
         let p = unsafe { Zone::alloc_raw(plain) }.unwrap();
+        // SAFETY: `f` are the constants of the live zone `plain`, which is not careful (it has
+        // constants).
         let q = unsafe { f.alloc_fast::<Table>() }
             .expect("the stack the slow path filled serves the fast path")
             .as_ptr();
@@ -517,13 +519,13 @@ mod tests {
         assert_eq!(o.tag, f.tag());
         // SAFETY: q is an item of this zone, its chunk's entry read just now; freed once.
         assert_eq!(unsafe { f.free_fast::<Table>(q, &o) }, FastFree::Done);
-        // Not an item start: refused, nothing changed.
-        // SAFETY: an address inside p's item; the fast path only tests it.
-        let inside = unsafe { NonNull::new_unchecked(p.as_ptr().add(8)) };
-        assert_eq!(
-            unsafe { f.free_fast::<Table>(inside.as_ptr(), &o) },
-            FastFree::Invalid
-        );
+        // Not an item start (inside p's item, in the same chunk as q): refused, nothing changed.
+        let inside = p.as_ptr().wrapping_add(8);
+        assert_eq!(o, crate::owner_entry(inside as usize), "p and q share a chunk");
+        // SAFETY: live constants of a zone that is not careful; `o` is `inside`'s chunk's entry,
+        // which has the zone's tag; the fast path only tests the address and refuses it.
+        let how = unsafe { f.free_fast::<Table>(inside, &o) };
+        assert_eq!(how, FastFree::Invalid);
         // The chunk's metadata, below the first slab (the start word): refused.
         let chunk = q as usize & !(crate::arena::CHUNK_SIZE - 1);
         assert!(
@@ -531,13 +533,9 @@ mod tests {
             "the slabs start after the metadata"
         );
         for meta in [chunk, chunk + 64, o.start as usize - 64] {
-            // SAFETY: an address in q's chunk; the fast path only tests it.
-            let m = unsafe { NonNull::new_unchecked(meta as *mut u8) };
-            assert_eq!(
-                unsafe { f.free_fast::<Table>(m.as_ptr(), &o) },
-                FastFree::Invalid,
-                "{meta:#x}"
-            );
+            // SAFETY: as for `inside`: an address in q's chunk, only tested.
+            let how = unsafe { f.free_fast::<Table>(meta as *mut u8, &o) };
+            assert_eq!(how, FastFree::Invalid, "{meta:#x}");
         }
         // SAFETY: p is an item of this zone, freed once.
         unsafe { Zone::free_raw(plain, p).unwrap() };

@@ -102,7 +102,8 @@ impl ZoneInner {
                 n = self.import(&mut tmp[..want])?;
                 // The slabs hand items out in ascending address order and the stack is LIFO:
                 // reversed, the caller and the next pops get them ascending, the order
-                // hardware prefetchers follow (docs/benchmarks.md, "Ascending addresses").
+                // hardware prefetchers follow (docs/design/benchmarks-record.md, "Ascending
+                // addresses"; `tests/ascending.rs` holds it).
                 tmp[..n].reverse();
             }
             let item = tmp[n - 1];
@@ -121,7 +122,8 @@ impl ZoneInner {
             lock(&self.depot).take()
         };
         if let Some(b) = b {
-            // SAFETY: as above.
+            // SAFETY: `b` came out of the depot, so it is ours alone and holds `count` items
+            // (the depot keeps only non-empty buckets), so `slots[n - 1]` is an item.
             unsafe {
                 let n = (*b.as_ptr()).count as usize;
                 self.keg.reuse.took(self.keg.geo.item_size);
