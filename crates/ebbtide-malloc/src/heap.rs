@@ -31,7 +31,7 @@ use core::mem::MaybeUninit;
 use core::ptr::{self, NonNull};
 use ebbtide_core::os::{errno, set_errno};
 use ebbtide_core::spin::SpinLock;
-use ebbtide_core::zone::{FastConsts, FastFree, Raw, Table};
+use ebbtide_core::zone::{clear_free_key, FastConsts, FastFree, Raw, Table};
 use ebbtide_core::{InvalidFree, Zone, ZoneOptions};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
@@ -517,6 +517,9 @@ pub extern "C" fn alloc_class_slow(c: usize) -> *mut u8 {
         // SAFETY: a published zone, never destroyed.
         Get::Zone(z) => match unsafe { Zone::alloc_raw(z) } {
             Ok(p) => {
+                // SAFETY: allocated just now, at least 8 bytes (every class): the free mark
+                // `free` left in it goes (`Caller::KEYED`; the fast path clears its own).
+                unsafe { clear_free_key(p.as_ptr()) };
                 // No lock held here: the runtime may start (`runtime_start.rs`).
                 crate::runtime_start::maybe_start();
                 p.as_ptr()
@@ -596,6 +599,8 @@ pub fn alloc_aligned(align: usize, n: usize) -> *mut u8 {
             if !z.is_null() {
                 // SAFETY: a published zone, never destroyed.
                 if let Ok(p) = unsafe { Zone::alloc_fast_raw::<Raw>(z) } {
+                    // SAFETY: allocated just now, at least 8 bytes: as in `alloc_class_slow`.
+                    unsafe { clear_free_key(p.as_ptr()) };
                     return p.as_ptr();
                 }
             }

@@ -47,6 +47,59 @@ pub trait Caller {
     const STATIC_OFF: bool;
     /// Where the stacks' base comes from.
     const BASE: Base;
+    /// The free marks the item as freed in its first word ([`free_key`]), and takes an item
+    /// that already carries the mark for a double free to confirm ([`FastFree::Suspect`]);
+    /// the allocation clears the mark. glibc's tcache key: a double free is caught whenever the
+    /// item is still cached, not only when it is the top of this CPU's stack. For a caller
+    /// whose items are ordinary memory of its users (the malloc), so the free may write
+    /// them; the other callers never touch an item's memory.
+    const KEYED: bool = false;
+}
+
+/// The mark a [`Caller::KEYED`] free writes into an item's first word: random per process
+/// (never 0), so a user's data equals it by chance only (and a suspect is confirmed before it
+/// is reported). Set by [`Zone::fast_consts_raw`], before the constants of any zone can reach
+/// a keyed caller; the fast paths read it relaxed (it never changes once set).
+#[cfg(not(loom))]
+static FREE_KEY: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// The process's free mark ([`Caller::KEYED`]); 0 before any zone handed out constants.
+#[cfg(not(loom))]
+#[inline(always)]
+pub fn free_key() -> u64 {
+    // Through `local_ref!`: no GOT load before it (`local.rs`).
+    crate::local_ref!(FREE_KEY).load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sets [`FREE_KEY`] once: 64 random bits from the kernel (a clock-derived fallback where
+/// `getrandom` fails), never 0.
+#[cfg(not(loom))]
+fn init_free_key() {
+    use core::sync::atomic::Ordering::Relaxed;
+    if FREE_KEY.load(Relaxed) != 0 {
+        return;
+    }
+    let mut k = 0u64;
+    // SAFETY: getrandom writes at most 8 bytes into `k`, which it may.
+    let got = unsafe { libc::getrandom((&mut k as *mut u64).cast(), 8, libc::GRND_NONBLOCK) };
+    if got != 8 {
+        k = crate::os::now_ns() ^ 0x9e37_79b9_7f4a_7c15;
+    }
+    // Never 0 (a common value of a user's first word); any racing initialiser's value is as
+    // good, so the first store wins and the others keep it.
+    let _ = FREE_KEY.compare_exchange(0, k | 1 << 63, Relaxed, Relaxed);
+}
+
+/// Clears the free mark of an item just allocated ([`Caller::KEYED`]): for a keyed caller's
+/// allocations that do not go through [`FastConsts::alloc_fast`] (its slow paths).
+///
+/// # Safety
+/// `p` is an item of at least 8 bytes that the caller has just allocated.
+#[inline(always)]
+pub unsafe fn clear_free_key(p: *mut u8) {
+    // SAFETY: the caller's item, at least 8 bytes and aligned to 8 (every item size is a
+    // multiple of 8 from an aligned slab).
+    unsafe { p.cast::<u64>().write(0) };
 }
 
 /// [`Zone::alloc`] and [`Zone::free`] on a handle, and their raw forms.
@@ -85,6 +138,7 @@ impl Caller for Table {
     const NOT_CAREFUL: bool = true;
     const STATIC_OFF: bool = true;
     const BASE: Base = Base::Hint;
+    const KEYED: bool = true;
 }
 
 /// Why [`FastConsts::alloc_fast`] returned no item; nothing changed.
@@ -113,6 +167,10 @@ pub enum FastFree {
     Full,
     /// The item is the top of this CPU's stack: an immediate double free.
     Duplicate,
+    /// The item already carries the free mark ([`Caller::KEYED`]): a double free of a cached
+    /// item, or by chance a user's word equal to the mark; the slow path looks for the item in
+    /// the caches to tell which.
+    Suspect,
 }
 
 /// Everything the fast paths read, fixed at the zone's creation: kept by value in the zone, in
@@ -255,7 +313,12 @@ impl FastConsts {
                 (_, false) => RseqRef::pop_in_place::<false>(&self.pcpu),
             }
         };
-        NonNull::new(p).ok_or(AllocMiss::Empty)
+        let p = NonNull::new(p).ok_or(AllocMiss::Empty)?;
+        if C::KEYED {
+            // SAFETY: popped just now: the caller's item (items are at least 8 bytes).
+            unsafe { clear_free_key(p.as_ptr()) };
+        }
+        Ok(p)
     }
 
     /// The fast path of a free of `p` (any pointer, NULL included), whose chunk map entry the
@@ -284,6 +347,23 @@ impl FastConsts {
             debug_assert_eq!(self.careful, 0);
         } else if unlikely(self.careful != 0) {
             return FastFree::Careful;
+        }
+        if C::KEYED {
+            let key = free_key();
+            debug_assert_ne!(key, 0);
+            let w = p.cast::<u64>();
+            // SAFETY: `p` passed the owner and item tests: an item start of this zone, in a
+            // mapped slab (a slab's pages are mapped before its items are handed out and only
+            // ever dropped with MADV_DONTNEED, which reads back zeros), 8-aligned and at least
+            // 8 bytes. Its first word is the caller's item's (owned, or already free: either
+            // way nobody else writes it until it is handed out again, which the push below
+            // orders after this store).
+            unsafe {
+                if unlikely(w.read() == key) {
+                    return FastFree::Suspect;
+                }
+                w.write(key);
+            }
         }
         // SAFETY: careful == 0: rseq mode; the zone is live (caller). `p` passed the owner and
         // item tests, so it is an item start of this zone (not NULL), and the chunk's hint is
@@ -339,6 +419,7 @@ impl ZoneInner {
             FastFree::Careful => self.free_careful(p),
             FastFree::Full => self.free_slow(p),
             FastFree::Duplicate => Err(self.duplicate_now(a)),
+            FastFree::Suspect => self.free_suspect(p),
         }
     }
 
@@ -454,6 +535,9 @@ impl Zone {
     pub unsafe fn fast_consts_raw(z: *mut c_void) -> Option<FastConsts> {
         // SAFETY: a live zone (caller's guarantee).
         let f = unsafe { (*z.cast::<ZoneInner>()).fast };
+        // Before any keyed caller can use these constants.
+        #[cfg(not(loom))]
+        init_free_key();
         (f.c.careful == 0).then_some(f.c)
     }
 

@@ -25,7 +25,9 @@ mod stash;
 pub(crate) use drain::{
     decay_lazy_locked, drain_cpu_all, make_room, purge_lazy_locked, release_excess_locked,
 };
-pub use fast::{AllocMiss, Base, Caller, FastConsts, FastFree, Handle, Plain, Raw, Table};
+pub use fast::{
+    clear_free_key, free_key, AllocMiss, Base, Caller, FastConsts, FastFree, Handle, Plain, Raw, Table,
+};
 pub(crate) use resize::resize_locked;
 pub use resize::ResizeReport;
 pub use snapshot::{CpuStack, ZoneCheck, ZoneSnapshot};

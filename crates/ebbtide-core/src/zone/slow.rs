@@ -260,6 +260,25 @@ impl ZoneInner {
         }
     }
 
+    /// A free whose item already carried the free mark (`FastFree::Suspect`, a keyed caller:
+    /// `Caller::KEYED`): a double free if the item is in a cache — any CPU's stack of this
+    /// zone or the depot — which is reported and not applied. Otherwise the item goes
+    /// straight to its slab, not to a cache: if it is already free there the keg reports the
+    /// double free and applies nothing, and if the mark was a user's word by chance the item
+    /// is freed as any other. The other CPUs' stacks are read without stopping them: an item
+    /// that moves between caches during the look (another CPU's concurrent pop or flush) can
+    /// be missed, so this catches a double free of a cached item, not every racing one.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn free_suspect(&self, p: *mut u8) -> Result<(), InvalidFree> {
+        let _inside = crate::forkgate::enter();
+        if self.pcpu.holds_racy(p) || lock(&self.depot).contains(p) {
+            return Err(self.duplicate_now(p as usize));
+        }
+        self.return_to_keg(&[p]);
+        Ok(())
+    }
+
     #[cold]
     #[inline(never)]
     pub(super) fn free_slow(&self, p: *mut u8) -> Result<(), InvalidFree> {
