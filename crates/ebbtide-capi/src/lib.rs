@@ -1180,9 +1180,12 @@ mod tests {
         let _serial = INVALID_FREES_TESTS
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        // SAFETY: a NUL-terminated name, valid flags; the zone is destroyed below.
         let plain = unsafe { ebb_zone_create(c"handle-plain".as_ptr(), 48, 0, 0) };
         let checked =
+            // SAFETY: a NUL-terminated name, valid flags; the zone is destroyed below.
             unsafe { ebb_zone_create(c"handle-checked".as_ptr(), 48, 0, EBB_ZONE_CHECKED) };
+        // SAFETY: a NUL-terminated name, valid flags; the zone is destroyed below.
         let zeroed = unsafe { ebb_zone_create(c"handle-zero".as_ptr(), 48, 0, EBB_ZONE_ZERO) };
         assert!(!plain.is_null() && !checked.is_null() && !zeroed.is_null());
         // SAFETY: a live zone.

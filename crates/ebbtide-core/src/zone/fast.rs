@@ -605,7 +605,11 @@ mod tests {
         assert_eq!(unsafe { f.free_fast::<Table>(q, &o) }, FastFree::Done);
         // Not an item start (inside p's item, in the same chunk as q): refused, nothing changed.
         let inside = p.as_ptr().wrapping_add(8);
-        assert_eq!(o, crate::owner_entry(inside as usize), "p and q share a chunk");
+        assert_eq!(
+            o,
+            crate::owner_entry(inside as usize),
+            "p and q share a chunk"
+        );
         // SAFETY: live constants of a zone that is not careful; `o` is `inside`'s chunk's entry,
         // which has the zone's tag; the fast path only tests the address and refuses it.
         let how = unsafe { f.free_fast::<Table>(inside, &o) };
@@ -617,7 +621,8 @@ mod tests {
             "the slabs start after the metadata"
         );
         for meta in [chunk, chunk + 64, o.start as usize - 64] {
-            // SAFETY: as for `inside`: an address in q's chunk, only tested.
+            // SAFETY: live constants of a zone that is not careful; `o` is the entry of q's chunk,
+            // which holds `meta` and has the zone's tag; the address is only tested, refused.
             let how = unsafe { f.free_fast::<Table>(meta as *mut u8, &o) };
             assert_eq!(how, FastFree::Invalid, "{meta:#x}");
         }

@@ -26,7 +26,8 @@ pub(crate) use drain::{
     decay_lazy_locked, drain_cpu_all, make_room, purge_lazy_locked, release_excess_locked,
 };
 pub use fast::{
-    clear_free_key, free_key, AllocMiss, Base, Caller, FastConsts, FastFree, Handle, Plain, Raw, Table,
+    clear_free_key, free_key, AllocMiss, Base, Caller, FastConsts, FastFree, Handle, Plain, Raw,
+    Table,
 };
 pub(crate) use resize::resize_locked;
 pub use resize::ResizeReport;
