@@ -1,235 +1,70 @@
-//! `ebb_zone_alloc` and `ebb_zone_free`: the C API's fast paths.
+//! `ebb_zone_alloc` and `ebb_zone_free`: the C API's fast paths, in Rust on every target.
 //!
-//! On x86-64 Linux they are naked functions in assembly; everything beyond this CPU's stack
-//! (a careful or NULL zone, an empty or full stack, a pointer that fails a test, the duplicate
-//! of the stack's top) leaves by a tail jump to `zone_alloc_guarded` / `zone_free_guarded`
-//! with the arguments untouched, and those do the whole operation under the unwind guard,
-//! checking the pointer again and reporting what was wrong.
-//!
-//! Why assembly: compiled from Rust ([`Zone::alloc_fast_plain`], [`Zone::free_fast_plain`],
-//! which other targets still use) the two functions carry instructions the compiler cannot
-//! leave out: `alloc` tests the popped item for null, which stands for the section's failure
-//! exit because an `asm!` with outputs cannot jump to a label, and copies it into the return
-//! register; `free` copies the stacks' base to compare it with the chunk's hint (the `opaque`
-//! that keeps the push on the base loaded from the zone), and loads the packed slab range and
-//! item bound as 64-bit words, then shifts their halves apart. Here the section's failure exit
-//! is the tail jump itself, the hint is compared in memory, and the halves are 32-bit memory
-//! operands: 19 instructions for `alloc` (22 before) and 41 for `free` (46), `ret` included. Measured in
-//! docs/benchmarks.md, "The C entry points in assembly".
-//!
-//! What they read of a zone, a chunk map entry and a stack is [`CEntry`] (offsets derived from
-//! the core's types, checked there at compile time). The protocol is `pcpu.rs`'s, section for
-//! section the same as `Pcpu::pop` and `Pcpu::push` (module docs of `ebbtide_core::pcpu`):
-//! arm the descriptor, read the CPU id (negative: unregistered, out), find this CPU's header,
-//! load its word once, test it, commit with one store of it; the abort handler, preceded by
-//! glibc's `RSEQ_SIG`, restarts from the arming. The owner and item tests are those of
-//! `Zone::free_fast_plain` (the chunk's hint against the zone's stacks' base, then the slab
-//! range and `item_check`'s multiply), in the same order.
+//! A handle with its bit set ([`fast_handle`]) is a live zone that is not careful: its fast
+//! paths are the core's one fast path for the [`Plain`] caller (no careful test, the stacks'
+//! base read inside the critical section). A careful or NULL zone goes to
+//! `zone_alloc_guarded` / `zone_free_guarded`, which do the whole operation under the unwind
+//! guard; a fast path that misses (an empty or full stack, a pointer that fails the item test,
+//! the duplicate of the stack's top) goes to `zone_alloc_guarded` / `zone_free_missed`, the
+//! latter resuming the free from the fast path's answer without testing again. The fast paths never panic,
+//! run no hook and take no lock, so they need no guard. Hand-written assembly entry points
+//! were measured against this path and dropped (`docs/design/fast-path.md`).
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub use asm::{ebb_zone_alloc, ebb_zone_free};
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-pub use portable::{ebb_zone_alloc, ebb_zone_free};
+use crate::{fast_handle, zone_alloc_guarded, zone_free_guarded, zone_free_missed, EbbZone, FAST};
+use core::ffi::c_void;
+use ebbtide_rt::zone::{FastFree, Plain};
+use ebbtide_rt::Zone;
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-mod asm {
-    use crate::{zone_alloc_guarded, zone_free_guarded, EbbZone, FAST};
-    use core::ffi::c_void;
-    use ebbtide_rt::zone::CEntry;
-
-    // Both sections are `ebbtide_core`'s `entry_section_head!` and `entry_section_tail!`
-    // (`pcpu.rs`'s shape; registers: r8 the stacks' base, r9 glibc's rseq offset, both loaded
-    // from the zone before the section, rcx this CPU's header, rdx its word, r10 the count).
-    use ebbtide_rt::{
-        entry_naked_asm as naked_asm, entry_section_head as section_head,
-        entry_section_tail as section_tail,
-    };
-
-    /// Allocates one item. NULL with errno: ENOMEM (no memory, or the zone's limit reached in
-    /// `EBB_LIMIT_FAIL` mode), ECANCELED (an init or ctor hook refused the item), EINVAL (NULL
-    /// zone), EIO (internal error).
-    ///
-    /// The fast path (module docs): a handle with its bit set is a live zone in rseq mode
-    /// that is not careful; pop this CPU's stack in one critical section.
-    ///
-    /// # Safety
-    /// `zone` is NULL or a live handle.
-    #[no_mangle]
-    #[unsafe(naked)]
-    pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
-        // rdi: the handle (kept for the tail jump); rax: the item.
-        //
-        // SAFETY (what the assembly relies on): 1. a handle with bit 0 set is a live zone that
-        // is not careful (the caller's contract; `create` sets the bit only then), so the
-        // fields at `CEntry`'s displacements are initialised and fixed for the zone's life,
-        // and its per-CPU layer is in rseq mode: %fs plus glibc's offset is this thread's
-        // registered `struct rseq`, and `base + (cpu << STRIDE_SHIFT)` is a mapped header for
-        // every non-negative CPU id (`pcpu.rs`, "The CPU id test"). 2. The section is
-        // `Pcpu::pop`'s: one load of the word, the slot below the count (count <= storage, so
-        // inside the stack), one commit store; the kernel restarts it from the arming on
-        // preemption, migration or a signal, before the commit. 3. Every other outcome jumps
-        // to the slow path before any store, with rdi as it came and no stack frame.
-        naked_asm!(
-            "testb ${fast}, %dil",
-            "jz {slow}",
-            "movq {stacks}(%rdi), %r8",
-            "movq {rseq_off}(%rdi), %r9",
-            section_head!(),
-            // Empty (or stopped, or closed): out.
-            "jz 7f",
-            "movq {top}(%rcx,%r10,8), %rax",
-            "addq ${pop_add}, %rdx",
-            "movq %rdx, {word}(%rcx)",
-            section_tail!("jmp {slow}\n"),
-            fast = const FAST,
-            slow = sym zone_alloc_guarded,
-            stacks = const CEntry::STACKS as isize - FAST as isize,
-            rseq_off = const CEntry::RSEQ_OFFSET as isize - FAST as isize,
-            pop_add = const CEntry::POP_ADD,
-        )
-    }
-
-    /// Frees an item. `item` NULL does nothing. An invalid free (not an item of this zone, not
-    /// at an item's start, a double free caught in checked mode) is printed on stderr, counted
-    /// and not applied; errno is set to EINVAL.
-    ///
-    /// The fast path (module docs): for a handle with its bit set, `item` inside the arena, its
-    /// chunk's hint the zone's stacks' base (the owner), inside the chunk's slabs and at an
-    /// item's start (the item test), and not the top of this CPU's stack (an immediate double
-    /// free), push it in one critical section. It reads the pointer's chunk map entry, never the
-    /// item's memory; NULL lies below the arena.
-    ///
-    /// # Safety
-    /// `zone` is NULL or a live handle; if `item` is an item of `zone`, the caller owns it.
-    #[no_mangle]
-    #[unsafe(naked)]
-    pub unsafe extern "C" fn ebb_zone_free(zone: *mut EbbZone, item: *mut c_void) {
-        // rdi: the handle, rsi: the item (both kept for the tail jump); rax and rcx: the tests'
-        // scratch before the section.
-        //
-        // SAFETY (what the assembly relies on): 1. as in `ebb_zone_alloc`, a handle with bit 0
-        // set is a live zone, not careful, in rseq mode. 2. The map entry read is inside the
-        // arena's map: `item - base < len` bounds the chunk index by the arena's chunks, and
-        // the map has an entry for each (`arena.rs`); the item's own memory is never read, so
-        // any pointer may be passed. 3. Only an item start of a chunk of this zone's keg passes:
-        // the hint equals the zone's stacks' base only in its own chunks (`Zone::
-        // free_fast_plain`, "The owner test by the stacks' address"), the range and
-        // `item_check`'s multiply are exact (`item_check_is_exact`). 4. The section is
-        // `Pcpu::push`'s: the slot written is `items[count]` with room > 0, so count < cap <=
-        // storage; the top compared is `items[count - 1]` or the always-zero `below_items`.
-        // 5. Every other outcome jumps to the slow path before any store, rdi and rsi as they
-        // came, no stack frame.
-        naked_asm!(
-            "testb ${fast}, %dil",
-            "jz {slow}",
-            // In the arena: `item - base < len` (NULL wraps above).
-            "movq {arena_base}(%rdi), %rax",
-            "movq %rsi, %rcx",
-            "subq %rax, %rcx",
-            "cmpq {arena_len}(%rdi), %rcx",
-            "jae {slow}",
-            // The owner: the chunk's map entry's hint is this zone's stacks' base.
-            "shrq ${map_shift}, %rcx",
-            "andq ${map_mask}, %rcx",
-            "movq {stacks}(%rdi), %r8",
-            "cmpq %r8, {hint}(%rax,%rcx)",
-            "jne {slow}",
-            // Inside the chunk's slabs: `offset - first < len` in 32 bits (below the first it
-            // wraps above).
-            "movl %esi, %eax",
-            "andl ${chunk_mask}, %eax",
-            "subl {slabs_first}(%rdi), %eax",
-            "cmpl {slabs_len}(%rdi), %eax",
-            "jae {slow}",
-            // At an item's start: `(offset & slab mask) * magic < bound` (`item_check`).
-            "andl {slab_mask}(%rdi), %eax",
-            "imulq {magic}(%rdi), %rax",
-            "movl {bound}(%rdi), %ecx",
-            "cmpq %rcx, %rax",
-            "jae {slow}",
-            "movq {rseq_off}(%rdi), %r9",
-            section_head!(),
-            // The stack's top (an immediate double free) or no room (full, stopped): out.
-            "cmpq %rsi, {top}(%rcx,%r10,8)",
-            "je 7f",
-            "testl ${room_mask}, %edx",
-            "jz 7f",
-            "movq %rsi, {slot}(%rcx,%r10,8)",
-            "subq ${push_sub}, %rdx",
-            "movq %rdx, {word}(%rcx)",
-            section_tail!("jmp {slow}\n"),
-            fast = const FAST,
-            slow = sym zone_free_guarded,
-            arena_base = const CEntry::ARENA_BASE as isize - FAST as isize,
-            arena_len = const CEntry::ARENA_LEN as isize - FAST as isize,
-            map_shift = const CEntry::MAP_SHIFT,
-            map_mask = const CEntry::MAP_MASK,
-            stacks = const CEntry::STACKS as isize - FAST as isize,
-            hint = const CEntry::MAP_HINT,
-            chunk_mask = const CEntry::CHUNK_MASK,
-            slabs_first = const CEntry::SLABS_FIRST as isize - FAST as isize,
-            slabs_len = const CEntry::SLABS_LEN as isize - FAST as isize,
-            slab_mask = const CEntry::SLAB_MASK as isize - FAST as isize,
-            magic = const CEntry::ITEM_MAGIC as isize - FAST as isize,
-            bound = const CEntry::ITEM_BOUND as isize - FAST as isize,
-            rseq_off = const CEntry::RSEQ_OFFSET as isize - FAST as isize,
-            room_mask = const CEntry::ROOM_MASK,
-            slot = const CEntry::SLOT,
-            push_sub = const CEntry::PUSH_SUB,
-        )
-    }
+/// The zone object of a handle whose bit 0 is set ([`fast_handle`]): minus one, which the
+/// compiler folds into the displacements of the fields' loads.
+#[inline(always)]
+fn fast_zone_ptr(h: *const EbbZone) -> *mut c_void {
+    (h as usize).wrapping_sub(FAST) as *mut c_void
 }
 
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-mod portable {
-    use crate::{fast_handle, zone_alloc_guarded, zone_free_guarded, EbbZone, FAST};
-    use core::ffi::c_void;
-    use ebbtide_rt::Zone;
-
-    /// The zone object of a handle whose bit 0 is set ([`fast_handle`]): minus one, which the
-    /// compiler folds into the displacements of the fields' loads.
-    #[inline(always)]
-    fn fast_zone_ptr(h: *const EbbZone) -> *mut c_void {
-        (h as usize).wrapping_sub(FAST) as *mut c_void
-    }
-
-    /// Allocates one item. NULL with errno: ENOMEM (no memory, or the zone's limit reached in
-    /// `EBB_LIMIT_FAIL` mode), ECANCELED (an init or ctor hook refused the item), EINVAL (NULL
-    /// zone), EIO (internal error).
-    ///
-    /// # Safety
-    /// `zone` is NULL or a live handle.
-    #[no_mangle]
-    pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
-        if fast_handle(zone) {
-            // SAFETY: caller's guarantee (a live zone), not careful (the handle's bit). The
-            // fast path cannot panic, so it runs outside the unwind guard.
-            let p = unsafe { Zone::alloc_fast_plain(fast_zone_ptr(zone)) };
-            if !p.is_null() {
-                return p.cast();
-            }
+/// Allocates one item. NULL with errno: ENOMEM (no memory, or the zone's limit reached in
+/// `EBB_LIMIT_FAIL` mode), ECANCELED (an init or ctor hook refused the item), EINVAL (NULL
+/// zone), EIO (internal error).
+///
+/// # Safety
+/// `zone` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_zone_alloc(zone: *mut EbbZone) -> *mut c_void {
+    if fast_handle(zone) {
+        // SAFETY: a live zone (caller's guarantee), not careful (the handle's bit is set only
+        // for such a zone, `create`).
+        if let Ok(p) = unsafe { Zone::alloc_fast_raw::<Plain>(fast_zone_ptr(zone)) } {
+            return p.as_ptr().cast();
         }
-        // SAFETY: forwarded.
-        unsafe { zone_alloc_guarded(zone) }
     }
+    // SAFETY: `zone` is NULL or a live handle (the caller's guarantee), as the guarded path
+    // requires; the fast path changed nothing.
+    unsafe { zone_alloc_guarded(zone) }
+}
 
-    /// Frees an item. `item` NULL does nothing. An invalid free (not an item of this zone, not
-    /// at an item's start, a double free caught in checked mode) is printed on stderr, counted
-    /// and not applied; errno is set to EINVAL.
-    ///
-    /// # Safety
-    /// `zone` is NULL or a live handle; if `item` is an item of `zone`, the caller owns it.
-    #[no_mangle]
-    pub unsafe extern "C" fn ebb_zone_free(zone: *mut EbbZone, item: *mut c_void) {
-        // SAFETY: caller's guarantee (a live zone, ownership of the item), not careful (the
-        // handle's bit); the fast path checks the pointer without touching it (NULL fails its
-        // item test) and cannot panic.
-        if fast_handle(zone) && unsafe { Zone::free_fast_plain(fast_zone_ptr(zone), item.cast()) } {
-            return;
+/// Frees an item. `item` NULL does nothing. An invalid free (not an item of this zone, not
+/// at an item's start, a double free caught in checked mode) is printed on stderr, counted
+/// and not applied; errno is set to EINVAL.
+///
+/// # Safety
+/// `zone` is NULL or a live handle; if `item` is an item of `zone`, the caller owns it.
+#[no_mangle]
+pub unsafe extern "C" fn ebb_zone_free(zone: *mut EbbZone, item: *mut c_void) {
+    if fast_handle(zone) {
+        // SAFETY: a live zone (caller's guarantee), not careful (the handle's bit); the fast
+        // path tests the pointer without touching it (NULL fails its owner test) and cannot
+        // panic.
+        let how = unsafe { Zone::free_fast_raw::<Plain>(fast_zone_ptr(zone), item.cast()) };
+        if how != FastFree::Done {
+            // SAFETY: `zone` is a live handle and `item` as the caller guarantees it; `how` is
+            // what the zone's fast path just returned for `item`.
+            unsafe { zone_free_missed(zone, item, how) };
         }
-        // SAFETY: forwarded.
-        unsafe { zone_free_guarded(zone, item) }
+        return;
     }
+    // SAFETY: `zone` and `item` as the caller guarantees them, which is the guarded path's
+    // contract.
+    unsafe { zone_free_guarded(zone, item) }
 }
 
 #[cfg(test)]
@@ -318,7 +153,7 @@ pub(crate) mod tests {
                     bad.push((a + d) as *mut c_void);
                 }
                 let o = ebbtide_core::owner_entry(a);
-                let chunk = a & !(ebbtide_core::zone::CEntry::CHUNK_MASK as usize);
+                let chunk = a & !((4usize << 20) - 1); // the arena's 4 MiB chunks
                 assert!(o.start as usize >= chunk && o.start as usize <= a);
                 for k in [0, 8, 64, 4096] {
                     if chunk + k < o.start as usize {

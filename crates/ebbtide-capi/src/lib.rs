@@ -23,7 +23,7 @@ use core::ptr::{self, NonNull};
 use ebbtide_rt::options::OptionErrorKind;
 use ebbtide_rt::reclaimer::{HandlerId, LowmemHandler};
 use ebbtide_rt::stats::{GlobalStatsC, PoolStats, PoolStatsC, ZoneStats, ZoneStatsC};
-use ebbtide_rt::zone::{FiniHook, InitHook};
+use ebbtide_rt::zone::{FastFree, FiniHook, InitHook};
 use ebbtide_rt::{
     AllocError, CreateError, Level, LimitMode, PagePool, Request, Zone, ZoneFlags, ZoneOptions,
 };
@@ -157,11 +157,10 @@ impl EbbZoneOptions {
 ///
 /// The bit is there for `ebb_zone_alloc` and `ebb_zone_free`: one test of the handle, which
 /// arrives in a register, says both "not NULL" and "not careful" (NULL and a careful zone's
-/// handle have bit 0 clear), where the zone's `careful` word was a load on every call and
-/// those paths are bound by their loads (docs/benchmarks.md, "Loads, not instructions"); the
-/// minus one is in the fields' displacements (`entry.rs`). Zone objects are 1 KiB aligned
-/// (`objects.rs`), so bit 0 of the pointer is free. Every other entry point takes the zone
-/// through `zone_ptr`.
+/// handle have bit 0 clear), where the zone's `careful` word would be one more load on every
+/// call, and those paths are bound by their loads; the minus one folds into the fields'
+/// displacements (`entry.rs`). Zone objects are 1 KiB aligned (`objects.rs`), so bit 0 of the
+/// pointer is free. Every other entry point takes the zone through `zone_ptr`.
 pub enum EbbZone {}
 
 /// Bit 0 of an [`EbbZone`] handle: the zone takes the fast paths.
@@ -173,13 +172,7 @@ fn zone_ptr(h: *const EbbZone) -> *mut c_void {
     (h as usize & !FAST) as *mut c_void
 }
 
-/// Does the handle's zone take the fast paths (bit 0 set: not NULL, not careful)? The entry
-/// points in assembly test the bit themselves (`entry.rs`); the tests, and the entry points of
-/// other targets, ask here.
-#[cfg_attr(
-    all(target_arch = "x86_64", target_os = "linux", not(test)),
-    allow(dead_code)
-)]
+/// Does the handle's zone take the fast paths (bit 0 set: not NULL, not careful)?
 #[inline(always)]
 fn fast_handle(h: *const EbbZone) -> bool {
     h as usize & FAST != 0
@@ -531,6 +524,32 @@ unsafe extern "C" fn zone_free_guarded(zone: *mut EbbZone, item: *mut c_void) {
         // SAFETY: caller's guarantee (a live zone, ownership of a valid item); invalid pointers
         // are detected by `free_raw` without touching their memory.
         if let Err(e) = unsafe { Zone::free_raw(zone_ptr(zone), p) } {
+            report_invalid_free(F, e);
+        }
+    })
+}
+
+/// `ebb_zone_free` of a fast handle's zone past its fast path, from where it stopped (`how`):
+/// NULL does nothing, anything else goes to the zone's resume (the invalid-pointer report, the
+/// slow path, the double free), which tests nothing again. Under the guard, as
+/// `zone_free_guarded`.
+///
+/// # Safety
+/// `zone` is a live handle; `item` as `ebb_zone_free` requires; `how` is what the zone's fast
+/// path returned for `item` just now.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn zone_free_missed(zone: *mut EbbZone, item: *mut c_void, how: FastFree) {
+    const F: &str = "ebb_zone_free";
+    #[cfg(test)]
+    entry::tests::count_slow_free();
+    guard_abort(F, || {
+        let Some(p) = NonNull::new(item.cast::<u8>()) else {
+            return;
+        };
+        // SAFETY: a live zone, `p` not null and as the caller guarantees it, `how` its fast
+        // path's answer for `p` (the caller's guarantee).
+        if let Err(e) = unsafe { Zone::free_raw_resume(zone_ptr(zone), p, how) } {
             report_invalid_free(F, e);
         }
     })
@@ -1161,12 +1180,13 @@ mod tests {
         let _serial = INVALID_FREES_TESTS
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        // SAFETY: the names are NUL-terminated string literals; the flags are the header's.
+        // SAFETY: a NUL-terminated name, valid flags; the zone is destroyed below.
         let plain = unsafe { ebb_zone_create(c"handle-plain".as_ptr(), 48, 0, 0) };
         // SAFETY: as for `plain`: a literal C string and a flag of the header.
         let checked =
+            // SAFETY: a NUL-terminated name, valid flags; the zone is destroyed below.
             unsafe { ebb_zone_create(c"handle-checked".as_ptr(), 48, 0, EBB_ZONE_CHECKED) };
-        // SAFETY: as for `plain`: a literal C string and a flag of the header.
+        // SAFETY: a NUL-terminated name, valid flags; the zone is destroyed below.
         let zeroed = unsafe { ebb_zone_create(c"handle-zero".as_ptr(), 48, 0, EBB_ZONE_ZERO) };
         assert!(!plain.is_null() && !checked.is_null() && !zeroed.is_null());
         // SAFETY: a live zone.

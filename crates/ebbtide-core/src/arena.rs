@@ -26,14 +26,15 @@
 //! **The hint** is the one word a `free` needs after the pointer to reach the stack it pushes
 //! onto: the owning zone's per-CPU stacks ([`crate::zone::FastConsts::stacks_hint`]). It sits
 //! beside the tag in the entry, so [`owner_entry`] reads both with the one load that starts at
-//! the pointer, and no table indexed by the tag stands between the pointer and the push's store
-//! (docs/design/free-owner-check.md). A keg's hint is fixed before its first chunk and written
-//! before the tag (which is stored with Release), so a reader that saw the tag with Acquire
-//! reads that keg's hint: a later owner's (or 0) only if the chunk was freed meanwhile, which
-//! only the destruction of the owning zone does, after which a free into it is the caller's
-//! error anyway. The C entry points' `free` tests the owner by the hint alone (equal to its
-//! zone's stacks' base), so a given-back chunk's hint is cleared: a zone made later may get the
-//! destroyed zone's stacks' address.
+//! the pointer; without it the stacks' address came from a second table indexed by the tag, one
+//! more load between the pointer and the store (docs/design/free-owner-check.md). A
+//! keg's hint is fixed before its first chunk and written before the tag (which is stored with
+//! Release), so a reader that saw the tag with Acquire reads that keg's hint: a later owner's
+//! (or 0) only if the chunk was freed meanwhile, which only the destruction of the owning zone does,
+//! after which a free into it is the caller's error anyway. The fast path reads the hint only
+//! after its tag test (`FastConsts::free_fast`); a given-back chunk's hint is cleared all the
+//! same, so that no reader of the hint alone could take it for a later zone's (a zone made later
+//! may get a destroyed zone's stacks' address).
 //!
 //! **The map at the base**: the base and the length alone find an address's entry
 //! ([`map_entry_in`]: `off = addr - base`, outside iff `off >= len`, the entry at
@@ -147,18 +148,14 @@ static ARENA: OnceLock<Result<Arena, OsError>> = OnceLock::new();
 /// The arena's base and length for [`owner_tag`]: a malloc's `free` reads them inline on every
 /// call, where [`get`] is a call into `OnceLock`. `len` stays 0 until the arena exists (then
 /// every address is "outside"). One static, read through [`local_ref!`](crate::local_ref): one
-/// `lea` for both, no GOT load (`local.rs`). Public (hidden) for the malloc's `free` in
-/// assembly, which reads both with its own RIP-relative loads (`zone::CEntry::VIEW_BASE`).
+/// `lea` for both, no GOT load (`local.rs`). Public (hidden) for
+/// [`owner_entry_raw`], which inlines into other crates.
 #[doc(hidden)]
 #[repr(C)]
 pub struct View {
     base: AtomicUsize,
     len: AtomicUsize,
 }
-
-/// Offsets of [`View`]'s fields, for `zone::CEntry`.
-pub(crate) const VIEW_BASE: usize = core::mem::offset_of!(View, base);
-pub(crate) const VIEW_LEN: usize = core::mem::offset_of!(View, len);
 
 #[doc(hidden)]
 pub static VIEW: View = View {
@@ -312,8 +309,8 @@ impl Arena {
             return Err(e);
         }
         let e = self.map_entry(idx);
-        // Release: the C entry points' `free` reads the hint alone (`Zone::free_fast_plain`,
-        // Acquire); for the others it is published by the Release store of the tag just below.
+        // Release: published with the tag's Release store just below, which every reader of
+        // the hint tests first (`FastConsts::free_fast`).
         e.hint.store(hint, Ordering::Release);
         // Relaxed: read only with the tag (`owner_entry`), which publishes it.
         e.start
@@ -405,8 +402,8 @@ impl Arena {
         // are mapped.
         unsafe { os::release(chunk, mapped) };
         let mut free = crate::sync::lock(&self.free);
-        // The hint first: a free chunk matches no zone's stacks (`Zone::free_fast_plain` tests
-        // the hint alone; a zone made later may get a destroyed zone's stacks' address).
+        // The hint first: a free chunk matches no zone's stacks (a zone made later may get a
+        // destroyed zone's stacks' address).
         let e = self.map_entry(idx);
         e.hint.store(0, Ordering::Release);
         // Relaxed: read only with an owner's tag, which the store below replaces.
@@ -438,7 +435,7 @@ pub struct ChunkOwner {
     /// The owning keg's hint (its zone's per-CPU stacks), 0 for none.
     pub hint: u64,
     /// The chunk's start word ("The start word"), for
-    /// [`FastConsts::free_fast_owned`](crate::zone::FastConsts::free_fast_owned); 0 for none.
+    /// [`FastConsts::free_fast`](crate::zone::FastConsts::free_fast); 0 for none.
     pub start: u64,
 }
 

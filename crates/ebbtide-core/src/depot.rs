@@ -104,6 +104,24 @@ impl DepotInner {
         Some(b)
     }
 
+    /// Is `item` in one of the depot's buckets? (A suspected double free's confirmation,
+    /// `ZoneInner::free_suspect`; walks every bucket.)
+    pub(crate) fn contains(&self, item: *mut u8) -> bool {
+        let mut b = self.head;
+        while !b.is_null() {
+            // SAFETY: buckets on the list are live and full up to their count; the caller
+            // holds the depot lock (`&self` of the locked depot).
+            unsafe {
+                let n = (*b).count as usize;
+                if Bucket::slots(NonNull::new_unchecked(b))[..n].contains(&item) {
+                    return true;
+                }
+                b = (*b).next;
+            }
+        }
+        false
+    }
+
     /// Recounts the buckets and checks the counters and the estimator bounds.
     pub(crate) fn validate(&self) -> Result<u64, String> {
         let (mut n, mut items, mut b) = (0, 0u64, self.head);

@@ -234,10 +234,6 @@ pub mod wss;
 #[cfg(not(loom))]
 pub mod zone;
 
-/// The arena's base and length as the malloc's `free` in assembly reads them (`zone::CEntry`).
-#[cfg(not(loom))]
-#[doc(hidden)]
-pub use arena::VIEW as ARENA_VIEW;
 #[cfg(not(loom))]
 pub use arena::{owner_entry, owner_entry_raw, owner_tag, ChunkOwner};
 #[cfg(not(loom))]

@@ -12,7 +12,8 @@
 //! reorder window hold fewer of a program's own misses while they are in flight. In the
 //! malloc's `live_big` (200,000 live blocks replaced at random, each replacement reading a cold
 //! block) the library built with fat LTO — the same code with every such static read directly —
-//! took 135 ns per replacement against 175 (docs/benchmarks.md, "Statics without the GOT").
+//! took 135 ns per replacement against 175 (docs/design/benchmarks-record.md, "Statics without
+//! the GOT").
 //! [`local_ref!`](crate::local_ref) gets the same without LTO: the static's address from one
 //! `lea` relative to `rip`, which the linker resolves in the link unit.
 //!
@@ -39,7 +40,8 @@ macro_rules! local_ref {
                     options(pure, nomem, nostack, preserves_flags)
                 );
             }
-            $crate::local::same_type(&$s, addr)
+            // SAFETY: `addr` is the address of `$s` (the `lea` above).
+            unsafe { $crate::local::same_type(&$s, addr) }
         }
         #[cfg(not(all(target_arch = "x86_64", not(miri))))]
         {
@@ -51,10 +53,14 @@ macro_rules! local_ref {
 /// `addr` as a reference of the type of `like`, which is only there for its type (the
 /// optimiser drops the unused address; [`local_ref!`](crate::local_ref) passes the static
 /// itself).
+///
+/// # Safety
+/// `addr` is the address of the static `like` refers to.
 #[doc(hidden)]
 #[inline(always)]
-pub fn same_type<T>(like: &'static T, addr: usize) -> &'static T {
+pub unsafe fn same_type<T>(like: &'static T, addr: usize) -> &'static T {
     let _ = like;
-    // SAFETY: the caller (`local_ref!`) passes the address of the static `like` refers to.
+    // SAFETY: `addr` is the address of a `'static` `T` (the caller's guarantee), so the
+    // reference is valid for `'static` and shared like `like`.
     unsafe { &*(addr as *const T) }
 }

@@ -10,7 +10,7 @@
 use crate::heap;
 use core::ffi::{c_int, c_void};
 
-/// `malloc(3)` and `free(3)`: the fast paths, in assembly on x86-64 Linux (`entry.rs`).
+/// `malloc(3)` and `free(3)`: the fast paths (`entry.rs`).
 pub use crate::entry::{free, malloc};
 
 /// `calloc(3)`.

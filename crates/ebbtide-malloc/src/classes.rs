@@ -95,8 +95,7 @@ pub fn class_of(n: usize) -> usize {
 }
 
 /// [`class_of`] for `n` above the table's sizes (`TABLE_MAX < n <= MAX_CLASS_SIZE`): the
-/// formula, eight classes per power of two. Called as well by `malloc` in assembly's way out
-/// for those sizes (`heap::alloc_beyond_table`), which knows `n` is above the table.
+/// formula, eight classes per power of two.
 #[inline(always)]
 pub fn class_above_table(n: usize) -> usize {
     debug_assert!(n > TABLE_MAX && n <= MAX_CLASS_SIZE);

@@ -9,8 +9,7 @@
 
 use crate::{classes, heap};
 use core::alloc::{GlobalAlloc, Layout};
-use core::ptr::NonNull;
-use ebbtide_core::zone::FastFree;
+use ebbtide_core::zone::{FastFree, Raw};
 use ebbtide_core::Zone;
 
 /// ebbtide as Rust's global allocator.
@@ -43,7 +42,7 @@ unsafe impl GlobalAlloc for EbbtideMalloc {
                 // SAFETY: p is a live block (GlobalAlloc contract), non-null; the zone is
                 // published and never destroyed; its item check rejects a block of another zone
                 // without changing anything.
-                let how = unsafe { Zone::free_fast_raw(z, NonNull::new_unchecked(p)) };
+                let how = unsafe { Zone::free_fast_raw::<Raw>(z, p) };
                 match how {
                     FastFree::Done => return,
                     FastFree::Invalid => {}

@@ -31,7 +31,7 @@ use core::mem::MaybeUninit;
 use core::ptr::{self, NonNull};
 use ebbtide_core::os::{errno, set_errno};
 use ebbtide_core::spin::SpinLock;
-use ebbtide_core::zone::{FastConsts, FastFree};
+use ebbtide_core::zone::{clear_free_key, FastConsts, FastFree, Raw, Table};
 use ebbtide_core::{InvalidFree, Zone, ZoneOptions};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
@@ -69,14 +69,6 @@ pub(crate) struct FastSlot {
 // is stored with Release; it is read only after `key` was seen set with Acquire, and never
 // written again (a zone is never destroyed, a class or tag never gets a second zone).
 unsafe impl Sync for FastSlot {}
-
-/// What the entry points in assembly (`entry.rs`) read of a [`FastSlot`]: the entry of index
-/// `i` is `1 << SLOT_SHIFT` bytes times `i` into its table, its key at `SLOT_KEY`, its
-/// [`FastConsts`] at `SLOT_CONSTS`.
-pub(crate) const SLOT_SHIFT: u32 = 7;
-pub(crate) const SLOT_KEY: usize = core::mem::offset_of!(FastSlot, key);
-pub(crate) const SLOT_CONSTS: usize = core::mem::offset_of!(FastSlot, consts);
-const _: () = assert!(core::mem::size_of::<FastSlot>() == 1 << SLOT_SHIFT);
 
 impl FastSlot {
     const fn empty() -> FastSlot {
@@ -175,10 +167,10 @@ fn publish_missing_constants() {
         let z = ZONES[c as usize - 1].load(Ordering::Acquire);
         // The zone of the class may be a later one than the tag's (its first creator forked
         // away before publishing it): only the tag's own zone goes into the tag's entry.
-        // SAFETY: a published zone, never destroyed.
+        // SAFETY: a published zone (non-null checked first), never destroyed.
         if !z.is_null() && unsafe { Zone::tag_raw(z) } >> 1 == i as u64 && slot.get_any().is_none()
         {
-            // SAFETY: `z` is a published zone (non-null, checked just above), never destroyed.
+            // SAFETY: `z` is a published zone (non-null, tested just above), never destroyed.
             if let Some(f) = unsafe { Zone::fast_consts_raw(z) } {
                 slot.publish(f);
             }
@@ -241,7 +233,7 @@ fn zone(c: usize) -> Get {
             let raw = zone.into_raw();
             // SAFETY: a zone just created, never destroyed.
             let tag = unsafe { Zone::tag_raw(raw) };
-            // SAFETY: `raw` is a zone just created, never destroyed. None for a careful zone
+            // SAFETY: `raw` is the zone just created, never destroyed. None for a careful zone
             // (checked mode): its entries stay empty and every call goes the zone's way.
             let consts = unsafe { Zone::fast_consts_raw(raw) };
             let i = (tag >> 1) as usize;
@@ -286,7 +278,7 @@ fn zone(c: usize) -> Get {
 /// Without a cap, everything a program frees in a class and does not allocate again stays in
 /// that class's depot: `PYTHONMALLOC=malloc python3 workload.py` ended with 53 MB of free items
 /// in depots, 30 MB of them 64-byte objects of a tree built and dropped at the start, which no
-/// other class could use (docs/benchmarks.md, Issue 12, "Peak RSS: where the memory goes"). tcmalloc's
+/// other class could use (docs/design/benchmarks-record.md, "Peak RSS: where the memory goes"). tcmalloc's
 /// transfer cache, the same layer, holds at most 64 batches of a class (at most 32 objects
 /// each); jemalloc has no such layer (its thread caches flush to the slabs).
 pub const DEPOT_BYTES: usize = 256 * 1024;
@@ -322,12 +314,13 @@ pub const MID_DEPOT_BYTES: usize = 1 << 20;
 /// (the peers 61.9–69.4); with these caps at 69.8 MiB, `live_mixed` (which replaces blocks of
 /// 16 B–16 KiB at random) as fast as without them, where caps of a page's size (256 KiB) up to
 /// 16 KiB gave 68.2 MiB but `live_mixed` 51–52 ns instead of 41–47 (alternated runs,
-/// docs/benchmarks.md, Issue 12, "Caps for the classes up to 16 KiB").
+/// docs/design/benchmarks-record.md, "Caps for the classes up to 16 KiB").
 pub const MID_FREE_SLAB_BYTES: usize = 2 << 20;
 
 /// The floor of the caps that follow reuse (the classes above [`CAPPED_MAX`]): what a class
 /// keeps in its depot, and in free slabs, however little a program takes again. 64 KiB: with
-/// 256 KiB `redis` peaked 0.6 MiB higher (docs/benchmarks.md, "Caches bounded by reuse").
+/// 256 KiB `redis` peaked 0.6 MiB higher (docs/design/benchmarks-record.md, "Caches bounded by
+/// reuse").
 pub const REUSE_FLOOR: usize = 64 * 1024;
 
 /// Whether a class of `size`-byte blocks bounds its caches by reuse, and its floor: the classes
@@ -376,7 +369,7 @@ pub fn free_slabs_max_bytes(size: usize) -> usize {
 /// tens of the hundred classes: with UMA's buckets `prodcons` (a producer's and a consumer's
 /// CPU over the 32 classes of 16 B–1 KiB) peaked at 5.9–6.4 MiB, with these at 5.4–5.5 (the
 /// median peer 4.7), `thread_churn` 7.2–7.4 → 7.0–7.1 MiB, and no case slower
-/// (docs/benchmarks.md, "Half-size buckets for the malloc"). tcmalloc moves at most 32 blocks
+/// (docs/design/benchmarks-record.md, "Half-size buckets for the malloc"). tcmalloc moves at most 32 blocks
 /// per transfer, jemalloc's thread caches hold at most 200 a class.
 pub fn bucket_items(size: usize) -> u32 {
     if size <= 2048 {
@@ -471,11 +464,23 @@ pub fn owner(p: usize) -> Owner {
     Owner::Foreign
 }
 
-/// `malloc(n)`.
+/// `malloc(n)`. The size table's range is tested first, so the commonest sizes make one
+/// compare before the table's load; the larger classes and the large blocks are out of line.
 #[inline(always)]
 pub fn alloc(n: usize) -> *mut u8 {
-    if n <= SMALL_MAX {
+    if n <= classes::TABLE_MAX {
         return alloc_in_class(classes::class_of(n));
+    }
+    alloc_beyond_table(n)
+}
+
+/// `malloc(n)` for `n` above the size table's range: the class by the formula, or a large
+/// block. `extern "C"` (it cannot unwind) so that `malloc` reaches it by a tail jump, with no
+/// stack frame of its own.
+#[inline(never)]
+extern "C" fn alloc_beyond_table(n: usize) -> *mut u8 {
+    if n <= SMALL_MAX {
+        return alloc_in_class(classes::class_above_table(n));
     }
     alloc_huge(n, 0)
 }
@@ -492,28 +497,13 @@ fn alloc_in_class(c: usize) -> *mut u8 {
     // The table through `local_ref!`: no GOT load for its address (`ebbtide_core::local`).
     let slot = unsafe { ebbtide_core::local_ref!(CLASS_FAST).get_unchecked(c) };
     if let Some(f) = slot.get_any() {
-        // SAFETY: the constants of a published zone, never destroyed.
-        let p = unsafe { f.alloc_fast() };
-        if !p.is_null() {
-            return p;
+        // SAFETY: the constants of a published zone, never destroyed; only a zone that is not
+        // careful has them (`Zone::fast_consts_raw`).
+        if let Ok(p) = unsafe { f.alloc_fast::<Table>() } {
+            return p.as_ptr();
         }
     }
     alloc_class_slow(c)
-}
-
-/// `malloc(n)` for `n` above the size table's range, for `malloc` in assembly (`entry.rs`),
-/// which handles the table's sizes itself: the class by the formula (no second test against
-/// the table), or a large block. `extern "C"` (cannot unwind): reached by a tail
-/// jump.
-#[inline(never)]
-pub(crate) extern "C" fn alloc_beyond_table(n: usize) -> *mut u8 {
-    #[cfg(test)]
-    crate::slowcount::count_slow_alloc();
-    if n <= SMALL_MAX {
-        // `malloc` came here only for `n` above the table.
-        return alloc_in_class(classes::class_above_table(n));
-    }
-    alloc_huge(n, 0)
 }
 
 /// An item of class `c`, past the fast path. `extern "C"` (it cannot unwind) so that the fast
@@ -527,6 +517,9 @@ pub extern "C" fn alloc_class_slow(c: usize) -> *mut u8 {
         // SAFETY: a published zone, never destroyed.
         Get::Zone(z) => match unsafe { Zone::alloc_raw(z) } {
             Ok(p) => {
+                // SAFETY: allocated just now, at least 8 bytes (every class): the free mark
+                // `free` left in it goes (`Caller::KEYED`; the fast path clears its own).
+                unsafe { clear_free_key(p.as_ptr()) };
                 // No lock held here: the runtime may start (`runtime_start.rs`).
                 crate::runtime_start::maybe_start();
                 p.as_ptr()
@@ -605,9 +598,10 @@ pub fn alloc_aligned(align: usize, n: usize) -> *mut u8 {
             let z = ZONES[c].load(Ordering::Acquire);
             if !z.is_null() {
                 // SAFETY: a published zone, never destroyed.
-                let p = unsafe { Zone::alloc_fast_raw(z) };
-                if !p.is_null() {
-                    return p;
+                if let Ok(p) = unsafe { Zone::alloc_fast_raw::<Raw>(z) } {
+                    // SAFETY: allocated just now, at least 8 bytes: as in `alloc_class_slow`.
+                    unsafe { clear_free_key(p.as_ptr()) };
+                    return p.as_ptr();
                 }
             }
             return alloc_class_slow(c);
@@ -627,26 +621,30 @@ pub unsafe fn free(p: *mut u8) {
     // The map's words as they are: a free chunk's odd word or nobody's 0 finds no entry (the
     // keys are even tags), and `free_tagged` takes both for nobody's.
     let o = ebbtide_core::owner_entry_raw(p as usize);
-    let (tag, i) = (o.tag, (o.tag >> 1) as usize);
+    let i = (o.tag >> 1) as usize;
     if i < TAGS {
         // The table through `local_ref!`, as `CLASS_FAST` in `alloc`.
-        if let Some(f) = ebbtide_core::local_ref!(TAG_FAST)[i].get(tag) {
-            // SAFETY: p is non-null and in a chunk whose tag is this zone's (the entry's key is
-            // the tag: 0, for addresses nobody owns, and a free chunk's odd word match no
-            // entry), and the hint and start word came with that tag; the zone is published
-            // and never destroyed.
-            if !unsafe { f.free_fast_owned(NonNull::new_unchecked(p), o.hint, o.start) } {
-                // SAFETY: forwarded (the fast path changed nothing).
-                unsafe { free_again_tag(i, p) };
+        if let Some(f) = ebbtide_core::local_ref!(TAG_FAST)[i].get(o.tag) {
+            // SAFETY: the entry's key is the chunk's tag (0, for addresses nobody owns, and a
+            // free chunk's odd word match no entry), so the constants are the owning zone's,
+            // which is published, never destroyed and not careful (only such a zone has
+            // constants); `p` forwarded from the caller.
+            let how = unsafe { f.free_fast::<Table>(p, &o) };
+            if how != FastFree::Done {
+                // SAFETY: `how` is what the fast path of entry `i`'s zone returned for `p`.
+                unsafe { free_missed(i, p, how) };
             }
             return;
         }
     }
-    // SAFETY: forwarded.
-    unsafe { free_tagged(p, tag) }
+    // SAFETY: `free_tagged`'s contract is `free`'s (the caller's), and `o.tag` is `p`'s map
+    // word as it requires.
+    unsafe { free_tagged(p, o.tag) }
 }
 
 /// `free` of a pointer whose tag is not in the tag table: a class past it, or not a class.
+/// `extern "C"` (it cannot unwind), as [`free_missed`], so that `free` reaches both by a tail
+/// jump and needs no stack frame of its own.
 ///
 /// # Safety
 /// As [`free`].
@@ -658,49 +656,46 @@ pub(crate) unsafe extern "C" fn free_tagged(p: *mut u8, tag: u64) {
     // `tag` is the chunk map's word as `free` read it (`class_of_tag` takes any).
     if let Some(c) = class_of_tag(tag) {
         let z = ZONES[c].load(Ordering::Acquire);
-        // SAFETY: p is non-null (its chunk has a tag); the zone is published and never
-        // destroyed (its tag maps to it).
-        let how = unsafe { Zone::free_fast_raw(z, NonNull::new_unchecked(p)) };
+        // SAFETY: the zone is published and never destroyed (its tag maps to it); `Raw`
+        // assumes nothing of it and tests the owner; `p` forwarded.
+        let how = unsafe { Zone::free_fast_raw::<Raw>(z, p) };
         if how != FastFree::Done {
-            // SAFETY: forwarded; `how` is what free_fast_raw just returned.
+            // SAFETY: `z` is published and never destroyed; `p` is not null (its chunk has `z`'s
+            // tag) and owned as `free` requires; `how` is what `z`'s fast path just returned.
             unsafe { free_resume(z, p, how) };
         }
         return;
     }
-    // SAFETY: forwarded.
+    // SAFETY: `free_other`'s contract is `free`'s (the caller's).
     unsafe { free_other(p) }
 }
 
-/// The whole free of `p` by the zone of tag entry `i` (published: its [`TAG_FAST`] entry was),
-/// after its fast path changed nothing: not an item, this CPU's stack full or closed, or an
-/// immediate double free. The zone's `free` checks and tries again and reports what was wrong
-/// (its fast path returns no reason: passing one cost `free` an instruction per outcome).
+/// A `free` that the fast path of tag entry `i`'s zone (published: its [`TAG_FAST`] entry was)
+/// did not finish (`how`: not an item, this CPU's stack full or closed, an immediate double
+/// free): the zone goes on from there.
 ///
 /// # Safety
-/// As [`free`]; `p` is in a chunk with the tag of entry `i`.
+/// As [`free`]; `how` is what that zone's fast path returned for `p` just now.
 #[cold]
 #[inline(never)]
-pub(crate) unsafe extern "C" fn free_again_tag(i: usize, p: *mut u8) {
+unsafe extern "C" fn free_missed(i: usize, p: *mut u8, how: FastFree) {
     #[cfg(test)]
     crate::slowcount::count_slow_free();
     // Relaxed: `TAG_CLASS[i]` and `ZONES[c]` were stored before the tag's entry was published
     // (Release), which the caller saw (Acquire).
     let c = TAG_CLASS[i].load(Ordering::Relaxed) as usize - 1;
-    let z = ZONES[c].load(Ordering::Relaxed);
-    // SAFETY: a published zone, never destroyed; p is non-null (its chunk has a tag).
-    zone_free_reported(p, || unsafe {
-        Zone::free_raw(z, NonNull::new_unchecked(p))
-    });
+    // SAFETY: the zone of entry `i`; the rest forwarded.
+    unsafe { free_resume(ZONES[c].load(Ordering::Relaxed), p, how) }
 }
 
-/// A free the zone's fast path did not finish.
+/// A free the zone's fast path did not finish: [`Zone::free_raw_resume`], reported.
 ///
 /// # Safety
-/// As [`Zone::free_raw_resume`].
-#[cold]
-#[inline(never)]
-pub unsafe extern "C" fn free_resume(z: *mut c_void, p: *mut u8, how: FastFree) {
-    // SAFETY: forwarded from the caller.
+/// As [`Zone::free_raw_resume`]; `p` is not null (the callers found it in a chunk with `z`'s
+/// tag, or got it from `GlobalAlloc::dealloc`).
+#[inline]
+pub unsafe fn free_resume(z: *mut c_void, p: *mut u8, how: FastFree) {
+    // SAFETY: `p` is not null and the rest is `free_raw_resume`'s contract (the caller's).
     zone_free_reported(p, || unsafe {
         Zone::free_raw_resume(z, NonNull::new_unchecked(p), how)
     });
@@ -788,7 +783,8 @@ pub unsafe fn realloc(p: *mut u8, n: usize) -> *mut u8 {
         return alloc(n);
     }
     if n == 0 {
-        // SAFETY: forwarded.
+        // SAFETY: `free`'s contract is `realloc`'s for `p` (the caller's), and `p` is not used
+        // again.
         unsafe { free(p) };
         return ptr::null_mut();
     }

@@ -4,12 +4,12 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 thread_local! {
-    /// This thread's calls of the slow paths (`alloc_class_slow`, `alloc_beyond_table`;
-    /// `free_tagged`, `free_again_tag`): how a test sees whether `malloc` and `free`
+    /// This thread's calls of the slow paths (`alloc_class_slow`;
+    /// `free_tagged`, `free_missed`): how a test sees whether `malloc` and `free`
     /// finished on their fast paths.
     ///
-    /// Atomics, though each is this thread's: the optimiser does not see the assembly's jumps
-    /// to the slow paths that count, and it keeps no atomic's value across a call.
+    /// Atomics, though each is this thread's: the optimiser keeps no atomic's value across a
+    /// call, so a count read after a `malloc` or `free` through a pointer is the slow paths'.
     static SLOW: [AtomicU64; 2] = const { [AtomicU64::new(0), AtomicU64::new(0)] };
 }
 

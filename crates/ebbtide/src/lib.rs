@@ -62,9 +62,6 @@ pub mod stats;
 mod threads;
 
 // The core's modules, under the paths users and tools have always used.
-/// The critical sections' text for the C entry points in assembly (`ebbtide-capi`).
-#[doc(hidden)]
-pub use ebbtide_core::{entry_naked_asm, entry_section_head, entry_section_tail};
 pub use ebbtide_core::{
     error, os, page_pool, pcpu, reclaim, release, runtime, sizing, typed, wss, zone,
 };

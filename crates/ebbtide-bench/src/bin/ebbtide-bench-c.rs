@@ -17,13 +17,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const USAGE: &str = "usage: ebbtide-bench-c [--reps N] [--cases a,b,...] [--min-ms MS] [--iters N]
-                       [--lib-dir DIR] [--profile P] [--diag] [--diag-out FILE] [--only a,b]
+                       [--lib-dir DIR] [--baseline-dir DIR] [--profile P] [--diag]
+                       [--diag-out FILE] [--only a,b]
   --reps N        rounds; every round runs each allocator once in a fresh process (default 21)
   --cases LIST    cases, comma separated (default all: pair64 pair256 pair4096 live256_64
                   live256_256 live256_4096 cross2_64)
   --min-ms MS     each measurement lasts at least MS ms (default 20)
   --iters N       fixed iteration count per measurement (no warm-up, no calibration; for tests)
   --lib-dir DIR   use the libebbtide.so in DIR instead of building it
+  --baseline-dir DIR  also run the libebbtide.so in DIR (say, a build of the commit before a
+                  change) as `ebbtide-baseline`, the same program with LD_LIBRARY_PATH=DIR:
+                  an A/B of two builds within one run (its paired column is ebbtide / it)
   --profile P     cargo profile to build libebbtide.so with (default release)
   --diag          the C program prints per-run diagnostics; the driver summarises the ebbtide
                   runs (CPU, migrations, context switches, faults, zone counters, addresses)
@@ -63,6 +67,7 @@ struct Args {
     min_ms: f64,
     iters: u64,
     lib_dir: Option<PathBuf>,
+    baseline_dir: Option<PathBuf>,
     profile: String,
     diag: bool,
     diag_out: Option<PathBuf>,
@@ -76,6 +81,7 @@ fn parse_args() -> Args {
         min_ms: 20.0,
         iters: 0,
         lib_dir: None,
+        baseline_dir: None,
         profile: "release".into(),
         diag: false,
         diag_out: None,
@@ -105,6 +111,7 @@ fn parse_args() -> Args {
             "--min-ms" => a.min_ms = v.parse().unwrap_or_else(|_| bad("bad --min-ms")),
             "--iters" => a.iters = v.parse().unwrap_or_else(|_| bad("bad --iters")),
             "--lib-dir" => a.lib_dir = Some(PathBuf::from(v)),
+            "--baseline-dir" => a.baseline_dir = Some(PathBuf::from(v)),
             "--profile" => a.profile = v,
             "--diag-out" => a.diag_out = Some(PathBuf::from(v)),
             "--only" => a.only = list(&v),
@@ -228,6 +235,9 @@ fn find_lib(file: &str) -> Option<PathBuf> {
 struct Runner {
     name: &'static str,
     preload: Option<PathBuf>,
+    /// `LD_LIBRARY_PATH` for the run: where `ebbtide-baseline` finds its `libebbtide.so`
+    /// (the program's run path is a RUNPATH, which `LD_LIBRARY_PATH` overrides).
+    lib_path: Option<PathBuf>,
 }
 
 fn runners(only: &[String]) -> Vec<Runner> {
@@ -254,7 +264,11 @@ fn runners(only: &[String]) -> Vec<Runner> {
                 }
             },
         };
-        v.push(Runner { name, preload });
+        v.push(Runner {
+            name,
+            preload,
+            lib_path: None,
+        });
     }
     v
 }
@@ -316,7 +330,7 @@ fn run_once(exe: &Path, r: &Runner, a: &Args) -> RunOut {
     let mut cmd = Command::new(exe);
     cmd.env_remove("LD_PRELOAD")
         .arg("--alloc")
-        .arg(if r.name == "ebbtide" {
+        .arg(if r.name.starts_with("ebbtide") {
             "ebbtide"
         } else {
             "malloc"
@@ -331,6 +345,9 @@ fn run_once(exe: &Path, r: &Runner, a: &Args) -> RunOut {
     }
     if let Some(p) = &r.preload {
         cmd.env("LD_PRELOAD", p);
+    }
+    if let Some(d) = &r.lib_path {
+        cmd.env("LD_LIBRARY_PATH", d);
     }
     let text = run_ok(&mut cmd, r.name);
     let want = match (r.name, &r.preload) {
@@ -450,6 +467,11 @@ fn print_environment(a: &Args, rs: &[Runner]) {
             None if r.name == "ebbtide" => {
                 println!("- ebbtide: ebb_zone_alloc/ebb_zone_free through libebbtide.so")
             }
+            None if r.lib_path.is_some() => println!(
+                "- {}: ebb_zone_alloc/ebb_zone_free through LD_LIBRARY_PATH={}",
+                r.name,
+                r.lib_path.as_ref().unwrap().display()
+            ),
             None => println!("- {}: the process's own malloc/free", r.name),
         }
     }
@@ -472,7 +494,22 @@ fn main() {
     let a = parse_args();
     let lib = library(&a);
     let exe = compile(&lib, &a.profile);
-    let rs = runners(&a.only);
+    let mut rs = runners(&a.only);
+    if let Some(d) = &a.baseline_dir {
+        if !d.join("libebbtide.so").is_file() {
+            eprintln!("--baseline-dir {}: no libebbtide.so there", d.display());
+            std::process::exit(2);
+        }
+        let at = usize::from(rs.first().is_some_and(|r| r.name == "ebbtide"));
+        rs.insert(
+            at,
+            Runner {
+                name: "ebbtide-baseline",
+                preload: None,
+                lib_path: Some(d.clone()),
+            },
+        );
+    }
     if rs.is_empty() {
         eprintln!("no allocator to run");
         std::process::exit(1);

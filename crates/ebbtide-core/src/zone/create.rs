@@ -73,20 +73,22 @@ impl Zone {
             careful |= C_LOCKED;
         }
         let (magic, bound) = item_check(geo.item_size, geo.items_per_slab);
-        // Below the slab size (`item_check`), which is below the 4 MiB chunk: fits the high
-        // half of `mask_bound`.
+        // Below the slab size (`item_check`), which is below the 4 MiB chunk: the slab mask
+        // fits its 32 bits.
         assert!(bound < 1 << 32 && geo.slab_size <= 1 << 32, "{geo:?}");
         let fast = Fast {
-            pcpu: pcpu.rseq_ref(),
-            careful,
+            c: FastConsts {
+                pcpu: pcpu.rseq_ref(),
+                // Sizes below the 4 MiB chunk size (`slab.rs`).
+                slabs_len: (geo.slabs_per_chunk << geo.slab_shift) as u64,
+                item_magic: magic,
+                item_bound: bound,
+                slab_mask: (geo.slab_size - 1) as u32,
+                careful,
+                tag: keg.tag,
+            },
             arena_base: arena.base,
             arena_len: arena.len,
-            tag: keg.tag,
-            // Offsets and sizes below the 4 MiB chunk size (`slab.rs`): each fits its 32 bits.
-            slab_range: geo.first_slab as u64
-                | ((geo.slabs_per_chunk << geo.slab_shift) as u64) << 32,
-            mask_bound: (geo.slab_size - 1) as u64 | bound << 32,
-            item_magic: magic,
         };
         let z = ZoneInner {
             fast,

@@ -1,42 +1,211 @@
 //! The fast paths: one rseq critical section per operation, no lock, no system call, no
-//! allocation. A zone's constants for them ([`Fast`]) are kept by value in the zone and in every
-//! handle; anything unusual (hooks, checked or zeroing zones, locked mode) sets a `careful` bit
-//! and goes to the slow paths (`slow.rs`) with one test.
+//! allocation. There is one of each, [`FastConsts::alloc_fast`] and [`FastConsts::free_fast`],
+//! generic over their [`Caller`]: what the caller has already established (the chunk's owner,
+//! that the zone is not careful) and where the critical section takes the stacks' base and the
+//! rseq offset from. Each says why it missed ([`AllocMiss`], [`FastFree`]), and the slow path
+//! resumes from there (`alloc_careful`/`alloc_slow`, [`Zone::free_raw_resume`]) without testing
+//! the pointer or trying the stack again: as FreeBSD's `cache_free`, the fast path either
+//! finishes or answers once why not.
 
 use super::{unlikely, Zone, ZoneInner};
-use crate::arena::CHUNK_SIZE;
+use crate::arena::ChunkOwner;
 use crate::error::{AllocError, InvalidFree};
 use crate::pcpu::{Push, RseqRef};
 use crate::sync::Ordering;
 use core::ffi::c_void;
-use core::ptr::{self, NonNull};
+use core::ptr::NonNull;
 
-/// Everything `Zone::alloc` and `Zone::free` read on their fast paths, fixed at creation. Kept by
-/// value in the zone and in each [`Zone`] handle: a handle is immutable plain data (no interior
-/// mutability), so the compiler may keep these in registers across a loop of allocations, where
-/// loads through the zone object would be repeated after every critical section (its `asm!`
-/// may write memory).
+/// Where a critical section takes the per-CPU stacks' base from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Base {
+    /// The constants' copy, by value: a Rust caller keeps it in a register across a loop of
+    /// calls (the section's `asm!` may write memory, so a load through the zone would be
+    /// repeated after each).
+    Own,
+    /// Loaded from the constants inside the section: fewer live registers for a caller that
+    /// keeps nothing across calls (a C entry point).
+    InPlace,
+    /// The chunk map entry's hint (`arena.rs`, "The hint"; a free only, an allocation reads in
+    /// place): for a caller that finds the constants through the pointer (chunk map, then a
+    /// table indexed by the tag), the push then waits for the entry's load, not the table's.
+    Hint,
+}
+
+/// A caller of the fast paths, as a type: the paths are monomorphised per caller, and each
+/// constant removes a test or picks an operand at compile time (snmalloc's `LocalCache::alloc`
+/// with its slow path passed in is the model).
+pub trait Caller {
+    /// The caller found the constants by the chunk's tag (its table is keyed by the tag), so
+    /// the chunk is the zone's: the owner test is left out.
+    const OWNER_TESTED: bool;
+    /// The caller knows the zone is not careful (only such a zone has [`FastConsts`] for a
+    /// table; the C API's handle bit): the careful test is left out.
+    const NOT_CAREFUL: bool;
+    /// The rseq offset from the process's static rather than the constants: the same value
+    /// (a zone in rseq mode exists only once glibc's offset is known); the static's load does
+    /// not wait for the chain that found the constants.
+    const STATIC_OFF: bool;
+    /// Where the stacks' base comes from.
+    const BASE: Base;
+    /// The free marks the item as freed in its first word ([`free_key`]), and takes an item
+    /// that already carries the mark for a double free to confirm ([`FastFree::Suspect`]);
+    /// the allocation clears the mark. glibc's tcache key: a double free is caught whenever the
+    /// item is still cached, not only when it is the top of this CPU's stack. For a caller
+    /// whose items are ordinary memory of its users (the malloc), so the free may write
+    /// them; the other callers never touch an item's memory.
+    const KEYED: bool = false;
+}
+
+/// The mark a [`Caller::KEYED`] free writes into an item's first word: random per process
+/// (never 0), so a user's data equals it by chance only (and a suspect is confirmed before it
+/// is reported). Set by [`Zone::fast_consts_raw`], before the constants of any zone can reach
+/// a keyed caller; the fast paths read it relaxed (it never changes once set).
+#[cfg(not(loom))]
+static FREE_KEY: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// The process's free mark ([`Caller::KEYED`]); 0 before any zone handed out constants.
+#[cfg(not(loom))]
+#[inline(always)]
+pub fn free_key() -> u64 {
+    // Through `local_ref!`: no GOT load before it (`local.rs`).
+    crate::local_ref!(FREE_KEY).load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sets [`FREE_KEY`] once: 64 random bits from the kernel (a clock-derived fallback where
+/// `getrandom` fails), never 0.
+#[cfg(not(loom))]
+fn init_free_key() {
+    use core::sync::atomic::Ordering::Relaxed;
+    if FREE_KEY.load(Relaxed) != 0 {
+        return;
+    }
+    let mut k = 0u64;
+    // SAFETY: getrandom writes at most 8 bytes into `k`, which it may.
+    let got = unsafe { libc::getrandom((&mut k as *mut u64).cast(), 8, libc::GRND_NONBLOCK) };
+    if got != 8 {
+        k = crate::os::now_ns() ^ 0x9e37_79b9_7f4a_7c15;
+    }
+    // Never 0 (a common value of a user's first word); any racing initialiser's value is as
+    // good, so the first store wins and the others keep it.
+    let _ = FREE_KEY.compare_exchange(0, k | 1 << 63, Relaxed, Relaxed);
+}
+
+/// Clears the free mark of an item just allocated ([`Caller::KEYED`]): for a keyed caller's
+/// allocations that do not go through [`FastConsts::alloc_fast`] (its slow paths).
+///
+/// # Safety
+/// `p` is an item of at least 8 bytes that the caller has just allocated.
+#[inline(always)]
+pub unsafe fn clear_free_key(p: *mut u8) {
+    // SAFETY: the caller's item, at least 8 bytes and aligned to 8 (every item size is a
+    // multiple of 8 from an aligned slab).
+    unsafe { p.cast::<u64>().write(0) };
+}
+
+/// [`Zone::alloc`] and [`Zone::free`] on a handle, and their raw forms.
+pub enum Handle {}
+impl Caller for Handle {
+    const OWNER_TESTED: bool = false;
+    const NOT_CAREFUL: bool = false;
+    const STATIC_OFF: bool = false;
+    const BASE: Base = Base::Own;
+}
+
+/// A raw zone pointer that may be careful, read in place ([`Zone::alloc_fast_raw`] from a
+/// caller that holds nothing across calls).
+pub enum Raw {}
+impl Caller for Raw {
+    const OWNER_TESTED: bool = false;
+    const NOT_CAREFUL: bool = false;
+    const STATIC_OFF: bool = false;
+    const BASE: Base = Base::InPlace;
+}
+
+/// A raw zone pointer its caller knows is not careful (the C API, by its handle's bit).
+pub enum Plain {}
+impl Caller for Plain {
+    const OWNER_TESTED: bool = false;
+    const NOT_CAREFUL: bool = true;
+    const STATIC_OFF: bool = false;
+    const BASE: Base = Base::InPlace;
+}
+
+/// [`FastConsts`] kept in a table keyed by the chunk's tag (the malloc's `free` finds them
+/// through the pointer, its `malloc` by the size class).
+pub enum Table {}
+impl Caller for Table {
+    const OWNER_TESTED: bool = true;
+    const NOT_CAREFUL: bool = true;
+    const STATIC_OFF: bool = true;
+    const BASE: Base = Base::Hint;
+    const KEYED: bool = true;
+}
+
+/// Why [`FastConsts::alloc_fast`] returned no item; nothing changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocMiss {
+    /// The zone is careful (hooks, checked, zeroing, locked mode): the careful path.
+    Careful,
+    /// This CPU's stack is empty, stopped or closed: the slow path.
+    Empty,
+}
+
+/// What [`FastConsts::free_fast`] did; anything but `Done` changed nothing, and
+/// [`Zone::free_raw_resume`] finishes the free from there without repeating the test or the
+/// push.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FastFree {
+    /// On this CPU's stack: done.
+    Done,
+    /// Not an item start of the zone (another owner's chunk, outside the arena, NULL, the
+    /// chunk's metadata, inside an item).
+    Invalid,
+    /// The zone is careful (hooks, checked, zeroing, locked mode): the careful path.
+    Careful,
+    /// This CPU's stack is full or closed: the slow path.
+    Full,
+    /// The item is the top of this CPU's stack: an immediate double free.
+    Duplicate,
+    /// The item already carries the free mark ([`Caller::KEYED`]): a double free of a cached
+    /// item, or by chance a user's word equal to the mark; the slow path looks for the item in
+    /// the caches to tell which.
+    Suspect,
+}
+
+/// Everything the fast paths read, fixed at the zone's creation: kept by value in the zone, in
+/// every [`Zone`] handle (through [`Fast`]) and in a caller's own tables
+/// ([`Zone::fast_consts_raw`]). Plain data (no interior mutability), so the compiler may keep
+/// it in registers across a loop of calls; valid as long as its zone is not destroyed.
+///
+/// With an 8-byte key before it (the malloc's table entries), everything up to the tag lies
+/// in the entry's first 64 bytes.
 #[derive(Clone, Copy)]
 #[repr(C)]
-pub(crate) struct Fast {
+pub struct FastConsts {
     pub(super) pcpu: RseqRef,
-    // The item test's fields next (offsets within a 4 MiB chunk, packed two to a word).
-    /// The slabs' range within a chunk, both ends in one word so that `free` reads them with
-    /// one load (the C entry points are bound by their loads, docs/benchmarks.md, "Loads, not
-    /// instructions"): the offset of the first slab in the low 32 bits, the end of the last
-    /// slab relative to it (`slabs_per_chunk << slab_shift`) in the high 32. Kept packed
-    /// where the C entry points ran as fast with the four halves apart: the Rust paths keep
-    /// these in registers across a loop, and four more registers cost them spills
-    /// (docs/benchmarks.md, "The stacks' address as the owner test").
-    pub(super) slab_range: u64,
-    /// `slab_size - 1` in the low 32 bits, `item_check(item_size, items_per_slab).1` (the
-    /// bound, below the slab size, so below 2^32) in the high 32: one load for both.
-    pub(super) mask_bound: u64,
-    /// `item_check(item_size, items_per_slab).0`.
+    /// Bytes of a chunk's slabs (`slabs_per_chunk << slab_shift`).
+    pub(super) slabs_len: u64,
+    /// `item_check(item_size, items_per_slab)`.
     pub(super) item_magic: u64,
+    pub(super) item_bound: u64,
+    /// `slab_size - 1`.
+    pub(super) slab_mask: u32,
     /// `C_*` bits: any set bit sends both operations to their careful paths.
     pub(super) careful: u32,
     pub(super) tag: u64,
+}
+
+// What the malloc reads of a table entry (its 8-byte key, then `FastConsts` up to the tag) lies
+// in the entry's first 64 bytes.
+const _: () = assert!(core::mem::offset_of!(FastConsts, tag) + 8 <= 64);
+
+/// A zone's [`FastConsts`] and the arena's base and length, by which a handle finds the chunk
+/// map entry of a pointer it is given (a caller with a table reads the arena's static view).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub(crate) struct Fast {
+    pub(super) c: FastConsts,
     /// The arena's base (where its chunk map starts) and its length in bytes
     /// ([`crate::arena::map_entry_in`]).
     pub(super) arena_base: usize,
@@ -72,214 +241,44 @@ pub(crate) fn passes_item_check(x: u32, magic: u64, bound: u64) -> bool {
 }
 
 impl Fast {
-    /// O(1) check that `a` is the start of an item of this zone, reading only the chunk map.
+    /// The chunk map entry of the chunk holding `a` (all zero outside the arena, so NULL and
+    /// foreign pointers have tag 0, which no keg has).
+    #[inline(always)]
+    pub(super) fn owner(&self, a: usize) -> ChunkOwner {
+        // SAFETY: the arena's base and length, copied from it when the zone was made (the
+        // arena lives as long as the process).
+        match unsafe { crate::arena::map_entry_in(self.arena_base, self.arena_len, a) } {
+            None => ChunkOwner::default(),
+            Some(e) => ChunkOwner {
+                // Acquire: pairs with the Release store of the tag in `Arena::alloc_chunk`: the
+                // hint and start word, stored before it, are the tag's.
+                tag: e.tag.load(Ordering::Acquire),
+                hint: e.hint.load(Ordering::Relaxed),
+                start: e.start.load(Ordering::Relaxed),
+            },
+        }
+    }
+
+    /// O(1) check that `a` is the start of an item of this zone, reading only the chunk map:
+    /// the fast path's own test ([`FastConsts::owns_item`]).
     #[inline(always)]
     pub(super) fn is_item(&self, a: usize) -> bool {
-        // SAFETY: the arena's base and length (copied from it when the zone was made).
-        let Some(e) = (unsafe { crate::arena::map_entry_in(self.arena_base, self.arena_len, a) })
-        else {
-            return false;
-        };
-        // Acquire: pairs with the Release store of the tag in `Arena::alloc_chunk` (the chunk's
-        // header is initialised before its tag is published).
-        let chunk_tag = e.tag.load(Ordering::Acquire);
-        if unlikely(chunk_tag != self.tag) {
-            return false;
-        }
-        self.is_item_in_chunk(a)
-    }
-
-    /// The part of [`Fast::is_item`] after the chunk's tag: `a` lies in a chunk of this zone's
-    /// keg (the caller read its tag); is it an item start?
-    #[inline(always)]
-    pub(super) fn is_item_in_chunk(&self, a: usize) -> bool {
-        // Each test its own predictable branch: folded into one flag (`setcc`/`and`) they cost
-        // more instructions than they save.
-        // In 32 bits: the offset within the chunk (< 2^22) and the fields are u32 (64-bit
-        // arithmetic on zero-extended fields cost two instructions more). An offset below the
-        // first slab wraps to at least 2^32 - 2^22, far above the slabs' end, so the range
-        // test still refuses it.
-        let range = self.slab_range;
-        let rel = ((a as u32) & (CHUNK_SIZE as u32 - 1)).wrapping_sub(range as u32);
-        if unlikely(rel >= (range >> 32) as u32) {
-            return false;
-        }
-        // One multiply and one compare for "a multiple of the item size, below the slab's last
-        // item" (see `item_check`).
-        let mask_bound = self.mask_bound;
-        passes_item_check(rel & mask_bound as u32, self.item_magic, mask_bound >> 32)
+        self.c.owns_item::<false>(a, &self.owner(a))
     }
 }
-
-/// The fast path of [`Zone::alloc`]: `f` is the zone's [`Fast`] (the handle's copy or the zone's
-/// own), `z` the zone.
-#[inline(always)]
-pub(super) fn alloc_with(f: &Fast, z: &ZoneInner) -> Result<NonNull<u8>, AllocError> {
-    if !unlikely(f.careful != 0) {
-        // SAFETY: careful == 0 means C_LOCKED is clear: the per-CPU layer is in rseq mode.
-        let p = unsafe { f.pcpu.pop() };
-        if !unlikely(p.is_null()) {
-            // SAFETY: non-null checked above.
-            return Ok(unsafe { NonNull::new_unchecked(p) });
-        }
-        return z.alloc_slow();
-    }
-    z.alloc_careful()
-}
-
-/// The fast path of [`Zone::free`] (arguments as in [`alloc_with`]).
-///
-/// # Safety
-/// As [`Zone::free`].
-#[inline(always)]
-pub(super) unsafe fn free_with(f: &Fast, z: &ZoneInner, p: NonNull<u8>) -> Result<(), InvalidFree> {
-    let a = p.as_ptr() as usize;
-    if unlikely(!f.is_item(a)) {
-        return Err(z.invalid_now(a));
-    }
-    if !unlikely(f.careful != 0) {
-        // SAFETY: careful == 0: rseq mode (as in `alloc_with`).
-        return match unsafe { f.pcpu.push(p.as_ptr()) } {
-            Push::Done => Ok(()),
-            Push::Full => z.free_slow(p.as_ptr()),
-            Push::Duplicate => Err(z.duplicate_now(a)),
-        };
-    }
-    z.free_careful(p.as_ptr())
-}
-
-/// The body of [`Zone::alloc_fast_raw`] (the zone's own offset: the C API has the zone in a
-/// register; see `RseqRef::pop_in_place`).
-///
-/// # Safety
-/// `f` is the constants of a live zone.
-#[inline(always)]
-unsafe fn alloc_fast_in(f: &Fast) -> *mut u8 {
-    if f.careful != 0 {
-        return ptr::null_mut();
-    }
-    // SAFETY: careful == 0: rseq mode. The in-place form reads the base inside the section: a
-    // C call keeps nothing in registers, and fewer live registers spare the entry point a save
-    // and restore.
-    unsafe { RseqRef::pop_in_place::<false>(&f.pcpu) }
-}
-
-/// The rest of [`Zone::free_fast_raw`], once the item test is done (`is_item`): the careful
-/// test, then the push onto this CPU's stack (the offset as in `RseqRef::pop_in_place`).
-///
-/// # Safety
-/// `f` is the constants of a live zone; as [`Zone::free_raw`] for `p`; `is_item` is true only
-/// if `p` is the start of an item of the zone.
-#[inline(always)]
-unsafe fn push_if_item(f: &Fast, p: NonNull<u8>, is_item: bool) -> FastFree {
-    if unlikely(!is_item) {
-        return FastFree::Invalid;
-    }
-    if unlikely(f.careful != 0) {
-        return FastFree::Careful;
-    }
-    // SAFETY: careful == 0: rseq mode; the item passed the check. In-place form: as in
-    // `alloc_fast_in`.
-    match unsafe { RseqRef::push_in_place::<false>(&f.pcpu, p.as_ptr()) } {
-        Push::Done => FastFree::Done,
-        Push::Full => FastFree::Full,
-        Push::Duplicate => FastFree::Duplicate,
-    }
-}
-
-/// A copy of one zone's fast-path constants, for a caller that keeps its zones in tables of its
-/// own and looks one up on every call (the malloc: by size class, and by the tag of the chunk
-/// a freed block lies in). Kept in such a table, the fast paths read the constants from the
-/// entry, whose address is computed from the index, instead of first loading the zone's address
-/// from a table and then the constants from the zone: one dependent load less per call.
-///
-/// Plain data (no interior mutability); valid as long as the zone it was copied from
-/// ([`Zone::fast_consts_raw`]) is not destroyed. The slow paths still need the zone itself.
-///
-/// Only a zone whose fast paths apply has them: a careful zone (hooks, checked, zeroing,
-/// locked mode: fixed at creation) has none, so these paths skip the careful test (a load, a
-/// compare and a branch each), and `free_fast_owned` returns no reason: with both, the malloc
-/// suite's `live_small` ran 6 % and `pair_mixed` 19 % faster (docs/benchmarks.md, "Fewer
-/// instructions on the malloc's fast paths").
-///
-/// **Its own layout, not a copy of the zone's `Fast`.** Its `free` takes the offset from the
-/// chunk's first slab from the chunk's start word (`arena.rs`, "The start word"), whose entry
-/// that caller loads anyway for the tag, and compares with each figure in a word of its own, as
-/// a memory operand: 4 instructions fewer than `Fast`'s packed test (counting the start word's
-/// load), and the malloc suite's `pair_mixed` and `live_small` ran 2-4 % faster
-/// (docs/benchmarks.md, "The start word"). `Fast` keeps its packed test: the C entry point reads
-/// no tag, and there the start word put the entry's load on the item test's chain (its pair
-/// cases ran 3-4 % slower).
-#[derive(Clone, Copy)]
-#[repr(C)]
-pub struct FastConsts {
-    pub(super) pcpu: RseqRef,
-    // Everything the malloc's `malloc` and `free` read, so that with an 8-byte key before it
-    // (its table entries) all of it lies in an entry's first 64 bytes.
-    /// Bytes of a chunk's slabs (`slabs_per_chunk << slab_shift`).
-    pub(super) slabs_len: u64,
-    /// `item_check(item_size, items_per_slab)`.
-    pub(super) item_magic: u64,
-    pub(super) item_bound: u64,
-    /// `slab_size - 1`.
-    pub(super) slab_mask: u32,
-    /// `C_*` bits: always 0 (only a zone that is not careful has these constants).
-    careful: u32,
-    tag: u64,
-}
-
-// What the malloc reads of a table entry (its 8-byte key, then `FastConsts` up to the tag) lies
-// in the entry's first 64 bytes.
-const _: () = assert!(core::mem::offset_of!(FastConsts, tag) + 8 <= 64);
 
 impl FastConsts {
-    /// [`Zone::alloc_fast_raw`] of the zone these constants were copied from: an item from
-    /// this CPU's stack, or null (stack empty).
-    ///
-    /// # Safety
-    /// The zone must not be destroyed.
+    /// The item/owner test, the only one: the chunk is the zone's (its tag, unless `TESTED`:
+    /// the caller compared it), `a` lies inside the chunk's slabs (`a - start` below their
+    /// length; below the first slab it wraps far above) and at an item's start within its slab
+    /// (one multiply and one compare, [`item_check`]). Each test its own predictable branch:
+    /// folded into one flag they cost more instructions than they save.
     #[inline(always)]
-    pub unsafe fn alloc_fast(&self) -> *mut u8 {
-        debug_assert_eq!(self.careful, 0);
-        // SAFETY: constants exist only for a zone that is not careful (`fast_consts_raw`):
-        // rseq mode. In-place form: as in `alloc_fast_in`.
-        unsafe { RseqRef::pop_in_place::<true>(&self.pcpu) }
-    }
-
-    /// The fast path of [`Zone::free_raw`] for the zone these constants were copied from, for a
-    /// caller that has already read the entry of the chunk holding `p` ([`crate::owner_entry`])
-    /// and found its tag to be this zone's ([`FastConsts::tag`]), as a malloc's `free` does to
-    /// find the zone: the arena and tag tests are not repeated, only the range and item tests
-    /// by the entry's `start` word, and the push finds the stacks from the entry's `hint`
-    /// (`arena.rs`, "The hint", "The start word").
-    /// True when `p` is on this CPU's stack; false changed nothing (not an item, the stack full
-    /// or closed, or `p` its top: an immediate double free), and [`Zone::free_raw`] then does
-    /// the whole free, reporting what was wrong.
-    ///
-    /// # Safety
-    /// As [`Zone::free_raw`] for that zone; [`crate::owner_entry`] of `p` gave this zone's tag
-    /// with `hint` and `start`.
-    #[inline(always)]
-    pub unsafe fn free_fast_owned(&self, p: NonNull<u8>, hint: u64, start: u64) -> bool {
-        debug_assert_eq!(self.careful, 0);
-        if unlikely(!self.is_item_from(p.as_ptr() as usize, start)) {
+    fn owns_item<const TESTED: bool>(&self, a: usize, o: &ChunkOwner) -> bool {
+        if !TESTED && unlikely(o.tag != self.tag) {
             return false;
         }
-        // SAFETY: constants exist only for a zone that is not careful (`fast_consts_raw`): rseq
-        // mode; `p` passed the range and item tests by its chunk's start word, which the
-        // caller's tag test completes; the hint is the zone's (its chunk's entry, whose tag is
-        // the zone's).
-        let pushed = unsafe { RseqRef::push_at::<true>(&self.pcpu, hint, p.as_ptr()) };
-        matches!(pushed, Push::Done)
-    }
-
-    /// Is `a`, in a chunk of this zone whose start word is `start`, the start of an item?
-    /// `a - start` below the slabs' length is inside the slabs (below the first slab it wraps
-    /// far above); then the item start within its slab, as in `Fast::is_item_in_chunk`.
-    #[inline(always)]
-    fn is_item_from(&self, a: usize, start: u64) -> bool {
-        let rel = (a as u64).wrapping_sub(start);
-        // Each test its own predictable branch (as in `Fast::is_item_in_chunk`).
+        let rel = (a as u64).wrapping_sub(o.start);
         if unlikely(rel >= self.slabs_len) {
             return false;
         }
@@ -289,6 +288,101 @@ impl FastConsts {
             self.item_magic,
             self.item_bound,
         )
+    }
+
+    /// The fast path of an allocation: an item from this CPU's stack, or why not (nothing
+    /// changed). Never runs a hook, takes a lock or panics, so a C entry point needs no unwind
+    /// guard around it.
+    ///
+    /// # Safety
+    /// The zone these constants belong to is not destroyed; if `C::NOT_CAREFUL`, it is not
+    /// careful.
+    #[inline(always)]
+    pub unsafe fn alloc_fast<C: Caller>(&self) -> Result<NonNull<u8>, AllocMiss> {
+        if C::NOT_CAREFUL {
+            debug_assert_eq!(self.careful, 0);
+        } else if unlikely(self.careful != 0) {
+            return Err(AllocMiss::Careful);
+        }
+        // SAFETY: careful == 0 (tested, or the caller's guarantee) means C_LOCKED is clear: the
+        // per-CPU layer is in rseq mode, and the zone (so its stacks) is live (caller).
+        let p = unsafe {
+            match (C::BASE, C::STATIC_OFF) {
+                (Base::Own, _) => self.pcpu.pop(),
+                (_, true) => RseqRef::pop_in_place::<true>(&self.pcpu),
+                (_, false) => RseqRef::pop_in_place::<false>(&self.pcpu),
+            }
+        };
+        let p = NonNull::new(p).ok_or(AllocMiss::Empty)?;
+        if C::KEYED {
+            // SAFETY: popped just now: the caller's item (items are at least 8 bytes).
+            unsafe { clear_free_key(p.as_ptr()) };
+        }
+        Ok(p)
+    }
+
+    /// The fast path of a free of `p` (any pointer, NULL included), whose chunk map entry the
+    /// caller read ([`crate::owner_entry_raw`], or a handle's own view of the map): the owner
+    /// and item tests, the careful test, one push. `Done`, or why not, with nothing changed.
+    /// Reads the chunk map, never `p`'s memory. Never runs a hook, takes a lock or panics.
+    ///
+    /// # Safety
+    /// The zone these constants belong to is not destroyed; if `C::NOT_CAREFUL`, it is not
+    /// careful; if `C::OWNER_TESTED`, `o.tag` is this zone's tag; if `p` is an item of the
+    /// zone, the caller owns it and does not use it after `Done`.
+    #[inline(always)]
+    pub unsafe fn free_fast<C: Caller>(&self, p: *mut u8, o: &ChunkOwner) -> FastFree {
+        if C::OWNER_TESTED {
+            debug_assert_eq!(o.tag, self.tag);
+        }
+        let owned = if C::OWNER_TESTED {
+            self.owns_item::<true>(p as usize, o)
+        } else {
+            self.owns_item::<false>(p as usize, o)
+        };
+        if unlikely(!owned) {
+            return FastFree::Invalid;
+        }
+        if C::NOT_CAREFUL {
+            debug_assert_eq!(self.careful, 0);
+        } else if unlikely(self.careful != 0) {
+            return FastFree::Careful;
+        }
+        if C::KEYED {
+            let key = free_key();
+            debug_assert_ne!(key, 0);
+            let w = p.cast::<u64>();
+            // SAFETY: `p` passed the owner and item tests: an item start of this zone, in a
+            // mapped slab (a slab's pages are mapped before its items are handed out and only
+            // ever dropped with MADV_DONTNEED, which reads back zeros), 8-aligned and at least
+            // 8 bytes. Its first word is the caller's item's (owned, or already free: either
+            // way nobody else writes it until it is handed out again, which the push below
+            // orders after this store).
+            unsafe {
+                if unlikely(w.read() == key) {
+                    return FastFree::Suspect;
+                }
+                w.write(key);
+            }
+        }
+        // SAFETY: careful == 0: rseq mode; the zone is live (caller). `p` passed the owner and
+        // item tests, so it is an item start of this zone (not NULL), and the chunk's hint is
+        // this zone's stacks' base (a chunk's hint is its keg's zone's stacks, written before
+        // the tag the owner test compared: `arena.rs`, "The hint").
+        let pushed = unsafe {
+            match (C::BASE, C::STATIC_OFF) {
+                (Base::Own, _) => self.pcpu.push(p),
+                (Base::InPlace, true) => RseqRef::push_in_place::<true>(&self.pcpu, p),
+                (Base::InPlace, false) => RseqRef::push_in_place::<false>(&self.pcpu, p),
+                (Base::Hint, true) => RseqRef::push_at::<true>(&self.pcpu, o.hint, p),
+                (Base::Hint, false) => RseqRef::push_at::<false>(&self.pcpu, o.hint, p),
+            }
+        };
+        match pushed {
+            Push::Done => FastFree::Done,
+            Push::Full => FastFree::Full,
+            Push::Duplicate => FastFree::Duplicate,
+        }
     }
 
     /// The word the chunk map entries of this zone's chunks carry beside the tag (its per-CPU
@@ -303,40 +397,56 @@ impl FastConsts {
     }
 }
 
-/// `x`, hidden from the optimiser: equal in value, but the compiler cannot tell, so it cannot
-/// replace one by the other (costs at most a register move).
-#[inline(always)]
-fn opaque(mut x: u64) -> u64 {
-    // SAFETY: an empty assembly block: reads and writes nothing but the register it is given.
-    unsafe {
-        core::arch::asm!("/* {0} */", inout(reg) x, options(pure, nomem, nostack, preserves_flags));
+impl ZoneInner {
+    /// An allocation past its fast path's `miss`: the careful or the slow path.
+    #[inline(always)]
+    fn alloc_missed(&self, miss: AllocMiss) -> Result<NonNull<u8>, AllocError> {
+        match miss {
+            AllocMiss::Careful => self.alloc_careful(),
+            AllocMiss::Empty => self.alloc_slow(),
+        }
     }
-    x
-}
 
-/// What [`Zone::free_fast_raw`] did; anything but `Done` changed nothing, and
-/// [`Zone::free_raw_resume`] finishes the free from there without repeating the check or the
-/// push.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum FastFree {
-    /// On this CPU's stack: done.
-    Done,
-    /// Not an item of the zone.
-    Invalid,
-    /// The zone is careful (hooks, checked, zeroing, locked mode): the careful path.
-    Careful,
-    /// This CPU's stack is full or closed: the slow path.
-    Full,
-    /// The item is the top of this CPU's stack: an immediate double free.
-    Duplicate,
+    /// A free past its fast path, from where it stopped (`how`): the pointer is not tested
+    /// again and the stack not tried again.
+    #[cold]
+    #[inline(never)]
+    fn free_missed(&self, p: *mut u8, how: FastFree) -> Result<(), InvalidFree> {
+        let a = p as usize;
+        match how {
+            FastFree::Done => Ok(()),
+            FastFree::Invalid => Err(self.invalid_now(a)),
+            FastFree::Careful => self.free_careful(p),
+            FastFree::Full => self.free_slow(p),
+            FastFree::Duplicate => Err(self.duplicate_now(a)),
+            FastFree::Suspect => self.free_suspect(p),
+        }
+    }
+
+    /// [`Zone::free`]'s body for the zone's constants `f` (a handle's copy or the zone's own).
+    ///
+    /// # Safety
+    /// As [`Zone::free`].
+    #[inline(always)]
+    unsafe fn free_by(&self, f: &Fast, p: NonNull<u8>) -> Result<(), InvalidFree> {
+        let o = f.owner(p.as_ptr() as usize);
+        // SAFETY: `f` is this live zone's constants; the rest forwarded.
+        match unsafe { f.c.free_fast::<Handle>(p.as_ptr(), &o) } {
+            FastFree::Done => Ok(()),
+            how => self.free_missed(p.as_ptr(), how),
+        }
+    }
 }
 
 impl Zone {
     /// Allocates one item. Fast path: one rseq critical section, no lock, no system call.
     #[inline(always)]
     pub fn alloc(&self) -> Result<NonNull<u8>, AllocError> {
-        alloc_with(&self.fast, self.inner())
+        // SAFETY: the handle keeps its zone alive; `Handle` assumes nothing of the zone.
+        match unsafe { self.fast.c.alloc_fast::<Handle>() } {
+            Ok(p) => Ok(p),
+            Err(miss) => self.inner().alloc_missed(miss),
+        }
     }
 
     /// Frees an item of this zone.
@@ -351,8 +461,8 @@ impl Zone {
     /// not use it afterwards.
     #[inline(always)]
     pub unsafe fn free(&self, p: NonNull<u8>) -> Result<(), InvalidFree> {
-        // SAFETY: forwarded.
-        unsafe { free_with(&self.fast, self.inner(), p) }
+        // SAFETY: the handle keeps its zone alive; `p` forwarded.
+        unsafe { self.inner().free_by(&self.fast, p) }
     }
 
     /// [`Zone::alloc`] on a raw zone pointer (the C API), reading the fast-path constants in
@@ -364,152 +474,79 @@ impl Zone {
     pub unsafe fn alloc_raw(z: *mut c_void) -> Result<NonNull<u8>, AllocError> {
         // SAFETY: a live zone (caller's guarantee).
         let z = unsafe { &*z.cast::<ZoneInner>() };
-        alloc_with(&z.fast, z)
-    }
-
-    /// Only the fast path of [`Zone::alloc_raw`]: the item from this CPU's stack, or null when
-    /// the stack is empty or the zone is careful (then call [`Zone::alloc_raw`]). Never runs a
-    /// hook, takes a lock or panics, so a C entry point needs no unwind guard around it.
-    ///
-    /// # Safety
-    /// As [`Zone::alloc_raw`].
-    #[inline(always)]
-    pub unsafe fn alloc_fast_raw(z: *mut c_void) -> *mut u8 {
-        // SAFETY: a live zone (caller's guarantee).
-        unsafe { alloc_fast_in(&(*z.cast::<ZoneInner>()).fast) }
-    }
-
-    /// Only the fast path of [`Zone::free_raw`]: [`FastFree::Done`] when `p` passed the item
-    /// check and went onto this CPU's stack; anything else changed nothing and says where to
-    /// go on ([`Zone::free_raw_resume`]). Never panics, runs no hook, takes no lock.
-    ///
-    /// # Safety
-    /// As [`Zone::free_raw`].
-    #[inline(always)]
-    pub unsafe fn free_fast_raw(z: *mut c_void, p: NonNull<u8>) -> FastFree {
-        // SAFETY: forwarded (a non-null pointer is one case of the other's).
-        unsafe { Zone::free_fast_raw_ptr(z, p.as_ptr()) }
-    }
-
-    /// [`Zone::free_fast_raw`] of a pointer that may be null (C's `free(NULL)`): null lies below
-    /// every arena, so it fails the item test as any pointer from elsewhere does
-    /// ([`FastFree::Invalid`]), and the caller needs no test of its own before this one.
-    ///
-    /// # Safety
-    /// As [`Zone::free_raw`] when `p` is not null.
-    #[inline(always)]
-    pub unsafe fn free_fast_raw_ptr(z: *mut c_void, p: *mut u8) -> FastFree {
-        // SAFETY: a live zone (caller's guarantee).
-        let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
-        // `is_item(0)`: `0 - arena_base` wraps to at least `arena_len` (the arena does not reach
-        // the end of the address space), so null is never an item.
-        if unlikely(!f.is_item(p as usize)) {
-            return FastFree::Invalid;
+        // SAFETY: the zone's own constants, live; `Handle` assumes nothing of the zone.
+        match unsafe { z.fast.c.alloc_fast::<Handle>() } {
+            Ok(p) => Ok(p),
+            Err(miss) => z.alloc_missed(miss),
         }
-        // SAFETY: `p` passed the item test, so it is not null; the rest forwarded. The zone's
-        // own offset: the C API has the zone in a register (see `RseqRef::pop_in_place`).
-        unsafe { push_if_item(f, NonNull::new_unchecked(p), true) }
     }
 
-    /// [`Zone::alloc_fast_raw`] for a zone its caller knows is not careful (the C API: a bit of
-    /// its handle), without the `careful` test: one load fewer per call.
+    /// [`Zone::free`] on a raw zone pointer (the C API).
     ///
     /// # Safety
-    /// As [`Zone::alloc_raw`], and the zone is not careful ([`Zone::fast_consts_raw`] gave
-    /// `Some`).
+    /// As [`Zone::alloc_raw`] for `z`, and as [`Zone::free`] for `p`.
     #[inline(always)]
-    pub unsafe fn alloc_fast_plain(z: *mut c_void) -> *mut u8 {
+    pub unsafe fn free_raw(z: *mut c_void, p: NonNull<u8>) -> Result<(), InvalidFree> {
         // SAFETY: a live zone (caller's guarantee).
-        let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
-        debug_assert_eq!(f.careful, 0);
-        // SAFETY: not careful (caller): rseq mode. The stacks' base is loaded before the
-        // section, not inside it (`pop_in_place`): the compiler then reads it from the zone
-        // with a displacement from the handle's register instead of first forming the zone's
-        // address for the section's operand (one instruction fewer).
-        unsafe { f.pcpu.pop() }
+        let z = unsafe { &*z.cast::<ZoneInner>() };
+        // SAFETY: the zone's own constants; `p` forwarded.
+        unsafe { z.free_by(&z.fast, p) }
     }
 
-    /// The fast path of `ebb_zone_free` for a zone its caller knows is not careful: true when
-    /// `p` passed the item check and went onto this CPU's stack; false changed nothing (not an
-    /// item of the zone, the stack full or closed, `p` its top, or NULL), and
-    /// [`Zone::free_raw`] then does the whole free, checking the pointer again. Unlike
-    /// [`Zone::free_fast_raw`] it makes no `careful` test and says nothing of why: one load
-    /// fewer per call. Never panics, runs no hook, takes no lock.
-    ///
-    /// **The owner test by the stacks' address.** Where `Fast::is_item` compares the chunk's
-    /// tag with the zone's, this compares the chunk's hint (the owning zone's per-CPU stacks,
-    /// `arena.rs`, "The hint") with the zone's stacks' base, which the push needs anyway: one
-    /// load of the zone fewer, and the push's base in a register (docs/benchmarks.md, "The
-    /// stacks' address as the owner test"). Equal hints mean the same keg: every keg of a zone
-    /// carries its own zone's stacks, which no other live zone shares (each has its own
-    /// mapping), kegs without stacks carry 0, a chunk never handed out reads 0, and a chunk
-    /// given back has its hint cleared before it is marked free (`Arena::free_chunk`), so a
-    /// later zone whose stacks reuse a destroyed zone's address never matches that zone's old
-    /// chunks.
+    /// Only the fast path of [`Zone::alloc_raw`] for caller `C` ([`Raw`], or [`Plain`] for a
+    /// zone the caller knows is not careful): an item, or why not (then [`Zone::alloc_raw`]
+    /// does the whole allocation).
     ///
     /// # Safety
-    /// As [`Zone::free_raw`] when `p` is not null, and the zone is not careful
+    /// As [`Zone::alloc_raw`]; with [`Plain`], the zone is not careful
     /// ([`Zone::fast_consts_raw`] gave `Some`).
     #[inline(always)]
-    pub unsafe fn free_fast_plain(z: *mut c_void, p: *mut u8) -> bool {
+    pub unsafe fn alloc_fast_raw<C: Caller>(z: *mut c_void) -> Result<NonNull<u8>, AllocMiss> {
+        // SAFETY: a live zone (caller's guarantee); `C`'s assumptions forwarded.
+        unsafe { (*z.cast::<ZoneInner>()).fast.c.alloc_fast::<C>() }
+    }
+
+    /// Only the fast path of [`Zone::free_raw`] for caller `C`, of any pointer (NULL and
+    /// foreign pointers fail its owner test: [`FastFree::Invalid`]): `Done`, or where
+    /// [`Zone::free_raw_resume`] goes on. Never panics, runs no hook, takes no lock.
+    ///
+    /// # Safety
+    /// As [`Zone::free_raw`] when `p` is not null; `C` may not be [`Table`] (the owner is
+    /// tested here), and with [`Plain`] the zone is not careful.
+    #[inline(always)]
+    pub unsafe fn free_fast_raw<C: Caller>(z: *mut c_void, p: *mut u8) -> FastFree {
+        const { assert!(!C::OWNER_TESTED, "free_fast_raw tests the owner itself") };
         // SAFETY: a live zone (caller's guarantee).
         let f = unsafe { &(*z.cast::<ZoneInner>()).fast };
-        debug_assert_eq!(f.careful, 0);
-        // Null lies below the arena (as in `free_fast_raw_ptr`).
-        // SAFETY: the arena's base and length (copied from it when the zone was made).
-        let Some(e) =
-            (unsafe { crate::arena::map_entry_in(f.arena_base, f.arena_len, p as usize) })
-        else {
-            return false;
-        };
-        let base = f.pcpu.hint();
-        // Acquire: pairs with the Release store of the hint in `Arena::alloc_chunk` (as the tag
-        // in `is_item`; the push reads nothing of the chunk, so this is for symmetry only).
-        // Compared with an opaque copy of the base: past an equality test the compiler may use
-        // either side for the other, and the push must take the base loaded from the zone, not
-        // the one loaded through the pointer (in a pair of calls the pointer comes late, and a
-        // push waiting for it ran 4.83 against 3.30 ns: docs/benchmarks.md, "Loads, not
-        // instructions", last paragraph).
-        if unlikely(e.hint.load(Ordering::Acquire) != opaque(base)) {
-            return false;
-        }
-        if unlikely(!f.is_item_in_chunk(p as usize)) {
-            return false;
-        }
-        // SAFETY: not careful (caller): rseq mode; `p` passed the owner and item tests (so it
-        // is not null); `base` is the zone's own stacks' hint.
-        let pushed = unsafe { RseqRef::push_at::<false>(&f.pcpu, base, p) };
-        matches!(pushed, Push::Done)
+        let o = f.owner(p as usize);
+        // SAFETY: a live zone; the owner is tested by the fast path (`C::OWNER_TESTED` false);
+        // careful or not as `C` says (caller); `p` forwarded.
+        unsafe { f.c.free_fast::<C>(p, &o) }
     }
 
     /// A copy of the fast-path constants of a raw zone, for a caller that keeps them in its own
-    /// table ([`FastConsts`]); `None` for a careful zone (hooks, checked, zeroing, locked mode),
-    /// whose every operation takes the careful path: such a caller leaves its entry empty and
-    /// goes the zone's way ([`Zone::alloc_raw`], [`Zone::free_raw`]).
+    /// table (one dependent load fewer per call than through the zone's address); `None` for a
+    /// careful zone (hooks, checked, zeroing, locked mode), whose every operation takes the
+    /// careful path: such a caller leaves its entry empty and goes the zone's way
+    /// ([`Zone::alloc_raw`], [`Zone::free_raw`]).
     ///
     /// # Safety
     /// As [`Zone::alloc_raw`].
     pub unsafe fn fast_consts_raw(z: *mut c_void) -> Option<FastConsts> {
         // SAFETY: a live zone (caller's guarantee).
         let f = unsafe { (*z.cast::<ZoneInner>()).fast };
-        (f.careful == 0).then_some(FastConsts {
-            pcpu: f.pcpu,
-            slabs_len: f.slab_range >> 32,
-            item_magic: f.item_magic,
-            item_bound: f.mask_bound >> 32,
-            slab_mask: f.mask_bound as u32,
-            careful: f.careful,
-            tag: f.tag,
-        })
+        // Before any keyed caller can use these constants.
+        #[cfg(not(loom))]
+        init_free_key();
+        (f.c.careful == 0).then_some(f.c)
     }
 
-    /// Finishes a free that [`Zone::free_fast_raw`] did not complete, from where it stopped
-    /// (`how`, what it returned): the pointer is not checked again and the stack not tried
-    /// again.
+    /// Finishes a free that a fast path of `z` did not complete, from where it stopped (`how`,
+    /// what it returned): the pointer is not tested again and the stack not tried again.
     ///
     /// # Safety
-    /// As [`Zone::free_raw`]; `how` must be what `free_fast_raw(z, p)`, or
-    /// [`FastConsts::free_fast_owned`] of `z`'s constants, returned just now.
+    /// As [`Zone::free_raw`]; `how` is what [`FastConsts::free_fast`] of `z`'s constants (or
+    /// [`Zone::free_fast_raw`] of `z`) returned for `p` just now.
     #[inline(never)]
     pub unsafe fn free_raw_resume(
         z: *mut c_void,
@@ -518,14 +555,7 @@ impl Zone {
     ) -> Result<(), InvalidFree> {
         // SAFETY: a live zone (caller's guarantee).
         let z = unsafe { &*z.cast::<ZoneInner>() };
-        let a = p.as_ptr() as usize;
-        match how {
-            FastFree::Done => Ok(()),
-            FastFree::Invalid => Err(z.invalid_now(a)),
-            FastFree::Careful => z.free_careful(p.as_ptr()),
-            FastFree::Full => z.free_slow(p.as_ptr()),
-            FastFree::Duplicate => Err(z.duplicate_now(a)),
-        }
+        z.free_missed(p.as_ptr(), how)
     }
 
     /// The tag of the zone's keg: [`crate::owner_tag`] returns it for every address inside the
@@ -536,30 +566,15 @@ impl Zone {
     #[inline(always)]
     pub unsafe fn tag_raw(z: *mut c_void) -> u64 {
         // SAFETY: a live zone (caller's guarantee).
-        unsafe { (*z.cast::<ZoneInner>()).fast.tag }
-    }
-
-    /// [`Zone::free`] on a raw zone pointer (the C API).
-    ///
-    /// # Safety
-    /// As [`Zone::alloc_raw`] for `z`, and as [`Zone::free`] for `p`.
-    #[inline(always)]
-    pub unsafe fn free_raw(z: *mut c_void, p: NonNull<u8>) -> Result<(), InvalidFree> {
-        // SAFETY: a live zone (caller's guarantee); `p` forwarded.
-        unsafe {
-            let z = &*z.cast::<ZoneInner>();
-            free_with(&z.fast, z, p)
-        }
+        unsafe { (*z.cast::<ZoneInner>()).fast.c.tag }
     }
 }
 
 #[cfg(all(test, not(loom)))]
-#[cfg(all(test, not(loom)))]
 mod tests {
-    use super::{item_check, passes_item_check};
+    use super::{item_check, passes_item_check, FastFree, Table};
     use crate::slab::Geometry;
     use crate::zone::{Zone, ZoneFlags, ZoneOptions};
-    use core::ptr::NonNull;
 
     /// A careful zone has no fast-path constants (their paths skip the careful test); a plain
     /// zone's constants allocate and free through them.
@@ -576,26 +591,30 @@ mod tests {
             .into_raw();
         // SAFETY: `plain` is a live zone, never destroyed in this test.
         let f = unsafe { Zone::fast_consts_raw(plain) }.expect("a plain zone has constants");
-        // SAFETY: `plain` is a live zone. The first allocation of a fresh zone misses (empty
-        // stack): the slow path fills the stack, then the constants' fast path serves.
+        // The first allocation of a fresh zone misses (empty stack): the slow path fills the
+        // stack, then the constants' fast path serves.
+        // SAFETY: `plain` is a live zone.
         let p = unsafe { Zone::alloc_raw(plain) }.unwrap();
-        // SAFETY: `f` are the constants of the live zone `plain`.
-        let q = unsafe { f.alloc_fast() };
-        assert!(
-            !q.is_null(),
-            "the stack the slow path filled serves the fast path"
-        );
+        // SAFETY: `f` are the constants of the live zone `plain`, which is not careful (it has
+        // constants).
+        let q = unsafe { f.alloc_fast::<Table>() }
+            .expect("the stack the slow path filled serves the fast path")
+            .as_ptr();
         let o = crate::owner_entry(q as usize);
         assert_eq!(o.tag, f.tag());
         // SAFETY: q is an item of this zone, its chunk's entry read just now; freed once.
-        let freed = unsafe { f.free_fast_owned(NonNull::new(q).unwrap(), o.hint, o.start) };
-        assert!(freed);
-        // Not an item start: refused, nothing changed.
-        // SAFETY: an address inside p's item; the fast path only tests it.
-        let inside = unsafe { NonNull::new_unchecked(p.as_ptr().add(8)) };
-        // SAFETY: `inside` is not an item start; the fast path tests it and refuses.
-        let freed = unsafe { f.free_fast_owned(inside, o.hint, o.start) };
-        assert!(!freed);
+        assert_eq!(unsafe { f.free_fast::<Table>(q, &o) }, FastFree::Done);
+        // Not an item start (inside p's item, in the same chunk as q): refused, nothing changed.
+        let inside = p.as_ptr().wrapping_add(8);
+        assert_eq!(
+            o,
+            crate::owner_entry(inside as usize),
+            "p and q share a chunk"
+        );
+        // SAFETY: live constants of a zone that is not careful; `o` is `inside`'s chunk's entry,
+        // which has the zone's tag; the fast path only tests the address and refuses it.
+        let how = unsafe { f.free_fast::<Table>(inside, &o) };
+        assert_eq!(how, FastFree::Invalid);
         // The chunk's metadata, below the first slab (the start word): refused.
         let chunk = q as usize & !(crate::arena::CHUNK_SIZE - 1);
         assert!(
@@ -603,11 +622,10 @@ mod tests {
             "the slabs start after the metadata"
         );
         for meta in [chunk, chunk + 64, o.start as usize - 64] {
-            // SAFETY: an address in q's chunk; the fast path only tests it.
-            let m = unsafe { NonNull::new_unchecked(meta as *mut u8) };
-            // SAFETY: `m` lies in the chunk's metadata; the fast path tests it and refuses.
-            let freed = unsafe { f.free_fast_owned(m, o.hint, o.start) };
-            assert!(!freed, "{meta:#x}");
+            // SAFETY: live constants of a zone that is not careful; `o` is the entry of q's chunk,
+            // which holds `meta` and has the zone's tag; the address is only tested, refused.
+            let how = unsafe { f.free_fast::<Table>(meta as *mut u8, &o) };
+            assert_eq!(how, FastFree::Invalid, "{meta:#x}");
         }
         // SAFETY: p is an item of this zone, freed once.
         unsafe { Zone::free_raw(plain, p).unwrap() };

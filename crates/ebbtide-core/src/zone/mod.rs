@@ -14,7 +14,6 @@
 
 mod create;
 mod drain;
-mod entry;
 mod fast;
 mod limit;
 mod objects;
@@ -26,8 +25,10 @@ mod stash;
 pub(crate) use drain::{
     drain_cpu_all, make_room, release_lazy_due_locked, release_lazy_locked, trim_excess_locked,
 };
-pub use entry::CEntry;
-pub use fast::{FastConsts, FastFree};
+pub use fast::{
+    clear_free_key, free_key, AllocMiss, Base, Caller, FastConsts, FastFree, Handle, Plain, Raw,
+    Table,
+};
 pub(crate) use resize::resize_locked;
 pub use resize::ResizeReport;
 pub use snapshot::{CpuStack, ZoneCheck, ZoneSnapshot};

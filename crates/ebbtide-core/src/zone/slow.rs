@@ -29,7 +29,7 @@ impl ZoneInner {
             Some(p) => p,
             None => self.alloc_slow()?,
         };
-        if self.fast.careful & C_CHECKED != 0 {
+        if self.fast.c.careful & C_CHECKED != 0 {
             if let Ok(loc) = self.keg.locate(p.as_ptr() as usize) {
                 if !self.keg.mark_live(loc) {
                     report(format_args!(
@@ -40,7 +40,7 @@ impl ZoneInner {
                 }
             }
         }
-        if self.fast.careful & C_ZERO != 0 {
+        if self.fast.c.careful & C_ZERO != 0 {
             // SAFETY: the item is ours, item_size bytes.
             unsafe { p.as_ptr().write_bytes(0, self.item_size) };
         }
@@ -48,7 +48,7 @@ impl ZoneInner {
             // SAFETY: hook contract: called with an item of this zone and the zone's argument.
             if unsafe { ctor(p.as_ptr().cast(), self.item_size, self.hook_arg) } != 0 {
                 self.counters.fails.fetch_add(1, Ordering::Relaxed);
-                if self.fast.careful & C_CHECKED != 0 {
+                if self.fast.c.careful & C_CHECKED != 0 {
                     if let Ok(loc) = self.keg.locate(p.as_ptr() as usize) {
                         self.keg.mark_dead(loc);
                     }
@@ -102,7 +102,8 @@ impl ZoneInner {
                 n = self.import(&mut tmp[..want])?;
                 // The slabs hand items out in ascending address order and the stack is LIFO:
                 // reversed, the caller and the next pops get them ascending, the order
-                // hardware prefetchers follow (docs/benchmarks.md, "Ascending addresses").
+                // hardware prefetchers follow (docs/design/benchmarks-record.md, "Ascending
+                // addresses"; `tests/ascending.rs` holds it).
                 tmp[..n].reverse();
             }
             let item = tmp[n - 1];
@@ -121,7 +122,8 @@ impl ZoneInner {
             lock(&self.depot).take()
         };
         if let Some(b) = b {
-            // SAFETY: a bucket the depot handed over is ours alone: `count` valid items of this zone.
+            // SAFETY: `b` came out of the depot, so it is ours alone and holds `count` items
+            // (the depot keeps only non-empty buckets), so `slots[n - 1]` is an item.
             unsafe {
                 let n = (*b.as_ptr()).count as usize;
                 self.keg.reuse.took(self.keg.geo.item_size);
@@ -225,7 +227,7 @@ impl ZoneInner {
     #[inline(never)]
     pub(super) fn free_careful(&self, p: *mut u8) -> Result<(), InvalidFree> {
         let _inside = crate::forkgate::enter();
-        if self.fast.careful & C_CHECKED != 0 {
+        if self.fast.c.careful & C_CHECKED != 0 {
             match self.keg.locate(p as usize) {
                 Ok(loc) => {
                     if !self.keg.mark_dead(loc) {
@@ -260,6 +262,25 @@ impl ZoneInner {
             Push::Full => self.free_slow(p),
             Push::Duplicate => Err(self.duplicate_now(p as usize)),
         }
+    }
+
+    /// A free whose item already carried the free mark (`FastFree::Suspect`, a keyed caller:
+    /// `Caller::KEYED`): a double free if the item is in a cache — any CPU's stack of this
+    /// zone or the depot — which is reported and not applied. Otherwise the item goes
+    /// straight to its slab, not to a cache: if it is already free there the keg reports the
+    /// double free and applies nothing, and if the mark was a user's word by chance the item
+    /// is freed as any other. The other CPUs' stacks are read without stopping them: an item
+    /// that moves between caches during the look (another CPU's concurrent pop or flush) can
+    /// be missed, so this catches a double free of a cached item, not every racing one.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn free_suspect(&self, p: *mut u8) -> Result<(), InvalidFree> {
+        let _inside = crate::forkgate::enter();
+        if self.pcpu.holds_racy(p) || lock(&self.depot).contains(p) {
+            return Err(self.duplicate_now(p as usize));
+        }
+        self.return_to_keg(&[p], &mut Disposal::current());
+        Ok(())
     }
 
     #[cold]

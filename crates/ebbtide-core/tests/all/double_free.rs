@@ -64,7 +64,7 @@ fn the_raw_entry_points_refuse_it_too() {
         let p = Zone::alloc_raw(raw).unwrap();
         Zone::free_raw(raw, p).unwrap();
         // The fast path reports the duplicate, the resume path turns it into the error.
-        let how = Zone::free_fast_raw(raw, p);
+        let how = Zone::free_fast_raw::<ebbtide_core::zone::Raw>(raw, p.as_ptr());
         assert_eq!(how, ebbtide_core::zone::FastFree::Duplicate);
         let e = Zone::free_raw_resume(raw, p, how).unwrap_err();
         assert_eq!(e.kind, InvalidKind::DoubleFree);

@@ -286,6 +286,39 @@ fn double_frees_above_the_classes_are_named_and_not_applied() {
     }
 }
 
+/// A double free of a small block that is still cached is reported in the default mode, not
+/// only in checked mode and not only when the block is the top of this CPU's stack:
+/// `p = malloc(n); q = malloc(n); free(p); free(q); free(p);`, and the same with 5 and 40
+/// blocks freed between, for sizes of 16 B to 4000 B (`tests/c/trust/cached_double_free.c`).
+/// Each is named, none applied (the blocks allocated after it all differ).
+#[test]
+fn a_cached_double_free_is_reported_in_the_default_mode() {
+    let Some((exe, dir)) = build(
+        "cached_double_free.c",
+        &["-O0", "-fno-builtin", "-Wno-use-after-free"],
+    ) else {
+        return;
+    };
+    let mut c = command(&exe);
+    c.env_remove("EBBTIDE_CHECKED").env_remove("EBBTIDE_CONF");
+    let r = run(c, Malloc::Ebbtide, &dir, "cached", LIMIT);
+    assert!(
+        r.status.success() && r.stdout_str().contains("survived"),
+        "{}\n{}{}",
+        describe(&r.status),
+        r.stdout_str(),
+        r.stderr_tail(10)
+    );
+    let want = "double free: the item is already free; not applied";
+    let named = r.stderr.lines().filter(|l| l.contains(want)).count();
+    assert_eq!(
+        (named, r.stderr.lines().count()),
+        (15, 15),
+        "one {want:?} per cached double free, nothing else:\n{}",
+        r.stderr
+    );
+}
+
 #[test]
 fn abort_on_error_ends_the_process_with_sigabrt_after_the_message() {
     let _turn = crate::serial::turn(module_path!());

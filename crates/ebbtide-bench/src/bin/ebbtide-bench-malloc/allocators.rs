@@ -69,6 +69,13 @@ impl Allocator {
         v
     }
 
+    /// This allocator under another name (`--baseline`'s column).
+    pub fn renamed(&self, name: &'static str) -> Allocator {
+        let mut v = self.clone();
+        v.name = name;
+        v
+    }
+
     /// The file name that must define `malloc` in a process of this allocator.
     pub fn defining_file(&self) -> String {
         self.preload

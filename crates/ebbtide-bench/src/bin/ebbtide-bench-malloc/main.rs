@@ -29,7 +29,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: ebbtide-bench-malloc [--quick] [--rounds N] [--scale F] [--cases LIST]
-                            [--only LIST] [--lib PATH] [--timeout S] [--log FILE]
+                            [--only LIST] [--lib PATH] [--baseline PATH] [--timeout S]
+                            [--log FILE]
   --quick        3 rounds at scale 0.25 (a few minutes); default: 11 rounds at scale 1
   --rounds N     rounds (every round runs every case under every allocator once)
   --scale F      multiplies every case's work (iterations, rows, requests), 0 < F <= 100
@@ -41,6 +42,9 @@ const USAGE: &str = "usage: ebbtide-bench-malloc [--quick] [--rounds N] [--scale
   --lib PATH     libebbtide_malloc.so to preload for `ebbtide` (default: $EBBTIDE_MALLOC_LIB,
                  else beside this executable, else built with cargo build -p ebbtide-malloc);
                  copied into the work directory before the run
+  --baseline PATH  another libebbtide_malloc.so (say, a build of the commit before a change),
+                 run in the same rounds as a column `ebbtide-baseline` (shown, not compared
+                 with the peers): an A/B of two builds within one run
   --timeout S    seconds one run may take before it is killed and counted a hang (default 120)
   --log FILE     write every run as `round case allocator value rss_kib status` to FILE";
 
@@ -50,6 +54,7 @@ struct Args {
     cases: Vec<&'static Case>,
     only: Vec<String>,
     lib: Option<PathBuf>,
+    baseline: Option<PathBuf>,
     timeout: Duration,
     log: Option<PathBuf>,
 }
@@ -66,6 +71,7 @@ fn parse_args() -> Args {
         cases: CASES.iter().collect(),
         only: allocators::DEFAULT.iter().map(|s| s.to_string()).collect(),
         lib: None,
+        baseline: None,
         timeout: Duration::from_secs(120),
         log: None,
     };
@@ -135,6 +141,7 @@ fn parse_args() -> Args {
                 }
             }
             "--lib" => a.lib = Some(PathBuf::from(v)),
+            "--baseline" => a.baseline = Some(PathBuf::from(v)),
             "--timeout" => {
                 a.timeout = match v.parse::<u64>() {
                     Ok(s) if s >= 1 => Duration::from_secs(s),
@@ -362,6 +369,16 @@ fn main() {
                      glibc,jemalloc,mimalloc,tcmalloc to run the peers alone)"
                 ),
             ),
+        }
+    }
+    if let Some(b) = &a.baseline {
+        match allocators::ebbtide(Some(b), &dir) {
+            Ok((al, about)) => {
+                eprintln!("baseline: {about}");
+                let at = usize::from(allocs.first().is_some_and(|x| x.name == "ebbtide"));
+                allocs.insert(at, al.renamed("ebbtide-baseline"));
+            }
+            Err(e) => give_up(&dir, &format!("--baseline: {e}")),
         }
     }
     allocs.extend(allocators::peers(&a.only));
