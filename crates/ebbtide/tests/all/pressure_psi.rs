@@ -3,6 +3,7 @@
 //! page cache inside a small v1 memory cgroup (memcg reclaim and refaults count as memory
 //! stalls in `/proc/pressure/memory`).
 
+#[path = "../pressure_support/mod.rs"]
 mod pressure_support;
 
 use std::path::Path;
@@ -18,6 +19,7 @@ const PROC: &str = "/proc/pressure/memory";
 #[test]
 #[ignore = "helper process of the pressure tests (memory hog); run by them, not directly"]
 fn hog_main() {
+    let _turn = crate::serial::turn(module_path!());
     pressure_support::hog_main();
 }
 
@@ -34,6 +36,7 @@ fn have_psi() -> bool {
 
 #[test]
 fn trigger_accepted_window_rounded_if_needed() {
+    let _turn = crate::serial::turn(module_path!());
     if !have_psi() {
         return;
     }
@@ -60,6 +63,7 @@ fn trigger_accepted_window_rounded_if_needed() {
 
 #[test]
 fn psi_event_under_real_memcg_reclaim() {
+    let _turn = crate::serial::turn(module_path!());
     if !have_psi()
         || !require_root("psi_event_under_real_memcg_reclaim")
         || !require_v1_memory("psi")
@@ -111,6 +115,7 @@ fn psi_event_under_real_memcg_reclaim() {
 /// with the reason, and the fallback (the own cgroup's file, else /proc) takes over.
 #[test]
 fn pollerr_on_removed_v2_cgroup_falls_back() {
+    let _turn = crate::serial::turn(module_path!());
     if !have_psi() || !require_root("pollerr_on_removed_v2_cgroup_falls_back") {
         return;
     }

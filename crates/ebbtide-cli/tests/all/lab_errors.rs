@@ -19,6 +19,7 @@ fn lab(args: &[&str]) -> (i32, String) {
 
 #[test]
 fn an_unknown_experiment_is_an_ebbtide_error_naming_it() {
+    let _turn = crate::serial::turn(module_path!());
     let (code, err) = lab(&["bogus"]);
     assert_eq!(code, 2, "{err}");
     let first = err.lines().next().unwrap_or("");
@@ -31,6 +32,7 @@ fn an_unknown_experiment_is_an_ebbtide_error_naming_it() {
 
 #[test]
 fn every_usage_error_of_the_lab_has_the_prefix() {
+    let _turn = crate::serial::turn(module_path!());
     for args in [
         &["--bogus"][..],
         &[][..],
@@ -45,6 +47,7 @@ fn every_usage_error_of_the_lab_has_the_prefix() {
 
 #[test]
 fn the_error_prefix_is_the_one_of_the_other_commands() {
+    let _turn = crate::serial::turn(module_path!());
     // The same prefix as a command that fails after parsing (no such process).
     let o = Command::new(EBBTIDE)
         .args(["stat", "--", "999999999"])

@@ -7,12 +7,13 @@
 
 use ebbtide::stats::{check_exposition, Exposition, MetricType, Snapshot};
 
-#[path = "support/prometheus_tools.rs"]
+#[path = "../support/prometheus_tools.rs"]
 mod prometheus_tools;
 use prometheus_tools::check_metrics as check;
 
 #[test]
 fn promtool_accepts_the_output() {
+    let _turn = crate::serial::turn(module_path!());
     let Some(tool) = prometheus_tools::tool("promtool") else {
         return;
     };

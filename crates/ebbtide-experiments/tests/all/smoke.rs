@@ -7,7 +7,7 @@
 //! Needs root for the cgroup/swap parts; without it, the test checks that the unprivileged
 //! part runs and says what is missing. About 40–60 s.
 
-#[path = "../../ebbtide/tests/support/skip.rs"]
+#[path = "../../../ebbtide/tests/support/skip.rs"]
 mod skip;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -95,6 +95,7 @@ fn interrupted_run(out: &Path, signal: i32) -> (u32, std::process::ExitStatus) {
 
 #[test]
 fn blkback_smoke() {
+    let _turn = crate::serial::turn(module_path!());
     let tmp =
         std::env::temp_dir().join(format!("ebbtide-experiments-smoke-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);

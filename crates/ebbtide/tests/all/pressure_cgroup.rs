@@ -1,6 +1,7 @@
 //! Real cgroup v1 tests (root only): `memory.pressure_level` events and headroom levels
 //! against a scratch memory cgroup with a memory hog inside.
 
+#[path = "../pressure_support/mod.rs"]
 mod pressure_support;
 
 use std::collections::BTreeMap;
@@ -18,11 +19,13 @@ const MIB: u64 = 1 << 20;
 #[test]
 #[ignore = "helper process of the pressure tests (memory hog); run by them, not directly"]
 fn hog_main() {
+    let _turn = crate::serial::turn(module_path!());
     pressure_support::hog_main();
 }
 
 #[test]
 fn v1_pressure_level_fires_and_is_coalesced() {
+    let _turn = crate::serial::turn(module_path!());
     if !require_root("v1_pressure_level_fires_and_is_coalesced")
         || !require_v1_memory("v1 pressure level")
     {
@@ -114,6 +117,7 @@ fn v1_pressure_level_fires_and_is_coalesced() {
 
 #[test]
 fn headroom_levels_as_usage_approaches_limit() {
+    let _turn = crate::serial::turn(module_path!());
     if !require_root("headroom_levels_as_usage_approaches_limit") || !require_v1_memory("headroom")
     {
         return;
@@ -213,6 +217,7 @@ fn headroom_levels_as_usage_approaches_limit() {
 
 #[test]
 fn v1_source_dropped_when_its_cgroup_is_removed() {
+    let _turn = crate::serial::turn(module_path!());
     if !require_root("v1_source_dropped_when_its_cgroup_is_removed")
         || !require_v1_memory("v1 removal")
     {

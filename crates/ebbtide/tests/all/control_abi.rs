@@ -1,5 +1,5 @@
 //! `docs/ABI/testing/control/socket` must say what the control code says (the verb table and
-//! the limits). `EBBTIDE_BLESS=1 cargo test -p ebbtide --test control_abi` rewrites it,
+//! the limits). `EBBTIDE_BLESS=1 cargo test -p ebbtide --test all control_abi` rewrites it,
 //! keeping each entry's `Date:`, `Version:` and `Users:`.
 
 use ebbtide::abi::control::file;
@@ -8,6 +8,7 @@ use std::path::Path;
 
 #[test]
 fn control_abi_doc_matches_code() {
+    let _turn = crate::serial::turn(module_path!());
     let f = file();
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../docs/ABI")
@@ -24,7 +25,7 @@ fn control_abi_doc_matches_code() {
     assert!(
         problems.is_empty(),
         "{} disagrees with the code (regenerate with EBBTIDE_BLESS=1 cargo test -p ebbtide \
-         --test control_abi):\n{}",
+         --test all control_abi):\n{}",
         f.path,
         problems.join("\n")
     );

@@ -71,6 +71,7 @@ fn all_parsers(s: &str) {
 
 #[test]
 fn parsers_never_panic_on_mutated_inputs() {
+    let _turn = crate::serial::turn(module_path!());
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for _ in 0..20_000 {
         let seed = SEEDS[rng.below(SEEDS.len())];
@@ -86,6 +87,7 @@ fn parsers_never_panic_on_mutated_inputs() {
 
 #[test]
 fn valid_inputs_parse() {
+    let _turn = crate::serial::turn(module_path!());
     assert_eq!(base64_decode(SEEDS[3]).unwrap(), b"some 200000 2000000\0");
     assert_eq!(
         SEEDS[4].parse::<PsiTrigger>().unwrap(),

@@ -39,6 +39,7 @@ proptest! {
 
     #[test]
     fn parsers_never_panic(s in conf_like()) {
+        let _turn = crate::serial::turn(module_path!());
         let _ = parse_conf(&s, "EBBTIDE_CONF");
         for d in TABLE.iter() {
             let _ = parse_value(d, &s);
@@ -51,6 +52,7 @@ proptest! {
 
     #[test]
     fn arbitrary_strings_never_panic(s in any::<String>(), v in any::<String>()) {
+        let _turn = crate::serial::turn(module_path!());
         let _ = parse_conf(&s, "x");
         let r = Registry::new();
         let _ = r.set(&s, &v);
@@ -61,6 +63,7 @@ proptest! {
 
     #[test]
     fn valid_set_get_round_trips((i, v) in valid_setting(), use_human in any::<bool>()) {
+        let _turn = crate::serial::turn(module_path!());
         let d = &TABLE[i];
         let r = Registry::new();
         let text = if use_human { human(d, v) } else { canonical(d, v) };
@@ -85,6 +88,7 @@ proptest! {
 
     #[test]
     fn failed_set_changes_nothing(name in conf_like(), value in conf_like(), frozen in any::<bool>()) {
+        let _turn = crate::serial::turn(module_path!());
         let r = Registry::new();
         r.set("squeeze_ms", "33").unwrap();
         if frozen {
@@ -99,6 +103,7 @@ proptest! {
     #[test]
     fn failed_conf_changes_nothing(good in proptest::collection::vec(valid_setting(), 0..6),
                                    bad in conf_like()) {
+        let _turn = crate::serial::turn(module_path!());
         let r = Registry::new();
         let before = r.snapshot();
         let mut conf: Vec<String> = good

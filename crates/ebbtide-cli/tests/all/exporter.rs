@@ -45,9 +45,9 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-#[path = "../../ebbtide/tests/support/prometheus_tools.rs"]
+#[path = "../../../ebbtide/tests/support/prometheus_tools.rs"]
 mod prometheus_tools;
-#[path = "../../ebbtide/tests/support/skip.rs"]
+#[path = "../../../ebbtide/tests/support/skip.rs"]
 mod skip;
 use prometheus_tools::{check_metrics as promtool_check, tool};
 
@@ -295,6 +295,7 @@ fn documented_families() -> BTreeSet<String> {
 
 #[test]
 fn stat_and_exporter_give_the_same_documented_names() {
+    let _turn = crate::serial::turn(module_path!());
     let promtool = tool("promtool");
     let d = demo();
     let pid = d.pid().to_string();
@@ -438,6 +439,7 @@ fn stat_and_exporter_give_the_same_documented_names() {
 
 #[test]
 fn http_contract() {
+    let _turn = crate::serial::turn(module_path!());
     let port = free_port();
     let e = exporter(
         port,
@@ -538,6 +540,7 @@ fn http_contract() {
 
 #[test]
 fn a_stopped_process_costs_only_its_own_series() {
+    let _turn = crate::serial::turn(module_path!());
     let a = demo();
     let b = demo();
     let port = free_port();
@@ -673,6 +676,7 @@ fn query(port: u16, q: &str) -> Vec<Value> {
 
 #[test]
 fn prometheus_scrapes_the_exporter() {
+    let _turn = crate::serial::turn(module_path!());
     let Some(prometheus) = tool("prometheus") else {
         return;
     };
@@ -846,6 +850,7 @@ fn doc_blocks() -> Vec<(String, String)> {
 
 #[test]
 fn docs_examples_are_valid() {
+    let _turn = crate::serial::turn(module_path!());
     // docs/exporter.md shows the files as they are.
     let blocks = doc_blocks();
     assert!(blocks.len() >= 3, "{blocks:?}");
@@ -982,6 +987,7 @@ fn malloc_process(test: &str) -> Option<Guard> {
 /// every zone's own series, and the sums add up to them.
 #[test]
 fn a_malloc_process_costs_at_most_300_series() {
+    let _turn = crate::serial::turn(module_path!());
     let Some(p) = malloc_process("a_malloc_process_costs_at_most_300_series") else {
         return;
     };

@@ -20,6 +20,7 @@ fn zone(name: &str, size: usize) -> Zone {
 
 #[test]
 fn items_are_distinct_aligned_and_writable() {
+    let _turn = crate::serial::turn(module_path!());
     quiet();
     let z = zone("distinct", 48);
     assert_eq!(z.item_size(), 48);
@@ -47,6 +48,7 @@ fn items_are_distinct_aligned_and_writable() {
 
 #[test]
 fn bad_options_name_the_option() {
+    let _turn = crate::serial::turn(module_path!());
     quiet();
     let e = Zone::new(ZoneOptions::new("z", 0))
         .err()
@@ -83,6 +85,7 @@ fn bad_options_name_the_option() {
 
 #[test]
 fn invalid_frees_are_refused_and_change_nothing() {
+    let _turn = crate::serial::turn(module_path!());
     quiet();
     let z = zone("victim", 64);
     let other = zone("other", 64);
@@ -132,6 +135,7 @@ fn invalid_frees_are_refused_and_change_nothing() {
 
 #[test]
 fn checked_mode_catches_double_free_at_once() {
+    let _turn = crate::serial::turn(module_path!());
     quiet();
     let z = Zone::new(ZoneOptions::new("checked", 32).flags(ZoneFlags::CHECKED)).unwrap();
     let a = z.alloc().unwrap();
@@ -149,6 +153,7 @@ fn checked_mode_catches_double_free_at_once() {
 
 #[test]
 fn default_mode_double_free_is_caught_at_the_slab_and_not_applied() {
+    let _turn = crate::serial::turn(module_path!());
     quiet();
     let z = Zone::new(ZoneOptions::new("late", 64).flags(ZoneFlags::NOBUCKET)).unwrap();
     let a = z.alloc().unwrap();
@@ -168,6 +173,7 @@ fn default_mode_double_free_is_caught_at_the_slab_and_not_applied() {
 
 #[test]
 fn destroy_with_live_items_fails_with_the_count() {
+    let _turn = crate::serial::turn(module_path!());
     quiet();
     let z = zone("busy", 128);
     let v: Vec<_> = (0..3).map(|_| z.alloc().unwrap()).collect();
@@ -221,6 +227,7 @@ unsafe extern "C" fn dtor(item: *mut c_void, _: usize, _: *mut c_void) {
 
 #[test]
 fn hooks_run_at_the_right_layers() {
+    let _turn = crate::serial::turn(module_path!());
     quiet();
     let z = Zone::new(ZoneOptions::new("hooks", 40).hooks(
         Some(init),
@@ -256,6 +263,7 @@ fn hooks_run_at_the_right_layers() {
 
 #[test]
 fn limit_fail_mode() {
+    let _turn = crate::serial::turn(module_path!());
     quiet();
     let z = Zone::new(ZoneOptions::new("limited", 64).max_items(100, LimitMode::Fail)).unwrap();
     let mut v = vec![];
@@ -286,6 +294,7 @@ fn limit_fail_mode() {
 
 #[test]
 fn limit_wait_mode_sleeps_until_an_item_comes_back() {
+    let _turn = crate::serial::turn(module_path!());
     quiet();
     let z = Arc::new(
         Zone::new(ZoneOptions::new("waiting", 64).max_items(10, LimitMode::Wait)).unwrap(),
@@ -317,6 +326,7 @@ fn limit_wait_mode_sleeps_until_an_item_comes_back() {
 
 #[test]
 fn reclaim_requests_give_memory_back_and_report_bytes() {
+    let _turn = crate::serial::turn(module_path!());
     quiet();
     let z = zone("reclaimable", 256);
     let v: Vec<_> = (0..20_000).map(|_| z.alloc().unwrap()).collect();
@@ -357,6 +367,7 @@ fn reclaim_requests_give_memory_back_and_report_bytes() {
 
 #[test]
 fn injected_mapping_failure_reclaims_and_retries_once() {
+    let _turn = crate::serial::turn(module_path!());
     quiet();
     let z = zone("mapfail", 4096);
     let before = ebbtide::reclaim::map_failures();
@@ -394,6 +405,7 @@ fn injected_mapping_failure_reclaims_and_retries_once() {
 
 #[test]
 fn collected_stats_carry_the_zone_and_global_figures() {
+    let _turn = crate::serial::turn(module_path!());
     quiet();
     let z = zone("stats-visible", 100);
     let v: Vec<_> = (0..500).map(|_| z.alloc().unwrap()).collect();

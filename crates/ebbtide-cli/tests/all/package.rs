@@ -7,7 +7,7 @@
 //! Not root, it skips (a failure under CI). A machine where a package `ebbtide` is installed
 //! already is left alone: the test skips rather than remove it.
 
-#[path = "../../ebbtide/tests/support/skip.rs"]
+#[path = "../../../ebbtide/tests/support/skip.rs"]
 mod skip;
 
 use std::io::{BufRead, BufReader};
@@ -82,6 +82,7 @@ fn clean(program: &str) -> Command {
 
 #[test]
 fn the_package_installs_works_and_removes_cleanly() {
+    let _turn = crate::serial::turn(module_path!());
     if !skip::need_root(TEST, "dpkg installs and removes the package") {
         return;
     }

@@ -5,6 +5,7 @@
 //! Each real source must fire, the service's reclaim thread must give the cached bytes back, and
 //! the service must survive. Everything created is removed, also when a test fails.
 
+#[path = "../pressure_support/mod.rs"]
 mod pressure_support;
 
 use pressure_support::{require_root, require_v1_memory, Hog, ScratchCgroup};
@@ -18,6 +19,7 @@ const MIB: u64 = 1 << 20;
 #[test]
 #[ignore = "helper process of the pressure tests (memory hog); run by them, not directly"]
 fn hog_main() {
+    let _turn = crate::serial::turn(module_path!());
     pressure_support::hog_main();
 }
 
@@ -26,6 +28,7 @@ fn hog_main() {
 #[test]
 #[ignore = "helper process of the pressure tests (service); run by them, not directly"]
 fn service_main() {
+    let _turn = crate::serial::turn(module_path!());
     let Some(mib) = std::env::var("EBBTIDE_TEST_SERVICE_MIB")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
@@ -83,7 +86,7 @@ impl Service {
         cmd.args([
             "--ignored",
             "--exact",
-            "service_main",
+            "pressure_e2e::service_main",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -210,16 +213,19 @@ fn grow(hog: &mut Hog, check: &mut dyn FnMut() -> bool) {
 
 #[test]
 fn cgroup_v1_pressure_level_gives_the_cache_back() {
+    let _turn = crate::serial::turn(module_path!());
     run("cgroup1", grow);
 }
 
 #[test]
 fn headroom_gives_the_cache_back() {
+    let _turn = crate::serial::turn(module_path!());
     run("headroom", grow);
 }
 
 #[test]
 fn psi_gives_the_cache_back() {
+    let _turn = crate::serial::turn(module_path!());
     // PSI here is system-wide (/proc/pressure/memory): stalls come from reclaim in the limited
     // cgroup once the hog presses against the limit with the service's cache still held.
     run("psi", grow);

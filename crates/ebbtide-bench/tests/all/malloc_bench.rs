@@ -79,6 +79,7 @@ const C_CASES: &[&str] = &[
 /// row per case with a cell per allocator; peak RSS of a real size; no verdict without ebbtide.
 #[test]
 fn every_case_runs_under_every_peer() {
+    let _turn = crate::serial::turn(module_path!());
     let mut peers = vec!["glibc"];
     for (n, f) in [
         ("jemalloc", "libjemalloc.so.2"),
@@ -168,6 +169,7 @@ fn every_case_runs_under_every_peer() {
 /// failed cells, a failed verdict, reproducers, and the peers' figures still there.
 #[test]
 fn a_preload_that_does_not_take_is_a_failure() {
+    let _turn = crate::serial::turn(module_path!());
     let libm = lib_path("libm.so.6").expect("libm.so.6");
     let mut cases = vec!["pair_small", "larson"];
     if installed("sqlite3") {
@@ -213,6 +215,7 @@ fn a_preload_that_does_not_take_is_a_failure() {
 /// `pair_small` is measured and compared.
 #[test]
 fn lost_realloc_contents_are_caught() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = std::env::temp_dir().join(format!("malloc_bench-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("badrealloc.c");
@@ -276,6 +279,7 @@ void *realloc(void *p, size_t n) {
 
 #[test]
 fn bad_options_are_refused_with_a_message() {
+    let _turn = crate::serial::turn(module_path!());
     for (args, want) in [
         (&["--cases", "pair_big"][..], "unknown case \"pair_big\""),
         (&["--only", "hoard"][..], "unknown allocator \"hoard\""),

@@ -2,7 +2,7 @@
 //!
 //! Fails when a tunable or a stats field is missing from the documentation, documented with a
 //! different default, range, unit, kind or name, or documented but gone from the code.
-//! `EBBTIDE_BLESS=1 cargo test -p ebbtide --test abi_docs` rewrites the generated files,
+//! `EBBTIDE_BLESS=1 cargo test -p ebbtide --test all abi_docs` rewrites the generated files,
 //! keeping each entry's `Date:`, `Version:` and `Users:`.
 
 use ebbtide::abi::{compare, expected_files, parse, regenerate};
@@ -20,6 +20,7 @@ fn bless() -> bool {
 
 #[test]
 fn generated_docs_cover_everything() {
+    let _turn = crate::serial::turn(module_path!());
     let files = expected_files();
     let count = |prefix: &str| -> usize {
         files
@@ -45,6 +46,7 @@ fn generated_docs_cover_everything() {
 
 #[test]
 fn docs_match_code() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = abi_dir();
     let mut problems = Vec::new();
     let expected = expected_files();
@@ -103,7 +105,7 @@ fn docs_match_code() {
     assert!(
         problems.is_empty(),
         "docs/ABI disagrees with the code ({} problems; regenerate with EBBTIDE_BLESS=1 \
-         cargo test -p ebbtide --test abi_docs):\n{}",
+         cargo test -p ebbtide --test all abi_docs):\n{}",
         problems.len(),
         problems.join("\n")
     );

@@ -67,6 +67,7 @@ fn peer_installed(file: &str) -> bool {
 /// lines kept with `--diag-out`; the tables name every case and allocator.
 #[test]
 fn driver_runs_every_case_for_every_allocator() {
+    let _turn = crate::serial::turn(module_path!());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let log = std::env::temp_dir().join(format!("c_bench-{}.log", std::process::id()));
     let log_s = log.to_str().unwrap();
@@ -150,6 +151,7 @@ fn driver_runs_every_case_for_every_allocator() {
 /// The C program directly, as a C user runs it: the `case allocator ns` lines and `#done`.
 #[test]
 fn program_output_format_ebbtide_and_glibc() {
+    let _turn = crate::serial::turn(module_path!());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // The driver builds it (and the library) into target/cbench/test/allocbench.
     driver(&[

@@ -1,6 +1,7 @@
 //! systemd `$MEMORY_PRESSURE_WATCH` protocol against real files: a FIFO, an AF_UNIX stream
 //! socket, and a regular PSI file. These need no privileges.
 
+#[path = "../pressure_support/mod.rs"]
 mod pressure_support;
 
 use std::ffi::OsString;
@@ -51,6 +52,7 @@ fn open_raw(p: &Path, flags: i32) -> OwnedFd {
 
 #[test]
 fn fifo_write_first_then_event() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = TempDir::new("fifo");
     let fifo = dir.0.join("pressure.fifo");
     mkfifo(&fifo);
@@ -106,6 +108,7 @@ fn fifo_write_first_then_event() {
 
 #[test]
 fn unix_socket_write_first_then_event_then_peer_close() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = TempDir::new("sock");
     let path = dir.0.join("pressure.sock");
     let listener = UnixListener::bind(&path).unwrap();
@@ -162,6 +165,7 @@ fn unix_socket_write_first_then_event_then_peer_close() {
 
 #[test]
 fn regular_psi_file_accepts_write_and_polls_quietly() {
+    let _turn = crate::serial::turn(module_path!());
     let psi = Path::new("/proc/pressure/memory");
     if !psi.exists() {
         pressure_support::skip::skip(
@@ -197,6 +201,7 @@ fn regular_psi_file_accepts_write_and_polls_quietly() {
 
 #[test]
 fn disabled_and_malformed_env() {
+    let _turn = crate::serial::turn(module_path!());
     let none = |_: &str| None;
     let r = SystemdSource::from_env_with(&SystemdConfig::default(), &none).unwrap();
     assert_eq!(r.unwrap_err(), "MEMORY_PRESSURE_WATCH not set");
@@ -231,6 +236,7 @@ fn events_for(w: &mut Watcher, d: Duration) -> Vec<ebbtide::pressure::PressureEv
 /// start-up.)
 #[test]
 fn fifo_without_write_variable_one_event_per_manager_write() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = TempDir::new("fifo-nowrite");
     let fifo = dir.0.join("pressure.fifo");
     mkfifo(&fifo);
@@ -263,6 +269,7 @@ fn fifo_without_write_variable_one_event_per_manager_write() {
 /// manager accepts, reads the bytes, writes one byte: exactly one event.
 #[test]
 fn socket_with_write_variable_one_event_per_manager_write() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = TempDir::new("sock-hello");
     let path = dir.0.join("pressure.sock");
     let listener = UnixListener::bind(&path).unwrap();
@@ -290,6 +297,7 @@ fn socket_with_write_variable_one_event_per_manager_write() {
 /// A regular file watched with `$MEMORY_PRESSURE_WRITE` unset: nothing is written to it.
 #[test]
 fn regular_file_without_write_variable_is_not_written() {
+    let _turn = crate::serial::turn(module_path!());
     let dir = TempDir::new("file-nowrite");
     let path = dir.0.join("pressure");
     std::fs::write(&path, b"").unwrap();

@@ -3,7 +3,7 @@
 //! fields, Prometheus), get, set, pressure, the error cases, another uid being refused, and
 //! `top` in a real terminal (tmux).
 
-#[path = "../../ebbtide/tests/support/skip.rs"]
+#[path = "../../../ebbtide/tests/support/skip.rs"]
 mod skip;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -163,6 +163,7 @@ fn zone<'a>(json: &'a Value, name: &str) -> &'a Value {
 
 #[test]
 fn ls_stat_get_set_pressure() {
+    let _turn = crate::serial::turn(module_path!());
     let demo = Demo::start(None);
     let pid = demo.pid.to_string();
     let p = pid.as_str();
@@ -303,6 +304,7 @@ fn ls_stat_get_set_pressure() {
 
 #[test]
 fn clear_errors() {
+    let _turn = crate::serial::turn(module_path!());
     // No such process: a child that has been reaped.
     let mut gone = Command::new("true").spawn().unwrap();
     let gone_pid = gone.id();
@@ -333,6 +335,7 @@ fn clear_errors() {
 
 #[test]
 fn stale_sockets_are_not_listed() {
+    let _turn = crate::serial::turn(module_path!());
     let xdg = scratch("stale");
     let demo = Demo::start(Some(&xdg));
     let pid = demo.pid.to_string();
@@ -399,6 +402,7 @@ fn as_nobody(bin: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn another_uid_is_refused() {
+    let _turn = crate::serial::turn(module_path!());
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         skip::skip(
@@ -536,6 +540,7 @@ fn have_tmux() -> bool {
 
 #[test]
 fn top_in_a_real_terminal() {
+    let _turn = crate::serial::turn(module_path!());
     if !have_tmux() {
         skip::skip(
             "top_in_a_real_terminal",
@@ -608,6 +613,7 @@ fn top_in_a_real_terminal() {
 
 #[test]
 fn hostile_clients_do_not_block_the_command() {
+    let _turn = crate::serial::turn(module_path!());
     let demo = Demo::start(None);
     let p = demo.pid.to_string();
     let sock = demo.sock.clone();

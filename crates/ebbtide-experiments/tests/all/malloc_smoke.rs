@@ -14,7 +14,7 @@
 //!
 //! Without root, or without redis-server/python3, it says why and skips. About 40 s.
 
-#[path = "../../ebbtide/tests/support/skip.rs"]
+#[path = "../../../ebbtide/tests/support/skip.rs"]
 mod skip;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -81,6 +81,7 @@ fn num(r: &Value, k: &str) -> f64 {
 
 #[test]
 fn malloc_smoke() {
+    let _turn = crate::serial::turn(module_path!());
     if !is_root() {
         skip::skip("malloc_smoke", "needs root (memory cgroups, a swap file)");
         return;

@@ -1,5 +1,6 @@
 //! Detection on this machine, and the whole chain detect → watcher → policy.
 
+#[path = "../pressure_support/mod.rs"]
 mod pressure_support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +14,7 @@ use pressure_support::{require_root, require_v1_memory, ScratchCgroup};
 
 #[test]
 fn every_kind_is_reported_active_or_with_a_reason() {
+    let _turn = crate::serial::turn(module_path!());
     let held = Arc::new(AtomicU64::new(0));
     let h = held.clone();
     let cfg = DetectConfig {
@@ -131,6 +133,7 @@ fn every_kind_is_reported_active_or_with_a_reason() {
 
 #[test]
 fn headroom_active_for_a_limited_cgroup() {
+    let _turn = crate::serial::turn(module_path!());
     if !require_root("headroom_active_for_a_limited_cgroup")
         || !require_v1_memory("headroom detect")
     {

@@ -2,7 +2,7 @@
 //! control socket on (so `ebbtide stat PID` shows the program's size classes), a bad
 //! configuration refused before anything runs, the program's exit status passed through.
 
-#[path = "../../ebbtide/tests/support/skip.rs"]
+#[path = "../../../ebbtide/tests/support/skip.rs"]
 mod skip;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ const EBBTIDE: &str = env!("CARGO_BIN_EXE_ebbtide");
 
 #[test]
 fn the_program_gets_the_malloc_and_the_socket() {
+    let _turn = crate::serial::turn(module_path!());
     let o = Command::new(EBBTIDE)
         .args(["run", "--conf", "checked=0", "--", "/bin/sh", "-c"])
         .arg("echo \"$LD_PRELOAD\"; echo \"$EBBTIDE_CONF\"")
@@ -30,6 +31,7 @@ fn the_program_gets_the_malloc_and_the_socket() {
 
 #[test]
 fn bad_configuration_is_refused_before_the_program_runs() {
+    let _turn = crate::serial::turn(module_path!());
     let marker = std::env::temp_dir().join(format!("ebbtide-run-marker-{}", std::process::id()));
     let o = Command::new(EBBTIDE)
         .args(["run", "--conf", "squeeze_ms=banana", "--", "/usr/bin/touch"])
@@ -47,6 +49,7 @@ fn bad_configuration_is_refused_before_the_program_runs() {
 
 #[test]
 fn exit_status_passes_through() {
+    let _turn = crate::serial::turn(module_path!());
     let o = Command::new(EBBTIDE)
         .args(["run", "--", "/bin/sh", "-c", "exit 7"])
         .output()
@@ -62,6 +65,7 @@ fn exit_status_passes_through() {
 
 #[test]
 fn stat_shows_the_size_classes_of_a_preloaded_program() {
+    let _turn = crate::serial::turn(module_path!());
     let python = "/usr/bin/python3";
     if !std::path::Path::new(python).exists() {
         skip::skip(

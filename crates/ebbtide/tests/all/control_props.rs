@@ -79,6 +79,7 @@ proptest! {
 
     #[test]
     fn requests_round_trip(r in request()) {
+        let _turn = crate::serial::turn(module_path!());
         let line = r.to_line();
         prop_assert_eq!(parse_request(line.as_bytes()), Ok(r.clone()));
         let with_nl = format!("  {line}\r\n");
@@ -87,6 +88,7 @@ proptest! {
 
     #[test]
     fn parser_is_total_and_errors_are_one_line(bytes in request_like()) {
+        let _turn = crate::serial::turn(module_path!());
         match parse_request(&bytes) {
             Ok(r) => {
                 // Whatever is accepted is printable as a request line and reads back.
@@ -106,12 +108,14 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let _turn = crate::serial::turn(module_path!());
         let _ = parse_request(&bytes);
         let _ = decode_reply(&bytes);
     }
 
     #[test]
     fn long_lines_are_refused(n in MAX_REQUEST..MAX_REQUEST * 3) {
+        let _turn = crate::serial::turn(module_path!());
         let line = vec![b'p'; n];
         prop_assert!(
             matches!(parse_request(&line), Err(ParseError::TooLong { len }) if len == n),
@@ -124,6 +128,7 @@ proptest! {
         payloads in proptest::collection::vec((any::<bool>(), any::<String>()), 1..5),
         cut in any::<proptest::sample::Index>(),
     ) {
+        let _turn = crate::serial::turn(module_path!());
         let mut wire = Vec::new();
         let mut want = Vec::new();
         for (is_ok, text) in &payloads {
