@@ -43,5 +43,6 @@ fn main() {
         "fast-entry.ld",
         &fast_entries::script_body(),
         "",
+        "",
     );
 }
