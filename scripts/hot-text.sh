@@ -56,7 +56,9 @@ for l in open(work + '/readelf'):
 syms = []
 for l in open(work + '/nm').read().split('\n'):
     p = l.split(None, 2)
-    if len(p) == 3 and p[1] in 'tT':
+    # Not the markers around each list entry (build.rs's stale-entry check): they share
+    # their addresses with functions.
+    if len(p) == 3 and p[1] in 'tT' and not p[2].startswith('__ebbtide_hot_text_'):
         syms.append((int(p[0], 16), p[2]))
 syms.sort()
 keys = [a for a, _ in syms]

@@ -12,18 +12,13 @@
 //! that cannot read the script).
 //!
 //! It is also linked with packed relative relocations where the loader reads them
-//! (`relr_link.rs`), and with GCC's static unwinder instead of `libgcc_s.so.1`
-//! (`unwind_link.rs`).
+//! (`ebbtide_build::relr_link`), and with GCC's static unwinder instead of `libgcc_s.so.1`
+//! (`ebbtide_build::unwind_link`).
 
-mod hot_text_link;
-mod relr_link;
-mod unwind_link;
+use ebbtide_build::{hot_text_link, relr_link, unwind_link};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=hot_text_link.rs");
-    println!("cargo:rerun-if-changed=relr_link.rs");
-    println!("cargo:rerun-if-changed=unwind_link.rs");
     relr_link::link();
     unwind_link::link();
     println!("cargo:rerun-if-changed=hot-text.txt");

@@ -1,6 +1,6 @@
 //! Packed relative relocations (`DT_RELR`) for the shared libraries `libebbtide_malloc.so` and
-//! `libebbtide.so` (`crates/ebbtide-capi/build.rs` and `tests/all/hot_text.rs` include this file by
-//! path).
+//! `libebbtide.so` (their build scripts; `crates/ebbtide-malloc/tests/all/hot_text.rs` checks the
+//! result).
 //!
 //! A shared library's pointers to itself (vtables, string tables, the `&'static` data of every
 //! crate) are fixed up by the dynamic loader at every start: one 24-byte `Elf64_Rela` each in
@@ -41,7 +41,7 @@ pub fn link() {
 }
 
 /// Whether the build machine's loader reads `DT_RELR`: glibc 2.36 or later. Also what
-/// `tests/all/hot_text.rs` expects of the build (it includes this file by path).
+/// `crates/ebbtide-malloc/tests/all/hot_text.rs` expects of the build.
 pub fn host_loader_reads_relr() -> bool {
     host_glibc().is_some_and(|v| v >= (2, 36))
 }

@@ -1,5 +1,5 @@
 //! What the build scripts of `libebbtide_malloc.so` (`crates/ebbtide-malloc/build.rs`) and
-//! `libebbtide.so` (`crates/ebbtide-capi/build.rs`, which includes this file by path) share:
+//! `libebbtide.so` (`crates/ebbtide-capi/build.rs`) share:
 //! the `EBBTIDE_HOT_TEXT` switch and the linker script around their lists of hot functions — an
 //! output section `.text.hot` before `.text` (`INSERT BEFORE`, which keeps the linker's default
 //! script) with every input section in it at a 64-byte boundary (`SUBALIGN(64)`: the entry
@@ -43,7 +43,6 @@ pub fn wanted() -> bool {
 /// alignment (16 bytes: a 64-byte boundary for each of its few hundred functions cost 11 KB of
 /// padding, most of a 64 KiB window), then `asserts` ([`Checked`]), with a comment naming
 /// `generator`; and links the cdylib with it.
-#[allow(dead_code)] // each build script that includes this file uses one of the two
 pub fn link(generator: &str, file: &str, entries: &str, rest: &str, asserts: &str) {
     let path = write_script(generator, file, entries, rest, asserts);
     println!("cargo:rustc-cdylib-link-arg=-Wl,-T,{}", path.display());
@@ -56,7 +55,6 @@ pub fn link(generator: &str, file: &str, entries: &str, rest: &str, asserts: &st
 /// does for a cdylib, without its 64 KiB segments: for a benchmark that links the C API's rlib
 /// and calls its entry points, so that they start where they start in `libebbtide.so`
 /// (`crates/ebbtide-bench/build.rs`).
-#[allow(dead_code)] // each build script that includes this file uses one of the two
 pub fn link_bins(generator: &str, file: &str, entries: &str) {
     let path = write_script(generator, file, entries, "", "");
     println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", path.display());
@@ -67,7 +65,6 @@ pub fn link_bins(generator: &str, file: &str, entries: &str) {
 /// linker placed bytes between them, so a description that matches no input section (a stale
 /// name) stops the link with a message naming it instead of silently laying out nothing.
 #[derive(Default)]
-#[allow(dead_code)] // each build script that includes this file uses what it needs
 pub struct Checked {
     /// The descriptions with their bracketing symbol assignments (an output section's body).
     pub body: String,
@@ -76,7 +73,6 @@ pub struct Checked {
     count: usize,
 }
 
-#[allow(dead_code)] // each build script that includes this file uses what it needs
 impl Checked {
     /// Adds `description` (one input section description, e.g. `*(.text.NAME*)`); the link
     /// fails with `message` when it matches no input section. `message` must not contain `"`.

@@ -1,5 +1,5 @@
 //! The unwinder linked into the shared libraries `libebbtide_malloc.so` and `libebbtide.so`
-//! (`crates/ebbtide-capi/build.rs` and `tests/all/hot_text.rs` include this file by path), instead
+//! (their build scripts; `crates/ebbtide-malloc/tests/all/hot_text.rs` checks the result), instead
 //! of a dependency on `libgcc_s.so.1`.
 //!
 //! Rust's standard library unwinds with the C compiler's unwinder: its `unwind` crate links
@@ -49,7 +49,7 @@ pub fn archives() -> Option<(PathBuf, PathBuf)> {
 }
 
 /// `libgcc_eh.a` and `libgcc.a` of the C compiler, when it has both. Also what
-/// `tests/all/hot_text.rs` expects of the build (it includes this file by path).
+/// `crates/ebbtide-malloc/tests/all/hot_text.rs` expects of the build.
 pub fn compiler_archives() -> Option<(PathBuf, PathBuf)> {
     Some((compiler_file("libgcc_eh.a")?, compiler_file("libgcc.a")?))
 }
@@ -63,7 +63,7 @@ pub fn link() {
     let dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR")).join("static-unwind");
     std::fs::create_dir_all(&dir).expect("create OUT_DIR/static-unwind");
     let script = format!(
-        "/* Written by unwind_link.rs (crates/ebbtide-malloc): this cdylib's -lgcc_s resolved by\n   \
+        "/* Written by ebbtide-build's unwind_link.rs: this cdylib's -lgcc_s resolved by\n   \
          GCC's static unwinder, hidden in the library, instead of libgcc_s.so.1. */\n\
          GROUP ( {} {} )\n",
         eh.display(),
