@@ -62,7 +62,10 @@ fn main() {
 /// Every name's patterns are checked ([`hot_text_link::Checked`]): a name that matches no
 /// function of a release build stops the link with `hot-text.txt: NAME matches no function`.
 fn sections(list: &str) -> (hot_text_link::Checked, hot_text_link::Checked) {
-    let (mut entries, mut rest) = (hot_text_link::Checked::default(), hot_text_link::Checked::default());
+    let (mut entries, mut rest) = (
+        hot_text_link::Checked::default(),
+        hot_text_link::Checked::default(),
+    );
     for name in list
         .lines()
         .map(str::trim)

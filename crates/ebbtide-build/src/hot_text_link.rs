@@ -77,7 +77,10 @@ impl Checked {
     /// Adds `description` (one input section description, e.g. `*(.text.NAME*)`); the link
     /// fails with `message` when it matches no input section. `message` must not contain `"`.
     pub fn push(&mut self, description: &str, message: &str) {
-        assert!(!message.contains('"'), "linker script message with a quote: {message}");
+        assert!(
+            !message.contains('"'),
+            "linker script message with a quote: {message}"
+        );
         let i = self.count;
         self.count += 1;
         // HIDDEN: the symbols stay out of the library's dynamic symbol table.

@@ -4,6 +4,6 @@
 //! each file was a binary of its own. Files that need a process of their own stay outside
 //! (their first line says why).
 
-mod serial;
 mod c_bench;
 mod malloc_bench;
+mod serial;

@@ -4,9 +4,9 @@
 //! each file was a binary of its own. Files that need a process of their own stay outside
 //! (their first line says why).
 
-mod serial;
 mod e2e;
 mod exporter;
 mod lab_errors;
 mod package;
 mod run;
+mod serial;

@@ -4,7 +4,6 @@
 //! each file was a binary of its own. Files that need a process of their own stay outside
 //! (their first line says why).
 
-mod serial;
 mod abi_docs;
 mod control_abi;
 mod control_props;
@@ -17,4 +16,5 @@ mod pressure_parsers;
 mod pressure_psi;
 mod pressure_systemd;
 mod prometheus_promtool;
+mod serial;
 mod zone_api;
