@@ -91,7 +91,10 @@ fn sections(list: &str) -> (hot_text_link::Checked, hot_text_link::Checked) {
         };
         body.push(
             &format!("*(.text.{name}* .text.unlikely.{name}*)"),
-            &format!("hot-text.txt: {name} matches no function"),
+            &format!(
+                "hot-text.txt: {name} matches no function (remove or rename it; \
+                 EBBTIDE_HOT_TEXT=off links without the list)"
+            ),
         );
     }
     assert!(
