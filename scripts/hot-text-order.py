@@ -14,17 +14,20 @@ once with the library preloaded, and the first hit of each function noted with i
    time;
 3. the functions no traced program ran, in the list's present order.
 
-The list holds names without their hash, each a prefix pattern for the linker; a name with
-several instances of which only some are run by the short programs (generic functions: one
-`RawVec::grow_one` per element type) gets lines with the hash for those instances, at their
-place, and keeps the bare name at the place of the others. The C and C++ entry points (the
-lines before the first Rust name) keep their place at the head of the list.
+The list holds names in the form that survives a toolchain change (scripts/hot-text-names.py:
+no hash, `Cs*_` for std's crate disambiguators), each a pattern `NAME*` for the linker; a name
+with several instances (generic functions: one `RawVec::grow_one` per element type) takes its
+place by the earliest of them (a line per instance would need the instance's hash, which a
+toolchain change makes match nothing, and a stale line fails the release link). The C and C++
+entry points (the lines before the first Rust name) keep their place at the head of the list.
 
 usage: scripts/hot-text-order.py [LIB]   (default: cargo build --release -p ebbtide-malloc's)
 needs: root (tracefs uprobes), binutils, cc, python3 (/usr/bin/python3 is traced too).
 Writes the new list over crates/ebbtide-malloc/hot-text.txt; rebuild and check with
 `cargo test --release -p ebbtide-malloc --test all hot_text::`.
 """
+import fnmatch
+import importlib.util
 import os
 import re
 import shutil
@@ -33,6 +36,10 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location(
+    'hot_text_names', os.path.join(ROOT, 'scripts/hot-text-names.py'))
+names = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(names)
 LIST = os.path.join(ROOT, 'crates/ebbtide-malloc/hot-text.txt')
 TRACING = '/sys/kernel/tracing/'
 GROUP = 'ebbtide_hot_order'
@@ -151,22 +158,15 @@ def reorder(funcs, first, used_short, text):
     owner = {}
     for i, (_, _, name) in enumerate(funcs):
         for k, p in enumerate(pats):
-            if name.startswith(p):
+            # As the linker matches the line's pattern `NAME*`: the first line wins.
+            if fnmatch.fnmatchcase(name, p + '*'):
                 owner[i] = k
                 break
     never = float('inf')
     items = []
     for k in range(nentry, len(pats)):
         inst = [i for i in owner if owner[i] == k]
-        early = [i for i in inst if i in used_short]
-        late = [i for i in inst if i not in used_short]
-        if len(inst) > 1 and early and late:
-            for i in early:
-                exact = re.sub(r'\.llvm\.\d+$', '', funcs[i][2])
-                items.append((first[i], k, exact))
-            items.append((min(first.get(i, never) for i in late), k, pats[k]))
-        else:
-            items.append((min([first.get(i, never) for i in inst] or [never]), k, pats[k]))
+        items.append((min([first.get(i, never) for i in inst] or [never]), k, pats[k]))
     items.sort(key=lambda x: (x[0], x[1]))
     body = pats[:nentry] + [x[2] for x in items]
     return '\n'.join(head) + '\n' + '\n'.join(body) + '\n'
@@ -209,17 +209,8 @@ def main():
     first = {i: t + (0 if i in short else 1e12) for i, t in earliest.items()}
     with open(LIST) as f:
         text = f.read()
-    # Hashed lines of an earlier run go back to their bare names before the new order is made.
-    text = '\n'.join(re.sub(r'17h[0-9a-f]{16}E$', '', l) if l.startswith('_ZN') else l
-                     for l in text.split('\n'))
-    seen, dedup = set(), []
-    for line in text.split('\n'):
-        if line.strip() and not line.startswith('#'):
-            if line in seen:
-                continue
-            seen.add(line)
-        dedup.append(line)
-    new = reorder(funcs, first, short, '\n'.join(dedup))
+    # Names of an earlier form (hashes) in the robust one before the new order is made.
+    new = reorder(funcs, first, short, names.convert(text))
     with open(LIST, 'w') as f:
         f.write(new)
     size = sum(s for i, (_, s, _) in enumerate(funcs) if i in short)

@@ -6,7 +6,7 @@
 # page of the library outside them is a function to add to hot-text.txt (the first call
 # into each 64 KiB window of the text faults; the kernel maps the rest of the window with it).
 # Faults in the 64 KiB windows that the hot functions overlap are not counted. Add the names
-# printed (their hash suffix already cut), rebuild, run again until only functions that few
+# printed (in the form hot-text.txt holds, scripts/hot-text-names.py), rebuild, run again until only functions that few
 # programs run are left.
 #
 # usage: scripts/hot-text.sh [LIB]   (default: cargo build --release -p ebbtide-malloc's)
@@ -56,7 +56,9 @@ for l in open(work + '/readelf'):
 syms = []
 for l in open(work + '/nm').read().split('\n'):
     p = l.split(None, 2)
-    if len(p) == 3 and p[1] in 'tT':
+    # Not the markers around each list entry (build.rs's stale-entry check): they share
+    # their addresses with functions.
+    if len(p) == 3 and p[1] in 'tT' and not p[2].startswith('__ebbtide_hot_text_'):
         syms.append((int(p[0], 16), p[2]))
 syms.sort()
 keys = [a for a, _ in syms]
@@ -72,6 +74,8 @@ for l in lines:
         continue  # a window the hot functions are in anyway
     name = syms[bisect.bisect_right(keys, va) - 1][1]
     name = re.sub(r'17h[0-9a-f]{16}E$', '', re.sub(r'\.llvm\.\d+$', '', name))
+    if name.startswith('_R'):
+        name = re.sub(r'Cs[0-9A-Za-z]+_', 'Cs*_', name)  # as scripts/hot-text-names.py writes it
     print(f'{va >> 16}\t{name}\t{prog}')
 PY
 }

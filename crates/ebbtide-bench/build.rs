@@ -8,12 +8,10 @@
 
 #[path = "../ebbtide-capi/fast_entries.rs"]
 mod fast_entries;
-#[path = "../ebbtide-malloc/hot_text_link.rs"]
-mod hot_text_link;
+use ebbtide_build::hot_text_link;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=../ebbtide-malloc/hot_text_link.rs");
     println!("cargo:rerun-if-changed=../ebbtide-capi/fast_entries.rs");
     if !hot_text_link::wanted() {
         return;

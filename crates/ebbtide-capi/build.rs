@@ -14,15 +14,10 @@
 //! at build time links without it (as for `libebbtide_malloc.so`).
 //!
 //! Both are also linked with packed relative relocations where the loader reads them
-//! (`../ebbtide-malloc/relr_link.rs`), and with GCC's static unwinder instead of `libgcc_s.so.1`
-//! (`../ebbtide-malloc/unwind_link.rs`).
+//! (`ebbtide_build::relr_link`), and with GCC's static unwinder instead of `libgcc_s.so.1`
+//! (`ebbtide_build::unwind_link`).
 
-#[path = "../ebbtide-malloc/hot_text_link.rs"]
-mod hot_text_link;
-#[path = "../ebbtide-malloc/relr_link.rs"]
-mod relr_link;
-#[path = "../ebbtide-malloc/unwind_link.rs"]
-mod unwind_link;
+use ebbtide_build::{hot_text_link, relr_link, unwind_link};
 
 #[path = "fast_entries.rs"]
 mod fast_entries;
@@ -30,9 +25,6 @@ mod fast_entries;
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=fast_entries.rs");
-    println!("cargo:rerun-if-changed=../ebbtide-malloc/hot_text_link.rs");
-    println!("cargo:rerun-if-changed=../ebbtide-malloc/relr_link.rs");
-    println!("cargo:rerun-if-changed=../ebbtide-malloc/unwind_link.rs");
     relr_link::link();
     unwind_link::link();
     if !hot_text_link::wanted() {
@@ -42,6 +34,7 @@ fn main() {
         "crates/ebbtide-capi/build.rs",
         "fast-entry.ld",
         &fast_entries::script_body(),
+        "",
         "",
     );
 }

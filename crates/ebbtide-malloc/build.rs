@@ -12,20 +12,13 @@
 //! that cannot read the script).
 //!
 //! It is also linked with packed relative relocations where the loader reads them
-//! (`relr_link.rs`), and with GCC's static unwinder instead of `libgcc_s.so.1`
-//! (`unwind_link.rs`).
+//! (`ebbtide_build::relr_link`), and with GCC's static unwinder instead of `libgcc_s.so.1`
+//! (`ebbtide_build::unwind_link`).
 
-use std::fmt::Write as _;
-
-mod hot_text_link;
-mod relr_link;
-mod unwind_link;
+use ebbtide_build::{hot_text_link, relr_link, unwind_link};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=hot_text_link.rs");
-    println!("cargo:rerun-if-changed=relr_link.rs");
-    println!("cargo:rerun-if-changed=unwind_link.rs");
     relr_link::link();
     unwind_link::link();
     println!("cargo:rerun-if-changed=hot-text.txt");
@@ -34,11 +27,22 @@ fn main() {
     }
     let list = std::fs::read_to_string("hot-text.txt").expect("read hot-text.txt");
     let (entries, rest) = sections(&list);
+    // The names are checked where the list is measured and the library ships: the profiles
+    // that inherit `release` (thin LTO, one codegen unit). Profiles that inline differently
+    // (`test`: opt-level 2, no LTO; `dev`) lack some of its functions and keep others, so a
+    // name matching nothing there says nothing about the list.
+    println!("cargo:rerun-if-env-changed=PROFILE");
+    let mut asserts = String::new();
+    if std::env::var("PROFILE").as_deref() == Ok("release") {
+        asserts.push_str(&entries.asserts);
+        asserts.push_str(&rest.asserts);
+    }
     hot_text_link::link(
         "crates/ebbtide-malloc/build.rs from hot-text.txt",
         "hot-text.ld",
-        &entries,
-        &rest,
+        &entries.body,
+        &rest.body,
+        &asserts,
     );
 }
 
@@ -54,8 +58,14 @@ fn main() {
 /// library) and the rseq abort handlers — and goes on with the Rust functions. (The PLT at the
 /// end of the hot functions and `crtbeginS.o` at the start of `.text`, where the linker puts
 /// it, kept the last 64 KiB window resident in every program.)
-fn sections(list: &str) -> (String, String) {
-    let (mut entries, mut rest) = (String::new(), String::new());
+///
+/// Every name's patterns are checked ([`hot_text_link::Checked`]): a name that matches no
+/// function of a release build stops the link with `hot-text.txt: NAME matches no function`.
+fn sections(list: &str) -> (hot_text_link::Checked, hot_text_link::Checked) {
+    let (mut entries, mut rest) = (
+        hot_text_link::Checked::default(),
+        hot_text_link::Checked::default(),
+    );
     for name in list
         .lines()
         .map(str::trim)
@@ -66,11 +76,11 @@ fn sections(list: &str) -> (String, String) {
             "hot-text.txt: {name:?} is not a symbol name"
         );
         let rust = name.starts_with("_ZN") || name.starts_with("_R");
-        let body = if rest.is_empty() && !rust {
+        let body = if rest.body.is_empty() && !rust {
             &mut entries
         } else {
-            if rest.is_empty() {
-                rest.push_str(concat!(
+            if rest.body.is_empty() {
+                rest.body.push_str(concat!(
                     "    *libc_nonshared.a:*(.text .text.*)\n",
                     "    *crtbeginS.o(.text .text.*)\n",
                     "    *(.plt) *(.iplt)\n",
@@ -79,10 +89,16 @@ fn sections(list: &str) -> (String, String) {
             }
             &mut rest
         };
-        let _ = writeln!(body, "    *(.text.{name}* .text.unlikely.{name}*)");
+        body.push(
+            &format!("*(.text.{name}* .text.unlikely.{name}*)"),
+            &format!(
+                "hot-text.txt: {name} matches no function (remove or rename it; \
+                 EBBTIDE_HOT_TEXT=off links without the list)"
+            ),
+        );
     }
     assert!(
-        !entries.is_empty() && !rest.is_empty(),
+        !entries.body.is_empty() && !rest.body.is_empty(),
         "hot-text.txt: the entry points first, then the Rust functions"
     );
     (entries, rest)

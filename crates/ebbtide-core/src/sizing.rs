@@ -291,7 +291,7 @@ pub fn grow(s: &Stack, free: u64) -> (u32, u64) {
 /// steps the bucket size down by one). One bucket alone was too little once stacks grew at
 /// their misses: the malloc's classes of 640 B–1 KiB kept 180–270 items each (grants of 20–30
 /// buckets) through six Low events, 2.8–4.5 MB of a small redis left cached after a neighbour
-/// needed the memory (`tests/malloc_smoke.rs` then failed now and then). A quarter per event
+/// needed the memory (`ebbtide-experiments/tests/all/malloc_smoke.rs` then failed now and then). A quarter per event
 /// leaves a sixth of a grant after six.
 pub fn after_trim(grant: u32, step: u32) -> u32 {
     grant.saturating_sub(step.max(1).max(grant.div_ceil(4)))

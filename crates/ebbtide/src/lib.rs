@@ -36,7 +36,7 @@
 //! | [`control`] | the per-process control socket (requests, server thread) |
 //! | [`abi`] | `docs/ABI/` generated from the code (tunables, stats, control requests) |
 //!
-//! Each module names only modules before it (`tests/layers.rs`); the crate root holds the
+//! Each module names only modules before it (`tests/all/layers.rs`); the crate root holds the
 //! facade (`pressure`, the re-exports) and the hooks it installs into the core.
 //!
 //! ## Locks of the runtime (outermost first)

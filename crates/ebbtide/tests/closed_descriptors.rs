@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: it re-runs itself as a child that closes every descriptor, runtime threads and sources included.
 //! A program closes every descriptor above 2 it did not open (`close_range(3, ~0U, 0)`, as
 //! daemons and `subprocess` children do): the runtime goes on, out of the program's way, and
 //! gets everything back — the pressure sources within about two seconds, the control socket at

@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: its counting #[global_allocator] is the whole process's.
 //! Watching a process costs it no allocation: the control socket answers the observations
 //! (`ping`, `version`, `stats json`, `events`) without calling the global allocator — in a
 //! malloc process that allocator is the program's own zones, whose request counters and

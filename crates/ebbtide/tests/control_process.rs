@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: its children exit with the control socket open; the socket and its tunable are the process's.
 //! Process life of the control socket: removed at exit, not served by a forked child, stale
 //! sockets of dead processes cleaned, a hostile directory refused.
 //!

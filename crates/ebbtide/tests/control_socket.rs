@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: one control server per process, started through the process-wide tunable and left running.
 //! The control socket in this process: start through the tunable, every request, errors, and
 //! hostile clients (silent, oversized, slow readers, too many) that must not stall others.
 //!

@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: it counts every membarrier of the process, so the reclaim thread is off from the start.
 //! One Critical event empties every CPU's caches in one pass: one `membarrier` per CPU that has
 //! a stack in use, not one for the squeeze window and another for "buckets off" (a defect found
 //! in review: the squeeze drained every CPU, then disabling buckets drained them all again).

@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: it measures the RSS of the whole process.
 //! A full drain gives back everything of zones with no live items, and every byte the library
 //! still holds is counted: RSS after DRAIN_CPU is within 2 % of the peak's item bytes of where it
 //! started, `mapped_bytes` reads 0, and what remains of RSS is what `metadata_bytes` says.

@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: the lazy-free mode is process-wide.
 //! Lazily freed pool pages (`MADV_FREE`): the stats agree with the kernel's `LazyFree` in
 //! `/proc/self/smaps_rollup`, a reuse costs no page fault, and pressure gives them back.
 //!

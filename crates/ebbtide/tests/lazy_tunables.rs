@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: the lazy-free tunables and mode are process-wide and read by the reclaim thread.
 //! The lazy-free tunables act through the reclaim thread (which owns them): `lazy_free` decides
 //! between `MADV_FREE` and `MADV_DONTNEED` for a pool shrink without pressure, `lazy_settle_ms`
 //! how long a page given up waits before `MADV_FREE`, `lazy_decay_ms` when it goes back for good.

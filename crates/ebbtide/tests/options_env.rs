@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: the environment is read once, before anything else reads the options.
 //! `init_from_env` against the real process environment (one test: the environment and the
 //! global registry are process-wide).
 

@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: its counting #[global_allocator] is the whole process's.
 //! The readers the allocator uses on hot-ish paths never allocate (and, being single atomic
 //! loads, never lock): checked with a counting global allocator.
 

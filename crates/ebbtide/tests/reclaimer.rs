@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: the pressure state and the reclaim thread are the process's.
 //! The reclaim thread end to end: explicit pressure at each level, the squeeze of page pools,
 //! idle give-back without pressure, low-memory handlers, panic recovery, fork.
 //! One test binary, tests serialised: pressure state is process-wide.

@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: release_thread is a start-up tunable and it counts the process's threads.
 //! `release_thread=false`: no `ebbtide-release` helper thread is started, and a large reclaim
 //! still gives every cached page back (on the calling thread).
 //! Its own test binary: `release_thread` is a start-up tunable.

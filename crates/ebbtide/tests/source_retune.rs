@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: sources is a start-up tunable and the pressure state is process-wide.
 //! Source tunables changed at run time take effect at once: the reclaim thread notices the new
 //! option generation, detects its sources again and re-opens them (here: the library's own
 //! budget, switched on by setting `max_cached_bytes` after the thread started).

@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: it changes the process-wide tunables at run time and re-runs itself for start-up ones.
 //! Every tunable in the options table has an observable effect (review: `checked` was parsed and
 //! documented but nothing applied it). Each tunable has an entry in [`EFFECTS`] naming the test
 //! that changes it and observes a difference from its default; [`every_tunable_has_an_effect_test`]

@@ -12,14 +12,14 @@
 //!   pages resident (nearly all of them before: the kernel maps every cached page within
 //!   64 KiB of a touched one, and start-up touched functions all over the text);
 //! * where the loader reads them (glibc 2.36 or later), the library's relative relocations are
-//!   packed (`.relr.dyn`, `relr_link.rs`): `.rela.dyn`, which `ld.so` reads at every start and
+//!   packed (`.relr.dyn`, `ebbtide_build::relr_link`): `.rela.dyn`, which `ld.so` reads at every start and
 //!   which kept 64 KiB more of the read-only segment resident, holds only the few others;
 //! * the executable segment is aligned to 64 KiB (`p_align`, which the loader honours) and
 //!   `.text.hot` starts at its first window, so the kernel's 64 KiB fault-around windows that
-//!   cover it are as few as its size allows (`hot_text_link.rs`);
+//!   cover it are as few as its size allows (`ebbtide_build::hot_text_link`);
 //! * the library carries its own unwinder (GCC's `libgcc_eh.a`, hidden) where the compiler has
 //!   it: no `libgcc_s.so.1` loaded into every preloading program, and no `_Unwind_*` symbol
-//!   exported to take a C++ program's exceptions (`unwind_link.rs`).
+//!   exported to take a C++ program's exceptions (`ebbtide_build::unwind_link`).
 //!
 //! The library is the release build (`cargo build --release -p ebbtide-malloc` into this test's
 //! target directory, about 10 s): the list is made for it, and a build without link-time
@@ -30,12 +30,7 @@
 mod support;
 
 // The build script's own test of the machine's glibc (what decides the flag), not a copy of it.
-#[allow(dead_code)]
-#[path = "../../relr_link.rs"]
-mod relr_link;
-#[allow(dead_code)]
-#[path = "../../unwind_link.rs"]
-mod unwind_link;
+use ebbtide_build::{relr_link, unwind_link};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

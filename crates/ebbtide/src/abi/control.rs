@@ -1,9 +1,9 @@
 //! ABI entries of the control socket, generated from the code (the verb table
 //! [`protocol::VERBS`] and the limits), in the format of `docs/ABI/README`.
 //!
-//! The file is `docs/ABI/testing/control/socket`; `tests/control_abi.rs` checks it against
+//! The file is `docs/ABI/testing/control/socket`; `tests/all/control_abi.rs` checks it against
 //! [`file()`] and rewrites it with `EBBTIDE_BLESS=1`. (It sits in a subdirectory because
-//! `tests/abi_docs.rs` refuses flat files under `testing/` that
+//! `tests/all/abi_docs.rs` refuses flat files under `testing/` that
 //! [`super::expected_files`] does not generate; adding [`file()`] to that list
 //! would let one test cover both.)
 

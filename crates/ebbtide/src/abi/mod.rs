@@ -16,7 +16,7 @@
 //! ```
 //!
 //! [`expected_files`] renders what the code says; [`parse`] reads a file back. The test
-//! `tests/abi_docs.rs` fails when the two disagree and rewrites the files with
+//! `tests/all/abi_docs.rs` fails when the two disagree and rewrites the files with
 //! `EBBTIDE_BLESS=1`, keeping each entry's `Date:` and `Users:` (the only hand-kept parts).
 
 pub mod control;

@@ -1,7 +1,7 @@
 //! Parsers and formatters for tunable values and for `EBBTIDE_CONF`.
 //!
 //! Every function here is total: any input string gives a value or an error, never a panic
-//! (checked by the property tests in `tests/options_props.rs` and the `conf_parser` fuzz target).
+//! (checked by the property tests in `tests/all/options_props.rs` and the `conf_parser` fuzz target).
 
 use super::error::{OptionError, OptionErrorKind};
 use super::table::{lookup, Kind, TunableDef, TABLE};

@@ -1,7 +1,7 @@
 //! Shared helpers of the `pressure_*` integration tests: a scratch v1 memory cgroup that is
 //! always removed, and a memory hog child process driven over stdin/stdout.
 //!
-//! The hog is the test binary itself, re-executed with `--ignored --exact hog_main` and
+//! The hog is the test binary itself, re-executed with `--ignored --exact MODULE::hog_main` and
 //! `EBBTIDE_HOG=1`; each test file that uses it defines
 //! `#[test] #[ignore] fn hog_main() { pressure_support::hog_main() }`.
 //! Commands (one per line on stdin): `grow <MiB>` touches anonymous memory up to that total and
@@ -183,11 +183,18 @@ impl Hog {
     /// exec, so everything it allocates is charged there).
     pub fn spawn(cgroup: &Path) -> Hog {
         let exe = std::env::current_exe().expect("current_exe");
+        // The test `hog_main` beside the module that includes this file: test names are module
+        // paths without the crate's (`all::pressure_psi::pressure_support` -> `pressure_psi::hog_main`).
+        let here = module_path!();
+        let hog_main = format!(
+            "{}::hog_main",
+            &here[here.find("::").map_or(0, |i| i + 2)..here.rfind("::").unwrap_or(0)]
+        );
         let mut cmd = Command::new(exe);
         cmd.args([
             "--ignored",
             "--exact",
-            "hog_main",
+            &hog_main,
             "--nocapture",
             "--test-threads=1",
         ])

@@ -1,5 +1,5 @@
 //! Prometheus's own tools for the tests that check ebbtide's output against them (shared by
-//! `crates/ebbtide/tests/prometheus_promtool.rs` and `crates/ebbtide-cli/tests/exporter.rs`,
+//! `crates/ebbtide/tests/all/prometheus_promtool.rs` and `crates/ebbtide-cli/tests/all/exporter.rs`,
 //! included with `#[path]`).
 
 #[path = "skip.rs"]
