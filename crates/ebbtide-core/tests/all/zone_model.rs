@@ -11,8 +11,9 @@
 //!   `Drain` empties the depot, `DrainCpu` empties the depot and every per-CPU stack, an invalid
 //!   free returns `Err` (or, for a non-checked NOBUCKET zone, is counted late) and changes nothing.
 //!
-//! Squeeze and "buckets disabled" are process-wide, so this file is its own test binary and every
-//! test takes `GLOBAL` (other zones' reclaims would otherwise move items between `validate`'s reads).
+//! Squeeze and "buckets disabled" are process-wide, so no other module's test runs beside this
+//! file's (`serial.rs`), every test takes `GLOBAL` (other zones' reclaims would otherwise move
+//! items between `validate`'s reads), and each case restores the switches when it ends.
 
 use ebbtide_core::{InvalidKind, Request, Zone, ZoneFlags, ZoneOptions};
 use proptest::prelude::*;

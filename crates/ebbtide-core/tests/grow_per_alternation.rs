@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: no resize pass may have run in the process before it (the rooms and budget are process-wide).
 //! Growth at the miss follows alternations: an overflow grows its stack by one bucket only if
 //! the stack underflowed since it last grew (and since the last pass). A stack that underflowed
 //! once and then only receives frees — before the process's first resize pass, the case of a
@@ -8,17 +9,16 @@
 use ebbtide_core::{sizing, Zone, ZoneOptions};
 use std::ptr::NonNull;
 
-#[path = "../support/pin.rs"]
+#[path = "support/pin.rs"]
 mod pin;
 use pin::pin_last_cpu;
 
-#[path = "../support/items.rs"]
+#[path = "support/items.rs"]
 mod items;
 use items::{alloc_n, free_all};
 
 #[test]
 fn one_underflow_then_only_frees_grows_one_bucket() {
-    let _turn = crate::serial::turn(module_path!());
     let cpu = pin_last_cpu();
     let size = 4096u64; // bucket 2: floor 4 slots
     sizing::set_budget(1024 * size);

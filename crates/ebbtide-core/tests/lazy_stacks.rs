@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: it counts the stacks the process-wide passes have written since the process started.
 //! A zone's per-CPU stack costs memory only on the CPUs that use it: a thread pinned to one CPU
 //! allocates and frees, every pass over all CPUs runs (periodic trim and idle detection, the
 //! resize pass, a DRAIN_CPU, a validation, Low pressure's step-down, caches closed and reopened),
@@ -6,14 +7,14 @@
 //! 4 KiB × CPUs per size class of a malloc. (Its own test binary: the affinity is per thread,
 //! but the passes are process-wide.)
 
-#[path = "../../../ebbtide/tests/support/skip.rs"]
+#[path = "../../ebbtide/tests/support/skip.rs"]
 mod skip;
 use ebbtide_core::reclaim::{self, Request};
 use ebbtide_core::{Zone, ZoneOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::ptr::NonNull;
 
-#[path = "../support/pin.rs"]
+#[path = "support/pin.rs"]
 mod pin;
 use pin::pin;
 
@@ -32,7 +33,6 @@ fn written(addr: usize) -> bool {
 
 #[test]
 fn only_the_cpus_that_use_a_zone_write_its_stacks() {
-    let _turn = crate::serial::turn(module_path!());
     let n = ebbtide_core::os::cpu_count();
     if n < 2 {
         skip::skip(

@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: it drives the process-wide fake clock from the process's start.
 //! The squeeze window on the core's one time base, driven by a fake clock: it opens for exactly
 //! its duration, extends but never shortens, and closes caches meanwhile. (Its own test binary:
 //! the fake clock is process-wide.)
@@ -8,7 +9,6 @@ use ebbtide_core::{Zone, ZoneOptions};
 
 #[test]
 fn squeeze_window_follows_the_fake_clock() {
-    let _turn = crate::serial::turn(module_path!());
     let t0 = 1_000_000_000_000u64;
     set_fake_clock(Some(t0));
     let z = Zone::new(ZoneOptions::new("squeeze-clock", 128)).unwrap();

@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: it sets the process-wide fake clock and per-CPU budget from the process's start.
 //! Per-CPU capacity that follows demand, on real zones, driven by a fake clock: a stack that
 //! misses grows within the per-CPU budget and then stops missing; a stack that stopped missing
 //! gives capacity back to one that misses; what the caches hold at rest stays within the
@@ -10,7 +11,7 @@ use ebbtide_core::reclaim::{self, Request};
 use ebbtide_core::{sizing, Zone, ZoneOptions};
 use std::ptr::NonNull;
 
-#[path = "../support/pin.rs"]
+#[path = "support/pin.rs"]
 mod pin;
 use pin::pin_last_cpu;
 
@@ -49,7 +50,6 @@ fn held_and_capacity(zones: &[&Zone], cpu: usize) -> (u64, u64) {
 
 #[test]
 fn capacity_follows_misses_within_the_budget() {
-    let _turn = crate::serial::turn(module_path!());
     let cpu = pin_last_cpu();
     let t0 = 1_000_000_000_000u64;
     set_fake_clock(Some(t0));

@@ -1,3 +1,4 @@
+// A test binary of its own, outside tests/all/: it reads the per-CPU rooms before any resize pass of the process has run.
 //! A stack whose frees find it full after it underflowed grows at once, one bucket per such
 //! alternation (`grow_per_alternation.rs`), out of its CPU's room
 //! (the part of the per-CPU budget the last resize pass left unallocated), without waiting for a
@@ -9,17 +10,16 @@ use ebbtide_core::reclaim;
 use ebbtide_core::{sizing, Zone, ZoneOptions};
 use std::ptr::NonNull;
 
-#[path = "../support/pin.rs"]
+#[path = "support/pin.rs"]
 mod pin;
 use pin::pin_last_cpu;
 
-#[path = "../support/items.rs"]
+#[path = "support/items.rs"]
 mod items;
 use items::{alloc_n, free_all};
 
 #[test]
 fn frees_that_find_the_stack_full_grow_it_at_once_within_the_room() {
-    let _turn = crate::serial::turn(module_path!());
     let cpu = pin_last_cpu();
     let size = 4096u64; // bucket 2: floor 4 slots
     let budget = 64 * size;
