@@ -14,7 +14,7 @@
 //! around a page a process touches (fault-around), so a hot section of `n` × 64 KiB starting at
 //! a window's start keeps `n` windows resident; placed at a page boundary somewhere in a window,
 //! as by the default 4 KiB alignment and the loader's 4 KiB-aligned placement, it kept `n + 1`
-//! (and which `n + 1` changed from run to run). Measured (docs/benchmarks.md, "Without
+//! (and which `n + 1` changed from run to run). Measured (docs/design/benchmarks-record.md, "Without
 //! `libgcc_s`, and the hot text on 64 KiB windows"): the library's resident text in a small
 //! program 260–316 KB → 256 KB every time.
 
@@ -38,7 +38,7 @@ pub fn wanted() -> bool {
 /// Writes `OUT_DIR/file`: the output section `.text.hot` holding `entries` (input section
 /// descriptions, one per line, each input section at a 64-byte boundary: the entry points, whose
 /// first instructions are the fast paths — where one starts within its cache line moved the C
-/// API's single-thread figures by 4 %, docs/benchmarks.md, "The C entry points at a line's
+/// API's single-thread figures by 4 %, docs/design/benchmarks-record.md, "The C entry points at a line's
 /// start"), then, if `rest` is not empty, `.text.warm` holding `rest` at the compiler's
 /// alignment (16 bytes: a 64-byte boundary for each of its few hundred functions cost 11 KB of
 /// padding, most of a 64 KiB window), then `asserts` ([`Checked`]), with a comment naming

@@ -8,7 +8,7 @@
 //! reads page by page, so they and the read-only data around them (the kernel maps 64 KiB
 //! around each page a process touches) count in the resident memory of every program that
 //! preloads the malloc. `-z pack-relative-relocs` (GNU ld 2.38, LLD 15) encodes them as a
-//! bitmap, `.relr.dyn`: 0.5 KiB. Measured (docs/benchmarks.md, "`prodcons`'s peak RSS taken
+//! bitmap, `.relr.dyn`: 0.5 KiB. Measured (docs/design/benchmarks-record.md, "`prodcons`'s peak RSS taken
 //! apart, and packed relative relocations"): the library's resident read-only segment in
 //! `sleep 1` 168–176 → 96 KB, in the malloc suite's `prodcons` 164 → 96–100 KB.
 //!

@@ -7,7 +7,7 @@
 //! `libgcc_s.so.1`, and its ~100 KB of pages (the loader reads its headers, symbol tables and
 //! relocations; the kernel maps 64 KiB around every page touched) count in the resident memory
 //! of every such program — a fifth of what the malloc's own library adds to a small process
-//! (docs/benchmarks.md, "Without `libgcc_s`, and the hot text on 64 KiB windows"). Nothing of
+//! (docs/design/benchmarks-record.md, "Without `libgcc_s`, and the hot text on 64 KiB windows"). Nothing of
 //! it runs unless a panic unwinds (the reclaim thread's `catch_unwind`, the C API's
 //! panic-to-`EIO` guard), which never happens in a correct run.
 //!

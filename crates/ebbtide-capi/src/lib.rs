@@ -1180,9 +1180,11 @@ mod tests {
         let _serial = INVALID_FREES_TESTS
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        // What this test checks happens at the top of this CPU's stack (an immediate double
+        // free, the next allocation's item): stay on one CPU, a migration would change stacks.
+        ebbtide_core::os::pin_to_current_cpu();
         // SAFETY: a NUL-terminated name, valid flags; the zone is destroyed below.
         let plain = unsafe { ebb_zone_create(c"handle-plain".as_ptr(), 48, 0, 0) };
-        // SAFETY: as for `plain`: a literal C string and a flag of the header.
         let checked =
             // SAFETY: a NUL-terminated name, valid flags; the zone is destroyed below.
             unsafe { ebb_zone_create(c"handle-checked".as_ptr(), 48, 0, EBB_ZONE_CHECKED) };
@@ -1230,6 +1232,9 @@ mod tests {
         let _serial = INVALID_FREES_TESTS
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        // What this test checks happens at the top of this CPU's stack (an immediate double
+        // free, the next allocation's item): stay on one CPU, a migration would change stacks.
+        ebbtide_core::os::pin_to_current_cpu();
         // SAFETY: live zones; every item freed once to its own zone, the rest refused.
         unsafe {
             let a = ebb_zone_create(c"owner-a".as_ptr(), 64, 0, 0);

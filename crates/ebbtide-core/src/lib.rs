@@ -114,7 +114,7 @@
 //! allocations keeps them in registers instead of reloading them through the zone object after
 //! each critical section. A C caller keeps nothing in registers across calls: there every
 //! constant is a load, and the C entry points are bound by their loads, not their instructions
-//! or the latency of their checks (docs/benchmarks.md, "Loads, not instructions" and "The
+//! or the latency of their checks (docs/design/benchmarks-record.md, "Loads, not instructions" and "The
 //! stacks' address as the owner test"). Hence constants packed two to a word (the slabs' range;
 //! the slab mask and the item test's bound), the chunk map at the arena's base (`arena.rs`), the
 //! CPU id tested by its sign against stacks sized for every possible CPU (`pcpu.rs`, "The CPU id

@@ -1033,7 +1033,7 @@ mod tests {
         // What stays: the per-CPU stacks, the depot (capped), at most FREE_SLAB_BYTES of empty
         // slabs, and the slabs the cached blocks keep partly used. Without the caps all of it
         // stayed (the depot took every bucket). The empty slabs beyond the cap go back at once
-        // without the runtime, or after 10 ms (`EXCESS_DELAY_MS` in the core's `keg.rs`) at the
+        // without the runtime, or after 10 ms (`EXCESS_DELAY_MS` in the core's `keg/excess.rs`) at the
         // class's next free or the runtime's next periodic step (every 100 ms by default) with
         // it: wait for that, within a bound that a loaded machine still meets.
         // Every byte mapped at `full` is still mapped, lazily freed (`MADV_FREE`: the idle trim

@@ -10,7 +10,7 @@
 //! (ASLR) per sample. Prints the environment, a markdown table of medians [min–max] with the
 //! ratio ebbtide / fastest peer, a table of ebbtide / each peer paired by round (median and
 //! quartiles of the per-round ratio), a table of spreads (max/min) and, with `--diag`, what the
-//! ebbtide processes saw per run (see `docs/benchmarks.md`).
+//! ebbtide processes saw per run (the method: `docs/benchmarks.md`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

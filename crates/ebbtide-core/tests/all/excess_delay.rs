@@ -1,4 +1,4 @@
-//! The free-slab cap's delay on a real zone (`keg.rs`, `EXCESS_DELAY_MS`): with lazy freeing on
+//! The free-slab cap's delay on a real zone (`keg/excess.rs`, `EXCESS_DELAY_MS`): with lazy freeing on
 //! and no pressure, slabs a free empties beyond the cap stay backed (and allocatable without a
 //! fault) until the excess has lasted 10 ms; then the periodic step moves them into the lazy
 //! decay (offered with `MADV_FREE`, out of the mapped bytes), and they go back for good as soon
