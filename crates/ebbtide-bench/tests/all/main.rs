@@ -6,4 +6,5 @@
 
 mod c_bench;
 mod malloc_bench;
+#[path = "../../../ebbtide-core/tests/support/serial.rs"]
 mod serial;

@@ -10,4 +10,5 @@ mod lab_errors;
 mod observer;
 mod package;
 mod run;
+#[path = "../../../ebbtide-core/tests/support/serial.rs"]
 mod serial;

@@ -13,6 +13,7 @@ mod layers;
 mod pool_stash;
 mod reuse_caps;
 mod rseq_fence;
+#[path = "../support/serial.rs"]
 mod serial;
 mod stress;
 mod typed_zone;

@@ -5,5 +5,6 @@
 //! (their first line says why).
 
 mod malloc_smoke;
+#[path = "../../../ebbtide-core/tests/support/serial.rs"]
 mod serial;
 mod smoke;

@@ -10,6 +10,7 @@ mod example_global_allocator;
 mod hot_text;
 mod large_blocks;
 mod real_programs;
+#[path = "../../../ebbtide-core/tests/support/serial.rs"]
 mod serial;
 mod shadow_model;
 mod thp_always;

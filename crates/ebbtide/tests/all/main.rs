@@ -16,5 +16,6 @@ mod pressure_parsers;
 mod pressure_psi;
 mod pressure_systemd;
 mod prometheus_promtool;
+#[path = "../../../ebbtide-core/tests/support/serial.rs"]
 mod serial;
 mod zone_api;

@@ -1,6 +1,7 @@
 //! One module's tests at a time: a module's tests may run concurrently among themselves (as in
 //! the binary each file was), but a module that switches process- or machine-wide state (THP,
-//! cgroups, the zones' registry, the environment) never runs beside another's.
+//! cgroups, the zones' registry, the environment) never runs beside another's. Every crate's
+//! `tests/all/main.rs` includes this one file by path.
 
 use std::sync::{Condvar, Mutex};
 
