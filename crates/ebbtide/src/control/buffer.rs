@@ -9,6 +9,7 @@
 //! between scrapes.
 
 use std::fmt;
+use std::ptr::NonNull;
 
 /// Largest buffer: a reply above it is refused with an error (the clients' own limit,
 /// [`super::protocol::MAX_REPLY`]).
@@ -33,7 +34,7 @@ impl MapBuf {
     /// An empty buffer with nothing mapped.
     pub const fn new() -> MapBuf {
         MapBuf {
-            ptr: std::ptr::NonNull::dangling().as_ptr(),
+            ptr: NonNull::dangling().as_ptr(),
             len: 0,
             cap: 0,
         }
@@ -84,12 +85,12 @@ impl MapBuf {
     /// Unmap: back to an empty buffer holding no memory.
     pub fn release(&mut self) {
         if self.cap != 0 {
-            // SAFETY: `ptr`/`cap` are exactly the live mapping this buffer owns; nothing
-            // borrows it (`&mut self`).
-            unsafe { libc::munmap(self.ptr.cast(), self.cap) };
+            // SAFETY: `ptr`/`cap` are exactly the live mapping this buffer owns (non-null while
+            // `cap != 0`); nothing borrows it (`&mut self`).
+            unsafe { ebbtide_core::os::unmap(NonNull::new_unchecked(self.ptr), self.cap) };
         }
         // Field by field: assigning a whole `MapBuf` would drop (and unmap) this one again.
-        self.ptr = std::ptr::NonNull::dangling().as_ptr();
+        self.ptr = NonNull::dangling().as_ptr();
         self.len = 0;
         self.cap = 0;
     }
@@ -125,26 +126,17 @@ impl MapBuf {
         }
         let new_cap = need.next_power_of_two().clamp(MIN_MAP, MAX_BYTES);
         let p = if self.cap == 0 {
-            // SAFETY: a fresh private anonymous mapping; no address hint.
-            unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    new_cap,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            }
+            ebbtide_core::os::map(new_cap)
         } else {
-            // SAFETY: `ptr`/`cap` are the live mapping this buffer owns; MREMAP_MAYMOVE keeps
-            // its contents and the old address is not used after success.
-            unsafe { libc::mremap(self.ptr.cast(), self.cap, new_cap, libc::MREMAP_MAYMOVE) }
+            // SAFETY: `ptr`/`cap` are exactly the live mapping this buffer owns (from `os::map`
+            // or `os::remap`, `cap` a power of two of pages); the old address is not used
+            // after success.
+            unsafe { ebbtide_core::os::remap(NonNull::new_unchecked(self.ptr), self.cap, new_cap) }
         };
-        if p == libc::MAP_FAILED {
+        let Ok(p) = p else {
             return false;
-        }
-        self.ptr = p.cast();
+        };
+        self.ptr = p.as_ptr();
         self.cap = new_cap;
         true
     }
