@@ -60,10 +60,14 @@
 //! four times the machine's memory and swap ([`span_for`]), which bounds the map (32 bytes per
 //! 4 MiB: 1 MiB for 128 GiB) that every chunk, used or not, has an entry in.
 //!
-//! All of the arena is `MADV_NOHUGEPAGE` (docs/design/thp-policy.md): a keg touches its chunk
-//! sparsely (the header, a slab or two), and on THP `always` each first touch of a 2 MiB
-//! stretch would fault in 2 MiB. A chunk freed by a destroyed zone is released whole and goes
-//! on the free list for reuse.
+//! **Huge pages per chunk** (docs/design/thp-policy.md, docs/design/hugepage-heap.md): a chunk
+//! is `MADV_NOHUGEPAGE` unless its keg asks for [`os::Thp::Huge`] when it takes it: a keg
+//! touches a chunk sparsely (the header, a slab or two) until it is dense, and on THP `always`
+//! each first touch of a 2 MiB stretch would fault in 2 MiB. A dense keg's chunks
+//! (`keg/huge.rs`) are `MADV_HUGEPAGE` and mapped in whole 2 MiB steps ([`HUGE_PAGE`]), so
+//! that the first touch of each half faults in one huge page, on `madvise` hosts too. A chunk
+//! freed by a destroyed zone is released whole and goes on the free list for reuse; its next
+//! owner's policy is applied to what it has mapped when it is handed out again.
 
 use crate::os::{self, OsError};
 use core::ptr::NonNull;
@@ -100,6 +104,18 @@ pub(crate) fn span_for(ram: u64, swap: u64) -> usize {
 /// A chunk is mapped in steps of this many bytes as its owner carves slabs
 /// ([`Arena::map_through`]).
 pub(crate) const CHUNK_STEP: usize = 256 << 10;
+/// A huge page (x86-64's and arm64's PMD size with 4 KiB pages): a chunk holds two.
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
+const _: () = assert!(CHUNK_SIZE.is_multiple_of(HUGE_PAGE) && HUGE_PAGE.is_multiple_of(CHUNK_STEP));
+
+/// The step a chunk of policy `thp` is mapped in: whole huge pages for [`os::Thp::Huge`] (a
+/// huge page can back only a 2 MiB-aligned range mapped whole), else [`CHUNK_STEP`].
+pub(crate) const fn step_for(thp: os::Thp) -> usize {
+    match thp {
+        os::Thp::Huge => HUGE_PAGE,
+        _ => CHUNK_STEP,
+    }
+}
 /// Bytes of a chunk map entry.
 const ENTRY: usize = core::mem::size_of::<MapEntry>();
 
@@ -261,13 +277,14 @@ impl Arena {
 
     /// Hands a chunk to the keg with `tag` and `hint` whose first slab lies `first_slab` bytes
     /// into a chunk (see the module docs), mapped through its first `first_slab` bytes at least
-    /// (the keg maps its slabs with [`Arena::map_through`] before carving them). The chunk's
-    /// memory reads as zeros.
+    /// (the keg maps its slabs with [`Arena::map_through`] before carving them), with the huge
+    /// page policy `thp` (module docs). The chunk's memory reads as zeros.
     pub(crate) fn alloc_chunk(
         &self,
         tag: u64,
         hint: u64,
         first_slab: usize,
+        thp: os::Thp,
     ) -> Result<NonNull<u8>, OsError> {
         debug_assert!(first_slab > 0 && first_slab < CHUNK_SIZE);
         debug_assert!(tag != 0 && tag & 1 == 0);
@@ -285,9 +302,15 @@ impl Arena {
             let e = self.entry(idx).load(Ordering::Relaxed);
             debug_assert!(e & 1 == 1);
             free.head = (e >> 1) as usize;
+            // The new owner's policy on what the last one mapped (given back whole, untouched).
+            let mapped = self.map_entry(idx).mapped.load(Ordering::Relaxed) as usize;
+            // SAFETY: a chunk of the span, mapped through `mapped` bytes (its entry says so).
+            let at =
+                unsafe { NonNull::new_unchecked((self.base + (idx << CHUNK_SHIFT)) as *mut u8) };
+            os::set_thp(at, mapped, thp);
             idx
         } else {
-            let idx = self.map_new_chunk(nchunks)?;
+            let idx = self.map_new_chunk(nchunks, thp)?;
             // The chunk map is touched a page at a time as chunks are first used (the first
             // chunk's entry shares its page with the map's own entries, never written).
             let page = idx * ENTRY / os::page_size();
@@ -300,7 +323,7 @@ impl Arena {
         let chunk = self.base + (idx << CHUNK_SHIFT);
         // The owner's metadata area (its first `first_slab` bytes) mapped before it is handed
         // out; a chunk back from the free list keeps what it had mapped.
-        if let Err(e) = self.map_through(chunk, chunk + first_slab) {
+        if let Err(e) = self.map_through(chunk, chunk + first_slab, thp) {
             // Back on the free list, as it was (a new chunk: its first step mapped, unowned).
             // Release: as in `free_chunk` (hint and start word are 0: never set, or cleared).
             self.entry(idx)
@@ -325,7 +348,8 @@ impl Arena {
     /// Maps the first step of the next chunk of the span never handed out, skipping chunks
     /// another mapping took; its index. The caller holds the mutex (`bump` changes only under
     /// it).
-    fn map_new_chunk(&self, nchunks: usize) -> Result<usize, OsError> {
+    fn map_new_chunk(&self, nchunks: usize, thp: os::Thp) -> Result<usize, OsError> {
+        let step = step_for(thp);
         loop {
             let idx = self.bump.load(Ordering::Relaxed);
             if idx >= nchunks {
@@ -338,30 +362,30 @@ impl Arena {
             // SAFETY: a chunk of the arena's span, chunk (hence page) aligned, never handed out:
             // unmapped by `reserve` and mapped by nobody of ours since (`bump` is past every
             // chunk this arena mapped).
-            let r = unsafe {
-                os::map_at(
-                    NonNull::new_unchecked(p as *mut u8),
-                    CHUNK_STEP,
-                    os::Thp::Never,
-                )?
-            };
+            let r = unsafe { os::map_at(NonNull::new_unchecked(p as *mut u8), step, thp)? };
             self.bump.store(idx + 1, Ordering::Relaxed);
             if r == os::MapAt::Mapped {
                 self.map_entry(idx)
                     .mapped
-                    .store(CHUNK_STEP as u64, Ordering::Relaxed);
+                    .store(step as u64, Ordering::Relaxed);
                 return Ok(idx);
             }
         }
     }
 
     /// Maps the chunk at `chunk` (one of this arena's, handed out or being handed out) from its
-    /// start through `end` at least, in steps of [`CHUNK_STEP`]: the owner calls it before it
+    /// start through `end` at least, in steps of [`step_for`]`(thp)` with the policy `thp` (the
+    /// owner's, the same for every call on one chunk): the owner calls it before it
     /// carves a slab (address space on demand, module docs). Memory past what is mapped is
     /// not: nothing may touch a slab before it was carved. An error when the limit
     /// (`RLIMIT_AS`) is reached, or when another mapping lies in the chunk's way (never in
     /// practice: the span is far from the kernel's other mappings, `os::reserve_span`).
-    pub(crate) fn map_through(&self, chunk: usize, end: usize) -> Result<(), OsError> {
+    pub(crate) fn map_through(
+        &self,
+        chunk: usize,
+        end: usize,
+        thp: os::Thp,
+    ) -> Result<(), OsError> {
         debug_assert!(chunk.is_multiple_of(CHUNK_SIZE) && end > chunk && end - chunk <= CHUNK_SIZE);
         let e = self.map_entry((chunk - self.base) >> CHUNK_SHIFT);
         // Relaxed: the chunk's one owner (or `alloc_chunk` before it publishes the chunk) is
@@ -370,7 +394,7 @@ impl Arena {
         if end - chunk <= have {
             return Ok(());
         }
-        let want = os::round_up(end - chunk, CHUNK_STEP).min(CHUNK_SIZE);
+        let want = os::round_up(end - chunk, step_for(thp)).min(CHUNK_SIZE);
         // SAFETY: [chunk + have, chunk + want) is a page-aligned piece of the chunk, which is
         // ours (handed out by this arena); nothing of ours is mapped there (`mapped` says how
         // far the chunk's mapping reaches).
@@ -378,7 +402,7 @@ impl Arena {
             os::map_at(
                 NonNull::new_unchecked((chunk + have) as *mut u8),
                 want - have,
-                os::Thp::Never,
+                thp,
             )?
         };
         if r == os::MapAt::Taken {
@@ -389,6 +413,15 @@ impl Arena {
         }
         e.mapped.store(want as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Bytes of the chunk at `chunk` (one of this arena's) mapped from its start: written only by
+    /// its owner under its lock ([`Arena::map_through`]), which the caller holds.
+    pub(crate) fn mapped_bytes(&self, chunk: usize) -> usize {
+        // Relaxed: as in `map_through`, the owner's lock orders it.
+        self.map_entry((chunk - self.base) >> CHUNK_SHIFT)
+            .mapped
+            .load(Ordering::Relaxed) as usize
     }
 
     /// Takes a chunk back: its pages are given back to the OS and it goes on the free list.
@@ -510,7 +543,7 @@ mod tests {
         let t1 = a.new_tag();
         let t2 = a.new_tag();
         assert!(t1 != t2 && t1 & 1 == 0 && t2 & 1 == 0);
-        let c1 = a.alloc_chunk(t1, 0x1000, 4096).unwrap();
+        let c1 = a.alloc_chunk(t1, 0x1000, 4096, os::Thp::Never).unwrap();
         assert_eq!(c1.as_ptr() as usize % CHUNK_SIZE, 0);
         assert_eq!(a.tag_of(c1.as_ptr() as usize + 12345), t1);
         assert_eq!(a.tag_of(0x1000), 0, "outside the arena");
@@ -533,7 +566,7 @@ mod tests {
             ChunkOwner::default(),
             "nor their hints"
         );
-        let c2 = a.alloc_chunk(t2, 0, 4096).unwrap();
+        let c2 = a.alloc_chunk(t2, 0, 4096, os::Thp::Never).unwrap();
         assert_eq!(a.tag_of(c2.as_ptr() as usize), t2);
         // SAFETY: c2 came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c2) };
@@ -568,7 +601,7 @@ mod tests {
         );
         assert_eq!(owner_entry(a.base + 64), ChunkOwner::default());
         let t = a.new_tag();
-        let c = a.alloc_chunk(t, 0x2000, 4096).unwrap();
+        let c = a.alloc_chunk(t, 0x2000, 4096, os::Thp::Never).unwrap();
         let addr = c.as_ptr() as usize;
         assert!(
             addr >= a.base + CHUNK_SIZE,
@@ -604,7 +637,9 @@ mod tests {
     #[test]
     fn a_free_chunk_has_no_hint() {
         let a = get().unwrap();
-        let c = a.alloc_chunk(a.new_tag(), 0x3000, 4096).unwrap();
+        let c = a
+            .alloc_chunk(a.new_tag(), 0x3000, 4096, os::Thp::Never)
+            .unwrap();
         // SAFETY: the arena's base and length.
         let e = unsafe { map_entry_in(a.base, a.len, c.as_ptr() as usize + 5) }.unwrap();
         assert_eq!(e.hint.load(Ordering::Relaxed), 0x3000);
@@ -661,7 +696,7 @@ mod tests {
                 got.len() < 64,
                 "the bump pointer never passed the foreign chunk"
             );
-            got.push(a.alloc_chunk(t, 0x5000, ps).unwrap());
+            got.push(a.alloc_chunk(t, 0x5000, ps, os::Thp::Never).unwrap());
         }
         assert_eq!(a.tag_of(foreign), 0, "nobody's");
         assert_eq!(owner_entry(foreign + 8), ChunkOwner::default());
@@ -695,7 +730,9 @@ mod tests {
             unsafe { libc::msync(p as *mut libc::c_void, ps, libc::MS_ASYNC) == 0 }
         };
         let first = CHUNK_STEP + 3 * ps; // a metadata area beyond the first step
-        let c = a.alloc_chunk(a.new_tag(), 0x6000, first).unwrap();
+        let c = a
+            .alloc_chunk(a.new_tag(), 0x6000, first, os::Thp::Never)
+            .unwrap();
         let chunk = c.as_ptr() as usize;
         assert!(
             mapped(chunk) && mapped(chunk + first - ps),
@@ -703,10 +740,12 @@ mod tests {
         );
         assert!(mapped(chunk + 2 * CHUNK_STEP - ps), "in whole steps");
         assert!(!mapped(chunk + 2 * CHUNK_STEP), "nothing beyond");
-        a.map_through(chunk, chunk + 2 * CHUNK_STEP + 1).unwrap();
+        a.map_through(chunk, chunk + 2 * CHUNK_STEP + 1, os::Thp::Never)
+            .unwrap();
         assert!(mapped(chunk + 3 * CHUNK_STEP - ps) && !mapped(chunk + 3 * CHUNK_STEP));
-        a.map_through(chunk, chunk + ps).unwrap(); // already: nothing to do
-        a.map_through(chunk, chunk + CHUNK_SIZE).unwrap();
+        a.map_through(chunk, chunk + ps, os::Thp::Never).unwrap(); // already: nothing to do
+        a.map_through(chunk, chunk + CHUNK_SIZE, os::Thp::Never)
+            .unwrap();
         assert!(mapped(chunk + CHUNK_SIZE - ps), "all of it");
         // SAFETY: c came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c) };
@@ -722,7 +761,7 @@ mod tests {
         let a = get().unwrap();
         let t = a.new_tag();
         let c = a
-            .alloc_chunk(t, 0x4000, 3 * crate::os::page_size())
+            .alloc_chunk(t, 0x4000, 3 * crate::os::page_size(), os::Thp::Never)
             .unwrap();
         let chunk = c.as_ptr() as usize;
         // SAFETY: the arena's base and length.

@@ -79,6 +79,11 @@ pub(crate) enum Emptied<'s> {
 pub(crate) struct Disposal<'s> {
     pub(crate) emptied: Emptied<'s>,
     pub(crate) pages: Pages,
+    /// Whether the huge pages of dense kegs may be broken as needed (pressure, a squeeze, a
+    /// reclaim, an explicit drain); without it (a calm periodic pass, the free path) only
+    /// whole free huge pages go back and a partly used one is broken only beyond the idle
+    /// allowance (`keg/huge.rs`, [`crate::keg::idle_breaks`]).
+    pub(crate) breaks: bool,
 }
 
 impl<'s> Disposal<'s> {
@@ -96,6 +101,18 @@ impl<'s> Disposal<'s> {
                 Emptied::Keep
             },
             pages: Self::pages_now(squeezing),
+            breaks: squeezing || lazy::under_pressure(),
+        }
+    }
+
+    /// Slabs emptied go onto the free list, pages leave as `pages` says, and huge pages break
+    /// only under pressure (`pages` says now while no lazy freeing is on, too: then they
+    /// break). Pure.
+    pub(crate) fn keep_as(pages: Pages) -> Disposal<'static> {
+        Disposal {
+            emptied: Emptied::Keep,
+            pages,
+            breaks: !pages.is_lazy(),
         }
     }
 
@@ -114,6 +131,7 @@ impl<'s> Disposal<'s> {
         Disposal {
             emptied: Emptied::Keep,
             pages: Pages::NOW,
+            breaks: true,
         }
     }
 
@@ -122,6 +140,7 @@ impl<'s> Disposal<'s> {
         Disposal {
             emptied: Emptied::Release,
             pages: Pages::NOW,
+            breaks: true,
         }
     }
 
@@ -142,6 +161,7 @@ impl<'s> Disposal<'s> {
         Disposal {
             emptied,
             pages: Pages::NOW,
+            breaks: true,
         }
     }
 
@@ -150,6 +170,7 @@ impl<'s> Disposal<'s> {
         Disposal {
             emptied: Emptied::Stash(to_slabs),
             pages,
+            breaks: !pages.is_lazy(),
         }
     }
 
@@ -163,6 +184,7 @@ impl<'s> Disposal<'s> {
                 Emptied::Stash(n) => Emptied::Stash(n),
             },
             pages: self.pages,
+            breaks: self.breaks,
         }
     }
 

@@ -414,6 +414,9 @@ pub enum Thp {
     Never,
     /// The system's policy (`always`: huge where aligned): dense data that fills its pages.
     Eligible,
+    /// `MADV_HUGEPAGE`: huge where aligned also on `madvise` hosts: dense data the allocator
+    /// itself fills (a dense keg's chunks, `keg/huge.rs`).
+    Huge,
 }
 
 /// What [`map_at`] did.
@@ -468,10 +471,23 @@ pub unsafe fn map_at(addr: NonNull<u8>, len: usize, thp: Thp) -> Result<MapAt, O
         unsafe { libc::munmap(p, len) };
         return Ok(MapAt::Taken);
     }
-    if thp == Thp::Never {
-        no_huge_pages(addr, len);
-    }
+    set_thp(addr, len, thp);
     Ok(MapAt::Mapped)
+}
+
+/// Marks `[ptr, ptr+len)` (mapped, page aligned) with `thp`: `MADV_NOHUGEPAGE` for
+/// [`Thp::Never`], `MADV_HUGEPAGE` for [`Thp::Huge`] (each advice replaces the other), nothing
+/// for [`Thp::Eligible`] (no advice clears a mark: a fresh mapping has none). Takes effect for
+/// pages not yet touched. A kernel without THP refuses with `EINVAL`: nothing to do then.
+pub fn set_thp(ptr: NonNull<u8>, len: usize, thp: Thp) {
+    let advice = match thp {
+        Thp::Never => libc::MADV_NOHUGEPAGE,
+        Thp::Huge => libc::MADV_HUGEPAGE,
+        Thp::Eligible => return,
+    };
+    // SAFETY: madvise with (NO)HUGEPAGE changes no contents; on an unmapped range it fails with
+    // ENOMEM and does nothing.
+    unsafe { libc::madvise(ptr.as_ptr().cast(), len, advice) };
 }
 
 /// Marks `[ptr, ptr+len)` `MADV_NOHUGEPAGE`: never backed by transparent huge pages, whatever

@@ -30,9 +30,10 @@ impl Keg {
     /// Only when the newest chunk has no slab left to carve.
     pub(super) fn grow(&self, g: &mut KegInner) -> Result<(), OsError> {
         debug_assert_eq!(g.uncarved, 0);
+        let thp = super::huge::chunk_thp(g.backed_slabs * self.geo.slab_size);
         let chunk = self
             .arena
-            .alloc_chunk(self.tag, self.chunk_hint, self.geo.first_slab)?;
+            .alloc_chunk(self.tag, self.chunk_hint, self.geo.first_slab, thp)?;
         let hdr = chunk.as_ptr() as *mut ChunkHeader;
         // SAFETY: the chunk is committed, zeroed and ours; the header lies in its first
         // `first_slab` bytes, which no item overlaps.
@@ -40,10 +41,12 @@ impl Keg {
             hdr.write(ChunkHeader {
                 keg: self,
                 next: g.chunks,
+                huge: thp == os::Thp::Huge,
             });
         }
         g.chunks = hdr;
         g.nchunks += 1;
+        g.huge_chunks += usize::from(thp == os::Thp::Huge);
         g.uncarved = self.geo.slabs_per_chunk;
         os::add_metadata(self.meta_touched(0));
         Ok(())
@@ -133,6 +136,9 @@ impl Keg {
                     list_push(&mut g.partial, s);
                 }
                 g.nfree_slabs -= 1;
+                if self.in_huge(s) {
+                    g.nfree_huge -= 1;
+                }
                 g.npartial += 1;
                 reused += self.geo.slab_size;
                 s
@@ -177,7 +183,13 @@ impl Keg {
                     let i = self.geo.slabs_per_chunk - g.uncarved;
                     let chunk = g.chunks as usize;
                     let end = chunk + self.geo.first_slab + ((i + 1) << self.geo.slab_shift);
-                    if let Err(e) = self.arena.map_through(chunk, end) {
+                    // SAFETY: the newest chunk's header, written by `grow`; lock held.
+                    let thp = if unsafe { (*g.chunks).huge } {
+                        os::Thp::Huge
+                    } else {
+                        os::Thp::Never
+                    };
+                    if let Err(e) = self.arena.map_through(chunk, end, thp) {
                         if n > 0 {
                             break;
                         }

@@ -374,8 +374,12 @@ impl Keg {
                 g.npartial -= 1;
                 // Beyond the cap: back at once, unless the excess may wait (`EXCESS_DELAY_MS`:
                 // then onto the free list, and `take_back`'s end decides).
-                let over_cap =
-                    w.session.is_none() && !w.delay_excess && g.nfree_slabs >= w.free_cap;
+                // A huge chunk's free slab is outside the cap: the huge page's room (`huge.rs`).
+                let huge = self.in_huge(s);
+                let over_cap = !huge
+                    && w.session.is_none()
+                    && !w.delay_excess
+                    && g.nfree_slabs - g.nfree_huge >= w.free_cap;
                 if w.release || over_cap {
                     // On no list until its pages are gone: released once the lock is
                     // dropped (`release_deferred`), never under it.
@@ -397,6 +401,7 @@ impl Keg {
                     (*s).state = SlabState::Free;
                     list_push(&mut g.free, s);
                     g.nfree_slabs += 1;
+                    g.nfree_huge += usize::from(huge);
                 }
                 cur.state = (*s).state;
             }

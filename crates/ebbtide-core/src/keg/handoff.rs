@@ -4,25 +4,80 @@
 
 use super::*;
 
-/// Slabs whose pages a thread releases with the keg lock dropped (see `KegInner::ninflight`).
+/// Slabs whose pages a thread releases with the keg lock dropped (see `KegInner::ninflight`):
+/// single slabs (`slabs`, adjacent ones in one call), and whole huge pages (`pages`, one call of
+/// 2 MiB each) with their free slabs chained through `next` (`chained`: as many as a page holds,
+/// more than `slabs` has room for).
 pub(super) struct Deferred {
     pub(super) slabs: [*mut SlabMeta; DEFERRED],
     pub(super) n: usize,
+    pub(super) pages: [usize; DEFERRED_PAGES],
+    pub(super) npages: usize,
+    pub(super) chained: *mut SlabMeta,
+    pub(super) nchained: usize,
 }
 
 /// Slabs released per round of dropping the lock.
 pub(super) const DEFERRED: usize = 64;
+/// Whole huge pages released per round of dropping the lock.
+pub(super) const DEFERRED_PAGES: usize = 16;
 
 impl Deferred {
     pub(super) fn new() -> Deferred {
         Deferred {
             slabs: [ptr::null_mut(); DEFERRED],
             n: 0,
+            pages: [0; DEFERRED_PAGES],
+            npages: 0,
+            chained: ptr::null_mut(),
+            nchained: 0,
         }
     }
 
     pub(super) fn full(&self) -> bool {
-        self.n == DEFERRED
+        self.n == DEFERRED || self.npages == DEFERRED_PAGES
+    }
+
+    fn is_empty(&self) -> bool {
+        self.n == 0 && self.npages == 0
+    }
+}
+
+/// Which free slabs a release takes, and whether it may break huge pages (`huge.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Scope {
+    /// Free slabs of chunks that are not huge.
+    pub(crate) small: bool,
+    /// Free slabs of huge chunks: whole free huge pages first, the rest breaking pages.
+    pub(crate) huge: bool,
+    /// A calm pass: huge pages broken only beyond [`super::huge::idle_breaks`].
+    pub(crate) idle: bool,
+}
+
+impl Scope {
+    /// Every free slab; huge pages broken as needed unless `idle`.
+    pub(crate) const fn all(idle: bool) -> Scope {
+        Scope {
+            small: true,
+            huge: true,
+            idle,
+        }
+    }
+
+    /// The free-slab cap's: the free slabs of chunks that are not huge.
+    pub(crate) const SMALL: Scope = Scope {
+        small: true,
+        huge: false,
+        idle: true,
+    };
+
+    /// The huge chunks' free slabs only.
+    pub(crate) const fn huge(idle: bool) -> Scope {
+        Scope {
+            small: false,
+            huge: true,
+            idle,
+        }
     }
 }
 
@@ -65,6 +120,16 @@ impl Keg {
         d: &mut Deferred,
     ) -> crate::sync::MutexGuard<'g, KegInner> {
         drop(g);
+        for &page in &d.pages[..d.npages] {
+            // SAFETY: a whole huge page of one of our chunks, mapped, whose slabs are all free
+            // and on no list or clean (`release_whole_pages`): nothing holds an item in it.
+            unsafe {
+                os::release(
+                    NonNull::new_unchecked(page as *mut u8),
+                    crate::arena::HUGE_PAGE,
+                )
+            };
+        }
         // Address order, so that adjacent slabs go back in one call whatever order they came in.
         d.slabs[..d.n].sort_unstable_by_key(|&s| self.slab_base(s));
         let mut i = 0;
@@ -86,9 +151,22 @@ impl Keg {
             // SAFETY: `s` is a valid meta of this keg, Clean, on no list; lock held.
             unsafe { list_push(&mut g.clean, s) };
         }
-        g.nclean += d.n;
-        g.ninflight -= d.n;
+        let mut s = d.chained;
+        while !s.is_null() {
+            // SAFETY: the chain holds valid metas of this keg, Clean, on no list, linked through
+            // `next` (`release_whole_pages`); `next` is read before the push rewrites it.
+            unsafe {
+                let next = (*s).next;
+                list_push(&mut g.clean, s);
+                s = next;
+            }
+        }
+        g.nclean += d.n + d.nchained;
+        g.ninflight -= d.n + d.nchained;
         d.n = 0;
+        d.npages = 0;
+        d.chained = ptr::null_mut();
+        d.nchained = 0;
         g
     }
 
@@ -102,83 +180,128 @@ impl Keg {
     /// Releases the pages of free slabs until at most `keep` free slabs stay backed, as `d`
     /// decides: through its release session when it carries an active one (the slabs wait on
     /// the `releasing` list and their bytes are counted when the session completes: returns 0
-    /// for them); into the lazy decay when its pages leave lazily ([`Keg::release_free_lazily`], stamped by
-    /// its clock; returns 0: lazily freed bytes are counted apart); else at once, with the keg
-    /// lock dropped for the `madvise` (one per run of adjacent slabs), returning the bytes.
+    /// for them); into the lazy decay when its pages leave lazily ([`Keg::release_free_lazily`],
+    /// stamped by its clock; lazily freed bytes are counted apart), except the free slabs of
+    /// huge chunks, which never go lazily (`huge.rs`) and are released now; else at once, with
+    /// the keg lock dropped for the `madvise` (one per run of adjacent slabs, one per whole huge
+    /// page), returning the bytes. Whole free huge pages go first, huge pages are broken last,
+    /// and without `d.breaks` only as [`super::huge::idle_breaks`] allows.
     pub(crate) fn release_free(&self, keep: usize, d: &mut Disposal<'_>) -> usize {
         let pages = d.pages;
+        let idle = !d.breaks;
         match d.session() {
-            Some(sess) if sess.active() => self.release_free_to(keep, sess),
+            Some(sess) if sess.active() => self.release_free_to(keep, sess, Scope::all(idle)),
             _ if pages.is_lazy() => {
+                let now = self.release_free_to(keep, &mut Session::inactive(), Scope::huge(idle));
                 self.release_free_lazily(keep, (pages.clock)(), pages.settle_ms == 0);
-                0
+                now
             }
-            _ => self.release_free_to(keep, &mut Session::inactive()),
+            _ => self.release_free_to(keep, &mut Session::inactive(), Scope::all(idle)),
         }
     }
 
-    /// [`Keg::release_free`] into `sess` (an inactive one: released here, with the lock dropped).
-    pub(super) fn release_free_to(&self, keep: usize, sess: &mut Session) -> usize {
+    /// [`Keg::release_free`] of the free slabs `scope` takes, into `sess` (an inactive one:
+    /// released here, with the lock dropped). `keep` bounds the free slabs of the scope that
+    /// stay. Three passes: whole free huge pages, chunks that are not huge, huge chunks (breaking
+    /// their pages; when `scope.idle` no more than [`super::huge::idle_breaks`]).
+    pub(crate) fn release_free_to(&self, keep: usize, sess: &mut Session, scope: Scope) -> usize {
+        let count = |g: &KegInner| {
+            let huge = if scope.huge { g.nfree_huge } else { 0 };
+            let small = if scope.small {
+                g.nfree_slabs - g.nfree_huge
+            } else {
+                0
+            };
+            small + huge
+        };
         if sess.active() {
-            if lock(&self.inner).nfree_slabs <= keep {
+            if count(&lock(&self.inner)) <= keep {
                 return 0;
             }
             // Not under our lock: enlisting may complete the session's other kegs.
             sess.enlist(self);
         }
         let mut g = lock(&self.inner);
-        if g.nfree_slabs <= keep {
+        if count(&g) <= keep {
             return 0;
         }
-        let mut to_release = g.nfree_slabs - keep;
+        let mut to_release = count(&g) - keep;
         let mut released = 0;
         let mut d = Deferred::new();
-        let mut c = g.chunks;
-        while !c.is_null() && to_release > 0 {
-            let chunk = c as usize;
-            for i in 0..self.carved(&g, c) {
-                if to_release == 0 {
-                    break;
-                }
-                let s = self.meta(chunk, i);
-                // SAFETY: `s` is a valid meta of this chunk; lock held.
-                if unsafe { (*s).state } != SlabState::Free {
-                    continue;
-                }
-                g.nfree_slabs -= 1;
-                to_release -= 1;
-                // SAFETY: `s` is on the free list; lock held.
-                unsafe { list_remove(&mut g.free, s) };
-                if sess.active() {
-                    // SAFETY: `s` is entirely free and now on no list; lock held.
-                    unsafe { self.to_releasing(&mut g, s) };
-                    sess.add(self.slab_base(s), self.geo.slab_size);
-                    if sess.has_overflow() {
-                        drop(g);
-                        sess.release_overflow();
-                        g = lock(&self.inner);
-                    }
-                    continue;
-                }
-                // SAFETY: `s` is a valid meta of this chunk, entirely free and now on no list;
-                // lock held. `Clean` and on no list until its pages are gone
-                // (`release_deferred`): nothing allocates from it or frees into it meanwhile.
-                unsafe { (*s).state = SlabState::Clean };
-                g.ninflight += 1;
-                g.backed_slabs -= 1;
-                g.free_items -= self.geo.items_per_slab;
-                d.slabs[d.n] = s;
-                d.n += 1;
-                released += self.geo.slab_size;
-                if d.full() {
-                    // Chunks stay on the keg's list while it lives: `c` stays valid.
-                    g = self.release_deferred(g, &mut d);
-                }
-            }
-            // SAFETY: `c` is a valid chunk header of this keg; lock held.
-            c = unsafe { (*c).next };
+        // (free slabs of partly used huge pages, slabs those pages hold)
+        let mut left = (0, 0);
+        if scope.huge && g.huge_chunks > 0 {
+            let (g2, taken, bytes) =
+                self.release_whole_pages(g, to_release, sess, &mut d, &mut left);
+            g = g2;
+            to_release = to_release.saturating_sub(taken);
+            released += bytes;
         }
-        if d.n > 0 {
+        for huge in [false, true] {
+            if huge && !(scope.huge && g.huge_chunks > 0) || !huge && !scope.small {
+                continue;
+            }
+            let mut budget = to_release;
+            if huge && scope.idle {
+                let demand = (self.reuse.working_set() / self.geo.slab_size as u64) as usize;
+                budget = budget.min(super::huge::idle_breaks(left.0, left.1, demand));
+            }
+            let mut c = g.chunks;
+            while !c.is_null() && budget > 0 {
+                let chunk = c as usize;
+                // SAFETY: `c` is a valid chunk header of this keg (chunks stay on the list
+                // while the keg lives, across the lock drops below); lock held.
+                if unsafe { (*c).huge } != huge {
+                    c = unsafe { (*c).next };
+                    continue;
+                }
+                for i in 0..self.carved(&g, c) {
+                    if budget == 0 {
+                        break;
+                    }
+                    let s = self.meta(chunk, i);
+                    // SAFETY: `s` is a valid meta of this chunk; lock held.
+                    if unsafe { (*s).state } != SlabState::Free {
+                        continue;
+                    }
+                    g.nfree_slabs -= 1;
+                    if huge {
+                        g.nfree_huge -= 1;
+                    }
+                    to_release -= 1;
+                    budget -= 1;
+                    // SAFETY: `s` is on the free list; lock held.
+                    unsafe { list_remove(&mut g.free, s) };
+                    if sess.active() {
+                        // SAFETY: `s` is entirely free and now on no list; lock held.
+                        unsafe { self.to_releasing(&mut g, s) };
+                        sess.add(self.slab_base(s), self.geo.slab_size);
+                        if sess.has_overflow() {
+                            drop(g);
+                            sess.release_overflow();
+                            g = lock(&self.inner);
+                        }
+                        continue;
+                    }
+                    // SAFETY: `s` is a valid meta of this chunk, entirely free and now on no
+                    // list; lock held. `Clean` and on no list until its pages are gone
+                    // (`release_deferred`): nothing allocates from it or frees into it meanwhile.
+                    unsafe { (*s).state = SlabState::Clean };
+                    g.ninflight += 1;
+                    g.backed_slabs -= 1;
+                    g.free_items -= self.geo.items_per_slab;
+                    d.slabs[d.n] = s;
+                    d.n += 1;
+                    released += self.geo.slab_size;
+                    if d.full() {
+                        g = self.release_deferred(g, &mut d);
+                    }
+                }
+                // SAFETY: `c` is a valid chunk header of this keg; lock held.
+                c = unsafe { (*c).next };
+            }
+        }
+        if !d.is_empty() {
             g = self.release_deferred(g, &mut d);
         }
         if released > 0 {

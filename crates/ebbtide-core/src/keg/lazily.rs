@@ -25,14 +25,18 @@ impl Keg {
     /// allocation took them back first (then no system call at all). Where the kernel refuses
     /// `MADV_FREE` a run is released with `MADV_DONTNEED` instead (the slabs are then lazy in
     /// name only; their later purge is a no-op for the kernel). Returns the bytes moved.
+    ///
+    /// Only the free slabs of chunks that are not huge: `MADV_FREE` of part of a huge page would
+    /// split it (`huge.rs`); `keep` counts those.
     pub(crate) fn release_free_lazily(&self, keep: usize, now_ms: u32, advise: bool) -> usize {
         let mut g = lock(&self.inner);
-        if g.nfree_slabs <= keep {
+        let small = g.nfree_slabs - g.nfree_huge;
+        if small <= keep {
             return 0;
         }
-        let mut to_move = g.nfree_slabs - keep;
+        let mut to_move = small - keep;
         let mut moved = 0;
-        if !advise {
+        if !advise && g.huge_chunks == 0 {
             // No system call to batch: take them straight off the free list.
             while to_move > 0 {
                 let s = g.free;
@@ -59,6 +63,11 @@ impl Keg {
         let mut c = g.chunks;
         while !c.is_null() && to_move > 0 {
             let chunk = c as usize;
+            // SAFETY: `c` is a valid chunk header of this keg; lock held.
+            if unsafe { (*c).huge } {
+                c = unsafe { (*c).next };
+                continue;
+            }
             let carved = self.carved(&g, c);
             let mut run: Option<(usize, usize)> = None; // (first slab, count)
             for i in 0..=carved {

@@ -48,6 +48,7 @@ mod carve;
 mod cursor;
 mod excess;
 mod handoff;
+mod huge;
 mod lazily;
 mod lists;
 mod validate;
@@ -58,6 +59,8 @@ pub(crate) use carve::COLOURS;
 use excess::end_excess;
 pub(crate) use excess::EXCESS_KEGS;
 use handoff::Deferred;
+pub(crate) use handoff::Scope;
+pub use huge::HugeCounts;
 use lists::{list_push, list_remove};
 
 use crate::arena::{self, Arena, CHUNK_SIZE};
@@ -93,6 +96,8 @@ pub fn released_bytes() -> u64 {
 struct ChunkHeader {
     keg: *const Keg,
     next: *mut ChunkHeader,
+    /// Mapped `MADV_HUGEPAGE` in whole huge pages (`huge.rs`); fixed when the keg takes it.
+    huge: bool,
 }
 
 const _: () = assert!(core::mem::size_of::<ChunkHeader>() <= CHUNK_HEADER);
@@ -110,6 +115,12 @@ struct KegInner {
     lazy_tail: *mut SlabMeta,
     chunks: *mut ChunkHeader,
     nchunks: usize,
+    /// Chunks mapped huge (`huge.rs`).
+    huge_chunks: usize,
+    /// Free slabs (on the free list) of huge chunks: outside the free-slab cap (`huge.rs`).
+    nfree_huge: usize,
+    /// Huge pages given back whole, ever.
+    huge_released: u64,
     /// Slabs of the newest chunk (`chunks`) never used: its last `uncarved`, whose metadata is
     /// still zero (see the module docs). Clean slabs on no list.
     uncarved: usize,
@@ -157,6 +168,9 @@ impl KegInner {
             lazy_tail: ptr::null_mut(),
             chunks: ptr::null_mut(),
             nchunks: 0,
+            huge_chunks: 0,
+            nfree_huge: 0,
+            huge_released: 0,
             uncarved: 0,
             npartial: 0,
             nfree_slabs: 0,
@@ -196,6 +210,10 @@ pub struct KegCounts {
     pub lazy_freed_bytes: u64,
     /// Bytes of lazily freed slabs taken back by allocation, ever.
     pub lazy_reused_bytes: u64,
+    /// Chunks mapped huge (the keg was dense when it took them, `HUGE_AFTER`).
+    pub huge_chunks: usize,
+    /// Huge pages given back whole (one `MADV_DONTNEED` of 2 MiB each), ever.
+    pub huge_released: u64,
 }
 
 /// The slab layer of one zone (or of the internal bucket storage).
@@ -362,7 +380,16 @@ impl Keg {
             released_bytes: g.released_bytes,
             lazy_freed_bytes: g.lazy_freed_bytes,
             lazy_reused_bytes: g.lazy_reused_bytes,
+            huge_chunks: g.huge_chunks,
+            huge_released: g.huge_released,
         }
+    }
+
+    /// The huge pages of the keg's huge chunks: holding memory, partly used, broken. A walk over
+    /// the huge chunks' slab descriptors under the lock (nothing for a keg with none): for the
+    /// stats, not for a policy.
+    pub(crate) fn huge_pages(&self) -> HugeCounts {
+        self.huge_counts(&lock(&self.inner))
     }
 
     /// Items handed out of the keg and not yet returned.

@@ -11,11 +11,15 @@ impl Keg {
         let ips = self.geo.items_per_slab;
         let (mut np, mut nf, mut nc, mut nfull, mut free_items) = (0, 0, 0, 0, 0);
         let mut nl = 0;
+        let (mut nhuge, mut nf_huge) = (0, 0);
         let mut c = g.chunks;
         let mut nchunks = 0;
         while !c.is_null() {
             nchunks += 1;
             let chunk = c as usize;
+            // SAFETY: valid chunk header; lock held.
+            let huge = unsafe { (*c).huge };
+            nhuge += usize::from(huge);
             if self.arena.tag_of(chunk) != self.tag {
                 return Err(format!("chunk {chunk:#x} is not tagged with this keg"));
             }
@@ -69,6 +73,7 @@ impl Keg {
                     }
                     SlabState::Free => {
                         nf += 1;
+                        nf_huge += usize::from(huge);
                         free_items += nfree;
                         nfree == ips
                     }
@@ -154,6 +159,12 @@ impl Keg {
                 g.backed_slabs,
                 np + nf + nfull,
                 g.free_items
+            ));
+        }
+        if (g.huge_chunks, g.nfree_huge) != (nhuge, nf_huge) {
+            return Err(format!(
+                "huge chunks {} / their free slabs {} disagree with the walk ({nhuge}, {nf_huge})",
+                g.huge_chunks, g.nfree_huge
             ));
         }
         if g.backed_slabs * ips != g.items_out + g.free_items {

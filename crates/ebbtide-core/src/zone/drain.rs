@@ -94,10 +94,7 @@ impl ZoneInner {
         let mut released = 0;
         if !stash && self.stash.len() > 0 {
             released += if d.pages.is_lazy() {
-                self.drain_stash(&mut Disposal {
-                    emptied: Emptied::Keep,
-                    pages: d.pages,
-                })
+                self.drain_stash(&mut Disposal::keep_as(d.pages))
             } else {
                 self.drain_stash(&mut Disposal::release())
             };
@@ -159,13 +156,7 @@ impl ZoneInner {
         if let Emptied::Stash(to_slabs) = &mut d.emptied {
             let k = (**to_slabs).min(items.len());
             if k > 0 {
-                self.return_to_keg(
-                    &items[..k],
-                    &mut Disposal {
-                        emptied: Emptied::Keep,
-                        pages,
-                    },
-                );
+                self.return_to_keg(&items[..k], &mut Disposal::keep_as(pages));
                 **to_slabs -= k;
             }
             self.stash_in(&items[k..], pages);
@@ -204,10 +195,7 @@ impl ZoneInner {
         let mut d = Disposal::current();
         self.drain_cpus(|_| true, &mut d);
         self.trim_depot(0, &mut d);
-        self.drain_stash(&mut Disposal {
-            emptied: Emptied::Keep,
-            pages: d.pages,
-        });
+        self.drain_stash(&mut Disposal::keep_as(d.pages));
     }
 
     /// Empties this zone's stopped and fenced stack on `cpu` into its slabs (through `buf`,

@@ -218,13 +218,7 @@ impl ZoneInner {
         let k = self.stash.put(pages, (how.clock)());
         self.stash_gauges(k, true);
         if k < pages.len() {
-            self.return_to_keg(
-                &pages[k..],
-                &mut Disposal {
-                    emptied: Emptied::Keep,
-                    pages: how,
-                },
-            );
+            self.return_to_keg(&pages[k..], &mut Disposal::keep_as(how));
         }
     }
 

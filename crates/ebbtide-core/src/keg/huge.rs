@@ -1,0 +1,445 @@
+//! Huge pages in a keg (docs/design/hugepage-heap.md): which chunks are huge, which of their
+//! 2 MiB pages may go back whole, how many an idle trim may break, and what the stats count.
+//!
+//! ```text
+//!  chunk (4 MiB, a dense keg's: MADV_HUGEPAGE, mapped in whole 2 MiB steps)
+//!  | meta | slab | slab | ... | slab |slab| slab | ... | slab |
+//!  └──────── huge page 0 ────────────┴──── huge page 1 ───────┘
+//!    holds the chunk's metadata:        no metadata: goes back whole (one `MADV_DONTNEED` of
+//!    broken, never given back whole     2 MiB) once no slab overlapping it holds an item
+//! ```
+//!
+//! **Which chunks.** A keg's chunks are `MADV_NOHUGEPAGE` until it is dense: once it holds
+//! [`HUGE_AFTER`] of backed slabs, each chunk it takes is `MADV_HUGEPAGE` ([`chunk_thp`], pure),
+//! so its slabs fault in as huge pages on `madvise` and `always` hosts alike (Temeraire's gain:
+//! fewer TLB misses for the program's small objects). A small program's kegs never get there:
+//! it stays as small as with no huge page at all (docs/design/thp-policy.md).
+//!
+//! **Give-back order.** Whole free huge pages first (no split, microseconds a page), then the
+//! free slabs of chunks that are not huge, then — breaking huge pages — the free slabs of huge
+//! chunks ([`Keg::release_free`]'s three passes, `handoff.rs`). Under pressure, a squeeze, a
+//! reclaim or a drain (the decision's `breaks`) every free slab may go; in a calm pass a partly
+//! used huge page is broken only beyond [`idle_breaks`]: its free slabs are where the keg's next
+//! allocations go, and a page broken is 4 KiB pages until the kernel collapses it again.
+//! Free slabs of huge chunks never go lazily (`MADV_FREE` of part of a huge page splits it) and
+//! do not count against the free-slab cap of the free path (`excess.rs`): they are the huge
+//! pages' room, and the periodic pass returns what the idle rule lets go.
+//!
+//! **Counting.** `nfree_huge` (free slabs in huge chunks) changes under the keg lock wherever a
+//! slab enters or leaves the free list; [`Keg::validate`] recounts it. The stats' huge page
+//! counts are a walk over the huge chunks' slab descriptors when asked ([`Keg::huge_counts`]).
+
+use super::*;
+use crate::arena::HUGE_PAGE;
+
+/// Bytes of backed slabs from which a keg's next chunks are huge (two chunks' worth: a keg
+/// this full fills a new chunk's huge pages too, and the 2 MiB a huge fault backs at once is at
+/// most a fifth of what the keg already holds).
+pub const HUGE_AFTER: usize = 8 << 20;
+
+/// Huge pages per chunk.
+pub(crate) const PAGES_PER_CHUNK: usize = CHUNK_SIZE / HUGE_PAGE;
+
+/// The huge page policy of the next chunk of a keg holding `backed_bytes` of backed slabs.
+pub(crate) fn chunk_thp(backed_bytes: usize) -> os::Thp {
+    if backed_bytes >= HUGE_AFTER {
+        os::Thp::Huge
+    } else {
+        os::Thp::Never
+    }
+}
+
+/// How many free slabs of partly used huge pages a calm trim may release (breaking their
+/// pages), pure: those beyond both the keg's recent demand (`demand`, slabs taken again lately,
+/// `reuse.rs`) and half the slabs those pages hold (`slabs`): a huge page is broken only while
+/// the huge pages are less than half used and the program did not take that much lately —
+/// the hysteresis that keeps a keg whose use swings from breaking and refaulting its pages.
+pub fn idle_breaks(free: usize, slabs: usize, demand: usize) -> usize {
+    free.saturating_sub(demand.max(slabs / 2))
+}
+
+/// What the stats count of a keg's huge pages ([`Keg::huge_counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HugeCounts {
+    /// Huge pages of huge chunks that hold memory (a slab backed, or the chunk's metadata).
+    pub pages: usize,
+    /// Of them, pages partly used: some of their slabs hold items, some do not.
+    pub partly_used: usize,
+    /// Of them, pages broken: some of their slabs were given back while the rest stays.
+    pub broken: usize,
+}
+
+/// The slabs of one huge page, by state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct PageUse {
+    /// Slabs overlapping the page that hold items (partial or full).
+    pub(super) used: usize,
+    /// Free slabs (backed, on the free list) lying entirely inside the page.
+    pub(super) free_inside: usize,
+    /// Free slabs overlapping the page.
+    pub(super) free: usize,
+    /// Carved slabs overlapping the page whose pages were given back (clean, or offered).
+    pub(super) released: usize,
+    /// Slabs overlapping the page never carved.
+    pub(super) uncarved: usize,
+    /// Slabs entirely inside the page: `[inside.0, inside.1)`.
+    pub(super) inside: (usize, usize),
+    /// Whether the page holds the chunk's metadata (then it never goes back whole).
+    pub(super) meta: bool,
+}
+
+impl PageUse {
+    /// The page may go back whole: no metadata, no slab holding an item, and something to give.
+    pub(super) fn whole_free(&self) -> bool {
+        !self.meta && self.used == 0 && self.free_inside > 0
+    }
+}
+
+impl Keg {
+    /// Whether the chunk holding slab `s` (a valid meta of this keg) is huge.
+    #[inline]
+    pub(super) fn in_huge(&self, s: *mut SlabMeta) -> bool {
+        let hdr = (s as usize & !(CHUNK_SIZE - 1)) as *const ChunkHeader;
+        // SAFETY: a slab's descriptor lies in its chunk's metadata area, after the header the
+        // keg wrote when it took the chunk (`grow`); the header never changes after that.
+        unsafe { (*hdr).huge }
+    }
+
+    /// The slabs of huge page `h` of `chunk` (`carved` of them carved), by state. Lock held.
+    pub(super) fn page_use(&self, chunk: usize, carved: usize, h: usize) -> PageUse {
+        let (first, shift) = (self.geo.first_slab, self.geo.slab_shift);
+        let slab = self.geo.slab_size;
+        let n = self.geo.slabs_per_chunk;
+        let (a, b) = (h * HUGE_PAGE, (h + 1) * HUGE_PAGE); // offsets in the chunk
+                                                           // Overlapping: start < b and end > a. Inside: start >= a and end <= b.
+        let lo = a.saturating_sub(first) >> shift;
+        let hi = (b.saturating_sub(first).div_ceil(slab)).min(n);
+        let in_lo = a.saturating_sub(first).div_ceil(slab);
+        let in_hi = (b.saturating_sub(first) >> shift).min(n);
+        let mut u = PageUse {
+            inside: (in_lo, in_hi.max(in_lo)),
+            meta: a < first,
+            ..PageUse::default()
+        };
+        for i in lo..hi {
+            if i >= carved {
+                u.uncarved += 1;
+                continue;
+            }
+            let s = self.meta(chunk, i);
+            // SAFETY: `s` is a carved slab's descriptor of this chunk; the caller holds the lock.
+            let (state, advised) = unsafe { ((*s).state, (*s).advised) };
+            match state {
+                SlabState::Partial | SlabState::Full => u.used += 1,
+                SlabState::Free => {
+                    u.free += 1;
+                    if (in_lo..in_hi).contains(&i) {
+                        u.free_inside += 1;
+                    }
+                }
+                SlabState::Clean => u.released += 1,
+                SlabState::Lazy => u.released += usize::from(advised),
+            }
+        }
+        u
+    }
+
+    /// The huge page counts of the stats: a walk over the huge chunks' descriptors (lock held).
+    pub(super) fn huge_counts(&self, g: &KegInner) -> HugeCounts {
+        let mut k = HugeCounts::default();
+        if g.huge_chunks == 0 {
+            return k;
+        }
+        let mut c = g.chunks;
+        while !c.is_null() {
+            // SAFETY: `c` is a valid chunk header of this keg; lock held.
+            if unsafe { (*c).huge } {
+                let carved = self.carved(g, c);
+                let mapped = self.arena.mapped_bytes(c as usize);
+                for h in 0..PAGES_PER_CHUNK {
+                    if h * HUGE_PAGE >= mapped {
+                        break;
+                    }
+                    let u = self.page_use(c as usize, carved, h);
+                    let backed = u.used + u.free;
+                    if backed == 0 && !u.meta {
+                        continue;
+                    }
+                    k.pages += 1;
+                    if u.used > 0 && u.free + u.released + u.uncarved > 0 {
+                        k.partly_used += 1;
+                    }
+                    if u.released > 0 {
+                        k.broken += 1;
+                    }
+                }
+            }
+            // SAFETY: as above.
+            c = unsafe { (*c).next };
+        }
+        k
+    }
+
+    /// Pass 0 of a release: the free slabs of every whole free huge page (at most `to_release`
+    /// slabs' worth, and at least one page when any is due) go off the free list and into `d`'s
+    /// pages to release (or the session's, one 2 MiB range per page), the page released whole.
+    /// Returns the lock, the slabs taken and the bytes counted as released now; adds to `left`
+    /// the free slabs of huge pages left partly used and the slabs those pages hold (what
+    /// [`idle_breaks`] weighs).
+    pub(super) fn release_whole_pages<'g>(
+        &'g self,
+        mut g: crate::sync::MutexGuard<'g, KegInner>,
+        to_release: usize,
+        sess: &mut Session,
+        d: &mut Deferred,
+        left: &mut (usize, usize),
+    ) -> (crate::sync::MutexGuard<'g, KegInner>, usize, usize) {
+        let (mut taken, mut released) = (0, 0);
+        let mut c = g.chunks;
+        while !c.is_null() {
+            // SAFETY: `c` is a valid chunk header of this keg (chunks stay on the list while the
+            // keg lives, also across the lock drops below); lock held.
+            if !unsafe { (*c).huge } {
+                c = unsafe { (*c).next };
+                continue;
+            }
+            let chunk = c as usize;
+            let carved = self.carved(&g, c);
+            let mapped = self.arena.mapped_bytes(chunk);
+            for h in 0..PAGES_PER_CHUNK {
+                if (h + 1) * HUGE_PAGE > mapped {
+                    break;
+                }
+                let u = self.page_use(chunk, carved, h);
+                if taken >= to_release || !u.whole_free() {
+                    // A page with items, or the metadata's: its free slabs go only by breaking
+                    // it. A page holding no item costs nothing broken (its slabs count, not it).
+                    left.0 += u.free;
+                    if u.used > 0 {
+                        left.1 += u.used + u.free + u.released + u.uncarved;
+                    }
+                    continue;
+                }
+                for i in u.inside.0..u.inside.1.min(carved) {
+                    let s = self.meta(chunk, i);
+                    // SAFETY: a carved slab's descriptor of this chunk; lock held.
+                    if unsafe { (*s).state } != SlabState::Free {
+                        continue;
+                    }
+                    g.nfree_slabs -= 1;
+                    g.nfree_huge -= 1;
+                    taken += 1;
+                    // SAFETY: `s` is on the free list; lock held.
+                    unsafe { list_remove(&mut g.free, s) };
+                    if sess.active() {
+                        // SAFETY: `s` is entirely free and now on no list; lock held.
+                        unsafe { self.to_releasing(&mut g, s) };
+                    } else {
+                        // SAFETY: as in `release_free_to`: `Clean` on no list until its page is
+                        // gone (`release_deferred`).
+                        unsafe {
+                            (*s).state = SlabState::Clean;
+                            (*s).next = d.chained;
+                        }
+                        d.chained = s;
+                        d.nchained += 1;
+                        g.ninflight += 1;
+                        g.backed_slabs -= 1;
+                        g.free_items -= self.geo.items_per_slab;
+                        released += self.geo.slab_size;
+                    }
+                }
+                let page = chunk + h * HUGE_PAGE;
+                g.huge_released += 1;
+                if sess.active() {
+                    sess.add(page, HUGE_PAGE);
+                    if sess.has_overflow() {
+                        drop(g);
+                        sess.release_overflow();
+                        g = lock(&self.inner);
+                    }
+                } else {
+                    d.pages[d.npages] = page;
+                    d.npages += 1;
+                    if d.full() {
+                        g = self.release_deferred(g, d);
+                    }
+                }
+            }
+            // SAFETY: as above.
+            c = unsafe { (*c).next };
+        }
+        (g, taken, released)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `VmFlags` and `AnonHugePages` (kB) of the mapping holding `addr`, from
+    /// `/proc/self/smaps`.
+    fn smaps_of(addr: usize) -> (String, u64) {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        let (mut flags, mut huge_kb) = (String::new(), 0);
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = first.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = (a..b).contains(&addr);
+                    continue;
+                }
+            }
+            if !inside {
+                continue;
+            }
+            if let Some(v) = line.strip_prefix("AnonHugePages:") {
+                huge_kb = v.trim().trim_end_matches("kB").trim().parse().unwrap();
+            }
+            if let Some(v) = line.strip_prefix("VmFlags:") {
+                flags = v.trim().to_string();
+            }
+        }
+        (flags, huge_kb)
+    }
+
+    /// A keg of 64-byte items with `n` items handed out and written; the items.
+    fn dense_keg(n: usize) -> (Keg, Vec<*mut u8>) {
+        let k = Keg::new(64, 0).unwrap();
+        let mut v = vec![ptr::null_mut(); n];
+        let mut got = 0;
+        while got < n {
+            got += k.import(&mut v[got..]).unwrap();
+        }
+        for &p in &v {
+            // SAFETY: an item of ours, 64 bytes.
+            unsafe { p.write_bytes(0x5a, 64) };
+        }
+        (k, v)
+    }
+
+    fn huge_item(k: &Keg, v: &[*mut u8]) -> usize {
+        let p = v
+            .iter()
+            .find(|&&p| k.in_huge(k.locate(p as usize).ok().unwrap().slab))
+            .expect("an item in a huge chunk");
+        *p as usize
+    }
+
+    #[test]
+    fn a_dense_kegs_chunks_are_huge_and_go_back_whole_pages_first() {
+        // 20 MiB of items: the chunks after the first 8 MiB are huge.
+        let (k, v) = dense_keg((20 << 20) / 64);
+        let c = k.validate().unwrap();
+        assert!(c.huge_chunks >= 2, "{c:?}");
+        assert!(
+            c.huge_chunks < c.chunks,
+            "the first chunks are not huge: {c:?}"
+        );
+        let (flags, _) = smaps_of(huge_item(&k, &v));
+        assert!(
+            flags.split(' ').any(|f| f == "hg"),
+            "MADV_HUGEPAGE: {flags}"
+        );
+        let small = v
+            .iter()
+            .find(|&&p| !k.in_huge(k.locate(p as usize).ok().unwrap().slab));
+        let (flags, _) = smaps_of(*small.unwrap() as usize);
+        assert!(
+            flags.split(' ').any(|f| f == "nh"),
+            "MADV_NOHUGEPAGE: {flags}"
+        );
+        let stats = k.huge_pages();
+        // Every huge page mapped: the newest chunk's second only once its slabs reach it.
+        assert!(
+            stats.pages + 1 >= 2 * c.huge_chunks && stats.pages <= 2 * c.huge_chunks,
+            "{stats:?}"
+        );
+        assert_eq!(stats.broken, 0, "{stats:?}");
+        // Everything back onto the free list: the huge chunks' free slabs are outside the cap.
+        let mut d = Disposal::keep();
+        k.take_back(&v, &mut d, None::<fn(*mut u8)>, |_, _| panic!("invalid"));
+        let c = k.validate().unwrap();
+        assert_eq!(c.items_out, 0);
+        // A calm release: the second huge page of every huge chunk goes back whole, the first
+        // (the metadata's, no item in it) by its slabs.
+        let mut calm = Disposal::keep();
+        calm.breaks = false;
+        let bytes = k.release_free(0, &mut calm);
+        let c = k.validate().unwrap();
+        assert_eq!(c.free_slabs, 0, "{c:?}");
+        // Every huge page without metadata that was mapped went back whole.
+        assert_eq!(
+            c.huge_released as usize,
+            stats.pages - c.huge_chunks,
+            "{c:?}"
+        );
+        assert!(c.huge_released > 0);
+        assert_eq!(bytes as u64, c.released_bytes);
+        assert_eq!(k.huge_pages().partly_used, 0);
+        k.destroy().unwrap();
+    }
+
+    #[test]
+    fn a_calm_release_does_not_break_huge_pages_in_use() {
+        let (k, v) = dense_keg((20 << 20) / 64);
+        // In every huge chunk, every other slab keeps one item: pages half used.
+        let keep: Vec<*mut u8> = v
+            .iter()
+            .copied()
+            .filter(|&p| {
+                let loc = k.locate(p as usize).ok().unwrap();
+                // SAFETY: a valid meta of this keg.
+                let i = unsafe { (*loc.slab).index };
+                k.in_huge(loc.slab) && i % 2 == 0 && loc.index == 0
+            })
+            .collect();
+        let back: Vec<*mut u8> = v.iter().copied().filter(|p| !keep.contains(p)).collect();
+        k.take_back(&back, &mut Disposal::keep(), None::<fn(*mut u8)>, |_, _| {
+            panic!("invalid")
+        });
+        let before = k.validate().unwrap();
+        assert!(before.free_slabs > 0);
+        let huge_free = lock(&k.inner).nfree_huge;
+        assert!(huge_free > 0);
+        let mut calm = Disposal::keep();
+        calm.breaks = false;
+        k.release_free(0, &mut calm);
+        let c = k.validate().unwrap();
+        // The small chunks' free slabs went; the huge pages, half used, were not broken.
+        assert_eq!(c.free_slabs, huge_free, "{c:?}");
+        assert_eq!(c.huge_released, 0);
+        assert_eq!(k.huge_pages().broken, 0);
+        assert!(k.huge_pages().partly_used > 0);
+        // Under pressure they break.
+        k.release_free(0, &mut Disposal::keep());
+        let c = k.validate().unwrap();
+        assert_eq!(c.free_slabs, 0, "{c:?}");
+        assert!(k.huge_pages().broken > 0);
+        k.take_back(&keep, &mut Disposal::keep(), None::<fn(*mut u8)>, |_, _| {
+            panic!("invalid")
+        });
+        k.release_free(0, &mut Disposal::keep());
+        k.destroy().unwrap();
+    }
+
+    #[test]
+    fn a_keg_goes_huge_once_it_holds_two_chunks_of_slabs() {
+        assert_eq!(chunk_thp(0), os::Thp::Never);
+        assert_eq!(chunk_thp(HUGE_AFTER - 4096), os::Thp::Never);
+        assert_eq!(chunk_thp(HUGE_AFTER), os::Thp::Huge);
+    }
+
+    #[test]
+    fn an_idle_trim_breaks_only_beyond_half_the_pages_and_the_demand() {
+        // 1,000 slabs in partly used pages, 600 of them free: 100 may go.
+        assert_eq!(idle_breaks(600, 1000, 0), 100);
+        // Half used or more: nothing.
+        assert_eq!(idle_breaks(500, 1000, 0), 0);
+        // The program took 550 slabs again lately: 50 may go.
+        assert_eq!(idle_breaks(600, 1000, 550), 50);
+        assert_eq!(idle_breaks(0, 0, 0), 0);
+    }
+}
