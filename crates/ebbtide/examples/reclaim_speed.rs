@@ -9,6 +9,10 @@
 //! (`/proc/self/statm`) before the call minus right after it returned: what the kernel says
 //! actually went back by then.
 //!
+//! The "in huge pages" column is the process's `AnonHugePages` before the call: how much of the
+//! cache sat in 2 MiB pages (a dense zone's chunks are huge, `keg/huge.rs`); the bare figures
+//! are for 4 KiB and for 2 MiB pages.
+//!
 //! `cargo run --release -p ebbtide --example reclaim_speed [MIB] [REPS]`
 
 use ebbtide::{Request, Zone, ZoneOptions};
@@ -19,23 +23,33 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn madvise_ms_per_gib(bytes: usize) -> f64 {
+/// The bare `MADV_DONTNEED` of `bytes` of touched memory, in 4 KiB pages (`huge` false:
+/// `MADV_NOHUGEPAGE`) or in 2 MiB pages (`MADV_HUGEPAGE`, 2 MiB aligned), ms per GiB.
+fn madvise_ms_per_gib(bytes: usize, huge: bool) -> f64 {
+    const HUGE: usize = 2 << 20;
     // SAFETY: a private anonymous mapping, touched, then given back; unmapped at the end.
     unsafe {
-        let p = libc::mmap(
+        let m = libc::mmap(
             std::ptr::null_mut(),
-            bytes,
+            bytes + HUGE,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
             0,
         );
-        assert_ne!(p, libc::MAP_FAILED);
+        assert_ne!(m, libc::MAP_FAILED);
+        let p = ((m as usize).next_multiple_of(HUGE)) as *mut libc::c_void;
+        let advice = if huge {
+            libc::MADV_HUGEPAGE
+        } else {
+            libc::MADV_NOHUGEPAGE
+        };
+        libc::madvise(p, bytes, advice);
         std::ptr::write_bytes(p as *mut u8, 1, bytes);
         let t = Instant::now();
         libc::madvise(p, bytes, libc::MADV_DONTNEED);
         let ms = t.elapsed().as_secs_f64() * 1e3;
-        libc::munmap(p, bytes);
+        libc::munmap(m, bytes + HUGE);
         ms / (bytes as f64 / (1u64 << 30) as f64)
     }
 }
@@ -51,15 +65,16 @@ fn main() {
         .unwrap_or(5);
     let _ = ebbtide::options::set("reclaim_thread", "false");
     println!(
-        "| item size | cached MiB | ms per GiB of cached items (median of {reps}) | ms per GiB of all bytes returned | bucket MiB returned | RSS drop MiB | bare MADV_DONTNEED ms/GiB | ratio (items) |"
+        "| item size | cached MiB | in huge pages MiB | ms per GiB of cached items (median of {reps}) | ms per GiB of all bytes returned | bucket MiB returned | RSS drop MiB | bare MADV_DONTNEED ms/GiB, 4 KiB / 2 MiB pages | ratio (items) to 4 KiB / 2 MiB |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let gib = (1u64 << 30) as f64;
     for size in [64usize, 256, 4096] {
         let z = Zone::new(ZoneOptions::new(&format!("speed-{size}"), size)).unwrap();
         let n = (mib << 20) / size;
         let (mut per_item_gib, mut per_all_gib, mut bare) = (Vec::new(), Vec::new(), Vec::new());
         let (mut bucket_mib, mut rss_drop_mib) = (Vec::new(), Vec::new());
+        let (mut huge_mib, mut bare_huge) = (Vec::new(), Vec::new());
         for _ in 0..reps {
             let mut v = Vec::with_capacity(n);
             for _ in 0..n {
@@ -74,6 +89,7 @@ fn main() {
             }
             let zone_before = z.snapshot().released_bytes;
             let rss_before = rss_bytes();
+            huge_mib.push(anon_huge_bytes() as f64 / (1 << 20) as f64);
             let t = Instant::now();
             let bytes = ebbtide::reclaim::reclaim_all(Request::DrainCpu);
             let ms = t.elapsed().as_secs_f64() * 1e3;
@@ -83,18 +99,31 @@ fn main() {
             per_all_gib.push(ms / (bytes as f64 / gib));
             bucket_mib.push((bytes as u64 - zone_bytes) as f64 / (1 << 20) as f64);
             rss_drop_mib.push(rss_before.saturating_sub(rss_after) as f64 / (1 << 20) as f64);
-            bare.push(madvise_ms_per_gib(mib << 20));
+            bare.push(madvise_ms_per_gib(mib << 20, false));
+            bare_huge.push(madvise_ms_per_gib(mib << 20, true));
         }
-        let (o, b) = (median(per_item_gib), median(bare));
+        let (o, b, bh) = (median(per_item_gib), median(bare), median(bare_huge));
         println!(
-            "| {size} | {mib} | {o:.1} | {:.1} | {:.0} | {:.0} | {b:.1} | {:.2} |",
+            "| {size} | {mib} | {:.0} | {o:.1} | {:.1} | {:.0} | {:.0} | {b:.1} / {bh:.1} | {:.2} / {:.2} |",
+            median(huge_mib),
             median(per_all_gib),
             median(bucket_mib),
             median(rss_drop_mib),
-            o / b
+            o / b,
+            o / bh
         );
         z.destroy().map_err(|e| e.1).unwrap();
     }
+}
+
+/// Anonymous memory of this process in huge pages (`/proc/self/smaps_rollup`, `AnonHugePages`).
+fn anon_huge_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("AnonHugePages:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
 }
 
 /// Resident set size of this process (`/proc/self/statm`, second field, in pages).
