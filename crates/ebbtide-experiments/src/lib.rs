@@ -494,7 +494,7 @@ usage: ebbtide lab <blkback|uma|idle|malloc|all> [--quick | --smoke | --full] [-
            back pressure under a tight memory limit (OOM kills, swap, throughput)
   idle     a burst, then idleness: RSS over time for ebbtide, glibc, jemalloc (default and
            background_thread:true), mimalloc, tcmalloc (peers via LD_PRELOAD)
-  malloc   issue 12: unmodified redis-server and python3 in a memory-limited cgroup with a
+  malloc   unmodified redis-server and python3 in a memory-limited cgroup with a
            swap file: a burst, the data deleted, then a neighbour needs the memory (and the
            same without it, idle); RSS, swap, OOM kills, time until the freed memory is
            back, for libebbtide_malloc.so and every peer (all by LD_PRELOAD)

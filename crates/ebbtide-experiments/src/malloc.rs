@@ -1102,7 +1102,9 @@ pub fn run_malloc_with(opts: &Opts, p: &Params) -> Result<Summary> {
         }
     }
     let verdict = verdict(&results);
-    tables.push_str("\nTargets (issue 12):\n");
+    tables.push_str(
+        "\nTargets (memory back within 3 s of the pressure, 10 s idle; no OOM kill; least swap):\n",
+    );
     for l in &verdict {
         tables.push_str(&format!("  {l}\n"));
         summary.note(l.clone());

@@ -149,7 +149,10 @@ fn malloc_smoke() {
             eprintln!("note: no ebbtide rows (libebbtide_malloc.so missing or not a malloc)");
         }
     }
-    assert!(stdout.contains("Targets (issue 12)"), "{stdout}");
+    assert!(
+        stdout.contains("Targets (memory back within 3 s"),
+        "{stdout}"
+    );
     assert!(out.join("tables.txt").exists());
     let _ = std::fs::remove_dir_all(&out);
 }
