@@ -154,7 +154,7 @@
 //! no split), then the free slabs of the other chunks, and breaks huge pages last — under
 //! pressure or a reclaim as needed, in a calm pass only while the huge pages are less than half
 //! used beyond recent demand. Huge chunks' free slabs never go lazily (`MADV_FREE` of part of a
-//! huge page splits it) and sit outside the free-slab cap.
+//! huge page splits it).
 //!
 //! ## Locks (outermost first) and who owns them
 //! | lock | owner | protects |

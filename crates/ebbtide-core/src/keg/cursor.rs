@@ -374,12 +374,11 @@ impl Keg {
                 g.npartial -= 1;
                 // Beyond the cap: back at once, unless the excess may wait (`EXCESS_DELAY_MS`:
                 // then onto the free list, and `take_back`'s end decides).
-                // A huge chunk's free slab is outside the cap: the huge page's room (`huge.rs`).
+                // A huge chunk's slab beyond the cap goes onto the free list, and the trim at
+                // the end releases whole huge pages before it breaks one (`huge.rs`).
                 let huge = self.in_huge(s);
-                let over_cap = !huge
-                    && w.session.is_none()
-                    && !w.delay_excess
-                    && g.nfree_slabs - g.nfree_huge >= w.free_cap;
+                let over_cap =
+                    !huge && w.session.is_none() && !w.delay_excess && g.nfree_slabs >= w.free_cap;
                 if w.release || over_cap {
                     // On no list until its pages are gone: released once the lock is
                     // dropped (`release_deferred`), never under it.

@@ -62,13 +62,12 @@ impl Keg {
     /// another zone needs fresh pages, `zone::make_room`); else they are released now. Returns
     /// the bytes released now.
     pub(super) fn trim_excess(&self, cap: usize, pages: Pages) -> usize {
-        // The cap bounds the free slabs of chunks that are not huge (`huge.rs`).
-        if pages.is_lazy() {
-            self.release_free_lazily(cap, (pages.clock)(), pages.settle_ms == 0);
-            0
-        } else {
-            self.release_free_to(cap, &mut Session::inactive(), Scope::SMALL)
-        }
+        // Whole free huge pages first, huge pages broken last, as many as the cap asks
+        // (`huge.rs`): the cap bounds every free slab.
+        let lazy = pages
+            .is_lazy()
+            .then(|| ((pages.clock)(), pages.settle_ms == 0));
+        self.release_free_to(cap, &mut Session::inactive(), lazy, false)
     }
 
     /// Whether the free slabs beyond the cap leave the free list now ([`excess_step`] on the
@@ -81,11 +80,9 @@ impl Keg {
         delay: bool,
         now: impl FnOnce() -> u32,
     ) -> bool {
-        // Free slabs of huge chunks are outside the cap (`huge.rs`).
-        let nfree = g.nfree_slabs - g.nfree_huge;
-        let over = nfree > cap;
+        let over = g.nfree_slabs > cap;
         let now = if over && delay { now() } else { 0 };
-        let (since, due) = excess_step(nfree, cap, delay, g.excess_since, now);
+        let (since, due) = excess_step(g.nfree_slabs, cap, delay, g.excess_since, now);
         match (g.excess_since, since) {
             (0, 0) => {}
             (0, _) => {

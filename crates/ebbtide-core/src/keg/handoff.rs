@@ -43,44 +43,6 @@ impl Deferred {
     }
 }
 
-/// Which free slabs a release takes, and whether it may break huge pages (`huge.rs`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Scope {
-    /// Free slabs of chunks that are not huge.
-    pub(crate) small: bool,
-    /// Free slabs of huge chunks: whole free huge pages first, the rest breaking pages.
-    pub(crate) huge: bool,
-    /// A calm pass: huge pages broken only beyond [`super::huge::idle_breaks`].
-    pub(crate) idle: bool,
-}
-
-impl Scope {
-    /// Every free slab; huge pages broken as needed unless `idle`.
-    pub(crate) const fn all(idle: bool) -> Scope {
-        Scope {
-            small: true,
-            huge: true,
-            idle,
-        }
-    }
-
-    /// The free-slab cap's: the free slabs of chunks that are not huge.
-    pub(crate) const SMALL: Scope = Scope {
-        small: true,
-        huge: false,
-        idle: true,
-    };
-
-    /// The huge chunks' free slabs only.
-    pub(crate) const fn huge(idle: bool) -> Scope {
-        Scope {
-            small: false,
-            huge: true,
-            idle,
-        }
-    }
-}
-
 impl crate::release::Releasing for Keg {
     /// Called by a release session once the `madvise` of every slab it was handed is complete:
     /// the `releasing` slabs become ordinary clean slabs and their bytes are counted as given
@@ -185,64 +147,77 @@ impl Keg {
     /// huge chunks, which never go lazily (`huge.rs`) and are released now; else at once, with
     /// the keg lock dropped for the `madvise` (one per run of adjacent slabs, one per whole huge
     /// page), returning the bytes. Whole free huge pages go first, huge pages are broken last,
-    /// and without `d.breaks` only as [`super::huge::idle_breaks`] allows.
+    /// and without `d.breaks` no more than [`super::huge::idle_breaks`] allows.
     pub(crate) fn release_free(&self, keep: usize, d: &mut Disposal<'_>) -> usize {
         let pages = d.pages;
         let idle = !d.breaks;
         match d.session() {
-            Some(sess) if sess.active() => self.release_free_to(keep, sess, Scope::all(idle)),
-            _ if pages.is_lazy() => {
-                let now = self.release_free_to(keep, &mut Session::inactive(), Scope::huge(idle));
-                self.release_free_lazily(keep, (pages.clock)(), pages.settle_ms == 0);
-                now
+            Some(sess) if sess.active() => self.release_free_to(keep, sess, None, idle),
+            _ => {
+                let lazy = pages
+                    .is_lazy()
+                    .then(|| ((pages.clock)(), pages.settle_ms == 0));
+                self.release_free_to(keep, &mut Session::inactive(), lazy, idle)
             }
-            _ => self.release_free_to(keep, &mut Session::inactive(), Scope::all(idle)),
         }
     }
 
-    /// [`Keg::release_free`] of the free slabs `scope` takes, into `sess` (an inactive one:
-    /// released here, with the lock dropped). `keep` bounds the free slabs of the scope that
-    /// stay. Three passes: whole free huge pages, chunks that are not huge, huge chunks (breaking
-    /// their pages; when `scope.idle` no more than [`super::huge::idle_breaks`]).
-    pub(crate) fn release_free_to(&self, keep: usize, sess: &mut Session, scope: Scope) -> usize {
-        let count = |g: &KegInner| {
-            let huge = if scope.huge { g.nfree_huge } else { 0 };
-            let small = if scope.small {
-                g.nfree_slabs - g.nfree_huge
-            } else {
-                0
-            };
-            small + huge
-        };
+    /// [`Keg::release_free`] into `sess` (an inactive one: released here, with the lock dropped).
+    /// Three passes: whole free huge pages (`huge.rs`); the free slabs of chunks that are not
+    /// huge — lazily when `lazy` gives the clock's `now` and whether to offer at once
+    /// ([`Keg::release_free_lazily`]); the free slabs of huge chunks, breaking their pages, when
+    /// `idle` no more than [`super::huge::idle_breaks`]. Returns the bytes released now.
+    pub(crate) fn release_free_to(
+        &self,
+        keep: usize,
+        sess: &mut Session,
+        lazy: Option<(u32, bool)>,
+        idle: bool,
+    ) -> usize {
         if sess.active() {
-            if count(&lock(&self.inner)) <= keep {
+            if lock(&self.inner).nfree_slabs <= keep {
                 return 0;
             }
             // Not under our lock: enlisting may complete the session's other kegs.
             sess.enlist(self);
         }
         let mut g = lock(&self.inner);
-        if count(&g) <= keep {
+        if g.nfree_slabs <= keep {
             return 0;
         }
-        let mut to_release = count(&g) - keep;
         let mut released = 0;
         let mut d = Deferred::new();
         // (free slabs of partly used huge pages, slabs those pages hold)
         let mut left = (0, 0);
-        if scope.huge && g.huge_chunks > 0 {
-            let (g2, taken, bytes) =
-                self.release_whole_pages(g, to_release, sess, &mut d, &mut left);
+        if g.huge_chunks > 0 {
+            let to_release = g.nfree_slabs - keep;
+            let (g2, bytes) = self.release_whole_pages(g, to_release, sess, &mut d, &mut left);
             g = g2;
-            to_release = to_release.saturating_sub(taken);
             released += bytes;
         }
+        // The small chunks' share of what is left to release: all of it that they hold.
+        let small = g.nfree_slabs - g.nfree_huge;
+        let small_take = g.nfree_slabs.saturating_sub(keep).min(small);
+        if let Some((now, advise)) = lazy {
+            if small_take > 0 {
+                if !d.is_empty() {
+                    g = self.release_deferred(g, &mut d);
+                }
+                drop(g);
+                self.release_free_lazily(small - small_take, now, advise);
+                g = lock(&self.inner);
+            }
+        }
         for huge in [false, true] {
-            if huge && !(scope.huge && g.huge_chunks > 0) || !huge && !scope.small {
+            if huge && g.huge_chunks == 0 || !huge && lazy.is_some() {
                 continue;
             }
-            let mut budget = to_release;
-            if huge && scope.idle {
+            let mut budget = if huge {
+                g.nfree_slabs.saturating_sub(keep)
+            } else {
+                small_take
+            };
+            if huge && idle {
                 let demand = (self.reuse.working_set() / self.geo.slab_size as u64) as usize;
                 budget = budget.min(super::huge::idle_breaks(left.0, left.1, demand));
             }
@@ -268,7 +243,6 @@ impl Keg {
                     if huge {
                         g.nfree_huge -= 1;
                     }
-                    to_release -= 1;
                     budget -= 1;
                     // SAFETY: `s` is on the free list; lock held.
                     unsafe { list_remove(&mut g.free, s) };

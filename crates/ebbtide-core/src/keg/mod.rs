@@ -59,7 +59,6 @@ pub(crate) use carve::COLOURS;
 use excess::end_excess;
 pub(crate) use excess::EXCESS_KEGS;
 use handoff::Deferred;
-pub(crate) use handoff::Scope;
 pub use huge::HugeCounts;
 use lists::{list_push, list_remove};
 
@@ -117,7 +116,7 @@ struct KegInner {
     nchunks: usize,
     /// Chunks mapped huge (`huge.rs`).
     huge_chunks: usize,
-    /// Free slabs (on the free list) of huge chunks: outside the free-slab cap (`huge.rs`).
+    /// Free slabs (on the free list) of huge chunks (`huge.rs`): the last to go.
     nfree_huge: usize,
     /// Huge pages given back whole, ever.
     huge_released: u64,
