@@ -148,7 +148,7 @@
 //! the CPUs
 //! ([`reclaim::respond`]).
 //!
-//! **Huge pages** (`keg/huge.rs`, Temeraire's rule): a keg that holds 8 MiB of slabs takes its
+//! **Huge pages** (`keg/huge.rs`, Temeraire's rule): a keg that holds 32 MiB of slabs takes its
 //! next chunks as huge pages (`MADV_HUGEPAGE`, fewer TLB misses for a program's many small
 //! objects); every release gives whole free huge pages back first (one 2 MiB `MADV_DONTNEED`,
 //! no split), then the free slabs of the other chunks, and breaks huge pages last — under
