@@ -63,11 +63,13 @@
 //! **Huge pages per chunk** (docs/design/thp-policy.md, docs/design/hugepage-heap.md): a chunk
 //! is `MADV_NOHUGEPAGE` unless its keg asks for [`os::Thp::Huge`] when it takes it: a keg
 //! touches a chunk sparsely (the header, a slab or two) until it is dense, and on THP `always`
-//! each first touch of a 2 MiB stretch would fault in 2 MiB. A dense keg's chunks
-//! (`keg/huge.rs`) are `MADV_HUGEPAGE` and mapped in whole 2 MiB steps ([`HUGE_PAGE`]), so
-//! that the first touch of each half faults in one huge page, on `madvise` hosts too. A chunk
-//! freed by a destroyed zone is released whole and goes on the free list for reuse; its next
-//! owner's policy is applied to what it has mapped when it is handed out again.
+//! each first touch of a 2 MiB stretch would fault in 2 MiB. A dense keg's chunk has its second
+//! half ([`HUGE_PAGE`] to the end) `MADV_HUGEPAGE`, mapped in one step, so the first touch faults
+//! in one huge page, on `madvise` hosts too; its first half stays `MADV_NOHUGEPAGE`: it holds the
+//! slab descriptors and the colour pages that are never touched (up to 127 pages: backed by a
+//! huge page they would stay resident for nothing, and the half could never go back whole). A
+//! chunk freed by a destroyed zone is released whole and goes on the free list for reuse; its
+//! next owner's policy is applied to what it has mapped when it is handed out again.
 
 use crate::os::{self, OsError};
 use core::ptr::NonNull;
@@ -108,14 +110,16 @@ pub(crate) const CHUNK_STEP: usize = 256 << 10;
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
 const _: () = assert!(CHUNK_SIZE.is_multiple_of(HUGE_PAGE) && HUGE_PAGE.is_multiple_of(CHUNK_STEP));
 
-/// The step a chunk of policy `thp` is mapped in: whole huge pages for [`os::Thp::Huge`] (a
-/// huge page can back only a 2 MiB-aligned range mapped whole), else [`CHUNK_STEP`].
-pub(crate) const fn step_for(thp: os::Thp) -> usize {
-    match thp {
-        os::Thp::Huge => HUGE_PAGE,
-        _ => CHUNK_STEP,
+/// The policy of the chunk's bytes at `off` for a chunk of policy `thp`: only the second half
+/// of a [`os::Thp::Huge`] chunk is huge (module docs).
+pub(crate) fn thp_at(thp: os::Thp, off: usize) -> os::Thp {
+    if thp == os::Thp::Huge && off < HUGE_PAGE {
+        os::Thp::Never
+    } else {
+        thp
     }
 }
+
 /// Bytes of a chunk map entry.
 const ENTRY: usize = core::mem::size_of::<MapEntry>();
 
@@ -307,10 +311,15 @@ impl Arena {
             // SAFETY: a chunk of the span, mapped through `mapped` bytes (its entry says so).
             let at =
                 unsafe { NonNull::new_unchecked((self.base + (idx << CHUNK_SHIFT)) as *mut u8) };
-            os::set_thp(at, mapped, thp);
+            os::set_thp(at, mapped.min(HUGE_PAGE), thp_at(thp, 0));
+            if mapped > HUGE_PAGE {
+                // SAFETY: inside the chunk's mapped range.
+                let half = unsafe { NonNull::new_unchecked(at.as_ptr().add(HUGE_PAGE)) };
+                os::set_thp(half, mapped - HUGE_PAGE, thp_at(thp, HUGE_PAGE));
+            }
             idx
         } else {
-            let idx = self.map_new_chunk(nchunks, thp)?;
+            let idx = self.map_new_chunk(nchunks)?;
             // The chunk map is touched a page at a time as chunks are first used (the first
             // chunk's entry shares its page with the map's own entries, never written).
             let page = idx * ENTRY / os::page_size();
@@ -348,8 +357,7 @@ impl Arena {
     /// Maps the first step of the next chunk of the span never handed out, skipping chunks
     /// another mapping took; its index. The caller holds the mutex (`bump` changes only under
     /// it).
-    fn map_new_chunk(&self, nchunks: usize, thp: os::Thp) -> Result<usize, OsError> {
-        let step = step_for(thp);
+    fn map_new_chunk(&self, nchunks: usize) -> Result<usize, OsError> {
         loop {
             let idx = self.bump.load(Ordering::Relaxed);
             if idx >= nchunks {
@@ -362,20 +370,27 @@ impl Arena {
             // SAFETY: a chunk of the arena's span, chunk (hence page) aligned, never handed out:
             // unmapped by `reserve` and mapped by nobody of ours since (`bump` is past every
             // chunk this arena mapped).
-            let r = unsafe { os::map_at(NonNull::new_unchecked(p as *mut u8), step, thp)? };
+            let r = unsafe {
+                os::map_at(
+                    NonNull::new_unchecked(p as *mut u8),
+                    CHUNK_STEP,
+                    os::Thp::Never,
+                )?
+            };
             self.bump.store(idx + 1, Ordering::Relaxed);
             if r == os::MapAt::Mapped {
                 self.map_entry(idx)
                     .mapped
-                    .store(step as u64, Ordering::Relaxed);
+                    .store(CHUNK_STEP as u64, Ordering::Relaxed);
                 return Ok(idx);
             }
         }
     }
 
     /// Maps the chunk at `chunk` (one of this arena's, handed out or being handed out) from its
-    /// start through `end` at least, in steps of [`step_for`]`(thp)` with the policy `thp` (the
-    /// owner's, the same for every call on one chunk): the owner calls it before it
+    /// start through `end` at least, in steps of [`CHUNK_STEP`], the huge half of a chunk of
+    /// policy `thp` (the owner's, the same for every call on one chunk) in one step with its
+    /// mark ([`thp_at`]): the owner calls it before it
     /// carves a slab (address space on demand, module docs). Memory past what is mapped is
     /// not: nothing may touch a slab before it was carved. An error when the limit
     /// (`RLIMIT_AS`) is reached, or when another mapping lies in the chunk's way (never in
@@ -394,24 +409,38 @@ impl Arena {
         if end - chunk <= have {
             return Ok(());
         }
-        let want = os::round_up(end - chunk, step_for(thp)).min(CHUNK_SIZE);
-        // SAFETY: [chunk + have, chunk + want) is a page-aligned piece of the chunk, which is
-        // ours (handed out by this arena); nothing of ours is mapped there (`mapped` says how
-        // far the chunk's mapping reaches).
-        let r = unsafe {
-            os::map_at(
-                NonNull::new_unchecked((chunk + have) as *mut u8),
-                want - have,
-                thp,
-            )?
-        };
-        if r == os::MapAt::Taken {
-            return Err(OsError {
-                call: "arena chunk (its next pages taken by another mapping)",
-                errno: libc::ENOMEM,
-            });
+        let mut want = os::round_up(end - chunk, CHUNK_STEP).min(CHUNK_SIZE);
+        if want > HUGE_PAGE && thp_at(thp, HUGE_PAGE) == os::Thp::Huge {
+            want = CHUNK_SIZE; // the huge half whole: a huge page backs only all of it
         }
-        e.mapped.store(want as u64, Ordering::Relaxed);
+        // Below the half and from it, each with its mark ([`thp_at`]).
+        let mut at = have;
+        while at < want {
+            let to = if at < HUGE_PAGE {
+                want.min(HUGE_PAGE)
+            } else {
+                want
+            };
+            // SAFETY: [chunk + at, chunk + to) is a page-aligned piece of the chunk, which is
+            // ours (handed out by this arena); nothing of ours is mapped there (`mapped` says how
+            // far the chunk's mapping reaches, and `at` starts there).
+            let r = unsafe {
+                os::map_at(
+                    NonNull::new_unchecked((chunk + at) as *mut u8),
+                    to - at,
+                    thp_at(thp, at),
+                )?
+            };
+            if r == os::MapAt::Taken {
+                return Err(OsError {
+                    call: "arena chunk (its next pages taken by another mapping)",
+                    errno: libc::ENOMEM,
+                });
+            }
+            at = to;
+            // A failure of the next piece leaves this one mapped and counted.
+            e.mapped.store(at as u64, Ordering::Relaxed);
+        }
         Ok(())
     }
 

@@ -5,13 +5,15 @@
 use super::*;
 
 /// Slabs whose pages a thread releases with the keg lock dropped (see `KegInner::ninflight`):
-/// single slabs (`slabs`, adjacent ones in one call), and whole huge pages (`pages`, one call of
-/// 2 MiB each) with their free slabs chained through `next` (`chained`: as many as a page holds,
-/// more than `slabs` has room for).
+/// single slabs (`slabs`, adjacent ones in one call), and the slabs of whole free huge pages
+/// (`pages`: one call per page for its run of slabs, the whole 2 MiB where they tile it), chained
+/// through `next` (`chained`: as many as a page holds, more than `slabs` has room for). Every
+/// byte released is a slab taken off its list under the lock: nothing else can hand it out
+/// while the lock is dropped.
 pub(super) struct Deferred {
     pub(super) slabs: [*mut SlabMeta; DEFERRED],
     pub(super) n: usize,
-    pub(super) pages: [usize; DEFERRED_PAGES],
+    pub(super) pages: [(usize, usize); DEFERRED_PAGES],
     pub(super) npages: usize,
     pub(super) chained: *mut SlabMeta,
     pub(super) nchained: usize,
@@ -27,7 +29,7 @@ impl Deferred {
         Deferred {
             slabs: [ptr::null_mut(); DEFERRED],
             n: 0,
-            pages: [0; DEFERRED_PAGES],
+            pages: [(0, 0); DEFERRED_PAGES],
             npages: 0,
             chained: ptr::null_mut(),
             nchained: 0,
@@ -82,15 +84,10 @@ impl Keg {
         d: &mut Deferred,
     ) -> crate::sync::MutexGuard<'g, KegInner> {
         drop(g);
-        for &page in &d.pages[..d.npages] {
-            // SAFETY: a whole huge page of one of our chunks, mapped, whose slabs are all free
-            // and on no list or clean (`release_whole_pages`): nothing holds an item in it.
-            unsafe {
-                os::release(
-                    NonNull::new_unchecked(page as *mut u8),
-                    crate::arena::HUGE_PAGE,
-                )
-            };
+        for &(addr, len) in &d.pages[..d.npages] {
+            // SAFETY: a run of slabs of ours, entirely free, `Clean` and on no list (chained in
+            // `d`, `release_whole_pages`): nothing hands them out or frees into them meanwhile.
+            unsafe { os::release(NonNull::new_unchecked(addr as *mut u8), len) };
         }
         // Address order, so that adjacent slabs go back in one call whatever order they came in.
         d.slabs[..d.n].sort_unstable_by_key(|&s| self.slab_base(s));
@@ -208,6 +205,7 @@ impl Keg {
                 g = lock(&self.inner);
             }
         }
+        // Pass 1 takes the free slabs outside huge pages (`huge.rs`), pass 2 those in them.
         for huge in [false, true] {
             if huge && g.huge_chunks == 0 || !huge && lazy.is_some() {
                 continue;
@@ -226,7 +224,7 @@ impl Keg {
                 let chunk = c as usize;
                 // SAFETY: `c` is a valid chunk header of this keg (chunks stay on the list
                 // while the keg lives, across the lock drops below); lock held.
-                if unsafe { (*c).huge } != huge {
+                if huge && !unsafe { (*c).huge } {
                     c = unsafe { (*c).next };
                     continue;
                 }
@@ -236,7 +234,7 @@ impl Keg {
                     }
                     let s = self.meta(chunk, i);
                     // SAFETY: `s` is a valid meta of this chunk; lock held.
-                    if unsafe { (*s).state } != SlabState::Free {
+                    if unsafe { (*s).state } != SlabState::Free || self.in_huge(s) != huge {
                         continue;
                     }
                     g.nfree_slabs -= 1;

@@ -2,31 +2,32 @@
 //! 2 MiB pages may go back whole, how many an idle trim may break, and what the stats count.
 //!
 //! ```text
-//!  chunk (4 MiB, a dense keg's: MADV_HUGEPAGE, mapped in whole 2 MiB steps)
-//!  | meta | slab | slab | ... | slab |slab| slab | ... | slab |
-//!  └──────── huge page 0 ────────────┴──── huge page 1 ───────┘
-//!    holds the chunk's metadata:        no metadata: goes back whole (one `MADV_DONTNEED` of
-//!    broken, never given back whole     2 MiB) once no slab overlapping it holds an item
+//!  chunk (4 MiB) of a dense keg
+//!  | meta | colour | slab | slab | ... | slab |slab| slab | ... | slab |
+//!  └──── first half: MADV_NOHUGEPAGE ───────┴─ huge page: MADV_HUGEPAGE ─┘
+//!    the slab descriptors and never touched     mapped in one step; goes back whole (one
+//!    colour pages: 4 KiB pages, as in any chunk  MADV_DONTNEED of 2 MiB) once every slab in it
+//!                                                 is free
 //! ```
 //!
 //! **Which chunks.** A keg's chunks are `MADV_NOHUGEPAGE` until it is dense: once it holds
-//! [`HUGE_AFTER`] of backed slabs, each chunk it takes is `MADV_HUGEPAGE` ([`chunk_thp`], pure),
-//! so its slabs fault in as huge pages on `madvise` and `always` hosts alike (Temeraire's gain:
-//! fewer TLB misses for the program's small objects). A small program's kegs never get there:
+//! [`HUGE_AFTER`] of backed slabs, each chunk it takes has its second half `MADV_HUGEPAGE`
+//! ([`chunk_thp`], pure; `arena.rs` says why not the first), so half its slabs fault in as a huge
+//! page on `madvise` and `always` hosts alike (Temeraire's gain: fewer TLB misses for the
+//! program's small objects). A slab *in the huge page* is one that overlaps it. A small program's kegs never get there:
 //! it stays as small as with no huge page at all (docs/design/thp-policy.md).
 //!
 //! **Give-back order.** Whole free huge pages first (no split, microseconds a page), then the
-//! free slabs of chunks that are not huge, then — breaking huge pages — the free slabs of huge
-//! chunks ([`Keg::release_free`]'s three passes, `handoff.rs`). Under pressure, a squeeze, a
+//! free slabs outside huge pages, then — breaking huge pages — the free slabs in them ([`Keg::release_free`]'s three passes, `handoff.rs`). Under pressure, a squeeze, a
 //! reclaim or a drain (the decision's `breaks`) every free slab may go; in a calm pass a partly
 //! used huge page is broken only beyond [`idle_breaks`]: its free slabs are where the keg's next
 //! allocations go, and a page broken is 4 KiB pages until the kernel collapses it again.
-//! Free slabs of huge chunks never go lazily (`MADV_FREE` of part of a huge page splits it):
+//! Free slabs in huge pages never go lazily (`MADV_FREE` of part of a huge page splits it):
 //! when the free-slab cap (`excess.rs`, itself sized by recent reuse) asks for slabs, whole
 //! pages go, then small chunks' slabs (lazily or now), then huge chunks' (now). Exempt from the
 //! cap, a class whose use swings would keep up to half its huge pages' slabs free.
 //!
-//! **Counting.** `nfree_huge` (free slabs in huge chunks) changes under the keg lock wherever a
+//! **Counting.** `nfree_huge` (free slabs in huge pages) changes under the keg lock wherever a
 //! slab enters or leaves the free list; [`Keg::validate`] recounts it. The stats' huge page
 //! counts are a walk over the huge chunks' slab descriptors when asked ([`Keg::huge_counts`]).
 
@@ -39,8 +40,9 @@ use crate::arena::HUGE_PAGE;
 /// of 16 B–16 KiB, several classes of 8–16 MiB) peaked at 76 MiB against 60.
 pub const HUGE_AFTER: usize = 32 << 20;
 
-/// Huge pages per chunk.
-pub(crate) const PAGES_PER_CHUNK: usize = CHUNK_SIZE / HUGE_PAGE;
+/// The huge page of a huge chunk: the second half (`arena.rs`).
+pub(crate) const HUGE_HALF: usize = 1;
+const _: () = assert!(CHUNK_SIZE == 2 * HUGE_PAGE);
 
 /// The huge page policy of the next chunk of a keg holding `backed_bytes` of backed slabs.
 pub(crate) fn chunk_thp(backed_bytes: usize) -> os::Thp {
@@ -63,7 +65,7 @@ pub fn idle_breaks(free: usize, slabs: usize, demand: usize) -> usize {
 /// What the stats count of a keg's huge pages ([`Keg::huge_counts`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HugeCounts {
-    /// Huge pages of huge chunks that hold memory (a slab backed, or the chunk's metadata).
+    /// Huge pages (of huge chunks) that hold memory: a slab in them backed.
     pub pages: usize,
     /// Of them, pages partly used: some of their slabs hold items, some do not.
     pub partly_used: usize,
@@ -91,20 +93,27 @@ pub(super) struct PageUse {
 }
 
 impl PageUse {
-    /// The page may go back whole: no metadata, no slab holding an item, and something to give.
+    /// The page may go back whole: no metadata, no slab overlapping it holding an item, and
+    /// every slab inside it free (so taken off the free list, they are all of it the release
+    /// touches; a page with a clean, lazy or never carved slab inside was broken or is not yet
+    /// full, and goes by its slabs).
     pub(super) fn whole_free(&self) -> bool {
-        !self.meta && self.used == 0 && self.free_inside > 0
+        !self.meta
+            && self.used == 0
+            && self.free_inside > 0
+            && self.free_inside == self.inside.1 - self.inside.0
     }
 }
 
 impl Keg {
-    /// Whether the chunk holding slab `s` (a valid meta of this keg) is huge.
+    /// Whether slab `s` (a valid meta of this keg) overlaps its chunk's huge page.
     #[inline]
     pub(super) fn in_huge(&self, s: *mut SlabMeta) -> bool {
-        let hdr = (s as usize & !(CHUNK_SIZE - 1)) as *const ChunkHeader;
+        let chunk = s as usize & !(CHUNK_SIZE - 1);
+        let hdr = chunk as *const ChunkHeader;
         // SAFETY: a slab's descriptor lies in its chunk's metadata area, after the header the
         // keg wrote when it took the chunk (`grow`); the header never changes after that.
-        unsafe { (*hdr).huge }
+        unsafe { (*hdr).huge && self.slab_base(s) + self.geo.slab_size > chunk + HUGE_PAGE }
     }
 
     /// The slabs of huge page `h` of `chunk` (`carved` of them carved), by state. Lock held.
@@ -158,7 +167,7 @@ impl Keg {
             if unsafe { (*c).huge } {
                 let carved = self.carved(g, c);
                 let mapped = self.arena.mapped_bytes(c as usize);
-                for h in 0..PAGES_PER_CHUNK {
+                for h in [HUGE_HALF] {
                     if h * HUGE_PAGE >= mapped {
                         break;
                     }
@@ -184,7 +193,8 @@ impl Keg {
 
     /// Pass 0 of a release: the free slabs of every whole free huge page (at most `to_release`
     /// slabs' worth, and at least one page when any is due) go off the free list and into `d`'s
-    /// pages to release (or the session's, one 2 MiB range per page), the page released whole.
+    /// pages to release (or the session's), one run per page: the whole page where its slabs
+    /// tile it (counted in `huge_released`).
     /// Returns the lock and the bytes counted as released now; adds to `left`
     /// the free slabs of huge pages left partly used and the slabs those pages hold (what
     /// [`idle_breaks`] weighs).
@@ -208,7 +218,7 @@ impl Keg {
             let chunk = c as usize;
             let carved = self.carved(&g, c);
             let mapped = self.arena.mapped_bytes(chunk);
-            for h in 0..PAGES_PER_CHUNK {
+            for h in [HUGE_HALF] {
                 if (h + 1) * HUGE_PAGE > mapped {
                     break;
                 }
@@ -251,17 +261,25 @@ impl Keg {
                         released += self.geo.slab_size;
                     }
                 }
-                let page = chunk + h * HUGE_PAGE;
-                g.huge_released += 1;
+                // The run of the page's slabs, all taken off the free list above: the whole
+                // page where the slabs tile it (4 KiB slabs always), so the kernel frees the huge
+                // page without splitting it.
+                let (addr, len) = (
+                    chunk + self.geo.first_slab + (u.inside.0 << self.geo.slab_shift),
+                    (u.inside.1 - u.inside.0) << self.geo.slab_shift,
+                );
+                if len == HUGE_PAGE {
+                    g.huge_released += 1;
+                }
                 if sess.active() {
-                    sess.add(page, HUGE_PAGE);
+                    sess.add(addr, len);
                     if sess.has_overflow() {
                         drop(g);
                         sess.release_overflow();
                         g = lock(&self.inner);
                     }
                 } else {
-                    d.pages[d.npages] = page;
+                    d.pages[d.npages] = (addr, len);
                     d.npages += 1;
                     if d.full() {
                         g = self.release_deferred(g, d);
@@ -354,30 +372,45 @@ mod tests {
             "MADV_NOHUGEPAGE: {flags}"
         );
         let stats = k.huge_pages();
-        // Every huge page mapped: the newest chunk's second only once its slabs reach it.
+        // Every huge chunk's huge page: the newest chunk's only once its slabs reach it.
         assert!(
-            stats.pages + 1 >= 2 * c.huge_chunks && stats.pages <= 2 * c.huge_chunks,
+            stats.pages + 1 >= c.huge_chunks && stats.pages <= c.huge_chunks,
             "{stats:?}"
         );
         assert_eq!(stats.broken, 0, "{stats:?}");
-        // Everything back onto the free list: the huge chunks' free slabs are outside the cap.
+        // Everything back onto the free list (a keep decision with no cap: all kept).
         let mut d = Disposal::keep();
         k.take_back(&v, &mut d, None::<fn(*mut u8)>, |_, _| panic!("invalid"));
         let c = k.validate().unwrap();
         assert_eq!(c.items_out, 0);
-        // A calm release: the second huge page of every huge chunk goes back whole, the first
-        // (the metadata's, no item in it) by its slabs.
+        // The pages that may go back whole: the huge page of each huge chunk whose slabs were
+        // all carved (the newest chunk's may not be).
+        let whole = {
+            let g = lock(&k.inner);
+            let mut n = 0;
+            let mut ch = g.chunks;
+            while !ch.is_null() {
+                // SAFETY: a valid chunk header of this keg; lock held.
+                if unsafe { (*ch).huge } {
+                    let carved = k.carved(&g, ch);
+                    let u = k.page_use(ch as usize, carved, HUGE_HALF);
+                    n += usize::from(u.whole_free());
+                    assert!(!k.page_use(ch as usize, carved, 0).whole_free(), "metadata");
+                }
+                // SAFETY: as above.
+                ch = unsafe { (*ch).next };
+            }
+            n
+        };
+        assert!(whole + 1 >= c.huge_chunks && whole > 0, "{whole} of {c:?}");
+        // A calm release: every huge page goes back whole, the first halves by their slabs.
         let mut calm = Disposal::keep();
         calm.breaks = false;
         let bytes = k.release_free(0, &mut calm);
         let c = k.validate().unwrap();
         assert_eq!(c.free_slabs, 0, "{c:?}");
-        // Every huge page without metadata that was mapped went back whole.
-        assert_eq!(
-            c.huge_released as usize,
-            stats.pages - c.huge_chunks,
-            "{c:?}"
-        );
+        // Every page that could went back whole (4 KiB slabs tile a page exactly).
+        assert_eq!(c.huge_released as usize, whole, "{c:?}");
         assert!(c.huge_released > 0);
         assert_eq!(bytes as u64, c.released_bytes);
         assert_eq!(k.huge_pages().partly_used, 0);

@@ -26,8 +26,8 @@ impl Keg {
     /// `MADV_FREE` a run is released with `MADV_DONTNEED` instead (the slabs are then lazy in
     /// name only; their later purge is a no-op for the kernel). Returns the bytes moved.
     ///
-    /// Only the free slabs of chunks that are not huge: `MADV_FREE` of part of a huge page would
-    /// split it (`huge.rs`); `keep` counts those.
+    /// Only the free slabs outside huge pages: `MADV_FREE` of part of a huge page would split it
+    /// (`huge.rs`); `keep` counts those.
     pub(crate) fn release_free_lazily(&self, keep: usize, now_ms: u32, advise: bool) -> usize {
         let mut g = lock(&self.inner);
         let small = g.nfree_slabs - g.nfree_huge;
@@ -63,18 +63,16 @@ impl Keg {
         let mut c = g.chunks;
         while !c.is_null() && to_move > 0 {
             let chunk = c as usize;
-            // SAFETY: `c` is a valid chunk header of this keg; lock held.
-            if unsafe { (*c).huge } {
-                c = unsafe { (*c).next };
-                continue;
-            }
             let carved = self.carved(&g, c);
             let mut run: Option<(usize, usize)> = None; // (first slab, count)
             for i in 0..=carved {
                 let s = self.meta(chunk, i.min(carved.max(1) - 1));
                 // SAFETY: `s` is a valid meta of this chunk (slab 0's is, carved or zero); lock
                 // held.
-                let take = i < carved && to_move > 0 && unsafe { (*s).state == SlabState::Free };
+                let take = i < carved
+                    && to_move > 0
+                    && unsafe { (*s).state == SlabState::Free }
+                    && !self.in_huge(s);
                 if take {
                     g.nfree_slabs -= 1;
                     to_move -= 1;

@@ -73,7 +73,7 @@ impl Keg {
                     }
                     SlabState::Free => {
                         nf += 1;
-                        nf_huge += usize::from(huge);
+                        nf_huge += usize::from(huge && self.in_huge(s));
                         free_items += nfree;
                         nfree == ips
                     }
