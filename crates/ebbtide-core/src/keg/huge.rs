@@ -418,6 +418,33 @@ mod tests {
     }
 
     #[test]
+    fn a_reclaims_session_gives_whole_huge_pages_back_too() {
+        let (k, v) = dense_keg((HUGE_AFTER + (12 << 20)) / 64);
+        k.take_back(&v, &mut Disposal::keep(), None::<fn(*mut u8)>, |_, _| {
+            panic!("invalid")
+        });
+        let before = k.validate().unwrap();
+        let mut sess = crate::release::Session::begin_wait(true);
+        assert_eq!(
+            k.release_free(0, &mut Disposal::reclaim(&mut sess, false)),
+            0
+        );
+        let mid = k.validate().unwrap();
+        assert_eq!(mid.free_slabs, 0);
+        assert_eq!(mid.releasing_slabs, before.free_slabs);
+        assert_eq!(sess.finish(), before.free_slabs * 4096);
+        let c = k.validate().unwrap();
+        assert_eq!((c.free_slabs, c.backed_slabs, c.releasing_slabs), (0, 0, 0));
+        // The huge pages went as whole runs: one per huge chunk whose page was all carved.
+        assert!(
+            c.huge_released + 1 >= c.huge_chunks as u64 && c.huge_released > 0,
+            "{c:?}"
+        );
+        assert_eq!(k.huge_pages().pages, 0);
+        k.destroy().unwrap();
+    }
+
+    #[test]
     fn a_calm_release_does_not_break_huge_pages_in_use() {
         let (k, v) = dense_keg((HUGE_AFTER + (12 << 20)) / 64);
         // In every huge chunk, every other slab keeps one item: pages half used.
