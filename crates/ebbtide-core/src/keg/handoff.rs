@@ -86,7 +86,8 @@ impl Keg {
         drop(g);
         for &(addr, len) in &d.pages[..d.npages] {
             // SAFETY: a run of slabs of ours, entirely free, `Clean` and on no list (chained in
-            // `d`, `release_whole_pages`): nothing hands them out or frees into them meanwhile.
+            // `d`, `release_whole_pages`), perhaps with the chunk's tail that no slab holds:
+            // nothing hands them out or frees into them meanwhile.
             unsafe { os::release(NonNull::new_unchecked(addr as *mut u8), len) };
         }
         // Address order, so that adjacent slabs go back in one call whatever order they came in.

@@ -261,13 +261,17 @@ impl Keg {
                         released += self.geo.slab_size;
                     }
                 }
-                // The run of the page's slabs, all taken off the free list above: the whole
-                // page where the slabs tile it (4 KiB slabs always), so the kernel frees the huge
-                // page without splitting it.
-                let (addr, len) = (
-                    chunk + self.geo.first_slab + (u.inside.0 << self.geo.slab_shift),
-                    (u.inside.1 - u.inside.0) << self.geo.slab_shift,
-                );
+                // The run of the page's slabs, all taken off the free list above, and the
+                // chunk's tail after its last slab (no slab's: nothing ever hands it out): the
+                // whole page where the slabs start on it (4 KiB slabs always), so the kernel
+                // frees the huge page without splitting it.
+                let addr = chunk + self.geo.first_slab + (u.inside.0 << self.geo.slab_shift);
+                let end = if u.inside.1 == self.geo.slabs_per_chunk {
+                    chunk + (h + 1) * HUGE_PAGE
+                } else {
+                    chunk + self.geo.first_slab + (u.inside.1 << self.geo.slab_shift)
+                };
+                let len = end - addr;
                 if len == HUGE_PAGE {
                     g.huge_released += 1;
                 }
