@@ -95,7 +95,8 @@ const LABELED: &[Labeled] = &[
         prefix: "lock_wait_ns_",
         family: "lock_wait",
         label: "lock",
-        help: "Time the waits of ebbtide_zone_lock_waits_total spent blocked, by lock.",
+        help: "Time the zone's lock waits (the lock_waits family of its group) spent blocked, \
+               by lock.",
     },
     Labeled {
         groups: &["global"],
@@ -111,7 +112,8 @@ const LABELED: &[Labeled] = &[
         prefix: "lock_wait_ns_",
         family: "lock_wait",
         label: "lock",
-        help: "Time the waits of ebbtide_lock_waits_total spent blocked, by lock.",
+        help: "Time the process-wide lock waits (ebbtide_lock_waits_total) spent blocked, by \
+               lock.",
     },
 ];
 
