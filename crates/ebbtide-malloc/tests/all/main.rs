@@ -5,6 +5,7 @@
 //! (their first line says why).
 
 mod address_space;
+mod contention;
 mod c_programs;
 mod example_global_allocator;
 mod hot_text;
