@@ -215,7 +215,7 @@ impl Arena {
             len,
             map: base.as_ptr().cast(),
             bump: AtomicUsize::new(map_chunks),
-            free: crate::contention::Counted::counting_in(&crate::contention::ARENA, FreeList {
+            free: crate::contention::ARENA.mutex(FreeList {
                 head: 0,
                 map_page: usize::MAX,
             }),

@@ -37,6 +37,12 @@ impl Waits {
         }
     }
 
+    /// A mutex over `v` that counts its waits here, with the other mutexes of this class
+    /// ([`Counted::counting_in`]).
+    pub const fn mutex<T>(&'static self, v: T) -> Counted<T, &'static Waits> {
+        Counted::counting_in(self, v)
+    }
+
     /// The counts now (racy: a statistics view).
     pub fn read(&self) -> WaitCount {
         // Relaxed: two independent monotonic counters read for statistics; no other memory is
@@ -197,7 +203,7 @@ mod tests {
     #[test]
     fn a_shared_class_counts_every_member() {
         static W: Waits = Waits::new();
-        static A: Counted<(), &'static Waits> = Counted::counting_in(&W, ());
+        static A: Counted<(), &Waits> = W.mutex(());
         let g = crate::sync::lock(&A);
         std::thread::scope(|s| {
             let t = s.spawn(|| drop(A.lock_or(|| {})));

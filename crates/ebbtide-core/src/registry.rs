@@ -6,8 +6,8 @@
 //! registry lock for its whole pass, so no zone can be destroyed under it; hooks therefore must
 //! not create or destroy zones.
 
-use core::ptr;
 use crate::contention::{Counted, Waits};
+use core::ptr;
 use std::sync::MutexGuard;
 
 /// The links of one object on the list, guarded by the registry lock.
@@ -46,7 +46,7 @@ struct Reg {
 // object unlinks itself under the mutex before it is unmapped).
 unsafe impl Send for Reg {}
 
-static REG: Counted<Reg, &'static Waits> = Counted::counting_in(&crate::contention::REGISTRY, Reg {
+static REG: Counted<Reg, &Waits> = crate::contention::REGISTRY.mutex(Reg {
     head: ptr::null_mut(),
     count: 0,
 });

@@ -32,8 +32,8 @@
 
 use crate::pageheap::{self, PageHeap};
 use core::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use ebbtide_core::contention::{Counted, Waits, PAGE_HEAP};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 const EMPTY: usize = 0;
 
@@ -83,7 +83,7 @@ struct Table {
 unsafe impl Send for Table {}
 
 /// Counts its waits in the core's page-heap class (statistics: `lock_waits_page_heap`).
-static TABLE: Counted<Table, &'static Waits> = Counted::counting_in(&PAGE_HEAP, Table {
+static TABLE: Counted<Table, &Waits> = PAGE_HEAP.mutex(Table {
     slots: ptr::null_mut(),
     cap: 0,
     live: 0,

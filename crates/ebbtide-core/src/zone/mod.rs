@@ -45,9 +45,7 @@ use crate::pcpu::{self, lock_header, Pcpu};
 use crate::registry::{Link, Linked};
 use crate::release::Session;
 use crate::slab::MAX_ITEM_SIZE;
-use crate::sync::{
-    lock, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering,
-};
+use crate::sync::{lock, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 use core::ffi::{c_int, c_void};
 use core::ptr::{self, NonNull};
 use fast::{item_check, Fast};

@@ -7,10 +7,10 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-#[path = "../../../ebbtide/tests/support/skip.rs"]
-mod skip;
 #[path = "../support/pin.rs"]
 mod pin;
+#[path = "../../../ebbtide/tests/support/skip.rs"]
+mod skip;
 
 /// Set by the test before a free: the next `fini` holds the keg lock for [`HOLD`].
 static ARMED: AtomicBool = AtomicBool::new(false);
@@ -38,7 +38,11 @@ fn a_thread_blocked_on_the_keg_lock_is_counted() {
             .hooks(None, Some(slow_fini), None, None, std::ptr::null_mut()),
     )
     .unwrap();
-    assert_eq!(z.snapshot().keg_waits.waits, 0, "a fresh zone has waited for nothing");
+    assert_eq!(
+        z.snapshot().keg_waits.waits,
+        0,
+        "a fresh zone has waited for nothing"
+    );
     // A loaded machine may run the allocation only after the holder let go: try a few times.
     let mut tries = 0;
     let mut held = Vec::new();

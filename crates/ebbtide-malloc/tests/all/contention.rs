@@ -7,10 +7,10 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-#[path = "../../../ebbtide/tests/support/skip.rs"]
-mod skip;
 #[path = "../../../ebbtide-core/tests/support/pin.rs"]
 mod pin;
+#[path = "../../../ebbtide/tests/support/skip.rs"]
+mod skip;
 
 #[test]
 fn two_threads_of_large_blocks_wait_for_the_page_heap() {

@@ -5,8 +5,8 @@
 //! (their first line says why).
 
 mod address_space;
-mod contention;
 mod c_programs;
+mod contention;
 mod example_global_allocator;
 mod hot_text;
 mod large_blocks;

@@ -1030,7 +1030,9 @@ mod tests {
         assert!(text.contains(
             "\nebbtide_zone_lock_wait_seconds_total{zone=\"small 64\",lock=\"depot\"} 0.0000215\n"
         ));
-        assert!(text.contains("\nebbtide_zone_lock_waits_total{zone=\"small 64\",lock=\"keg\"} 3\n"));
+        assert!(
+            text.contains("\nebbtide_zone_lock_waits_total{zone=\"small 64\",lock=\"keg\"} 3\n")
+        );
         assert!(text.contains("ebbtide_source_events_total{source=\"psi\"} 6\n"));
         assert!(text.contains("ebbtide_zone_reclaims_total{zone=\"small 64\",kind=\"trim\"} 5\n"));
     }
