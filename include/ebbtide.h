@@ -235,6 +235,14 @@ struct ebbtide_zone_stats {
 	uint64_t pcpu_underflows;	/* counter, events: Allocations that found this CPU's cache empty and went to the depot or the slabs (misses that grow the cache). */
 	uint64_t pcpu_overflows;	/* counter, events: Frees that found this CPU's cache full and flushed a bucket to the depot (misses that grow the cache). */
 	uint64_t pcpu_interval_misses;	/* gauge, events: Misses (underflows and overflows, every CPU) counted by the last resize pass, i.e. in the last pool_shrink_interval_ms. */
+	uint64_t lock_waits_depot;	/* counter, events: Acquisitions of this zone's depot mutex (its full buckets: every CPU's cache misses) that found it held and waited. */
+	uint64_t lock_waits_keg;	/* counter, events: Acquisitions of this zone's keg mutex (its slab lists: items imported into the caches, freed to the slabs, reclaimed) that found it held and waited. */
+	uint64_t lock_waits_stash;	/* counter, events: Acquisitions of a page pool's stash mutex (the pages a shrink gave back lazily) that found it held and waited; 0 for other zones. */
+	uint64_t lock_wait_ns_depot;	/* counter, nanoseconds: Time the waits of lock_waits_depot spent blocked (CLOCK_MONOTONIC, read only around a wait). */
+	uint64_t lock_wait_ns_keg;	/* counter, nanoseconds: Time the waits of lock_waits_keg spent blocked. */
+	uint64_t lock_wait_ns_stash;	/* counter, nanoseconds: Time the waits of lock_waits_stash spent blocked. */
+	uint64_t remote_frees;	/* counter, events: Items freed on one CPU and allocated on another through the depot: the items of buckets one CPU's full cache flushed that another CPU's empty cache took (a program's producer/consumer traffic; a free into the freeing CPU's own cache costs no lock and is not counted). */
+	uint64_t remote_buckets;	/* counter, events: The depot buckets that carried remote_frees from one CPU to another. */
 };
 
 struct ebbtide_pool_stats {
@@ -269,6 +277,12 @@ struct ebbtide_global_stats {
 	uint64_t lazy_pending_bytes;	/* gauge, bytes: Bytes of free slabs (and page pools' stashed pages) given up without pressure that wait lazy_settle_ms before MADV_FREE, over all zones (in RSS; reused without a system call). */
 	uint64_t lazy_freed_bytes;	/* counter, bytes: Bytes offered to the kernel with MADV_FREE since the process started, apart from released_bytes. */
 	uint64_t source_opens;	/* counter, events: Times the reclaim thread opened the pressure sources: at start, when a tunable changed them, and a second after the program closed their descriptors (closefrom, close_range), which the watcher finds within a second. */
+	uint64_t lock_waits_arena;	/* counter, events: Acquisitions of the arena's free-chunk mutex (kegs taking and giving back 4 MiB chunks) that found it held and waited. */
+	uint64_t lock_waits_registry;	/* counter, events: Acquisitions of the registry mutex (the list of live zones: zone creation, reclaim passes, statistics) that found it held and waited. */
+	uint64_t lock_waits_page_heap;	/* counter, events: Acquisitions of the malloc's page heap mutex (large blocks' page runs and the table of large and huge blocks) that found it held and waited; 0 without libebbtide_malloc. */
+	uint64_t lock_wait_ns_arena;	/* counter, nanoseconds: Time the waits of lock_waits_arena spent blocked (CLOCK_MONOTONIC, read only around a wait). */
+	uint64_t lock_wait_ns_registry;	/* counter, nanoseconds: Time the waits of lock_waits_registry spent blocked. */
+	uint64_t lock_wait_ns_page_heap;	/* counter, nanoseconds: Time the waits of lock_waits_page_heap spent blocked. */
 };
 
 struct ebbtide_source_stats {

@@ -74,7 +74,7 @@
 use crate::os::{self, OsError};
 use core::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 /// log2 of the chunk size.
 pub(crate) const CHUNK_SHIFT: usize = 22;
@@ -132,7 +132,7 @@ pub(crate) struct Arena {
     /// taken by another mapping (skipped, their entries 0).
     bump: AtomicUsize,
     /// The free chunk list and the map pages counted, protected by the mutex.
-    free: Mutex<FreeList>,
+    free: crate::contention::Counted<FreeList, &'static crate::contention::Waits>,
     next_tag: AtomicU64,
 }
 
@@ -235,7 +235,7 @@ impl Arena {
             len,
             map: base.as_ptr().cast(),
             bump: AtomicUsize::new(map_chunks),
-            free: Mutex::new(FreeList {
+            free: crate::contention::ARENA.mutex(FreeList {
                 head: 0,
                 map_page: usize::MAX,
             }),

@@ -26,7 +26,13 @@ pub(crate) struct Bucket {
     pub(crate) prev: *mut Bucket,
     pub(crate) count: u32,
     pub(crate) cap: u32,
+    /// The CPU whose stack filled it ([`NO_CPU`]: none), so that the depot can tell a bucket
+    /// that moves items between CPUs (statistics: a zone's remote frees).
+    pub(crate) cpu: u32,
 }
+
+/// [`Bucket::cpu`] of a bucket no CPU's stack filled.
+pub(crate) const NO_CPU: u32 = u32::MAX;
 const HEADER: usize = core::mem::size_of::<Bucket>();
 
 /// UMA's bucket size for an item size, with one change above a page.
@@ -98,6 +104,7 @@ impl Bucket {
                 prev: ptr::null_mut(),
                 count: 0,
                 cap: CLASSES[c],
+                cpu: NO_CPU,
             });
             Some(NonNull::new_unchecked(b))
         }

@@ -43,7 +43,7 @@
 //! memory-bound program's misses would otherwise wait behind.
 //!
 //! ## Layers
-//! Layer order (bottom first): local, sync, spin, os, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, disposal, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
+//! Layer order (bottom first): local, sync, spin, os, contention, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, disposal, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
 //!
 //! Each module names only modules before it in that list (`tests/all/layers.rs` reads the code and
 //! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
@@ -169,6 +169,10 @@
 //! | stash mutex (per page pool) | `zone/stash.rs` | the pages a shrink gave back lazily; a leaf, like the keg's: nothing is taken while it is held |
 //! | arena free-chunk mutex | `arena` | the free chunk list |
 //!
+//! The registry, depot, keg, stash and arena mutexes are [`contention::Counted`]: an acquisition
+//! that finds one held counts a wait and the time it blocked (per zone for the depot, keg and
+//! stash, process-wide for the others), which statistics report (`docs/design/contention.md`).
+//!
 //! The fast path takes none of them. No path of the core (alloc, free, reclaim) calls the global
 //! allocator once a zone exists: metadata lives in the library's own pages (zone objects, per-CPU
 //! arrays, chunk headers, buckets), so the core can serve as a process's `malloc`. Every byte it
@@ -196,6 +200,8 @@
 pub(crate) mod arena;
 #[cfg(not(loom))]
 pub(crate) mod bucket;
+#[cfg(not(loom))]
+pub mod contention;
 #[cfg(not(loom))]
 pub(crate) mod depot;
 #[cfg(not(loom))]
@@ -264,7 +270,7 @@ pub use typed::{TypedZone, ZBox};
 pub use zone::{LimitMode, Zone, ZoneFlags, ZoneOptions, ZoneSnapshot};
 
 #[cfg(not(loom))]
-pub use sync::lock;
+pub use sync::{lock, Lock};
 
 /// How the per-CPU caches synchronise in this process (rseq, or locked as a fallback).
 #[cfg(not(loom))]

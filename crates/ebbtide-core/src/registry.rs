@@ -6,8 +6,9 @@
 //! registry lock for its whole pass, so no zone can be destroyed under it; hooks therefore must
 //! not create or destroy zones.
 
+use crate::contention::{Counted, Waits};
 use core::ptr;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 
 /// The links of one object on the list, guarded by the registry lock.
 #[derive(Debug)]
@@ -45,7 +46,7 @@ struct Reg {
 // object unlinks itself under the mutex before it is unmapped).
 unsafe impl Send for Reg {}
 
-static REG: Mutex<Reg> = Mutex::new(Reg {
+static REG: Counted<Reg, &Waits> = crate::contention::REGISTRY.mutex(Reg {
     head: ptr::null_mut(),
     count: 0,
 });
@@ -60,11 +61,7 @@ pub(crate) fn lock() -> Locked {
 
 /// Locks the registry if nobody holds it (this thread included); `None` otherwise.
 pub(crate) fn try_lock() -> Option<Locked> {
-    match REG.try_lock() {
-        Ok(g) => Some(Locked(g)),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(Locked(p.into_inner())),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    }
+    crate::sync::try_lock(&REG).map(Locked)
 }
 
 /// Puts `z` (live, not on the list) at the head of the list.

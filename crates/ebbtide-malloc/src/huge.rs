@@ -32,8 +32,8 @@
 
 use crate::pageheap::{self, PageHeap};
 use core::ptr::{self, NonNull};
+use ebbtide_core::contention::{Counted, Waits, PAGE_HEAP};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 const EMPTY: usize = 0;
 
@@ -82,7 +82,8 @@ struct Table {
 // heap likewise (see its `Send`).
 unsafe impl Send for Table {}
 
-static TABLE: Mutex<Table> = Mutex::new(Table {
+/// Counts its waits in the core's page-heap class (statistics: `lock_waits_page_heap`).
+static TABLE: Counted<Table, &Waits> = PAGE_HEAP.mutex(Table {
     slots: ptr::null_mut(),
     cap: 0,
     live: 0,

@@ -1,8 +1,10 @@
 //! `ebbtide top PID`: a live, slabtop-like view of a process's zones.
 //!
 //! Every interval it asks for `stats json` and `events` (one connection each) and redraws:
-//! a header with the pressure level and the process-wide figures, the zones table (the
-//! `vmstat -z` columns plus REQ/s), and the recent events. Keys: `s`, `→` or `>` sort by the
+//! a header with the pressure level, the process-wide figures and where threads waited (lock
+//! waits by lock, the time blocked, the remote frees: `docs/design/contention.md`), the zones
+//! table (the `vmstat -z` columns, DWAIT, KWAIT and REMOTE among them, plus REQ/s), and the
+//! recent events. Keys: `s`, `→` or `>` sort by the
 //! next column, `←` or `<` by the previous one, `r` reverses the order, `q` or Esc quits.
 //!
 //! `--batch` prints the same header and table as plain text instead, once per interval, and
@@ -255,12 +257,61 @@ impl State {
                 Some(e) => format!("refresh failed: {e}"),
                 None => last,
             },
+            self.contention(),
         ]
+    }
+
+    /// Where threads waited: the zones' lock waits summed by lock (and the zone that waited
+    /// most), the process-wide locks, the time all of them blocked, and the remote frees.
+    pub fn contention(&self) -> String {
+        let g = &self.global;
+        let n = |v: &Value| v.as_u64().unwrap_or(0);
+        let zones = |k: &str| self.zones.iter().map(|z| n(&z[k])).sum::<u64>();
+        let zone_waits = |z: &Value| {
+            ["depot", "keg", "stash"]
+                .iter()
+                .map(|l| n(&z[format!("lock_waits_{l}")]))
+                .sum::<u64>()
+        };
+        let worst = self
+            .zones
+            .iter()
+            .max_by_key(|z| zone_waits(z))
+            .filter(|z| zone_waits(z) > 0)
+            .map(|z| {
+                format!(
+                    " (most: {} {})",
+                    z["name"].as_str().unwrap_or("?"),
+                    zone_waits(z)
+                )
+            })
+            .unwrap_or_default();
+        let ns: u64 = ["depot", "keg", "stash"]
+            .iter()
+            .map(|l| zones(&format!("lock_wait_ns_{l}")))
+            .chain(
+                ["arena", "registry", "page_heap"]
+                    .iter()
+                    .map(|l| n(&g[format!("lock_wait_ns_{l}")])),
+            )
+            .sum();
+        format!(
+            "lock waits: depot {} keg {} stash {}{worst} | arena {} registry {} page heap {} | \
+             blocked {:.1} ms | remote frees {}",
+            zones("lock_waits_depot"),
+            zones("lock_waits_keg"),
+            zones("lock_waits_stash"),
+            n(&g["lock_waits_arena"]),
+            n(&g["lock_waits_registry"]),
+            n(&g["lock_waits_page_heap"]),
+            ns as f64 / 1e6,
+            zones("remote_frees"),
+        )
     }
 
     fn draw(&self, f: &mut Frame) {
         let [head, table, events] = Layout::vertical([
-            Constraint::Length(3),
+            Constraint::Length(4),
             Constraint::Min(4),
             Constraint::Length(8),
         ])
@@ -588,6 +639,14 @@ mod tests {
             "{h:?}"
         );
         assert!(h[2].contains("psi moderate 1500 ms ago"), "{h:?}");
+        // Sample: both zones 7 depot and 3 keg waits (here 30 for the first); page heap 11
+        // waits, 2 s blocked.
+        st.zones[0]["lock_waits_keg"] = Value::from(30u64);
+        assert_eq!(
+            st.header()[3],
+            "lock waits: depot 14 keg 33 stash 0 (most: small 64 37) | arena 2 registry 1 \
+             page heap 11 | blocked 2009.3 ms | remote frees 2040"
+        );
         assert_eq!(bytes(&Value::from(3u64 << 20)), "3.0 MiB");
     }
 

@@ -68,7 +68,7 @@ pub use crate::error::InvalidKind;
 use crate::os::{self, OsError};
 use crate::release::Session;
 use crate::slab::{Geometry, SlabMeta, SlabState, CHUNK_HEADER};
-use crate::sync::{lock, Mutex};
+use crate::sync::lock;
 use core::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -233,7 +233,7 @@ pub(crate) struct Keg {
     /// Written beside the tag in the chunk map entry of every chunk of this keg (see
     /// `arena.rs`, "The hint"): a zone's keg carries its per-CPU stacks' base; 0 for none.
     chunk_hint: u64,
-    inner: Mutex<KegInner>,
+    inner: crate::contention::Counted<KegInner>,
 }
 
 // SAFETY: all mutable state is behind the mutex; `geo`, `tag` and `arena` are immutable.
@@ -263,7 +263,7 @@ impl Keg {
             free_cap: usize::MAX,
             reuse: crate::reuse::Reuse::new(None),
             chunk_hint: 0,
-            inner: Mutex::new(KegInner::empty(0)),
+            inner: crate::contention::Counted::new(KegInner::empty(0)),
         })
     }
 
@@ -394,6 +394,11 @@ impl Keg {
     /// Items handed out of the keg and not yet returned.
     pub(crate) fn items_out(&self) -> usize {
         lock(&self.inner).items_out
+    }
+
+    /// Acquisitions of this keg's mutex that found it held (statistics).
+    pub(crate) fn lock_waits(&self) -> crate::contention::WaitCount {
+        self.inner.waits().read()
     }
 
     /// Returns every chunk to the arena. Fails (changing nothing) while items are out.

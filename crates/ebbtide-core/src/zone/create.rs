@@ -104,7 +104,7 @@ impl Zone {
             dtor: o.dtor,
             hook_arg: o.hook_arg,
             keg,
-            depot: Mutex::new(DepotInner::new()),
+            depot: crate::contention::Counted::new(DepotInner::new()),
             depot_max_items: o.depot_max_items,
             bucket_size: AtomicU32::new(bmin),
             bucket_min: bmin,

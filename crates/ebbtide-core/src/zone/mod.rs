@@ -45,9 +45,7 @@ use crate::pcpu::{self, lock_header, Pcpu};
 use crate::registry::{Link, Linked};
 use crate::release::Session;
 use crate::slab::MAX_ITEM_SIZE;
-use crate::sync::{
-    lock, try_lock, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering,
-};
+use crate::sync::{lock, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 use core::ffi::{c_int, c_void};
 use core::ptr::{self, NonNull};
 use fast::{item_check, Fast};
@@ -268,6 +266,10 @@ struct Counters {
     squeezes: AtomicU64,
     /// Bytes of stashed pages taken again by misses (`stash.rs`), ever.
     stash_reused_bytes: AtomicU64,
+    /// Depot buckets one CPU's stack flushed and another CPU's stack took, and their items
+    /// (the zone's remote frees: `docs/design/contention.md`).
+    remote_buckets: AtomicU64,
+    remote_frees: AtomicU64,
 }
 
 /// The zone object; lives in a 1 KiB slot of a page shared with other zones' objects
@@ -290,7 +292,7 @@ pub(crate) struct ZoneInner {
     dtor: Option<FiniHook>,
     hook_arg: *mut c_void,
     pub(crate) keg: Keg,
-    pub(crate) depot: Mutex<DepotInner>,
+    pub(crate) depot: crate::contention::Counted<DepotInner>,
     /// `ZoneOptions::depot_max_items`, the depot's fixed cap ([`ZoneInner::depot_cap`] applies
     /// it, bounded by reuse for a zone that opted in; read without the depot lock).
     pub(crate) depot_max_items: u64,

@@ -7,18 +7,30 @@ use crate::pcpu::Push;
 
 impl ZoneInner {
     pub(super) fn lock_depot(&self) -> crate::sync::MutexGuard<'_, DepotInner> {
-        if let Some(g) = try_lock(&self.depot) {
-            return g;
+        // Contention (counted as a wait of the depot as well): UMA grows the bucket size by one
+        // each time the depot lock is found held.
+        self.depot.lock_or(|| {
+            self.counters
+                .depot_contention
+                .fetch_add(1, Ordering::Relaxed);
+            let bs = self.bucket_size.load(Ordering::Relaxed);
+            if bs < self.bucket_max {
+                self.bucket_size.store(bs + 1, Ordering::Relaxed);
+            }
+        })
+    }
+
+    /// A bucket that CPU `from` flushed, taken by this CPU with its `n` items: remote frees
+    /// if the CPUs differ (racy reads of the CPU id, as every per-CPU statistic: the thread may
+    /// move between the two reads).
+    fn count_remote(&self, from: u32, n: usize) {
+        if from != crate::bucket::NO_CPU && from as usize != self.pcpu.this_cpu() {
+            // Relaxed: statistics counters, read alone.
+            self.counters.remote_buckets.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .remote_frees
+                .fetch_add(n as u64, Ordering::Relaxed);
         }
-        // Contention: UMA grows the bucket size by one each time the depot lock is found held.
-        self.counters
-            .depot_contention
-            .fetch_add(1, Ordering::Relaxed);
-        let bs = self.bucket_size.load(Ordering::Relaxed);
-        if bs < self.bucket_max {
-            self.bucket_size.store(bs + 1, Ordering::Relaxed);
-        }
-        lock(&self.depot)
     }
 
     #[cold]
@@ -82,6 +94,7 @@ impl ZoneInner {
                 // SAFETY: `b` came out of the depot, so it is ours and full.
                 unsafe {
                     let n = (*b.as_ptr()).count as usize;
+                    self.count_remote((*b.as_ptr()).cpu, n);
                     self.keg.reuse.took(n * self.keg.geo.item_size);
                     let slots = Bucket::slots(b);
                     let item = slots[n - 1];
@@ -314,6 +327,7 @@ impl ZoneInner {
                     let n = self.pcpu.pop_batch(&mut slots[..bs as usize]);
                     if n > 0 {
                         (*b.as_ptr()).count = n as u32;
+                        (*b.as_ptr()).cpu = self.pcpu.this_cpu() as u32;
                         let cap = self.depot_cap();
                         let mut d = self.lock_depot();
                         let r = d.put(b, true, cap);

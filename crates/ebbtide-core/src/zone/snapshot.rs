@@ -45,6 +45,17 @@ pub struct ZoneSnapshot {
     pub lazy_reused_bytes: u64,
     pub squeeze_windows: u64,
     pub depot_contention: u64,
+    /// Acquisitions of the depot mutex that found it held, and the time they waited.
+    pub depot_waits: crate::contention::WaitCount,
+    /// The same for the keg mutex (slab lists: imports and frees to the slabs).
+    pub keg_waits: crate::contention::WaitCount,
+    /// The same for a page pool's stash mutex (0 for other zones).
+    pub stash_waits: crate::contention::WaitCount,
+    /// Depot buckets one CPU's stack flushed and another CPU's stack took
+    /// (`docs/design/contention.md`).
+    pub remote_buckets: u64,
+    /// The items of those buckets: freed on one CPU, handed to another through the depot.
+    pub remote_frees: u64,
     /// Page pools: `max_buffer_pages`; `u64::MAX` for plain zones.
     pub pool_max_buffer_pages: u64,
     /// Σ over CPUs of each stack's capacity now (items; 0 while caching is off).
@@ -199,6 +210,11 @@ impl ZoneInner {
                 + self.counters.stash_reused_bytes.load(Ordering::Relaxed),
             squeeze_windows: self.counters.squeezes.load(Ordering::Relaxed),
             depot_contention: self.counters.depot_contention.load(Ordering::Relaxed),
+            depot_waits: self.depot.waits().read(),
+            keg_waits: self.keg.lock_waits(),
+            stash_waits: self.stash.lock_waits(),
+            remote_buckets: self.counters.remote_buckets.load(Ordering::Relaxed),
+            remote_frees: self.counters.remote_frees.load(Ordering::Relaxed),
             pool_max_buffer_pages: match self.pool_max.load(Ordering::Relaxed) {
                 usize::MAX => u64::MAX,
                 n => n as u64,

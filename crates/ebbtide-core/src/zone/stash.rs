@@ -53,7 +53,7 @@ struct StashInner {
 
 /// A page pool's stash (empty and without storage for every other zone).
 pub(crate) struct Stash {
-    inner: Mutex<StashInner>,
+    inner: crate::contention::Counted<StashInner>,
     /// Pages held: written under the lock, read without it by the miss path (Relaxed: a stale
     /// 0 costs an import from the slabs, a stale non-zero one lock for nothing).
     len: AtomicUsize,
@@ -66,7 +66,7 @@ impl Stash {
     /// No storage: [`Stash::enable`] gives it some.
     pub(crate) fn none() -> Stash {
         Stash {
-            inner: Mutex::new(StashInner {
+            inner: crate::contention::Counted::new(StashInner {
                 slots: ptr::null_mut(),
                 cap: 0,
                 n: 0,
@@ -91,6 +91,11 @@ impl Stash {
 
     pub(crate) fn enabled(&self) -> bool {
         lock(&self.inner).cap > 0
+    }
+
+    /// Acquisitions of the stash mutex that found it held (statistics).
+    pub(crate) fn lock_waits(&self) -> crate::contention::WaitCount {
+        self.inner.waits().read()
     }
 
     /// Pages held (racy outside the lock, see `len`).

@@ -6,6 +6,7 @@
 
 mod ascending;
 mod bucket_option;
+mod contention;
 mod double_free;
 mod excess_delay;
 mod idle_decay;

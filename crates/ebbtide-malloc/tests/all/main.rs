@@ -6,6 +6,7 @@
 
 mod address_space;
 mod c_programs;
+mod contention;
 mod example_global_allocator;
 mod hot_text;
 mod large_blocks;

@@ -43,6 +43,10 @@ pub(crate) fn global_now(
         lazy_pending_bytes: crate::lazy::lazy_pending_bytes(),
         ..GlobalStats::default()
     };
+    let w = ebbtide_core::contention::process();
+    [g.lock_waits_arena, g.lock_wait_ns_arena] = [w.arena.waits, w.arena.wait_ns];
+    [g.lock_waits_registry, g.lock_wait_ns_registry] = [w.registry.waits, w.registry.wait_ns];
+    [g.lock_waits_page_heap, g.lock_wait_ns_page_heap] = [w.page_heap.waits, w.page_heap.wait_ns];
     g.pressure_level = p.level;
     g.pressure_events = p.total_events;
     g.source_opens = p.source_opens;

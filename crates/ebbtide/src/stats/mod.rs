@@ -135,6 +135,8 @@ pub enum Unit {
     Events,
     /// Milliseconds.
     Millis,
+    /// Nanoseconds.
+    Nanos,
     /// 0 or 1.
     Boolean,
     /// Pressure level: 0 none, 1 low, 2 moderate, 3 critical.
@@ -152,6 +154,7 @@ impl Unit {
             Unit::Percent => "percent",
             Unit::Events => "events",
             Unit::Millis => "milliseconds",
+            Unit::Nanos => "nanoseconds",
             Unit::Boolean => "boolean",
             Unit::Level => "level (0 none, 1 low, 2 moderate, 3 critical)",
         }
@@ -522,6 +525,20 @@ stats_group! {
         pcpu_overflows: U64, Counter, Events, "OVERFL", "Frees that found this CPU's cache full and flushed a bucket to the depot (misses that grow the cache).";
         pcpu_interval_misses: U64, Gauge, Events, "", "Misses (underflows and overflows, every CPU) counted by the last resize pass, i.e. in the last pool_shrink_interval_ms."
             = z.pcpu_interval_misses;
+        lock_waits_depot: U64, Counter, Events, "DWAIT", "Acquisitions of this zone's depot mutex (its full buckets: every CPU's cache misses) that found it held and waited."
+            = z.depot_waits.waits;
+        lock_waits_keg: U64, Counter, Events, "KWAIT", "Acquisitions of this zone's keg mutex (its slab lists: items imported into the caches, freed to the slabs, reclaimed) that found it held and waited."
+            = z.keg_waits.waits;
+        lock_waits_stash: U64, Counter, Events, "", "Acquisitions of a page pool's stash mutex (the pages a shrink gave back lazily) that found it held and waited; 0 for other zones."
+            = z.stash_waits.waits;
+        lock_wait_ns_depot: U64, Counter, Nanos, "", "Time the waits of lock_waits_depot spent blocked (CLOCK_MONOTONIC, read only around a wait)."
+            = z.depot_waits.wait_ns;
+        lock_wait_ns_keg: U64, Counter, Nanos, "", "Time the waits of lock_waits_keg spent blocked."
+            = z.keg_waits.wait_ns;
+        lock_wait_ns_stash: U64, Counter, Nanos, "", "Time the waits of lock_waits_stash spent blocked."
+            = z.stash_waits.wait_ns;
+        remote_frees: U64, Counter, Events, "REMOTE", "Items freed on one CPU and allocated on another through the depot: the items of buckets one CPU's full cache flushed that another CPU's empty cache took (a program's producer/consumer traffic; a free into the freeing CPU's own cache costs no lock and is not counted).";
+        remote_buckets: U64, Counter, Events, "", "The depot buckets that carried remote_frees from one CPU to another.";
     }
 }
 
@@ -561,6 +578,12 @@ stats_group! {
         lazy_pending_bytes: U64, Gauge, Bytes, "", "Bytes of free slabs (and page pools' stashed pages) given up without pressure that wait lazy_settle_ms before MADV_FREE, over all zones (in RSS; reused without a system call).";
         lazy_freed_bytes: U64, Counter, Bytes, "", "Bytes offered to the kernel with MADV_FREE since the process started, apart from released_bytes.";
         source_opens: U64, Counter, Events, "", "Times the reclaim thread opened the pressure sources: at start, when a tunable changed them, and a second after the program closed their descriptors (closefrom, close_range), which the watcher finds within a second.";
+        lock_waits_arena: U64, Counter, Events, "", "Acquisitions of the arena's free-chunk mutex (kegs taking and giving back 4 MiB chunks) that found it held and waited.";
+        lock_waits_registry: U64, Counter, Events, "", "Acquisitions of the registry mutex (the list of live zones: zone creation, reclaim passes, statistics) that found it held and waited.";
+        lock_waits_page_heap: U64, Counter, Events, "", "Acquisitions of the malloc's page heap mutex (large blocks' page runs and the table of large and huge blocks) that found it held and waited; 0 without libebbtide_malloc.";
+        lock_wait_ns_arena: U64, Counter, Nanos, "", "Time the waits of lock_waits_arena spent blocked (CLOCK_MONOTONIC, read only around a wait).";
+        lock_wait_ns_registry: U64, Counter, Nanos, "", "Time the waits of lock_waits_registry spent blocked.";
+        lock_wait_ns_page_heap: U64, Counter, Nanos, "", "Time the waits of lock_waits_page_heap spent blocked.";
     }
 }
 
@@ -654,6 +677,14 @@ impl Snapshot {
                 pcpu_underflows: 40,
                 pcpu_overflows: 38,
                 pcpu_interval_misses: 2,
+                lock_waits_depot: 7,
+                lock_waits_keg: 3,
+                lock_waits_stash: 0,
+                lock_wait_ns_depot: 21_500,
+                lock_wait_ns_keg: 4_000_000,
+                lock_wait_ns_stash: 0,
+                remote_frees: used * 2,
+                remote_buckets: used * 2 / 60,
             }
         };
         Snapshot {
@@ -681,6 +712,12 @@ impl Snapshot {
                 lazy_freed_bytes: 4 << 20,
                 lazy_pending_bytes: 1 << 20,
                 source_opens: 1,
+                lock_waits_arena: 2,
+                lock_waits_registry: 1,
+                lock_waits_page_heap: 11,
+                lock_wait_ns_arena: 1_250_000,
+                lock_wait_ns_registry: 900,
+                lock_wait_ns_page_heap: 2_000_000_500,
             },
             sources: vec![
                 SourceStats {

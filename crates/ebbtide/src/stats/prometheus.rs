@@ -81,6 +81,40 @@ const LABELED: &[Labeled] = &[
         help: "Reclaims run, by kind: trim (depot down to its working set), drain (whole \
                depot), drain_cpu (depot, every per-CPU cache, depot again).",
     },
+    Labeled {
+        groups: &["zone", "pool", "zones"],
+        prefix: "lock_waits_",
+        family: "lock_waits",
+        label: "lock",
+        help: "Acquisitions of one of the zone's mutexes that found it held and waited, by lock: \
+               depot (full buckets), keg (slab lists), stash (a page pool's lazily given back \
+               pages).",
+    },
+    Labeled {
+        groups: &["zone", "pool", "zones"],
+        prefix: "lock_wait_ns_",
+        family: "lock_wait",
+        label: "lock",
+        help: "Time the zone's lock waits (the lock_waits family of its group) spent blocked, \
+               by lock.",
+    },
+    Labeled {
+        groups: &["global"],
+        prefix: "lock_waits_",
+        family: "lock_waits",
+        label: "lock",
+        help: "Acquisitions of a process-wide mutex that found it held and waited, by lock: \
+               arena (free 4 MiB chunks), registry (live zones), page_heap (the malloc's large \
+               blocks).",
+    },
+    Labeled {
+        groups: &["global"],
+        prefix: "lock_wait_ns_",
+        family: "lock_wait",
+        label: "lock",
+        help: "Time the process-wide lock waits (ebbtide_lock_waits_total) spent blocked, by \
+               lock.",
+    },
 ];
 
 /// The item-size ranges the zones are summed into by [`Exposition::add_snapshot_bounded`]:
@@ -168,6 +202,7 @@ pub fn series(group: &str, field: &Field) -> Series {
     let (suffix, same, scale, unit_help): (&str, &[&str], u32, &str) = match field.unit {
         Unit::Bytes => ("bytes", &["bytes"], 0, "bytes"),
         Unit::Millis => ("seconds", &["ms", "seconds"], 3, "seconds"),
+        Unit::Nanos => ("seconds", &["ns", "seconds"], 9, "seconds"),
         Unit::Percent => (
             "ratio",
             &["pct", "percent", "ratio"],
@@ -842,6 +877,14 @@ mod tests {
                 "ebbtide_zone_pcpu_underflows_total",
                 "ebbtide_zone_pcpu_overflows_total",
                 "ebbtide_zone_pcpu_interval_misses",
+                "ebbtide_zone_lock_waits_total{lock=\"depot\"}",
+                "ebbtide_zone_lock_waits_total{lock=\"keg\"}",
+                "ebbtide_zone_lock_waits_total{lock=\"stash\"}",
+                "ebbtide_zone_lock_wait_seconds_total{lock=\"depot\"}",
+                "ebbtide_zone_lock_wait_seconds_total{lock=\"keg\"}",
+                "ebbtide_zone_lock_wait_seconds_total{lock=\"stash\"}",
+                "ebbtide_zone_remote_frees_total",
+                "ebbtide_zone_remote_buckets_total",
             ]
         );
         let pool = names("pool", PoolStats::fields());
@@ -881,6 +924,12 @@ mod tests {
                 "ebbtide_lazy_pending_bytes",
                 "ebbtide_lazy_freed_bytes_total",
                 "ebbtide_source_opens_total",
+                "ebbtide_lock_waits_total{lock=\"arena\"}",
+                "ebbtide_lock_waits_total{lock=\"registry\"}",
+                "ebbtide_lock_waits_total{lock=\"page_heap\"}",
+                "ebbtide_lock_wait_seconds_total{lock=\"arena\"}",
+                "ebbtide_lock_wait_seconds_total{lock=\"registry\"}",
+                "ebbtide_lock_wait_seconds_total{lock=\"page_heap\"}",
             ]
         );
         assert_eq!(
@@ -973,6 +1022,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("ebbtide_zone_efficiency_ratio{zone=\"small 64\"} 1\n"));
+        // Nanoseconds are seconds to the nanosecond, and the lock is a label.
+        assert!(
+            text.contains("\nebbtide_lock_wait_seconds_total{lock=\"page_heap\"} 2.0000005\n"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "\nebbtide_zone_lock_wait_seconds_total{zone=\"small 64\",lock=\"depot\"} 0.0000215\n"
+        ));
+        assert!(
+            text.contains("\nebbtide_zone_lock_waits_total{zone=\"small 64\",lock=\"keg\"} 3\n")
+        );
         assert!(text.contains("ebbtide_source_events_total{source=\"psi\"} 6\n"));
         assert!(text.contains("ebbtide_zone_reclaims_total{zone=\"small 64\",kind=\"trim\"} 5\n"));
     }
