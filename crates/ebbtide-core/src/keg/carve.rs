@@ -46,7 +46,7 @@ impl Keg {
         }
         g.chunks = hdr;
         g.nchunks += 1;
-        g.huge_chunks += usize::from(thp == os::Thp::Huge);
+        g.huge_chunks += u32::from(thp == os::Thp::Huge);
         g.uncarved = self.geo.slabs_per_chunk;
         os::add_metadata(self.meta_touched(0));
         Ok(())

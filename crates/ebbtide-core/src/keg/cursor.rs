@@ -400,7 +400,7 @@ impl Keg {
                     (*s).state = SlabState::Free;
                     list_push(&mut g.free, s);
                     g.nfree_slabs += 1;
-                    g.nfree_huge += usize::from(huge);
+                    g.nfree_huge += u32::from(huge);
                 }
                 cur.state = (*s).state;
             }

@@ -194,7 +194,7 @@ impl Keg {
             released += bytes;
         }
         // The small chunks' share of what is left to release: all of it that they hold.
-        let small = g.nfree_slabs - g.nfree_huge;
+        let small = g.nfree_slabs - g.nfree_huge as usize;
         let small_take = g.nfree_slabs.saturating_sub(keep).min(small);
         if let Some((now, advise)) = lazy {
             if small_take > 0 {

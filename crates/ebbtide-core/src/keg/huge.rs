@@ -468,7 +468,7 @@ mod tests {
         });
         let before = k.validate().unwrap();
         assert!(before.free_slabs > 0);
-        let huge_free = lock(&k.inner).nfree_huge;
+        let huge_free = lock(&k.inner).nfree_huge as usize;
         assert!(huge_free > 0);
         let mut calm = Disposal::keep();
         calm.breaks = false;

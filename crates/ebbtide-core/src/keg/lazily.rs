@@ -30,7 +30,7 @@ impl Keg {
     /// (`huge.rs`); `keep` counts those.
     pub(crate) fn release_free_lazily(&self, keep: usize, now_ms: u32, advise: bool) -> usize {
         let mut g = lock(&self.inner);
-        let small = g.nfree_slabs - g.nfree_huge;
+        let small = g.nfree_slabs - g.nfree_huge as usize;
         if small <= keep {
             return 0;
         }

@@ -114,12 +114,13 @@ struct KegInner {
     lazy_tail: *mut SlabMeta,
     chunks: *mut ChunkHeader,
     nchunks: usize,
-    /// Chunks mapped huge (`huge.rs`).
-    huge_chunks: usize,
+    /// Chunks mapped huge (`huge.rs`). The three huge counters are `u32`s (a zone object, which
+    /// holds its keg, fits 1 KiB: `zone/objects.rs`); 2^32 chunks or huge pages is 8 PiB.
+    huge_chunks: u32,
     /// Free slabs (on the free list) of huge chunks (`huge.rs`): the last to go.
-    nfree_huge: usize,
+    nfree_huge: u32,
     /// Huge pages given back whole, ever.
-    huge_released: u64,
+    huge_released: u32,
     /// Slabs of the newest chunk (`chunks`) never used: its last `uncarved`, whose metadata is
     /// still zero (see the module docs). Clean slabs on no list.
     uncarved: usize,
@@ -379,8 +380,8 @@ impl Keg {
             released_bytes: g.released_bytes,
             lazy_freed_bytes: g.lazy_freed_bytes,
             lazy_reused_bytes: g.lazy_reused_bytes,
-            huge_chunks: g.huge_chunks,
-            huge_released: g.huge_released,
+            huge_chunks: g.huge_chunks as usize,
+            huge_released: g.huge_released as u64,
         }
     }
 

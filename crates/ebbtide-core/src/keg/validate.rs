@@ -161,7 +161,7 @@ impl Keg {
                 g.free_items
             ));
         }
-        if (g.huge_chunks, g.nfree_huge) != (nhuge, nf_huge) {
+        if (g.huge_chunks as usize, g.nfree_huge as usize) != (nhuge, nf_huge) {
             return Err(format!(
                 "huge chunks {} / their free slabs {} disagree with the walk ({nhuge}, {nf_huge})",
                 g.huge_chunks, g.nfree_huge

@@ -56,6 +56,12 @@ pub struct ZoneSnapshot {
     pub remote_buckets: u64,
     /// The items of those buckets: freed on one CPU, handed to another through the depot.
     pub remote_frees: u64,
+    /// Huge pages of the zone's huge chunks holding memory, partly used, broken
+    /// (`keg/huge.rs`); and those given back whole, ever.
+    pub huge_pages: u64,
+    pub huge_partly_used: u64,
+    pub huge_broken: u64,
+    pub huge_released: u64,
     /// Page pools: `max_buffer_pages`; `u64::MAX` for plain zones.
     pub pool_max_buffer_pages: u64,
     /// Σ over CPUs of each stack's capacity now (items; 0 while caching is off).
@@ -147,6 +153,7 @@ impl ZoneInner {
             (g.wss, g.nbuckets)
         };
         let kc = self.keg.counts();
+        let hp = self.keg.huge_pages();
         let pcpu_items = self.pcpu_items() as u64;
         let cached = pcpu_items + d.0.nitems;
         // A page pool's stashed pages (`stash.rs`) are out of the slabs but given back: neither
@@ -215,6 +222,10 @@ impl ZoneInner {
             stash_waits: self.stash.lock_waits(),
             remote_buckets: self.counters.remote_buckets.load(Ordering::Relaxed),
             remote_frees: self.counters.remote_frees.load(Ordering::Relaxed),
+            huge_pages: hp.pages as u64,
+            huge_partly_used: hp.partly_used as u64,
+            huge_broken: hp.broken as u64,
+            huge_released: kc.huge_released,
             pool_max_buffer_pages: match self.pool_max.load(Ordering::Relaxed) {
                 usize::MAX => u64::MAX,
                 n => n as u64,

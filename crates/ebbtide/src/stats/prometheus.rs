@@ -152,6 +152,9 @@ pub const ZONE_SUMS: &[&str] = &[
     "lazy_bytes",
     "pcpu_capacity_bytes",
     "pcpu_interval_misses",
+    "huge_pages",
+    "huge_partly_used",
+    "huge_broken",
 ];
 
 /// Whether a zone field is summed per size range ([`ZONE_SUMS`] and every counter).
@@ -885,6 +888,10 @@ mod tests {
                 "ebbtide_zone_lock_wait_seconds_total{lock=\"stash\"}",
                 "ebbtide_zone_remote_frees_total",
                 "ebbtide_zone_remote_buckets_total",
+                "ebbtide_zone_huge_pages",
+                "ebbtide_zone_huge_partly_used_pages",
+                "ebbtide_zone_huge_broken_pages",
+                "ebbtide_zone_huge_released_pages_total",
             ]
         );
         let pool = names("pool", PoolStats::fields());
