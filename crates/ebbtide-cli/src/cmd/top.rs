@@ -577,7 +577,7 @@ mod tests {
         assert_eq!(c[0].header, "ITEM");
         assert!(c.iter().any(|c| c.header == "USED"));
         // Per-CPU capacity and misses.
-        for h in ["PCPUCAP", "UNDERFL", "OVERFL"] {
+        for h in ["PCPUCAP", "UNDERFL", "OVERFL", "HUGE", "HPART", "HBROKEN"] {
             assert!(c.iter().any(|c| c.header == h), "{h}");
         }
         assert_eq!(c.last().unwrap().header, "REQ/s");

@@ -374,8 +374,9 @@ impl Keg {
                 g.npartial -= 1;
                 // Beyond the cap: back at once, unless the excess may wait (`EXCESS_DELAY_MS`:
                 // then onto the free list, and `take_back`'s end decides).
-                // A huge chunk's slab beyond the cap goes onto the free list, and the trim at
-                // the end releases whole huge pages before it breaks one (`huge.rs`).
+                // A slab in a huge page goes onto the free list, beyond the cap or in a
+                // reclaim: the trim at the end, or the reclaim's `release_free`, releases whole
+                // huge pages before it breaks one (`huge.rs`).
                 let huge = self.in_huge(s);
                 let over_cap =
                     !huge && w.session.is_none() && !w.delay_excess && g.nfree_slabs >= w.free_cap;
@@ -389,7 +390,8 @@ impl Keg {
                     w.deferred.slabs[w.deferred.n] = s;
                     w.deferred.n += 1;
                     w.out.bytes += self.geo.slab_size;
-                } else if g.nfree_slabs >= w.keep
+                } else if !huge
+                    && g.nfree_slabs >= w.keep
                     && w.session.as_deref_mut().is_some_and(|x| x.try_enlist(self))
                 {
                     self.to_releasing(g, s);

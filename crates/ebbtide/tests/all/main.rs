@@ -7,6 +7,7 @@
 mod abi_docs;
 mod control_abi;
 mod control_props;
+mod huge_pages;
 mod layers;
 mod options_props;
 mod pressure_cgroup;

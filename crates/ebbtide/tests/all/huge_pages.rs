@@ -1,0 +1,68 @@
+//! A dense zone's huge pages as the statistics show them (issue 42): a zone that holds more than
+//! `HUGE_AFTER` (32 MiB) of slabs takes chunks with a huge page; they show in `huge_pages` and
+//! the process's `AnonHugePages`, and a DRAIN_CPU gives them back whole (`huge_released`), with
+//! nothing left in huge pages or broken.
+
+use ebbtide::{Request, Zone, ZoneOptions};
+use std::ptr::NonNull;
+
+/// `AnonHugePages` of this process, in kB.
+fn anon_huge_kb() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("AnonHugePages:"))
+        .map(|v| v.trim().trim_end_matches("kB").trim().parse().unwrap())
+        .unwrap()
+}
+
+fn zone_stats(name: &str) -> ebbtide::stats::ZoneStats {
+    ebbtide::stats::collect()
+        .zones
+        .into_iter()
+        .find(|z| z.name == name)
+        .unwrap()
+}
+
+#[test]
+fn a_dense_zone_shows_its_huge_pages_and_gives_them_back_whole() {
+    let _turn = crate::serial::turn(module_path!());
+    let _ = ebbtide::options::set("reclaim_thread", "false");
+    let name = "huge-pages-256";
+    let z = Zone::new(ZoneOptions::new(name, 256)).unwrap();
+    let huge_before = anon_huge_kb();
+    // 64 MiB of items: the chunks after the first 32 MiB have a huge page each.
+    let n = (64 << 20) / 256;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let p = z.alloc().unwrap();
+        // SAFETY: an item of ours, 256 bytes.
+        unsafe { p.as_ptr().write_bytes(0x5a, 256) };
+        v.push(p);
+    }
+    let s = zone_stats(name);
+    // About 32 MiB in huge chunks: seven or eight huge pages (the newest chunk's may not be
+    // reached yet).
+    assert!((6..=9).contains(&s.huge_pages), "{s:?}");
+    assert_eq!((s.huge_broken, s.huge_released), (0, 0));
+    let in_huge = anon_huge_kb().saturating_sub(huge_before);
+    // The kernel may fall back to small pages when it has no free huge page; a machine that has
+    // memory to spare (every one this runs on) backs most of them.
+    assert!(
+        in_huge >= 2048 * (s.huge_pages - 2),
+        "{in_huge} kB in huge pages for {} huge pages",
+        s.huge_pages
+    );
+    for p in v.drain(..) {
+        // SAFETY: allocated above, freed once.
+        unsafe { z.free(NonNull::new_unchecked(p.as_ptr())).unwrap() };
+    }
+    ebbtide::reclaim::reclaim_all(Request::DrainCpu);
+    let s = zone_stats(name);
+    assert!(s.huge_released >= s.huge_pages.max(6) - 2, "{s:?}");
+    assert_eq!((s.huge_pages, s.huge_partly_used), (0, 0), "{s:?}");
+    assert!(
+        anon_huge_kb() <= huge_before,
+        "huge pages left after the drain"
+    );
+    z.destroy().map_err(|e| e.1).unwrap();
+}
