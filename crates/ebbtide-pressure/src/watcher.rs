@@ -375,9 +375,22 @@ impl Watcher {
     /// timeout or wake). Errors only for epoll failures; source failures are handled inside
     /// (see the module docs).
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<Vec<PressureEvent>, SourceError> {
+        let mut out = Vec::new();
+        self.wait_into(timeout, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Watcher::wait`] into `out` (cleared first): a caller that keeps `out` with room for
+    /// the events of one wake-up allocates nothing when events come (the reclaim thread of a
+    /// sleeping program must not move its allocator's counters: `docs/design/observer.md`).
+    pub fn wait_into(
+        &mut self,
+        timeout: Option<Duration>,
+        out: &mut Vec<PressureEvent>,
+    ) -> Result<(), SourceError> {
+        out.clear();
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
-        let mut out = Vec::new();
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
         loop {
             let now = Instant::now();
@@ -385,9 +398,9 @@ impl Watcher {
                 self.checked = now;
                 self.check_fds().map_err(Self::lost)?;
             }
-            self.run_due(now, &mut out);
+            self.run_due(now, out);
             if !out.is_empty() {
-                return Ok(out);
+                return Ok(());
             }
             let next = match (deadline, self.next_poll(now)) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -443,12 +456,12 @@ impl Watcher {
                     continue;
                 }
                 if let Some(idx) = self.slots.iter().position(|s| s.token == token) {
-                    self.dispatch(idx, Readiness::from_epoll(bits), now, &mut out);
+                    self.dispatch(idx, Readiness::from_epoll(bits), now, out);
                 }
             }
-            self.run_due(now, &mut out);
+            self.run_due(now, out);
             if !out.is_empty() || woken || deadline.is_some_and(|d| now >= d) {
-                return Ok(out);
+                return Ok(());
             }
         }
     }

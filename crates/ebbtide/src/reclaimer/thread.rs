@@ -131,6 +131,9 @@ pub(super) fn run(gen: u64) {
     let mut opt_gen = options::global().generation();
     let mut next_periodic = start + options::get_duration(Tunable::TrimIntervalMs);
     let mut next_pools = start + options::get_duration(Tunable::PoolShrinkIntervalMs);
+    // The events of one wake-up, with room for more than a wake-up brings (one per source and
+    // an explicit one): allocated here, at the thread's start, never when pressure comes.
+    let mut events = Vec::with_capacity(64);
     loop {
         if FORKS.load(Ordering::Acquire) != gen {
             return; // we are a stale copy in a forked child (cannot happen: threads do not fork)
@@ -151,9 +154,10 @@ pub(super) fn run(gen: u64) {
             deadline = deadline.min(d);
         }
         let timeout = deadline.saturating_duration_since(now);
-        let events = match watcher.as_mut() {
-            Some(w) => match w.wait(Some(timeout)) {
-                Ok(ev) => ev,
+        events.clear();
+        match watcher.as_mut() {
+            Some(w) => match w.wait_into(Some(timeout), &mut events) {
+                Ok(()) => {}
                 Err(e) => {
                     // A program may close descriptors it did not open (closefrom(3) in a
                     // daemon): open the sources again in a second rather than give up. That is
@@ -173,14 +177,10 @@ pub(super) fn run(gen: u64) {
                     }
                     drop(sh);
                     open_at = Some(Instant::now() + Duration::from_secs(1));
-                    Vec::new()
                 }
             },
-            None => {
-                std::thread::sleep(timeout);
-                Vec::new()
-            }
-        };
+            None => std::thread::sleep(timeout),
+        }
         if let Some(w) = watcher.as_ref() {
             // Copied only when changed: a copy allocates (a string per source), and a sleeping
             // program's counters must not move every wake-up (`docs/design/observer.md`).
@@ -189,7 +189,7 @@ pub(super) fn run(gen: u64) {
                 sh.statuses = w.status().to_vec();
             }
         }
-        for ev in events {
+        for ev in events.iter() {
             if ev.kind != SourceKind::Explicit {
                 count_event(ev.kind, ev.level);
             }
