@@ -226,6 +226,8 @@ impl Keg {
                 // SAFETY: `c` is a valid chunk header of this keg (chunks stay on the list
                 // while the keg lives, across the lock drops below); lock held.
                 if huge && !unsafe { (*c).huge } {
+                    // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list
+                    // while it lives); lock held.
                     c = unsafe { (*c).next };
                     continue;
                 }

@@ -14,18 +14,22 @@
 //! [`HUGE_AFTER`] of backed slabs, each chunk it takes has its second half `MADV_HUGEPAGE`
 //! ([`chunk_thp`], pure; `arena.rs` says why not the first), so half its slabs fault in as a huge
 //! page on `madvise` and `always` hosts alike (Temeraire's gain: fewer TLB misses for the
-//! program's small objects). A slab *in the huge page* is one that overlaps it. A small program's kegs never get there:
-//! it stays as small as with no huge page at all (docs/design/thp-policy.md).
+//! program's small objects). A slab *in the huge page* is one that overlaps it. A small
+//! program's kegs never get there: it stays as small as with no huge page at all
+//! (docs/design/thp-policy.md).
 //!
 //! **Give-back order.** Whole free huge pages first (no split, microseconds a page), then the
-//! free slabs outside huge pages, then — breaking huge pages — the free slabs in them ([`Keg::release_free`]'s three passes, `handoff.rs`). Under pressure, a squeeze, a
-//! reclaim or a drain (the decision's `breaks`) every free slab may go; in a calm pass a partly
-//! used huge page is broken only beyond [`idle_breaks`]: its free slabs are where the keg's next
-//! allocations go, and a page broken is 4 KiB pages until the kernel collapses it again.
-//! Free slabs in huge pages never go lazily (`MADV_FREE` of part of a huge page splits it):
-//! when the free-slab cap (`excess.rs`, itself sized by recent reuse) asks for slabs, whole
-//! pages go, then small chunks' slabs (lazily or now), then huge chunks' (now). Exempt from the
-//! cap, a class whose use swings would keep up to half its huge pages' slabs free.
+//! free slabs outside huge pages, then — breaking huge pages — the free slabs in them
+//! ([`Keg::release_free`]'s three passes, `handoff.rs`). Under pressure, a squeeze, a reclaim or
+//! a drain (the decision's `breaks`) every free slab may go; in a calm pass a partly used huge
+//! page is broken only beyond [`idle_breaks`]: its free slabs are where the keg's next
+//! allocations go, and a page broken is 4 KiB pages until the kernel collapses it again. Free
+//! slabs in huge pages never go lazily (`MADV_FREE` of part of a huge page splits it): when the
+//! free-slab cap (`excess.rs`, itself sized by recent reuse) asks for slabs, whole pages go,
+//! then the slabs outside huge pages (lazily or now), then those in them (now). Exempt from the
+//! cap, a class whose use swings would keep up to half its huge pages' slabs free. In a reclaim
+//! a slab emptied into a huge page waits on the free list for the reclaim's
+//! [`Keg::release_free`], which takes whole pages first.
 //!
 //! **Counting.** `nfree_huge` (free slabs in huge pages) changes under the keg lock wherever a
 //! slab enters or leaves the free list; [`Keg::validate`] recounts it. The stats' huge page
@@ -34,10 +38,10 @@
 use super::*;
 use crate::arena::HUGE_PAGE;
 
-/// Bytes of backed slabs from which a keg's next chunks are huge. A huge chunk's newest pages
-/// are backed whole as soon as a slab in them is touched, up to 4 MiB more than the keg uses:
-/// an eighth of what a keg this full holds. At 8 MiB the suite's `live_mixed` (20,000 objects
-/// of 16 B–16 KiB, several classes of 8–16 MiB) peaked at 76 MiB against 60.
+/// Bytes of backed slabs from which a keg's next chunks are huge. A huge page is backed whole
+/// as soon as a slab in it is touched, up to 2 MiB more than the keg uses: a sixteenth of what
+/// a keg this full holds. At 8 MiB the suite's `live_mixed` (20,000 objects of 16 B–16 KiB)
+/// peaked at 76 MiB against 60 (docs/design/hugepage-heap.md).
 pub const HUGE_AFTER: usize = 32 << 20;
 
 /// The huge page of a huge chunk: the second half (`arena.rs`).
@@ -185,7 +189,8 @@ impl Keg {
                     }
                 }
             }
-            // SAFETY: as above.
+            // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list
+            // while it lives); lock held.
             c = unsafe { (*c).next };
         }
         k
@@ -212,6 +217,8 @@ impl Keg {
             // SAFETY: `c` is a valid chunk header of this keg (chunks stay on the list while the
             // keg lives, also across the lock drops below); lock held.
             if !unsafe { (*c).huge } {
+                // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list
+                // while it lives); lock held.
                 c = unsafe { (*c).next };
                 continue;
             }
@@ -290,7 +297,8 @@ impl Keg {
                     }
                 }
             }
-            // SAFETY: as above.
+            // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list
+            // while it lives); lock held.
             c = unsafe { (*c).next };
         }
         (g, released)
@@ -401,7 +409,8 @@ mod tests {
                     n += usize::from(u.whole_free());
                     assert!(!k.page_use(ch as usize, carved, 0).whole_free(), "metadata");
                 }
-                // SAFETY: as above.
+                // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list
+                // while it lives); lock held.
                 ch = unsafe { (*ch).next };
             }
             n
