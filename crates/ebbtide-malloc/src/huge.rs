@@ -339,7 +339,7 @@ fn release_runs(how: Release) -> usize {
     let mut t = ebbtide_core::lock(&TABLE);
     let b = match how {
         Release::Idle(before) => {
-            let b = t.heap.release_older_than(before);
+            let b = t.heap.release_idle(before);
             t.heap.end_period();
             b
         }

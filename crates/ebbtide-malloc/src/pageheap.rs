@@ -27,7 +27,9 @@
 //!
 //! Invariants (checked by [`PageHeap::validate`], which the tests run after every step):
 //! the runs are sorted, disjoint, inside `[base, top)`, page-aligned, and two adjacent runs
-//! are of different kinds; `dirty_bytes` is the sum of the dirty runs' lengths.
+//! are of different kinds; `dirty_bytes` is the sum of the dirty runs' lengths; each 2 MiB
+//! region's used bytes are its bytes below `top` in no free run, and the regions' counts
+//! (huge, partly used, broken) are the number of regions in each state (`regions.rs`).
 //!
 //! ## Allocation: best fit, without faults first
 //! 1. the smallest **dirty** run that holds the block (aligned): no fault at all;
@@ -59,6 +61,7 @@
 //! Nothing here locks: the one caller holds the block table's mutex around every call.
 
 use core::ptr::{self, NonNull};
+use crate::regions::{self, Regions, REGION};
 use ebbtide_core::os::{MapAt, Thp};
 
 /// The heap's span: the most address space it grows to (none of it mapped up front).
@@ -151,6 +154,8 @@ pub struct PageHeap {
     prev_demand: usize,
     /// Address space lost because the run table was full (never in practice; see `add`).
     lost: usize,
+    /// The span's 2 MiB regions: bytes in blocks, which are huge.
+    regions: Regions,
 }
 
 // SAFETY: the reservation and the run table are owned by the heap; the caller serialises every
@@ -180,6 +185,7 @@ impl PageHeap {
             demand: 0,
             prev_demand: 0,
             lost: 0,
+            regions: Regions::new(),
         }
     }
 
@@ -208,13 +214,20 @@ impl PageHeap {
                 unsafe { ebbtide_core::os::unmap(runs, table) };
                 return false;
             }
-            match ebbtide_core::os::reserve_span(len, COMMIT_STEP) {
+            // Aligned to a region: region i is one huge page's worth of the span.
+            match ebbtide_core::os::reserve_span(len, REGION) {
                 Ok(p) => break p,
                 Err(_) => len /= 2,
             }
         };
         // SAFETY: the reservation just made, unused: only its place is kept.
         unsafe { ebbtide_core::os::unmap(base, len) };
+        if !self.regions.init(base.as_ptr() as usize, len) {
+            // Tried again on the next request.
+            // SAFETY: the run table just mapped, unused.
+            unsafe { ebbtide_core::os::unmap(runs, table) };
+            return false;
+        }
         self.runs = runs.as_ptr().cast();
         self.runs_cap = FIRST_RUNS;
         self.base = base.as_ptr() as usize;
@@ -361,11 +374,129 @@ impl PageHeap {
         }
     }
 
-    /// Gives the dirty run `i` back to the kernel; it turns clean. Returns its bytes.
+    /// The regions `[lo, hi)` that the dirty run `r` touches and that hold no block (one
+    /// stretch: only the first and the last region it touches may hold blocks), if any.
+    fn free_regions(&self, r: &Run) -> Option<(usize, usize)> {
+        let (mut lo, mut hi) = (
+            self.regions.index(r.addr),
+            self.regions.index(r.end() - 1) + 1,
+        );
+        if self.regions.used(lo) != 0 {
+            lo += 1;
+        }
+        if hi > lo && self.regions.used(hi - 1) != 0 {
+            hi -= 1;
+        }
+        (lo < hi).then_some((lo, hi))
+    }
+
+    /// Whether the dirty run `r` touches a huge region (giving it back splits a huge page).
+    fn touches_huge(&self, r: &Run) -> bool {
+        (self.regions.index(r.addr)..self.regions.index(r.end() - 1) + 1)
+            .any(|i| self.regions.is_huge(i))
+    }
+
+    /// Turns every dirty byte in `[x, y)` clean, keeping the runs' parts outside it as they
+    /// were (no system call: the caller gives the pages back).
+    fn turn_clean(&mut self, x: usize, y: usize) {
+        loop {
+            let mut i = self.lower(x);
+            if i > 0 && self.at(i - 1).end() > x {
+                i -= 1;
+            }
+            let Some(j) = (i..self.n)
+                .take_while(|&j| self.at(j).addr < y)
+                .find(|&j| self.at(j).dirty)
+            else {
+                return;
+            };
+            let r = self.remove(j);
+            let (cx, cy) = (r.addr.max(x), r.end().min(y));
+            // The dirty parts first: their neighbours are not dirty (runs are maximal), so
+            // they stay as they were; then the clean part merges with its clean neighbours.
+            if r.addr < cx {
+                self.add(r.addr, cx - r.addr, true, r.at);
+            }
+            if cy < r.end() {
+                self.add(cy, r.end() - cy, true, r.at);
+            }
+            self.add(cx, cy - cx, false, 0);
+        }
+    }
+
+    /// Gives back the regions `[lo, hi)`, which hold no block, whole: the dirty runs' parts in
+    /// them turn clean and one `MADV_DONTNEED` covers them (what is mapped of them, `top` and
+    /// above included): a huge page goes back without being split. Returns the dirty bytes.
+    fn give_back_regions(&mut self, lo: usize, hi: usize) -> usize {
+        let (x, y) = (self.regions.start(lo), self.regions.start(hi));
+        let dirty = self.dirty;
+        self.turn_clean(x, y);
+        let end = y.min(self.committed);
+        if end > x {
+            release(x, end - x);
+        }
+        self.regions.given_back_whole(lo, hi);
+        let b = dirty - self.dirty;
+        self.regions.count_given_back(b, 0);
+        b
+    }
+
+    /// Gives the dirty run `i` back to the kernel; it turns clean. Whole regions it holds go
+    /// back whole ([`PageHeap::give_back_regions`]), the rest in part, breaking the huge
+    /// regions it touches. Returns the bytes.
     fn clean(&mut self, i: usize) -> usize {
-        let r = self.remove(i);
+        let r = self.at(i);
+        let mut b = 0;
+        if let Some((lo, hi)) = self.free_regions(&r) {
+            b += self.give_back_regions(lo, hi);
+        }
+        // What is left of it: at most one piece before the regions given back, one after,
+        // each inside `r` (nothing else turns dirty meanwhile).
+        loop {
+            let j = self.lower(r.addr);
+            let Some(p) = (j..self.n)
+                .take_while(|&k| self.at(k).addr < r.end())
+                .map(|k| self.at(k))
+                .find(|p| p.dirty)
+            else {
+                break;
+            };
+            b += self.clean_part(p);
+        }
+        b
+    }
+
+    /// Gives back the dirty run `r` (in no region wholly free): the huge regions it touches
+    /// are broken, and their free pages that the split leaves mapped as small pages (clean
+    /// runs a collapse filled in, what lies above `top`) go back with it.
+    fn clean_part(&mut self, r: Run) -> usize {
+        let i = self.lower(r.addr);
+        debug_assert_eq!(self.at(i), r);
+        self.remove(i);
         release(r.addr, r.len);
         self.add(r.addr, r.len, false, 0);
+        self.regions.count_given_back(0, r.len);
+        for k in self.regions.index(r.addr)..self.regions.index(r.end() - 1) + 1 {
+            if self.regions.break_huge(k) {
+                let (x, y) = (self.regions.start(k), self.regions.start(k) + REGION);
+                let mut j = self.lower(x);
+                if j > 0 && self.at(j - 1).end() > x {
+                    j -= 1;
+                }
+                while j < self.n && self.at(j).addr < y {
+                    let c = self.at(j);
+                    if !c.dirty {
+                        let (cx, cy) = (c.addr.max(x), c.end().min(y));
+                        release(cx, cy - cx);
+                    }
+                    j += 1;
+                }
+                let (tx, ty) = (self.top.max(x), y.min(self.committed));
+                if tx < ty {
+                    release(tx, ty - tx);
+                }
+            }
+        }
         r.len
     }
 
@@ -444,6 +575,7 @@ impl PageHeap {
             }
         }
         self.live += b - a;
+        self.regions.fill(a, b, self.committed);
         Some(zeroed)
     }
 
@@ -455,25 +587,48 @@ impl PageHeap {
         if !self.ready() {
             return None;
         }
+        // A block of a region or more starts on a region where it can (its regions then
+        // fault in as huge pages); any other where its alignment puts it.
         let fit = |rs: usize, re: usize| {
-            let a = rs.checked_next_multiple_of(align)?;
-            (a.checked_add(len)? <= re).then_some(a)
+            let at = |al: usize| {
+                let a = rs.checked_next_multiple_of(al)?;
+                (a.checked_add(len)? <= re).then_some(a)
+            };
+            (len >= REGION)
+                .then(|| at(align.max(REGION)))
+                .flatten()
+                .or_else(|| at(align))
         };
-        // 1. The smallest dirty run that holds it.
-        let mut best: Option<(usize, usize)> = None; // (run length, block address)
+        // Among fits: first not opening an empty region while one in use fits
+        // (`regions::opens_empty`), then the smallest, then the densest region.
+        let rank = |a: usize, room: usize| {
+            let (first, last) = (
+                self.regions.used(self.regions.index(a)),
+                self.regions.used(self.regions.index(a + len - 1)),
+            );
+            (
+                regions::opens_empty(len, first, last),
+                room,
+                core::cmp::Reverse(first),
+            )
+        };
+        // 1. The best dirty run that holds it.
+        let mut best: Option<((bool, usize, core::cmp::Reverse<usize>), usize)> = None;
         for r in self.runs() {
-            if r.dirty && r.len >= len && best.is_none_or(|(l, _)| r.len < l) {
+            if r.dirty && r.len >= len {
                 if let Some(a) = fit(r.addr, r.end()) {
-                    best = Some((r.len, a));
-                    if r.len == len {
-                        break;
+                    let k = rank(a, r.len);
+                    if best.is_none_or(|(b, _)| k < b) {
+                        best = Some((k, a));
                     }
                 }
             }
         }
-        // 2. The smallest group of adjacent free runs that holds it (not the one at `top`).
-        let mut top_start = self.top;
+        // 2. The best group of adjacent free runs that holds it, or the runs at `top` and the
+        //    zero pages above it (3.: as large as the span, so any group of the same rank fits
+        //    better).
         if best.is_none() {
+            let mut top_start = self.top;
             let mut i = 0;
             while i < self.n {
                 let rs = self.at(i).addr;
@@ -484,19 +639,24 @@ impl PageHeap {
                 let re = self.at(j).end();
                 if re == self.top {
                     top_start = rs;
-                } else if re - rs >= len && best.is_none_or(|(l, _)| re - rs < l) {
+                } else if re - rs >= len {
                     if let Some(a) = fit(rs, re) {
-                        best = Some((re - rs, a));
+                        let k = rank(a, re - rs);
+                        if best.is_none_or(|(b, _)| k < b) {
+                            best = Some((k, a));
+                        }
                     }
                 }
                 i = j + 1;
             }
+            if let Some(a) = fit(top_start, self.end) {
+                let k = rank(a, usize::MAX);
+                if best.is_none_or(|(b, _)| k < b) {
+                    best = Some((k, a));
+                }
+            }
         }
-        // 3. The runs at `top` and the zero pages above it.
-        let a = match best {
-            Some((_, a)) => a,
-            None => fit(top_start, self.end)?,
-        };
+        let (_, a) = best?;
         let zeroed = self.take(a, a + len)?;
         Some((a, zeroed))
     }
@@ -507,13 +667,19 @@ impl PageHeap {
     pub fn free(&mut self, addr: usize, len: usize, now: u64, keep: bool) {
         debug_assert!(self.contains(addr) && len.is_multiple_of(page()));
         self.live -= len;
-        if keep {
-            self.add(addr, len, true, now);
-        } else {
-            release(addr, len);
-            self.add(addr, len, false, 0);
+        self.regions.empty(addr, addr + len);
+        self.add(addr, len, true, now);
+        if !keep {
+            // Nothing is kept: the run it joined goes back now (whole regions whole).
+            if let Some(i) = self.lower(addr + 1).checked_sub(1) {
+                let r = self.at(i);
+                if r.dirty && r.end() > addr {
+                    self.clean(i);
+                }
+            }
         }
-        self.release_oldest_above(dirty_limit(self.live, self.working_set()));
+        let limit = dirty_limit(self.live, self.working_set());
+        self.release_above(u64::MAX, limit, limit);
     }
 
     /// Grows the block `[addr, addr+old)` to `new` bytes where the free runs after it (and the
@@ -546,23 +712,54 @@ impl PageHeap {
         self.free(addr + new, old - new, now, keep);
     }
 
-    fn oldest_dirty(&self, before: u64) -> Option<usize> {
+    /// The oldest dirty run last freed into before `before` that `pick` accepts.
+    fn oldest_dirty(&self, before: u64, pick: impl Fn(&Run) -> bool) -> Option<usize> {
         self.runs()
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.dirty && r.at < before)
+            .filter(|(_, r)| r.dirty && r.at < before && pick(r))
             .min_by_key(|(_, r)| r.at)
             .map(|(i, _)| i)
     }
 
-    /// Gives back every dirty run last freed into before `before` (all of them for
-    /// `u64::MAX`); returns the bytes.
-    pub fn release_older_than(&mut self, before: u64) -> usize {
+    /// Gives back dirty runs last freed into before `before`, oldest first, while more than
+    /// `keep` dirty bytes are left: first the regions that hold no block, whole (no huge page
+    /// split; oldest run first), then the rest in part — a run touching a huge region only
+    /// while more than `keep_huge` (at least `keep`) are left. Returns the bytes.
+    fn release_above(&mut self, before: u64, keep: usize, keep_huge: usize) -> usize {
         let mut b = 0;
-        while let Some(i) = self.oldest_dirty(before) {
+        while self.dirty > keep {
+            let Some(i) = self.oldest_dirty(before, |r| self.free_regions(r).is_some()) else {
+                break;
+            };
+            let (lo, hi) = self.free_regions(&self.at(i)).unwrap_or((0, 0));
+            b += self.give_back_regions(lo, hi);
+        }
+        while self.dirty > keep {
+            let breaking = self.dirty > keep_huge;
+            let Some(i) = self.oldest_dirty(before, |r| breaking || !self.touches_huge(r)) else {
+                break;
+            };
             b += self.clean(i);
         }
         b
+    }
+
+    /// Gives back every dirty run last freed into before `before` (all of them for
+    /// `u64::MAX`: a drain), whole regions first; returns the bytes.
+    pub fn release_older_than(&mut self, before: u64) -> usize {
+        self.release_above(before, 0, 0)
+    }
+
+    /// The idle pass: gives back every dirty run last freed into before `before`, whole
+    /// regions first, except in huge regions still in use: those only beyond the working set
+    /// ([`regions::break_when_idle`], the hysteresis on recent demand: a huge page the heap
+    /// keeps reusing is not split). Returns the bytes.
+    pub fn release_idle(&mut self, before: u64) -> usize {
+        let ws = self.working_set();
+        // `release_above` breaks while dirty > keep_huge: the policy's own words.
+        debug_assert!(regions::break_when_idle(ws + 1, ws));
+        self.release_above(before, 0, ws)
     }
 
     /// Ends a period of the working set (the periodic pass): the current demand becomes the
@@ -588,22 +785,16 @@ impl PageHeap {
     /// A pressure trim: gives back every dirty run last freed into before `before`, then the
     /// oldest dirty runs until no more than [`PageHeap::working_set`] is left (UMA's trim of a
     /// depot to its working-set estimate, here in bytes: a heap whose freed runs nobody took
-    /// again keeps nothing). Returns the bytes.
+    /// again keeps nothing); whole regions first each time, huge pages broken as needed.
+    /// Returns the bytes.
     pub fn trim(&mut self, before: u64) -> usize {
-        self.release_older_than(before) + self.release_oldest_above(self.working_set())
+        let ws = self.working_set();
+        self.release_above(before, 0, 0) + self.release_above(u64::MAX, ws, ws)
     }
 
-    /// Gives back the oldest dirty runs until at most `keep` dirty bytes are left; returns the
-    /// bytes.
-    fn release_oldest_above(&mut self, keep: usize) -> usize {
-        let mut b = 0;
-        while self.dirty > keep {
-            let Some(i) = self.oldest_dirty(u64::MAX) else {
-                break;
-            };
-            b += self.clean(i);
-        }
-        b
+    /// The regions' counts (huge, partly used, broken; bytes given back whole and in part).
+    pub fn region_counts(&self) -> regions::Counts {
+        self.regions.counts()
     }
 
     /// Checks the invariants of the module docs; the first one broken, as text.
@@ -642,7 +833,25 @@ impl PageHeap {
         if self.top > self.committed || self.committed > self.end {
             return Err("top above committed or committed above end".into());
         }
-        Ok(())
+        // Each region's used bytes are what lies below `top` and in no free run.
+        let mut used = Vec::new();
+        if self.top > self.base {
+            let last = self.regions.index(self.top - 1);
+            used = (0..=last)
+                .map(|i| {
+                    let s = self.regions.start(i);
+                    self.top.min(s + REGION) - s
+                })
+                .collect();
+            for r in self.runs() {
+                for i in self.regions.index(r.addr)..=self.regions.index(r.end() - 1) {
+                    let s = self.regions.start(i);
+                    used[i] -= r.end().min(s + REGION) - r.addr.max(s);
+                }
+            }
+        }
+        self.regions
+            .validate_counts(|i| used.get(i).copied().unwrap_or(0))
     }
 }
 
