@@ -111,6 +111,10 @@ pub fn dirty_limit(live: usize, working_set: usize) -> usize {
         .min(live.clamp(DIRTY_MIN, DIRTY_MAX))
 }
 
+/// A placement's rank (lower is better): opens an empty region, room of the free space it
+/// is cut from, the density of its region (reversed).
+type Rank = (bool, usize, core::cmp::Reverse<usize>);
+
 /// One free run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
@@ -613,7 +617,7 @@ impl PageHeap {
             )
         };
         // 1. The best dirty run that holds it.
-        let mut best: Option<((bool, usize, core::cmp::Reverse<usize>), usize)> = None;
+        let mut best: Option<(Rank, usize)> = None;
         for r in self.runs() {
             if r.dirty && r.len >= len {
                 if let Some(a) = fit(r.addr, r.end()) {
@@ -844,9 +848,15 @@ impl PageHeap {
                 })
                 .collect();
             for r in self.runs() {
-                for i in self.regions.index(r.addr)..=self.regions.index(r.end() - 1) {
+                let lo = self.regions.index(r.addr);
+                for (i, u) in used
+                    .iter_mut()
+                    .enumerate()
+                    .take(self.regions.index(r.end() - 1) + 1)
+                    .skip(lo)
+                {
                     let s = self.regions.start(i);
-                    used[i] -= r.end().min(s + REGION) - r.addr.max(s);
+                    *u -= r.end().min(s + REGION) - r.addr.max(s);
                 }
             }
         }
@@ -1192,6 +1202,173 @@ mod tests {
         );
         h.validate().unwrap();
         assert_eq!(h.live_bytes(), 3 * M);
+    }
+
+    /// Blocks of a region or more start on a region, and a region they fill turns huge
+    /// (eligible) before the block is touched; the counts follow.
+    #[test]
+    fn big_blocks_fill_regions_that_turn_huge() {
+        let mut h = heap();
+        h.assume_working_set(8 * M);
+        let (s, _) = h.alloc(64 * K, page()).unwrap();
+        let (a, z) = h.alloc(4 * M, page()).unwrap();
+        assert!(z);
+        assert_eq!(a % REGION, 0, "on a region");
+        assert_eq!(a, s + REGION, "the next region; the gap stays free");
+        let c = h.region_counts();
+        assert_eq!((c.huge, c.partial), (2, 1), "{c:?}");
+        // A small block into the gap: the region in use, not a new one.
+        let (b, _) = h.alloc(256 * K, page()).unwrap();
+        assert!(b > s && b < a, "{b:#x}");
+        h.validate().unwrap();
+        write(a, 4 * M, 1);
+        // Freed, the regions stay huge (resident) until given back whole.
+        h.free(a, 4 * M, 1, true);
+        assert_eq!(h.region_counts().huge, 2);
+        h.validate().unwrap();
+    }
+
+    /// Among free runs that fit, the one in a region already in use, then the one in the
+    /// densest region, though a smaller run or an earlier one lies elsewhere.
+    #[test]
+    fn placement_prefers_regions_in_use_then_the_densest() {
+        let mut h = heap();
+        h.assume_working_set(64 * M);
+        // Region 0: x (512 KiB) and y (512 KiB) in use, z's megabyte given back (clean).
+        let (x, _) = h.alloc(M / 2, page()).unwrap();
+        let (_y, _) = h.alloc(M / 2, page()).unwrap();
+        let (z, _) = h.alloc(M, page()).unwrap();
+        // Region 1: u (512 KiB, freed later) and v (1.5 MiB) in use.
+        let (u, _) = h.alloc(M / 2, page()).unwrap();
+        let (_v, _) = h.alloc(3 * M / 2, page()).unwrap();
+        assert_eq!(u, x + REGION);
+        write(x, 4 * M, 1);
+        h.free(z, M, 1, true);
+        assert_eq!(h.release_older_than(2), M);
+        h.free(x, M / 2, 5, true);
+        h.free(u, M / 2, 6, true);
+        h.validate().unwrap();
+        // Two dirty runs of 512 KiB: region 0 holds 512 KiB in blocks, region 1 1.5 MiB.
+        let (p, zeroed) = h.alloc(M / 2, page()).unwrap();
+        assert!(!zeroed);
+        assert_eq!(p, u, "the run in the denser region, not the first one");
+        h.validate().unwrap();
+    }
+
+    /// A small block does not open an empty region while a run in a region in use fits,
+    /// though that run is larger.
+    #[test]
+    fn placement_keeps_empty_regions_empty() {
+        let mut h = heap();
+        h.assume_working_set(64 * M);
+        // Region 0: a (1 MiB), b (512 KiB, freed later), c (512 KiB).
+        let (a, _) = h.alloc(M, page()).unwrap();
+        let (b, _) = h.alloc(M / 2, page()).unwrap();
+        let (_c, _) = h.alloc(M / 2, page()).unwrap();
+        // Region 1: w (128 KiB) and t (the rest); region 2: a guard.
+        let (w, _) = h.alloc(128 * K, page()).unwrap();
+        let (t, _) = h.alloc(REGION - 128 * K, page()).unwrap();
+        let (_g, _) = h.alloc(64 * K, page()).unwrap();
+        assert_eq!(w, a + REGION);
+        write(a, 2 * REGION, 2);
+        // Region 1 empty but for w's dirty run of 128 KiB; region 0 a dirty run of 512 KiB.
+        h.free(t, REGION - 128 * K, 8, true);
+        h.release_older_than(9);
+        h.free(b, M / 2, 9, true);
+        h.free(w, 128 * K, 10, true);
+        h.validate().unwrap();
+        assert!(h.runs().iter().any(|r| r.addr == w && r.len == 128 * K && r.dirty));
+        let (q, zeroed) = h.alloc(64 * K, page()).unwrap();
+        assert!(!zeroed);
+        assert_eq!(q, b, "into the region in use, not the smaller run in an empty one");
+        assert_eq!(h.regions.used(1), 0, "region 1 still empty");
+        h.validate().unwrap();
+    }
+
+    /// A trim keeps the working set and gives back a whole free region before an older run
+    /// in a region still in use (which would split its huge page).
+    #[test]
+    fn whole_regions_go_back_before_parts() {
+        let mut h = heap();
+        // Region 0: a (1.5 MiB, huge) and b (512 KiB); region 1: c (2 MiB); region 2: a guard.
+        let (a, _) = h.alloc(3 * M / 2, page()).unwrap();
+        let (b, _) = h.alloc(M / 2, page()).unwrap();
+        let (c, _) = h.alloc(2 * M, page()).unwrap();
+        let (_g, _) = h.alloc(64 * K, page()).unwrap();
+        assert_eq!((b, c), (a + 3 * M / 2, a + REGION));
+        write(a, 4 * M, 3);
+        assert_eq!(h.region_counts().huge, 2);
+        h.assume_working_set(4 * M);
+        h.free(b, M / 2, 1, true); // older, in a region in use
+        h.free(c, 2 * M, 2, true); // newer, a whole region
+        assert_eq!(h.dirty_bytes(), 5 * M / 2);
+        // A trim down to 1 MiB: the whole region goes, though newer; the older part stays.
+        h.assume_working_set(M);
+        assert_eq!(h.trim(0), 2 * M);
+        assert!(h.runs().iter().any(|r| r.addr == b && r.dirty));
+        assert!(h.runs().iter().any(|r| r.addr == c && !r.dirty));
+        let k = h.region_counts();
+        assert_eq!((k.whole_bytes, k.part_bytes, k.breaks), (2 * M as u64, 0, 0));
+        assert_eq!(k.huge, 1, "region 1 given back whole is no longer huge");
+        h.validate().unwrap();
+        // Under a drain the part goes too, breaking region 0's huge page.
+        assert_eq!(h.release_older_than(u64::MAX), M / 2);
+        let k = h.region_counts();
+        assert_eq!((k.part_bytes, k.breaks, k.huge, k.broken), (M as u64 / 2, 1, 0, 1));
+        assert_eq!(resident(b, M / 2), 0);
+        assert_eq!(resident(a, 3 * M / 2), 3 * M / 2 / page(), "the block stays");
+        h.validate().unwrap();
+    }
+
+    /// The idle pass gives back idle whole regions at once, but an idle part of a huge region
+    /// in use only once the working set no longer covers it (two periods without reuse).
+    #[test]
+    fn the_idle_pass_breaks_a_huge_page_only_beyond_the_working_set() {
+        let mut h = heap();
+        let (a, _) = h.alloc(3 * M / 2, page()).unwrap();
+        let (b, _) = h.alloc(M / 2, page()).unwrap();
+        let (c, _) = h.alloc(2 * M, page()).unwrap();
+        let (_g, _) = h.alloc(64 * K, page()).unwrap();
+        write(a, 4 * M, 4);
+        h.assume_working_set(4 * M);
+        h.free(b, M / 2, 1, true);
+        h.free(c, 2 * M, 1, true);
+        h.assume_working_set(M);
+        // Idle since 1: the whole region goes; the part is covered by the working set.
+        assert_eq!(h.release_idle(10), 2 * M);
+        assert_eq!(h.dirty_bytes(), M / 2);
+        assert_eq!(h.region_counts().breaks, 0);
+        h.validate().unwrap();
+        h.end_period();
+        assert_eq!(h.release_idle(10), 0, "the demand of the last period still covers it");
+        h.end_period();
+        assert_eq!(h.working_set(), 0);
+        assert_eq!(h.release_idle(10), M / 2);
+        assert_eq!(h.region_counts().breaks, 1);
+        assert_eq!(resident(b, M / 2), 0);
+        h.validate().unwrap();
+    }
+
+    /// A drain of many freed blocks: whole regions in one call each stretch, nothing in part.
+    #[test]
+    fn a_drain_gives_back_whole_regions() {
+        let mut h = heap();
+        h.assume_working_set(256 * M);
+        let blocks: Vec<usize> = (0..16).map(|_| h.alloc(4 * M, page()).unwrap().0).collect();
+        let (_g, _) = h.alloc(64 * K, page()).unwrap();
+        for (i, &b) in blocks.iter().enumerate() {
+            write(b, 4 * M, 5);
+            h.free(b, 4 * M, i as u64, true);
+        }
+        assert_eq!(h.dirty_bytes(), 64 * M);
+        let before = h.region_counts();
+        assert_eq!(h.release_older_than(u64::MAX), 64 * M);
+        let k = h.region_counts();
+        assert_eq!(k.whole_bytes - before.whole_bytes, 64 * M as u64);
+        assert_eq!(k.part_bytes - before.part_bytes, 0);
+        assert_eq!((k.huge, k.breaks), (0, 0));
+        assert_eq!(resident(blocks[0], 64 * M), 0);
+        h.validate().unwrap();
     }
 
     #[test]

@@ -79,6 +79,7 @@ pub struct Counts {
 }
 
 /// See the module docs.
+#[derive(Debug)]
 pub struct Regions {
     base: usize,
     table: *mut u32,
@@ -91,6 +92,12 @@ pub struct Regions {
 
 fn page() -> usize {
     ebbtide_core::os::page_size()
+}
+
+impl Default for Regions {
+    fn default() -> Regions {
+        Regions::new()
+    }
 }
 
 impl Regions {
