@@ -380,6 +380,14 @@ pub fn heap_bytes() -> (usize, usize) {
     (t.heap.live_bytes(), t.heap.dirty_bytes())
 }
 
+/// The page heap's 2 MiB regions: how many are huge, partly used and broken now, and the
+/// bytes given back whole and in part so far (stats, `malloc_stats`; `regions.rs`).
+pub fn hugepage_counts() -> crate::regions::Counts {
+    let _inside = ebbtide_core::forkgate::enter();
+    let t = ebbtide_core::lock(&TABLE);
+    t.heap.region_counts()
+}
+
 /// Bytes usable at `p` if it is a live block of this module.
 pub fn usable(p: usize) -> Option<usize> {
     let _inside = ebbtide_core::forkgate::enter();

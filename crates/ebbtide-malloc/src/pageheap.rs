@@ -23,7 +23,8 @@
 //!   mappings ([`ebbtide_core::os::reserve_span`]); should another mapping take the piece
 //!   above `committed`, the heap ends there (`end` lowered) and larger blocks are mappings of
 //!   their own. The heap's pages are `MADV_NOHUGEPAGE` ([`HEAP_THP`],
-//!   docs/design/thp-policy.md).
+//!   docs/design/thp-policy.md) but for its dense 2 MiB regions, which are `MADV_HUGEPAGE`
+//!   (`regions.rs`, docs/design/hugepage-heap.md).
 //!
 //! Invariants (checked by [`PageHeap::validate`], which the tests run after every step):
 //! the runs are sorted, disjoint, inside `[base, top)`, page-aligned, and two adjacent runs
@@ -31,11 +32,20 @@
 //! region's used bytes are its bytes below `top` in no free run, and the regions' counts
 //! (huge, partly used, broken) are the number of regions in each state (`regions.rs`).
 //!
-//! ## Allocation: best fit, without faults first
-//! 1. the smallest **dirty** run that holds the block (aligned): no fault at all;
-//! 2. else the smallest group of adjacent free runs (dirty and clean together) that holds it:
-//!    address space reused, only its clean pages fault;
-//! 3. else the free runs ending at `top` and the zero pages beyond it (`top` moves up).
+//! ## Allocation: best fit, without faults first, packed into hugepage regions
+//! 1. the best **dirty** run that holds the block (aligned): no fault at all;
+//! 2. else the best group of adjacent free runs (dirty and clean together) that holds it:
+//!    address space reused, only its clean pages fault; or
+//! 3. the free runs ending at `top` and the zero pages beyond it (`top` moves up).
+//!
+//! "Best" is Temeraire's order on the span's 2 MiB regions (`regions.rs`): a block smaller
+//! than a region does not open a region that holds no block while it fits in one that does
+//! ([`regions::opens_empty`]: empty regions stay whole, to go back whole); then the smallest
+//! fit; then the densest region. A block of a region or more starts on a region where it fits
+//! so (the gap before it stays free for smaller blocks): the regions it fills are wholly in
+//! blocks. A region wholly mapped with at least half of it in blocks ([`regions::dense`]) is
+//! made `MADV_HUGEPAGE` at once, before the block is touched: a region a block fills faults in
+//! as one huge page, one filled by smaller blocks over time is collapsed by khugepaged.
 //!
 //! A freed block becomes a dirty run, merged with its dirty neighbours: memory freed as one
 //! size serves any other (what a class per size cannot do: a 1 MiB block freed in one class
@@ -46,7 +56,14 @@
 //! first), mimalloc's reuse of freed segment spans.
 //!
 //! ## Giving back
-//! Dirty runs go back (`MADV_DONTNEED`, they turn clean) oldest first, by every path the zones'
+//! By hugepage: the regions that hold no block go back first, whole (their dirty runs' parts
+//! turn clean, one `MADV_DONTNEED` per stretch of them frees each huge page without splitting
+//! it; they are `MADV_NOHUGEPAGE` again), then the rest of the runs, in part of a region (a
+//! huge one is **broken**: the kernel splits its page, its free pages go back with it, and it
+//! is `MADV_NOHUGEPAGE` until dense again). The idle pass breaks a huge region only for what
+//! the working set does not cover ([`regions::break_when_idle`]); pressure, drains and the
+//! limit at free break as needed. Within each kind:
+//! dirty runs go back (`MADV_DONTNEED`, they turn clean) oldest first, by every path the zones'
 //! caches go back by: the periodic pass (runs idle for [`IDLE_NS`]), a pressure trim (those,
 //! then the oldest until what is left is no more than the working set: the bytes of free runs
 //! blocks took again in this period or the one before, a period being one periodic pass), every
@@ -70,7 +87,8 @@ pub const RESERVE_MAX: usize = 64 << 30;
 /// before start, tighter than that) the heap stays off (blocks are mappings of their own, as
 /// above [`crate::huge::HEAP_MAX`]).
 pub const RESERVE_MIN: usize = 256 << 20;
-/// Huge pages for the heap's pages (docs/design/thp-policy.md).
+/// Huge pages for the heap's pages as they are mapped (docs/design/thp-policy.md): none until
+/// a region is dense (`regions.rs`).
 const HEAP_THP: Thp = Thp::Never;
 /// `top` is made accessible in steps of this many bytes.
 pub const COMMIT_STEP: usize = 1 << 20;

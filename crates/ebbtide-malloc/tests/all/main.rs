@@ -8,6 +8,7 @@ mod address_space;
 mod c_programs;
 mod example_global_allocator;
 mod hot_text;
+mod hugepage_heap;
 mod large_blocks;
 mod real_programs;
 #[path = "../../../ebbtide-core/tests/support/serial.rs"]
