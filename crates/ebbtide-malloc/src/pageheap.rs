@@ -65,8 +65,8 @@
 //! the working set does not cover ([`regions::break_when_idle`]); pressure, drains and the
 //! limit at free break as needed. The limit at each free takes the oldest runs first, whole
 //! or not (the newest are what a program takes again next), each one's whole free regions
-//! whole. Within each kind:
-//! dirty runs go back (`MADV_DONTNEED`, they turn clean) oldest first, by every path the zones'
+//! whole. Within each kind, dirty runs go back (`MADV_DONTNEED`, they turn clean) oldest
+//! first, by every path the zones'
 //! caches go back by: the periodic pass (runs idle for [`IDLE_NS`]), a pressure trim (those,
 //! then the oldest until what is left is no more than the working set: the bytes of free runs
 //! blocks took again in this period or the one before, a period being one periodic pass), every
