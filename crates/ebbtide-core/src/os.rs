@@ -6,6 +6,7 @@
 //! | [`map_at`] | map a piece of such a stretch readable and writable when first needed (`MAP_FIXED_NOREPLACE`) | page aligned |
 //! | [`commit`] | make part of a reservation readable and writable (`mprotect`) | range inside a reservation, page aligned |
 //! | [`no_huge_pages`] | keep a sparse region off transparent huge pages (`MADV_NOHUGEPAGE`) | range mapped |
+//! | [`advise_huge`] | make a dense region eligible for transparent huge pages (`MADV_HUGEPAGE`) | range mapped |
 //! | [`release`] | give the pages of a free slab back (`MADV_DONTNEED`) | range inside a committed chunk, page aligned |
 //! | [`release_lazy`] | offer the pages of a free slab to the kernel (`MADV_FREE`), see [`crate::lazy`] | as `release` |
 //! | [`map`] / [`remap`] / [`unmap`] | metadata pages (zone objects, per-CPU arrays, tables that grow; never huge) | length a multiple of the page size |
@@ -497,6 +498,17 @@ pub fn no_huge_pages(ptr: NonNull<u8>, len: usize) {
     // SAFETY: madvise with MADV_NOHUGEPAGE changes no contents; on a range that is not mapped
     // it fails with ENOMEM and does nothing.
     unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_NOHUGEPAGE) };
+}
+
+/// Marks `[ptr, ptr+len)` `MADV_HUGEPAGE`: eligible for transparent huge pages (under THP
+/// `madvise` as under `always`), undoing [`no_huge_pages`]. A 2 MiB-aligned stretch not yet
+/// touched faults in as one huge page; one already touched is collapsed later by khugepaged.
+/// For dense regions only (docs/design/hugepage-heap.md). A kernel without THP refuses with
+/// `EINVAL`: nothing to do then.
+pub fn advise_huge(ptr: NonNull<u8>, len: usize) {
+    // SAFETY: madvise with MADV_HUGEPAGE changes no contents; on a range that is not mapped
+    // it fails with ENOMEM and marks only the mapped part.
+    unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
 }
 
 /// Makes `[ptr, ptr+len)` of a reservation readable and writable. Pages are only charged when

@@ -340,7 +340,7 @@ fn release_runs(how: Release) -> usize {
     let mut t = ebbtide_core::lock(&TABLE);
     let b = match how {
         Release::Idle(before) => {
-            let b = t.heap.release_older_than(before);
+            let b = t.heap.release_idle(before);
             t.heap.end_period();
             b
         }
@@ -379,6 +379,14 @@ pub fn heap_bytes() -> (usize, usize) {
     let _inside = ebbtide_core::forkgate::enter();
     let t = ebbtide_core::lock(&TABLE);
     (t.heap.live_bytes(), t.heap.dirty_bytes())
+}
+
+/// The page heap's 2 MiB regions: how many are huge, partly used and broken now, and the
+/// bytes given back whole and in part so far (stats, `malloc_stats`; `regions.rs`).
+pub fn hugepage_counts() -> crate::regions::Counts {
+    let _inside = ebbtide_core::forkgate::enter();
+    let t = ebbtide_core::lock(&TABLE);
+    t.heap.region_counts()
 }
 
 /// Bytes usable at `p` if it is a live block of this module.

@@ -16,6 +16,7 @@
 //!   report.rs     messages about bad pointers: one write(2) from a stack buffer, rate-limited
 //!   classes.rs    113 size classes, 8 B .. 1 MiB, ≤ 12.5 % waste above 128 B; one table load
 //!   bootstrap.rs  a static bump area for requests re-entering a zone's creation on its thread
+//!   regions.rs    the page heap's 2 MiB hugepage regions: bytes in blocks, which are huge
 //!   pageheap.rs   page runs for blocks above 64 KiB in one reservation; freed runs stay resident,
 //!                 coalesced, and serve any size (best fit) until idle, drain or pressure
 //!   huge.rs       the table of blocks above the classes: large ones from the page heap, huge
@@ -66,6 +67,7 @@ pub mod global;
 pub mod heap;
 pub mod huge;
 pub mod pageheap;
+pub mod regions;
 pub mod report;
 pub mod runtime_start;
 #[cfg(test)]

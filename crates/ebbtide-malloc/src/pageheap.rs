@@ -23,17 +23,30 @@
 //!   mappings ([`ebbtide_core::os::reserve_span`]); should another mapping take the piece
 //!   above `committed`, the heap ends there (`end` lowered) and larger blocks are mappings of
 //!   their own. The heap's pages are `MADV_NOHUGEPAGE` ([`HEAP_THP`],
-//!   docs/design/thp-policy.md).
+//!   docs/design/thp-policy.md) but for its dense 2 MiB regions, which are `MADV_HUGEPAGE`
+//!   (`regions.rs`, docs/design/hugepage-heap.md).
 //!
 //! Invariants (checked by [`PageHeap::validate`], which the tests run after every step):
 //! the runs are sorted, disjoint, inside `[base, top)`, page-aligned, and two adjacent runs
-//! are of different kinds; `dirty_bytes` is the sum of the dirty runs' lengths.
+//! are of different kinds; `dirty_bytes` is the sum of the dirty runs' lengths; each 2 MiB
+//! region's used bytes are its bytes below `top` in no free run, and the regions' counts
+//! (huge, partly used, broken) are the number of regions in each state (`regions.rs`).
 //!
-//! ## Allocation: best fit, without faults first
-//! 1. the smallest **dirty** run that holds the block (aligned): no fault at all;
-//! 2. else the smallest group of adjacent free runs (dirty and clean together) that holds it:
-//!    address space reused, only its clean pages fault;
-//! 3. else the free runs ending at `top` and the zero pages beyond it (`top` moves up).
+//! ## Allocation: best fit, without faults first, packed into hugepage regions
+//! 1. the best **dirty** run that holds the block (aligned): no fault at all;
+//! 2. else the best group of adjacent free runs (dirty and clean together) that holds it:
+//!    address space reused, only its clean pages fault; or
+//! 3. the free runs ending at `top` and the zero pages beyond it (`top` moves up).
+//!
+//! "Best" is Temeraire's order on the span's 2 MiB regions (`regions.rs`): a block smaller
+//! than a region does not open a region that holds no block while it fits in one that does
+//! ([`regions::opens_empty`]: empty regions stay whole, to go back whole); then the smallest
+//! fit; then the densest region. A block of a region or more starts on a region where it fits
+//! so (the gap before it stays free for smaller blocks): the regions it fills are wholly in
+//! blocks. A region wholly mapped with at least half of it in blocks, and either full or in use
+//! before ([`regions::turns_huge`]), is made `MADV_HUGEPAGE` at once, before the block is
+//! touched: a region a block fills faults in as one huge page, one filled by smaller blocks
+//! over time is collapsed by khugepaged.
 //!
 //! A freed block becomes a dirty run, merged with its dirty neighbours: memory freed as one
 //! size serves any other (what a class per size cannot do: a 1 MiB block freed in one class
@@ -44,7 +57,16 @@
 //! first), mimalloc's reuse of freed segment spans.
 //!
 //! ## Giving back
-//! Dirty runs go back (`MADV_DONTNEED`, they turn clean) oldest first, by every path the zones'
+//! By hugepage: the regions that hold no block go back first, whole (their dirty runs' parts
+//! turn clean, one `MADV_DONTNEED` per stretch of them frees each huge page without splitting
+//! it; they are `MADV_NOHUGEPAGE` again), then the rest of the runs, in part of a region (a
+//! huge one is **broken**: the kernel splits its page, its free pages go back with it, and it
+//! is `MADV_NOHUGEPAGE` until dense again). The idle pass breaks a huge region only for what
+//! the working set does not cover ([`regions::break_when_idle`]); pressure, drains and the
+//! limit at free break as needed. The limit at each free takes the oldest runs first, whole
+//! or not (the newest are what a program takes again next), each one's whole free regions
+//! whole. Within each kind, dirty runs go back (`MADV_DONTNEED`, they turn clean) oldest
+//! first, by every path the zones'
 //! caches go back by: the periodic pass (runs idle for [`IDLE_NS`]), a pressure trim (those,
 //! then the oldest until what is left is no more than the working set: the bytes of free runs
 //! blocks took again in this period or the one before, a period being one periodic pass), every
@@ -59,6 +81,7 @@
 //! Nothing here locks: the one caller holds the block table's mutex around every call.
 
 use core::ptr::{self, NonNull};
+use crate::regions::{self, Regions, REGION};
 use ebbtide_core::os::{MapAt, Thp};
 
 /// The heap's span: the most address space it grows to (none of it mapped up front).
@@ -67,7 +90,8 @@ pub const RESERVE_MAX: usize = 64 << 30;
 /// before start, tighter than that) the heap stays off (blocks are mappings of their own, as
 /// above [`crate::huge::HEAP_MAX`]).
 pub const RESERVE_MIN: usize = 256 << 20;
-/// Huge pages for the heap's pages (docs/design/thp-policy.md).
+/// Huge pages for the heap's pages as they are mapped (docs/design/thp-policy.md): none until
+/// a region is dense (`regions.rs`).
 const HEAP_THP: Thp = Thp::Never;
 /// `top` is made accessible in steps of this many bytes.
 pub const COMMIT_STEP: usize = 1 << 20;
@@ -107,6 +131,10 @@ pub fn dirty_limit(live: usize, working_set: usize) -> usize {
         .max(DIRTY_FLOOR)
         .min(live.clamp(DIRTY_MIN, DIRTY_MAX))
 }
+
+/// A placement's rank (lower is better): opens an empty region, room of the free space it
+/// is cut from, the density of its region (reversed).
+type Rank = (bool, usize, core::cmp::Reverse<usize>);
 
 /// One free run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,6 +179,8 @@ pub struct PageHeap {
     prev_demand: usize,
     /// Address space lost because the run table was full (never in practice; see `add`).
     lost: usize,
+    /// The span's 2 MiB regions: bytes in blocks, which are huge.
+    regions: Regions,
 }
 
 // SAFETY: the reservation and the run table are owned by the heap; the caller serialises every
@@ -180,6 +210,7 @@ impl PageHeap {
             demand: 0,
             prev_demand: 0,
             lost: 0,
+            regions: Regions::new(),
         }
     }
 
@@ -208,13 +239,20 @@ impl PageHeap {
                 unsafe { ebbtide_core::os::unmap(runs, table) };
                 return false;
             }
-            match ebbtide_core::os::reserve_span(len, COMMIT_STEP) {
+            // Aligned to a region: region i is one huge page's worth of the span.
+            match ebbtide_core::os::reserve_span(len, REGION) {
                 Ok(p) => break p,
                 Err(_) => len /= 2,
             }
         };
         // SAFETY: the reservation just made, unused: only its place is kept.
         unsafe { ebbtide_core::os::unmap(base, len) };
+        if !self.regions.init(base.as_ptr() as usize, len) {
+            // Tried again on the next request.
+            // SAFETY: the run table just mapped, unused.
+            unsafe { ebbtide_core::os::unmap(runs, table) };
+            return false;
+        }
         self.runs = runs.as_ptr().cast();
         self.runs_cap = FIRST_RUNS;
         self.base = base.as_ptr() as usize;
@@ -361,11 +399,129 @@ impl PageHeap {
         }
     }
 
-    /// Gives the dirty run `i` back to the kernel; it turns clean. Returns its bytes.
+    /// The regions `[lo, hi)` that the dirty run `r` touches and that hold no block (one
+    /// stretch: only the first and the last region it touches may hold blocks), if any.
+    fn free_regions(&self, r: &Run) -> Option<(usize, usize)> {
+        let (mut lo, mut hi) = (
+            self.regions.index(r.addr),
+            self.regions.index(r.end() - 1) + 1,
+        );
+        if self.regions.used(lo) != 0 {
+            lo += 1;
+        }
+        if hi > lo && self.regions.used(hi - 1) != 0 {
+            hi -= 1;
+        }
+        (lo < hi).then_some((lo, hi))
+    }
+
+    /// Whether the dirty run `r` touches a huge region (giving it back splits a huge page).
+    fn touches_huge(&self, r: &Run) -> bool {
+        (self.regions.index(r.addr)..self.regions.index(r.end() - 1) + 1)
+            .any(|i| self.regions.is_huge(i))
+    }
+
+    /// Turns every dirty byte in `[x, y)` clean, keeping the runs' parts outside it as they
+    /// were (no system call: the caller gives the pages back).
+    fn turn_clean(&mut self, x: usize, y: usize) {
+        loop {
+            let mut i = self.lower(x);
+            if i > 0 && self.at(i - 1).end() > x {
+                i -= 1;
+            }
+            let Some(j) = (i..self.n)
+                .take_while(|&j| self.at(j).addr < y)
+                .find(|&j| self.at(j).dirty)
+            else {
+                return;
+            };
+            let r = self.remove(j);
+            let (cx, cy) = (r.addr.max(x), r.end().min(y));
+            // The dirty parts first: their neighbours are not dirty (runs are maximal), so
+            // they stay as they were; then the clean part merges with its clean neighbours.
+            if r.addr < cx {
+                self.add(r.addr, cx - r.addr, true, r.at);
+            }
+            if cy < r.end() {
+                self.add(cy, r.end() - cy, true, r.at);
+            }
+            self.add(cx, cy - cx, false, 0);
+        }
+    }
+
+    /// Gives back the regions `[lo, hi)`, which hold no block, whole: the dirty runs' parts in
+    /// them turn clean and one `MADV_DONTNEED` covers them (what is mapped of them, `top` and
+    /// above included): a huge page goes back without being split. Returns the dirty bytes.
+    fn give_back_regions(&mut self, lo: usize, hi: usize) -> usize {
+        let (x, y) = (self.regions.start(lo), self.regions.start(hi));
+        let dirty = self.dirty;
+        self.turn_clean(x, y);
+        let end = y.min(self.committed);
+        if end > x {
+            release(x, end - x);
+        }
+        self.regions.given_back_whole(lo, hi);
+        let b = dirty - self.dirty;
+        self.regions.count_given_back(b, 0);
+        b
+    }
+
+    /// Gives the dirty run `i` back to the kernel; it turns clean. Whole regions it holds go
+    /// back whole ([`PageHeap::give_back_regions`]), the rest in part, breaking the huge
+    /// regions it touches. Returns the bytes.
     fn clean(&mut self, i: usize) -> usize {
-        let r = self.remove(i);
+        let r = self.at(i);
+        let mut b = 0;
+        if let Some((lo, hi)) = self.free_regions(&r) {
+            b += self.give_back_regions(lo, hi);
+        }
+        // What is left of it: at most one piece before the regions given back, one after,
+        // each inside `r` (nothing else turns dirty meanwhile).
+        loop {
+            let j = self.lower(r.addr);
+            let Some(p) = (j..self.n)
+                .take_while(|&k| self.at(k).addr < r.end())
+                .map(|k| self.at(k))
+                .find(|p| p.dirty)
+            else {
+                break;
+            };
+            b += self.clean_part(p);
+        }
+        b
+    }
+
+    /// Gives back the dirty run `r` (in no region wholly free): the huge regions it touches
+    /// are broken, and their free pages that the split leaves mapped as small pages (clean
+    /// runs a collapse filled in, what lies above `top`) go back with it.
+    fn clean_part(&mut self, r: Run) -> usize {
+        let i = self.lower(r.addr);
+        debug_assert_eq!(self.at(i), r);
+        self.remove(i);
         release(r.addr, r.len);
         self.add(r.addr, r.len, false, 0);
+        self.regions.count_given_back(0, r.len);
+        for k in self.regions.index(r.addr)..self.regions.index(r.end() - 1) + 1 {
+            if self.regions.break_huge(k) {
+                let (x, y) = (self.regions.start(k), self.regions.start(k) + REGION);
+                let mut j = self.lower(x);
+                if j > 0 && self.at(j - 1).end() > x {
+                    j -= 1;
+                }
+                while j < self.n && self.at(j).addr < y {
+                    let c = self.at(j);
+                    if !c.dirty {
+                        let (cx, cy) = (c.addr.max(x), c.end().min(y));
+                        release(cx, cy - cx);
+                    }
+                    j += 1;
+                }
+                let (tx, ty) = (self.top.max(x), y.min(self.committed));
+                if tx < ty {
+                    release(tx, ty - tx);
+                }
+            }
+        }
         r.len
     }
 
@@ -444,6 +600,7 @@ impl PageHeap {
             }
         }
         self.live += b - a;
+        self.regions.fill(a, b, self.committed);
         Some(zeroed)
     }
 
@@ -455,25 +612,48 @@ impl PageHeap {
         if !self.ready() {
             return None;
         }
+        // A block of a region or more starts on a region where it can (its regions then
+        // fault in as huge pages); any other where its alignment puts it.
         let fit = |rs: usize, re: usize| {
-            let a = rs.checked_next_multiple_of(align)?;
-            (a.checked_add(len)? <= re).then_some(a)
+            let at = |al: usize| {
+                let a = rs.checked_next_multiple_of(al)?;
+                (a.checked_add(len)? <= re).then_some(a)
+            };
+            (len >= REGION)
+                .then(|| at(align.max(REGION)))
+                .flatten()
+                .or_else(|| at(align))
         };
-        // 1. The smallest dirty run that holds it.
-        let mut best: Option<(usize, usize)> = None; // (run length, block address)
+        // Among fits: first not opening an empty region while one in use fits
+        // (`regions::opens_empty`), then the smallest, then the densest region.
+        let rank = |a: usize, room: usize| {
+            let (first, last) = (
+                self.regions.used(self.regions.index(a)),
+                self.regions.used(self.regions.index(a + len - 1)),
+            );
+            (
+                regions::opens_empty(len, first, last),
+                room,
+                core::cmp::Reverse(first),
+            )
+        };
+        // 1. The best dirty run that holds it.
+        let mut best: Option<(Rank, usize)> = None;
         for r in self.runs() {
-            if r.dirty && r.len >= len && best.is_none_or(|(l, _)| r.len < l) {
+            if r.dirty && r.len >= len {
                 if let Some(a) = fit(r.addr, r.end()) {
-                    best = Some((r.len, a));
-                    if r.len == len {
-                        break;
+                    let k = rank(a, r.len);
+                    if best.is_none_or(|(b, _)| k < b) {
+                        best = Some((k, a));
                     }
                 }
             }
         }
-        // 2. The smallest group of adjacent free runs that holds it (not the one at `top`).
-        let mut top_start = self.top;
+        // 2. The best group of adjacent free runs that holds it, or the runs at `top` and the
+        //    zero pages above it (3.: as large as the span, so any group of the same rank fits
+        //    better).
         if best.is_none() {
+            let mut top_start = self.top;
             let mut i = 0;
             while i < self.n {
                 let rs = self.at(i).addr;
@@ -484,19 +664,24 @@ impl PageHeap {
                 let re = self.at(j).end();
                 if re == self.top {
                     top_start = rs;
-                } else if re - rs >= len && best.is_none_or(|(l, _)| re - rs < l) {
+                } else if re - rs >= len {
                     if let Some(a) = fit(rs, re) {
-                        best = Some((re - rs, a));
+                        let k = rank(a, re - rs);
+                        if best.is_none_or(|(b, _)| k < b) {
+                            best = Some((k, a));
+                        }
                     }
                 }
                 i = j + 1;
             }
+            if let Some(a) = fit(top_start, self.end) {
+                let k = rank(a, usize::MAX);
+                if best.is_none_or(|(b, _)| k < b) {
+                    best = Some((k, a));
+                }
+            }
         }
-        // 3. The runs at `top` and the zero pages above it.
-        let a = match best {
-            Some((_, a)) => a,
-            None => fit(top_start, self.end)?,
-        };
+        let (_, a) = best?;
         let zeroed = self.take(a, a + len)?;
         Some((a, zeroed))
     }
@@ -507,13 +692,22 @@ impl PageHeap {
     pub fn free(&mut self, addr: usize, len: usize, now: u64, keep: bool) {
         debug_assert!(self.contains(addr) && len.is_multiple_of(page()));
         self.live -= len;
-        if keep {
-            self.add(addr, len, true, now);
-        } else {
-            release(addr, len);
-            self.add(addr, len, false, 0);
+        self.regions.empty(addr, addr + len);
+        self.add(addr, len, true, now);
+        if !keep {
+            // Nothing is kept: the run it joined goes back now (whole regions whole).
+            if let Some(i) = self.lower(addr + 1).checked_sub(1) {
+                let r = self.at(i);
+                if r.dirty && r.end() > addr {
+                    self.clean(i);
+                }
+            }
         }
-        self.release_oldest_above(dirty_limit(self.live, self.working_set()));
+        // Oldest first, not whole regions first: the newest runs are what the program takes
+        // again next (whole first cost 3 MiB more peak RSS on the suite's `python_malloc`,
+        // 78.4 against 75.4 MiB, its tables freed and allocated larger).
+        let limit = dirty_limit(self.live, self.working_set());
+        self.release_above(u64::MAX, limit, limit, false);
     }
 
     /// Grows the block `[addr, addr+old)` to `new` bytes where the free runs after it (and the
@@ -546,23 +740,61 @@ impl PageHeap {
         self.free(addr + new, old - new, now, keep);
     }
 
-    fn oldest_dirty(&self, before: u64) -> Option<usize> {
+    /// The oldest dirty run last freed into before `before` that `pick` accepts.
+    fn oldest_dirty(&self, before: u64, pick: impl Fn(&Run) -> bool) -> Option<usize> {
         self.runs()
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.dirty && r.at < before)
+            .filter(|(_, r)| r.dirty && r.at < before && pick(r))
             .min_by_key(|(_, r)| r.at)
             .map(|(i, _)| i)
     }
 
-    /// Gives back every dirty run last freed into before `before` (all of them for
-    /// `u64::MAX`); returns the bytes.
-    pub fn release_older_than(&mut self, before: u64) -> usize {
+    /// Gives back dirty runs last freed into before `before`, oldest first, while more than
+    /// `keep` dirty bytes are left: if `whole_first`, first the regions that hold no block,
+    /// whole (no huge page split; oldest run first), then the rest — a run touching a huge
+    /// region only while more than `keep_huge` (at least `keep`) are left. Each run's whole
+    /// free regions go back whole in any case ([`PageHeap::clean`]). Returns the bytes.
+    fn release_above(
+        &mut self,
+        before: u64,
+        keep: usize,
+        keep_huge: usize,
+        whole_first: bool,
+    ) -> usize {
         let mut b = 0;
-        while let Some(i) = self.oldest_dirty(before) {
+        while whole_first && self.dirty > keep {
+            let Some(i) = self.oldest_dirty(before, |r| self.free_regions(r).is_some()) else {
+                break;
+            };
+            let (lo, hi) = self.free_regions(&self.at(i)).unwrap_or((0, 0));
+            b += self.give_back_regions(lo, hi);
+        }
+        while self.dirty > keep {
+            let breaking = self.dirty > keep_huge;
+            let Some(i) = self.oldest_dirty(before, |r| breaking || !self.touches_huge(r)) else {
+                break;
+            };
             b += self.clean(i);
         }
         b
+    }
+
+    /// Gives back every dirty run last freed into before `before` (all of them for
+    /// `u64::MAX`: a drain), whole regions first; returns the bytes.
+    pub fn release_older_than(&mut self, before: u64) -> usize {
+        self.release_above(before, 0, 0, true)
+    }
+
+    /// The idle pass: gives back every dirty run last freed into before `before`, whole
+    /// regions first, except in huge regions still in use: those only beyond the working set
+    /// ([`regions::break_when_idle`], the hysteresis on recent demand: a huge page the heap
+    /// keeps reusing is not split). Returns the bytes.
+    pub fn release_idle(&mut self, before: u64) -> usize {
+        let ws = self.working_set();
+        // `release_above` breaks while dirty > keep_huge: the policy's own words.
+        debug_assert!(regions::break_when_idle(ws + 1, ws));
+        self.release_above(before, 0, ws, true)
     }
 
     /// Ends a period of the working set (the periodic pass): the current demand becomes the
@@ -588,22 +820,16 @@ impl PageHeap {
     /// A pressure trim: gives back every dirty run last freed into before `before`, then the
     /// oldest dirty runs until no more than [`PageHeap::working_set`] is left (UMA's trim of a
     /// depot to its working-set estimate, here in bytes: a heap whose freed runs nobody took
-    /// again keeps nothing). Returns the bytes.
+    /// again keeps nothing); whole regions first each time, huge pages broken as needed.
+    /// Returns the bytes.
     pub fn trim(&mut self, before: u64) -> usize {
-        self.release_older_than(before) + self.release_oldest_above(self.working_set())
+        let ws = self.working_set();
+        self.release_above(before, 0, 0, true) + self.release_above(u64::MAX, ws, ws, true)
     }
 
-    /// Gives back the oldest dirty runs until at most `keep` dirty bytes are left; returns the
-    /// bytes.
-    fn release_oldest_above(&mut self, keep: usize) -> usize {
-        let mut b = 0;
-        while self.dirty > keep {
-            let Some(i) = self.oldest_dirty(u64::MAX) else {
-                break;
-            };
-            b += self.clean(i);
-        }
-        b
+    /// The regions' counts (huge, partly used, broken; bytes given back whole and in part).
+    pub fn region_counts(&self) -> regions::Counts {
+        self.regions.counts()
     }
 
     /// Checks the invariants of the module docs; the first one broken, as text.
@@ -642,7 +868,31 @@ impl PageHeap {
         if self.top > self.committed || self.committed > self.end {
             return Err("top above committed or committed above end".into());
         }
-        Ok(())
+        // Each region's used bytes are what lies below `top` and in no free run.
+        let mut used = Vec::new();
+        if self.top > self.base {
+            let last = self.regions.index(self.top - 1);
+            used = (0..=last)
+                .map(|i| {
+                    let s = self.regions.start(i);
+                    self.top.min(s + REGION) - s
+                })
+                .collect();
+            for r in self.runs() {
+                let lo = self.regions.index(r.addr);
+                for (i, u) in used
+                    .iter_mut()
+                    .enumerate()
+                    .take(self.regions.index(r.end() - 1) + 1)
+                    .skip(lo)
+                {
+                    let s = self.regions.start(i);
+                    *u -= r.end().min(s + REGION) - r.addr.max(s);
+                }
+            }
+        }
+        self.regions
+            .validate_counts(|i| used.get(i).copied().unwrap_or(0))
     }
 }
 
@@ -983,6 +1233,173 @@ mod tests {
         );
         h.validate().unwrap();
         assert_eq!(h.live_bytes(), 3 * M);
+    }
+
+    /// Blocks of a region or more start on a region, and a region they fill turns huge
+    /// (eligible) before the block is touched; the counts follow.
+    #[test]
+    fn big_blocks_fill_regions_that_turn_huge() {
+        let mut h = heap();
+        h.assume_working_set(8 * M);
+        let (s, _) = h.alloc(64 * K, page()).unwrap();
+        let (a, z) = h.alloc(4 * M, page()).unwrap();
+        assert!(z);
+        assert_eq!(a % REGION, 0, "on a region");
+        assert_eq!(a, s + REGION, "the next region; the gap stays free");
+        let c = h.region_counts();
+        assert_eq!((c.huge, c.partial), (2, 1), "{c:?}");
+        // A small block into the gap: the region in use, not a new one.
+        let (b, _) = h.alloc(256 * K, page()).unwrap();
+        assert!(b > s && b < a, "{b:#x}");
+        h.validate().unwrap();
+        write(a, 4 * M, 1);
+        // Freed, the regions stay huge (resident) until given back whole.
+        h.free(a, 4 * M, 1, true);
+        assert_eq!(h.region_counts().huge, 2);
+        h.validate().unwrap();
+    }
+
+    /// Among free runs that fit, the one in a region already in use, then the one in the
+    /// densest region, though a smaller run or an earlier one lies elsewhere.
+    #[test]
+    fn placement_prefers_regions_in_use_then_the_densest() {
+        let mut h = heap();
+        h.assume_working_set(64 * M);
+        // Region 0: x (512 KiB) and y (512 KiB) in use, z's megabyte given back (clean).
+        let (x, _) = h.alloc(M / 2, page()).unwrap();
+        let (_y, _) = h.alloc(M / 2, page()).unwrap();
+        let (z, _) = h.alloc(M, page()).unwrap();
+        // Region 1: u (512 KiB, freed later) and v (1.5 MiB) in use.
+        let (u, _) = h.alloc(M / 2, page()).unwrap();
+        let (_v, _) = h.alloc(3 * M / 2, page()).unwrap();
+        assert_eq!(u, x + REGION);
+        write(x, 4 * M, 1);
+        h.free(z, M, 1, true);
+        assert_eq!(h.release_older_than(2), M);
+        h.free(x, M / 2, 5, true);
+        h.free(u, M / 2, 6, true);
+        h.validate().unwrap();
+        // Two dirty runs of 512 KiB: region 0 holds 512 KiB in blocks, region 1 1.5 MiB.
+        let (p, zeroed) = h.alloc(M / 2, page()).unwrap();
+        assert!(!zeroed);
+        assert_eq!(p, u, "the run in the denser region, not the first one");
+        h.validate().unwrap();
+    }
+
+    /// A small block does not open an empty region while a run in a region in use fits,
+    /// though that run is larger.
+    #[test]
+    fn placement_keeps_empty_regions_empty() {
+        let mut h = heap();
+        h.assume_working_set(64 * M);
+        // Region 0: a (1 MiB), b (512 KiB, freed later), c (512 KiB).
+        let (a, _) = h.alloc(M, page()).unwrap();
+        let (b, _) = h.alloc(M / 2, page()).unwrap();
+        let (_c, _) = h.alloc(M / 2, page()).unwrap();
+        // Region 1: w (128 KiB) and t (the rest); region 2: a guard.
+        let (w, _) = h.alloc(128 * K, page()).unwrap();
+        let (t, _) = h.alloc(REGION - 128 * K, page()).unwrap();
+        let (_g, _) = h.alloc(64 * K, page()).unwrap();
+        assert_eq!(w, a + REGION);
+        write(a, 2 * REGION, 2);
+        // Region 1 empty but for w's dirty run of 128 KiB; region 0 a dirty run of 512 KiB.
+        h.free(t, REGION - 128 * K, 8, true);
+        h.release_older_than(9);
+        h.free(b, M / 2, 9, true);
+        h.free(w, 128 * K, 10, true);
+        h.validate().unwrap();
+        assert!(h.runs().iter().any(|r| r.addr == w && r.len == 128 * K && r.dirty));
+        let (q, zeroed) = h.alloc(64 * K, page()).unwrap();
+        assert!(!zeroed);
+        assert_eq!(q, b, "into the region in use, not the smaller run in an empty one");
+        assert_eq!(h.regions.used(1), 0, "region 1 still empty");
+        h.validate().unwrap();
+    }
+
+    /// A trim keeps the working set and gives back a whole free region before an older run
+    /// in a region still in use (which would split its huge page).
+    #[test]
+    fn whole_regions_go_back_before_parts() {
+        let mut h = heap();
+        // Region 0: a (1.5 MiB, huge) and b (512 KiB); region 1: c (2 MiB); region 2: a guard.
+        let (a, _) = h.alloc(3 * M / 2, page()).unwrap();
+        let (b, _) = h.alloc(M / 2, page()).unwrap();
+        let (c, _) = h.alloc(2 * M, page()).unwrap();
+        let (_g, _) = h.alloc(64 * K, page()).unwrap();
+        assert_eq!((b, c), (a + 3 * M / 2, a + REGION));
+        write(a, 4 * M, 3);
+        assert_eq!(h.region_counts().huge, 2);
+        h.assume_working_set(4 * M);
+        h.free(b, M / 2, 1, true); // older, in a region in use
+        h.free(c, 2 * M, 2, true); // newer, a whole region
+        assert_eq!(h.dirty_bytes(), 5 * M / 2);
+        // A trim down to 1 MiB: the whole region goes, though newer; the older part stays.
+        h.assume_working_set(M);
+        assert_eq!(h.trim(0), 2 * M);
+        assert!(h.runs().iter().any(|r| r.addr == b && r.dirty));
+        assert!(h.runs().iter().any(|r| r.addr == c && !r.dirty));
+        let k = h.region_counts();
+        assert_eq!((k.whole_bytes, k.part_bytes, k.breaks), (2 * M as u64, 0, 0));
+        assert_eq!(k.huge, 1, "region 1 given back whole is no longer huge");
+        h.validate().unwrap();
+        // Under a drain the part goes too, breaking region 0's huge page.
+        assert_eq!(h.release_older_than(u64::MAX), M / 2);
+        let k = h.region_counts();
+        assert_eq!((k.part_bytes, k.breaks, k.huge, k.broken), (M as u64 / 2, 1, 0, 1));
+        assert_eq!(resident(b, M / 2), 0);
+        assert_eq!(resident(a, 3 * M / 2), 3 * M / 2 / page(), "the block stays");
+        h.validate().unwrap();
+    }
+
+    /// The idle pass gives back idle whole regions at once, but an idle part of a huge region
+    /// in use only once the working set no longer covers it (two periods without reuse).
+    #[test]
+    fn the_idle_pass_breaks_a_huge_page_only_beyond_the_working_set() {
+        let mut h = heap();
+        let (a, _) = h.alloc(3 * M / 2, page()).unwrap();
+        let (b, _) = h.alloc(M / 2, page()).unwrap();
+        let (c, _) = h.alloc(2 * M, page()).unwrap();
+        let (_g, _) = h.alloc(64 * K, page()).unwrap();
+        write(a, 4 * M, 4);
+        h.assume_working_set(4 * M);
+        h.free(b, M / 2, 1, true);
+        h.free(c, 2 * M, 1, true);
+        h.assume_working_set(M);
+        // Idle since 1: the whole region goes; the part is covered by the working set.
+        assert_eq!(h.release_idle(10), 2 * M);
+        assert_eq!(h.dirty_bytes(), M / 2);
+        assert_eq!(h.region_counts().breaks, 0);
+        h.validate().unwrap();
+        h.end_period();
+        assert_eq!(h.release_idle(10), 0, "the demand of the last period still covers it");
+        h.end_period();
+        assert_eq!(h.working_set(), 0);
+        assert_eq!(h.release_idle(10), M / 2);
+        assert_eq!(h.region_counts().breaks, 1);
+        assert_eq!(resident(b, M / 2), 0);
+        h.validate().unwrap();
+    }
+
+    /// A drain of many freed blocks: whole regions in one call each stretch, nothing in part.
+    #[test]
+    fn a_drain_gives_back_whole_regions() {
+        let mut h = heap();
+        h.assume_working_set(256 * M);
+        let blocks: Vec<usize> = (0..16).map(|_| h.alloc(4 * M, page()).unwrap().0).collect();
+        let (_g, _) = h.alloc(64 * K, page()).unwrap();
+        for (i, &b) in blocks.iter().enumerate() {
+            write(b, 4 * M, 5);
+            h.free(b, 4 * M, i as u64, true);
+        }
+        assert_eq!(h.dirty_bytes(), 64 * M);
+        let before = h.region_counts();
+        assert_eq!(h.release_older_than(u64::MAX), 64 * M);
+        let k = h.region_counts();
+        assert_eq!(k.whole_bytes - before.whole_bytes, 64 * M as u64);
+        assert_eq!(k.part_bytes - before.part_bytes, 0);
+        assert_eq!((k.huge, k.breaks), (0, 0));
+        assert_eq!(resident(blocks[0], 64 * M), 0);
+        h.validate().unwrap();
     }
 
     #[test]

@@ -129,6 +129,11 @@ pub fn print() {
         m.hblkhd,
         crate::report::bad_pointers()
     );
+    let r = huge::hugepage_counts();
+    out += &format!(
+        "ebbtide malloc: page heap 2 MiB regions: {} huge, {} partly used, {} broken; given back {} bytes whole, {} in part, {} huge pages broken\n",
+        r.huge, r.partial, r.broken, r.whole_bytes, r.part_bytes, r.breaks
+    );
     // A raw write (not libc's, a cancellation point): `malloc_stats` may run on a thread that
     // is being cancelled, which must not unwind through this Rust frame.
     ebbtide_core::os::write_stderr(out.as_bytes());

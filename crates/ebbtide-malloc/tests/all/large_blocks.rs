@@ -201,7 +201,13 @@ fn cached_runs_go_back_on_trim_squeeze_and_idle() {
         let now = ebbtide_core::os::now_ns();
         assert_eq!(huge::HugeCache.periodic(now), 0, "freed just now: kept");
         assert!(huge::cached_bytes() >= M);
-        assert!(huge::HugeCache.periodic(now + pageheap::IDLE_NS + 1) >= M);
+        // Idle: it goes at the next pass, or, in a huge region still in use (c's megabyte and
+        // the guard's region), once the working set no longer covers it: at most two passes
+        // later (docs/design/hugepage-heap.md).
+        let given: usize = (1..=3)
+            .map(|k| huge::HugeCache.periodic(now + k * (pageheap::IDLE_NS + 1)))
+            .sum();
+        assert!(given >= M, "{given}");
         assert_eq!(huge::cached_bytes(), 0);
         assert_eq!(resident(c, M), 0);
         free(guard);
@@ -216,15 +222,16 @@ fn a_pressure_trim_keeps_only_what_was_reused() {
     // SAFETY: every block is used within its size and freed once.
     unsafe {
         api::malloc_trim(0);
-        // Two idle passes: no demand remembered from the tests before.
-        let now = ebbtide_core::os::now_ns();
-        huge::HugeCache.periodic(now);
-        huge::HugeCache.periodic(now);
         // A burst freed just now, that nobody took again: given back at the frees beyond
         // `DIRTY_FLOOR`, and a Low pressure's trim (the request the reclaim thread makes) gives
         // the rest back though none of it is idle yet.
         let blocks: Vec<*mut u8> = (0..6).map(|_| malloc(M)).collect();
         let guard = malloc(64 * K + 1);
+        // Two idle passes: no demand remembered from before, the blocks' own placement (into
+        // free space the tests before left, packed into regions in use) included.
+        let now = ebbtide_core::os::now_ns();
+        huge::HugeCache.periodic(now);
+        huge::HugeCache.periodic(now);
         for &p in &blocks {
             touch(p, M, 3);
         }
