@@ -73,6 +73,8 @@ const C_CASES: &[&str] = &[
     "large",
     "thread_churn",
     "fragmentation",
+    "thread_handover",
+    "tlb_random",
 ];
 
 /// Every case under every installed peer, two rounds: one log line per run, all ok; a table

@@ -123,14 +123,16 @@ pub fn find_lib(file: &str) -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-/// The peers named in `only` that are installed; a note on stderr for each missing one.
-pub fn peers(only: &[String]) -> Vec<Allocator> {
+/// The peers named in `only` that are installed (looked for in `dir` first when given: a
+/// packed folder's copies); a note on stderr for each missing one.
+pub fn peers(only: &[String], dir: Option<&Path>) -> Vec<Allocator> {
     let mut v = Vec::new();
     for (name, file, package) in PEERS {
         if !only.iter().any(|o| o == name) {
             continue;
         }
-        match find_lib(file) {
+        let packed = dir.map(|d| d.join(file)).filter(|p| p.is_file());
+        match packed.or_else(|| find_lib(file)) {
             Some(p) => v.push(Allocator {
                 name,
                 preload: p,
