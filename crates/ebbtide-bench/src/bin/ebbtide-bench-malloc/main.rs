@@ -362,10 +362,7 @@ fn print_environment(
         .unwrap_or_default();
     println!("# ebbtide-bench-malloc");
     println!();
-    println!(
-        "- date: {}",
-        first_line("date", &["-u", "+%Y-%m-%d %H:%M:%S UTC"])
-    );
+    println!("- date: {}", utc_now());
     println!("- cpu: {cpu} ({} online)", ncpu());
     println!(
         "- kernel: {}",
@@ -447,6 +444,36 @@ fn print_environment(
     println!("- load average before: {}", loadavg());
 }
 
+/// The time now as `YYYY-MM-DD HH:MM:SS UTC`, from the clock alone (a packed machine may have
+/// no `date` on its PATH).
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    let t = secs % 86_400;
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        t / 3600,
+        t / 60 % 60,
+        t % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar (Howard
+/// Hinnant's `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
 /// glibc's version as the running process sees it (no `ldd` needed on a packed machine).
 fn glibc_version() -> String {
     // SAFETY: gnu_get_libc_version returns a pointer to a static NUL-terminated string.
@@ -526,6 +553,11 @@ fn main() {
     allocs.extend(allocators::peers(&a.only, a.peer_libs.as_deref()));
     if allocs.is_empty() {
         give_up(&dir, "no allocator to run");
+    }
+    for al in &allocs {
+        if let Err(e) = allocators::preloadable(&al.preload) {
+            give_up(&dir, &format!("{}: {e}", al.name));
+        }
     }
     let mut case_list: Vec<Row> = Vec::new();
     for r in rows_of(&a) {
@@ -659,5 +691,15 @@ fn main() {
         eprintln!("kept {} (the failures' reproducers use it)", dir.display());
     } else {
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn civil_dates() {
+        assert_eq!(super::civil_from_days(0), (1970, 1, 1));
+        assert_eq!(super::civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(super::civil_from_days(20_785), (2026, 11, 28));
     }
 }
