@@ -50,7 +50,8 @@
  *                   pointer for 3 passes: almost every step a cache miss and, on 4 KiB pages,
  *                   a TLB miss, so the time says how densely the allocator packs its objects
  *                   into (huge) pages; op = step; extra figures: the working set (MiB asked
- *                   for) and the allocation's time (ms)
+ *                   for), the allocation's time (ms) and how much of the process sat in
+ *                   transparent huge pages after it (AnonHugePages, MiB; -1 unreadable)
  *
  * Every object carries a tag in its first and last byte, written after malloc and checked
  * before free (and across realloc), so an allocator that hands out overlapping memory or loses
@@ -165,6 +166,21 @@ static long rss_kib(void) {
         resident = -1;
     fclose(f);
     return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* AnonHugePages of /proc/self/smaps_rollup in KiB (how much of the heap sits in transparent huge
+ * pages), -1 if unreadable. */
+static long anon_huge_kib(void) {
+    char line[256];
+    long kib = -1;
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "AnonHugePages: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
 }
 
 static void report(const char *c, double ns, long ops, const char *extra) {
@@ -528,7 +544,7 @@ static void thread_churn(const char *c, long rounds) {
     double t0 = now_ns();
     for (long r = 0; r < rounds; r++) {
         for (int i = 0; i < t; i++) {
-            w[i].seed = g_seed + (uint64_t)(r * MAX_THREADS + i);
+            w[i].seed = g_seed + (uint64_t)(r * 16 + i);
             if (pthread_create(&th[i], NULL, churn_worker, &w[i]))
                 fail_alloc(c, 0);
         }
@@ -602,6 +618,7 @@ static void tlb_random(const char *c, size_t bytes) {
     for (long i = 0; i < n; i++)
         p[i] = xmalloc(sz[i & (NSIZES - 1)], c);
     double alloc_ns = now_ns() - t0;
+    long huge = anon_huge_kib();
     /* One cycle through every object in a random order (Fisher-Yates). */
     uint64_t s = g_seed ^ 0x7157;
     for (long i = 0; i < n; i++)
@@ -637,9 +654,9 @@ static void tlb_random(const char *c, size_t bytes) {
         xfree(p[i], sz[i & (NSIZES - 1)], c);
     free(order);
     free(p);
-    char extra[128];
-    snprintf(extra, sizeof extra, "ws_mib=%.1f alloc_ms=%.1f", (double)bytes / 1048576.0,
-             alloc_ns / 1e6);
+    char extra[160];
+    snprintf(extra, sizeof extra, "ws_mib=%.1f alloc_ms=%.1f huge_mib=%.1f",
+             (double)bytes / 1048576.0, alloc_ns / 1e6, (double)huge / 1024.0);
     report(c, ns, (long)PASSES * n, extra);
 }
 
