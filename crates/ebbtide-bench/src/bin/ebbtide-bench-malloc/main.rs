@@ -667,6 +667,10 @@ fn main() {
             .unwrap_or_else(|e| eprintln!("cannot write --log {}: {e}", f.display()));
     }
     println!("- load average after: {}", loadavg());
+    // Another process may switch THP during a long run (tests of THP policies do): say so.
+    if let Ok(t) = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled") {
+        println!("- THP after: {}", t.trim());
+    }
     println!("- run time: {:.0} s", started.elapsed().as_secs_f64());
     println!();
     println!("Cases:");
