@@ -74,6 +74,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include "../benchutil.h"
@@ -181,6 +182,15 @@ static long anon_huge_kib(void) {
             break;
     fclose(f);
     return kib;
+}
+
+/* Zeroed memory from mmap for a case's own bookkeeping (rings, per-thread records): not from the
+ * allocator under test, so it does not weigh on one allocator's figures more than another's. */
+static void *pages(size_t n, const char *c) {
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        fail_alloc(c, n);
+    return p;
 }
 
 static void report(const char *c, double ns, long ops, const char *extra) {
@@ -406,11 +416,8 @@ static void *consumer(void *arg) {
 
 /* `pairs` producer/consumer pairs, n objects through each ring. */
 static void prodcons(const char *c, int pairs, long n) {
-    struct ring *r = aligned_alloc(64, (size_t)pairs * sizeof *r);
-    pthread_t *th = malloc((size_t)pairs * 2 * sizeof *th);
-    if (!r || !th)
-        fail_alloc(c, (size_t)pairs * sizeof *r);
-    memset(r, 0, (size_t)pairs * sizeof *r);
+    struct ring *r = pages((size_t)pairs * sizeof *r, c);
+    pthread_t *th = pages((size_t)pairs * 2 * sizeof *th, c);
     for (int i = 0; i < pairs; i++) {
         r[i].n = n;
         r[i].c = c;
@@ -424,8 +431,8 @@ static void prodcons(const char *c, int pairs, long n) {
     for (int i = 0; i < 2 * pairs; i++)
         pthread_join(th[i], NULL);
     double ns = now_ns() - t;
-    free(th);
-    free(r);
+    munmap(th, (size_t)pairs * 2 * sizeof *th);
+    munmap(r, (size_t)pairs * sizeof *r);
     report(c, ns, n * pairs, "");
 }
 
@@ -537,10 +544,8 @@ static int churn_threads(void) {
 
 static void thread_churn(const char *c, long rounds) {
     int t = churn_threads();
-    struct churn *w = malloc((size_t)t * sizeof *w);
-    pthread_t *th = malloc((size_t)t * sizeof *th);
-    if (!w || !th)
-        fail_alloc(c, (size_t)t * sizeof *w);
+    struct churn *w = pages((size_t)t * sizeof *w, c);
+    pthread_t *th = pages((size_t)t * sizeof *th, c);
     double t0 = now_ns();
     for (long r = 0; r < rounds; r++) {
         for (int i = 0; i < t; i++) {
@@ -555,8 +560,8 @@ static void thread_churn(const char *c, long rounds) {
         }
     }
     double ns = now_ns() - t0;
-    free(w);
-    free(th);
+    munmap(w, (size_t)t * sizeof *w);
+    munmap(th, (size_t)t * sizeof *th);
     report(c, ns, rounds * t, "");
 }
 
@@ -572,10 +577,8 @@ static void *handover_worker(void *arg) {
 
 static void thread_handover(const char *c, long generations) {
     int t = churn_threads();
-    struct churn *w = calloc((size_t)t, sizeof *w);
-    pthread_t *th = malloc((size_t)t * sizeof *th);
-    if (!w || !th)
-        fail_alloc(c, (size_t)t * sizeof *w);
+    struct churn *w = pages((size_t)t * sizeof *w, c);
+    pthread_t *th = pages((size_t)t * sizeof *th, c);
     double t0 = now_ns();
     for (long g = 0; g < generations; g++) {
         for (int i = 0; i < t; i++) {
@@ -590,8 +593,8 @@ static void thread_handover(const char *c, long generations) {
     for (int i = 0; i < t; i++)
         for (int k = 0; k < CHURN_OBJS / 2; k++)
             xfree(w[i].keep[k], w[i].keep_size[k], c);
-    free(w);
-    free(th);
+    munmap(w, (size_t)t * sizeof *w);
+    munmap(th, (size_t)t * sizeof *th);
     report(c, ns, generations * t, "");
 }
 
