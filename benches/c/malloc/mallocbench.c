@@ -8,7 +8,12 @@
  * itself (wait4). The cases are written for this project; public suites (mimalloc-bench,
  * larson, glibc's bench-malloc) inspired the patterns, none of their code is here.
  *
- *   mallocbench --case NAME [--label L] [--scale F] [--seed N]
+ *   mallocbench --case NAME [--label L] [--scale F] [--seed N] [--threads T]
+ *
+ * --threads T (1-256) sets the thread count of the multi-threaded cases (larson, prodcons,
+ * thread_churn, thread_handover) for a many-core sweep; each thread then does the same work
+ * whatever T is, so a run's wall time stays the same on a machine with T CPUs. Without it each
+ * case takes its default below. The single-thread cases ignore it.
  *
  * Cases (one "op" is what the ns figure is divided by; sizes log-uniform in the ranges given,
  * drawn from a table of 4096 precomputed sizes so the loops do not run a generator):
@@ -18,8 +23,9 @@
  *   live_big        the same with 200 000 live objects of 16-512 B (cache- and TLB-bound)
  *   live_mixed      the same with 20 000 live objects of 16 B-16 KiB
  *   prodcons        a producer thread allocates (16-1024 B), a consumer thread frees, through a
- *                   single-producer single-consumer ring of 4096 slots; op = object
- *   larson          server pattern: T threads (T = online CPUs, at least 2), each replacing
+ *                   single-producer single-consumer ring of 4096 slots; op = object. With
+ *                   --threads T (at least 2): T/2 such pairs, each with its own ring
+ *   larson          server pattern: T threads (default: online CPUs, at least 2), each replacing
  *                   random objects (16-1024 B) in a region of 2 000 slots; after every epoch
  *                   the regions rotate between threads, so most frees are of objects another
  *                   thread allocated; op = one replacement
@@ -27,14 +33,25 @@
  *                   steps of 1/8 + 16 B (a string builder), then freed; op = realloc
  *   large           one thread: 32 live blocks of 64 KiB-4 MiB, a random one replaced per op,
  *                   every page of the new block written; op = replacement
- *   thread_churn    rounds of T short-lived threads, each allocating 2 000 objects of 16-512 B,
- *                   freeing half and handing half to the main thread, which frees them after
- *                   the join; op = thread
+ *   thread_churn    rounds of T short-lived threads (default: online CPUs, 2-16), each
+ *                   allocating 2 000 objects of 16-512 B, freeing half and handing half to the
+ *                   main thread, which frees them after the join; op = thread
+ *   thread_handover generations of T short-lived threads (default as thread_churn): thread i of
+ *                   a generation frees the 1 000 objects thread i of the previous generation
+ *                   left, allocates 2 000 objects of 16-512 B, frees half of them and leaves
+ *                   the other half to its successor; op = thread
  *   fragmentation   one thread: 400 000 objects of 16-128 B, 7 of every 8 freed (the survivors
  *                   pin the pages), then the freed volume allocated again as 512 B-4 KiB
  *                   objects, then all freed; op = object allocated; extra figures: RSS after
  *                   the second phase and the live bytes then (MiB), and each phase's time
  *                   (ms: the allocation, the 7/8 freed, the volume again, the end's frees)
+ *   tlb_random      one thread: 512 MiB (times --scale) of objects of 64-256 B, allocated in a
+ *                   row, linked into one cycle in a random order, then followed pointer by
+ *                   pointer for 3 passes: almost every step a cache miss and, on 4 KiB pages,
+ *                   a TLB miss, so the time says how densely the allocator packs its objects
+ *                   into (huge) pages; op = step; extra figures: the working set (MiB asked
+ *                   for), the allocation's time (ms) and how much of the process sat in
+ *                   transparent huge pages after it (AnonHugePages, MiB; -1 unreadable)
  *
  * Every object carries a tag in its first and last byte, written after malloc and checked
  * before free (and across realloc), so an allocator that hands out overlapping memory or loses
@@ -57,6 +74,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include "../benchutil.h"
@@ -68,6 +86,8 @@ static const char *g_label = "malloc";
 static double g_scale = 1.0;
 static uint64_t g_seed = 0x9e3779b97f4a7c15ull;
 static int g_ncpu = 1;
+static int g_threads = 0; /* --threads; 0: each case's default */
+#define MAX_THREADS 256
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -147,6 +167,30 @@ static long rss_kib(void) {
         resident = -1;
     fclose(f);
     return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* AnonHugePages of /proc/self/smaps_rollup in KiB (how much of the heap sits in transparent huge
+ * pages), -1 if unreadable. */
+static long anon_huge_kib(void) {
+    char line[256];
+    long kib = -1;
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "AnonHugePages: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+/* Zeroed memory from mmap for a case's own bookkeeping (rings, per-thread records): not from the
+ * allocator under test, so it does not weigh on one allocator's figures more than another's. */
+static void *pages(size_t n, const char *c) {
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        fail_alloc(c, n);
+    return p;
 }
 
 static void report(const char *c, double ns, long ops, const char *extra) {
@@ -338,6 +382,7 @@ struct ring {
     _Alignas(64) void *slot[RING];
     size_t size[RING];
     long n;
+    int cpu; /* the producer's CPU; the consumer's is the next */
     const char *c;
 };
 
@@ -345,7 +390,7 @@ static void *producer(void *arg) {
     struct ring *r = arg;
     size_t sz[NSIZES];
     fill_sizes(sz, 16, 1024, g_seed);
-    pin(0);
+    pin(r->cpu);
     for (long i = 0; i < r->n; i++) {
         while (i - atomic_load_explicit(&r->tail, memory_order_acquire) >= RING)
             sched_yield();
@@ -359,7 +404,7 @@ static void *producer(void *arg) {
 
 static void *consumer(void *arg) {
     struct ring *r = arg;
-    pin(1);
+    pin(r->cpu + 1);
     for (long i = 0; i < r->n; i++) {
         while (atomic_load_explicit(&r->head, memory_order_acquire) <= i)
             sched_yield();
@@ -369,17 +414,26 @@ static void *consumer(void *arg) {
     return NULL;
 }
 
-static void prodcons(const char *c, long n) {
-    static struct ring r;
-    r.n = n;
-    r.c = c;
-    pthread_t a, b;
+/* `pairs` producer/consumer pairs, n objects through each ring. */
+static void prodcons(const char *c, int pairs, long n) {
+    struct ring *r = pages((size_t)pairs * sizeof *r, c);
+    pthread_t *th = pages((size_t)pairs * 2 * sizeof *th, c);
+    for (int i = 0; i < pairs; i++) {
+        r[i].n = n;
+        r[i].c = c;
+        r[i].cpu = 2 * i;
+    }
     double t = now_ns();
-    if (pthread_create(&b, NULL, consumer, &r) || pthread_create(&a, NULL, producer, &r))
-        fail_alloc(c, 0);
-    pthread_join(a, NULL);
-    pthread_join(b, NULL);
-    report(c, now_ns() - t, n, "");
+    for (int i = 0; i < pairs; i++)
+        if (pthread_create(&th[2 * i + 1], NULL, consumer, &r[i]) ||
+            pthread_create(&th[2 * i], NULL, producer, &r[i]))
+            fail_alloc(c, 0);
+    for (int i = 0; i < 2 * pairs; i++)
+        pthread_join(th[i], NULL);
+    double ns = now_ns() - t;
+    munmap(th, (size_t)pairs * 2 * sizeof *th);
+    munmap(r, (size_t)pairs * sizeof *r);
+    report(c, ns, n * pairs, "");
 }
 
 /* ------------------------------------------------------------------ larson-like server */
@@ -419,7 +473,7 @@ static void *larson_worker(void *arg) {
 
 static void larson(const char *c, long epochs) {
     struct larson l;
-    l.nthreads = g_ncpu < 2 ? 2 : g_ncpu > 64 ? 64 : g_ncpu;
+    l.nthreads = g_threads ? g_threads : g_ncpu < 2 ? 2 : g_ncpu > 64 ? 64 : g_ncpu;
     l.epochs = epochs;
     l.per_epoch = 20000;
     long total = (long)l.nthreads * LREGION;
@@ -434,8 +488,8 @@ static void larson(const char *c, long epochs) {
         l.slot[i] = xmalloc(l.size[i], c);
     }
     pthread_barrier_init(&l.bar, NULL, (unsigned)l.nthreads);
-    pthread_t th[64];
-    struct larson_arg args[64];
+    pthread_t th[MAX_THREADS];
+    struct larson_arg args[MAX_THREADS];
     double t = now_ns();
     for (int i = 0; i < l.nthreads; i++) {
         args[i] = (struct larson_arg){&l, i};
@@ -481,12 +535,17 @@ static void *churn_worker(void *arg) {
     return NULL;
 }
 
+/* The thread count of the churn cases: --threads, else the online CPUs within 2-16. */
+static int churn_threads(void) {
+    if (g_threads)
+        return g_threads;
+    return g_ncpu < 2 ? 2 : g_ncpu > 16 ? 16 : g_ncpu;
+}
+
 static void thread_churn(const char *c, long rounds) {
-    int t = g_ncpu < 2 ? 2 : g_ncpu;
-    if (t > 16)
-        t = 16;
-    static struct churn w[16];
-    pthread_t th[16];
+    int t = churn_threads();
+    struct churn *w = pages((size_t)t * sizeof *w, c);
+    pthread_t *th = pages((size_t)t * sizeof *th, c);
     double t0 = now_ns();
     for (long r = 0; r < rounds; r++) {
         for (int i = 0; i < t; i++) {
@@ -500,7 +559,108 @@ static void thread_churn(const char *c, long rounds) {
                 xfree(w[i].keep[k], w[i].keep_size[k], c);
         }
     }
-    report(c, now_ns() - t0, rounds * t, "");
+    double ns = now_ns() - t0;
+    munmap(w, (size_t)t * sizeof *w);
+    munmap(th, (size_t)t * sizeof *th);
+    report(c, ns, rounds * t, "");
+}
+
+/* One thread of a generation: frees what its predecessor left in `w`, then leaves its own. */
+static void *handover_worker(void *arg) {
+    struct churn *w = arg;
+    for (int i = 0; i < CHURN_OBJS / 2; i++)
+        if (w->keep[i])
+            xfree(w->keep[i], w->keep_size[i], "thread_handover");
+    churn_worker(w);
+    return NULL;
+}
+
+static void thread_handover(const char *c, long generations) {
+    int t = churn_threads();
+    struct churn *w = pages((size_t)t * sizeof *w, c);
+    pthread_t *th = pages((size_t)t * sizeof *th, c);
+    double t0 = now_ns();
+    for (long g = 0; g < generations; g++) {
+        for (int i = 0; i < t; i++) {
+            w[i].seed = g_seed + (uint64_t)(g * MAX_THREADS + i);
+            if (pthread_create(&th[i], NULL, handover_worker, &w[i]))
+                fail_alloc(c, 0);
+        }
+        for (int i = 0; i < t; i++)
+            pthread_join(th[i], NULL);
+    }
+    double ns = now_ns() - t0;
+    for (int i = 0; i < t; i++)
+        for (int k = 0; k < CHURN_OBJS / 2; k++)
+            xfree(w[i].keep[k], w[i].keep_size[k], c);
+    munmap(w, (size_t)t * sizeof *w);
+    munmap(th, (size_t)t * sizeof *th);
+    report(c, ns, generations * t, "");
+}
+
+/* ------------------------------------------------------------------ TLB-bound random walk */
+
+/* An object of the walk: the tag in its first and last byte (stamp), the link at offset 8. */
+#define TLB_LINK(p) (*(void **)((char *)(p) + 8))
+
+static void tlb_random(const char *c, size_t bytes) {
+    size_t sz[NSIZES];
+    fill_sizes(sz, 64, 256, g_seed);
+    long n = 0;
+    for (size_t b = 0; b < bytes; n++)
+        b += sz[n & (NSIZES - 1)];
+    if (n < 2)
+        n = 2;
+    if ((uint64_t)n > UINT32_MAX)
+        fail_alloc(c, bytes); /* the order array holds 32-bit indices */
+    void **p = malloc((size_t)n * sizeof *p);
+    uint32_t *order = malloc((size_t)n * sizeof *order);
+    if (!p || !order)
+        fail_alloc(c, (size_t)n * sizeof *p);
+    double t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        p[i] = xmalloc(sz[i & (NSIZES - 1)], c);
+    double alloc_ns = now_ns() - t0;
+    long huge = anon_huge_kib();
+    /* One cycle through every object in a random order (Fisher-Yates). */
+    uint64_t s = g_seed ^ 0x7157;
+    for (long i = 0; i < n; i++)
+        order[i] = (uint32_t)i;
+    for (long i = n - 1; i > 0; i--) {
+        long j = (long)(xorshift(&s) % (uint64_t)(i + 1));
+        uint32_t x = order[i];
+        order[i] = order[j];
+        order[j] = x;
+    }
+    for (long i = 0; i < n; i++)
+        TLB_LINK(p[order[i]]) = p[order[(i + 1) % n]];
+    enum { PASSES = 3 };
+    void *at = p[order[0]];
+    double t = now_ns();
+    for (int pass = 0; pass < PASSES; pass++) {
+        long steps = 0;
+        do {
+            at = TLB_LINK(at);
+            steps++;
+        } while (at != p[order[0]] && steps <= n);
+        if (steps != n) {
+            printf("#corrupt case=%s cycle of %ld steps, want %ld\n", c, steps, n);
+            fprintf(stderr, "mallocbench: %s: the cycle through %ld objects has %ld steps: "
+                            "overlapping allocations\n", c, n, steps);
+            fflush(stdout);
+            exit(3);
+        }
+    }
+    double ns = now_ns() - t;
+    SINK(at);
+    for (long i = 0; i < n; i++)
+        xfree(p[i], sz[i & (NSIZES - 1)], c);
+    free(order);
+    free(p);
+    char extra[160];
+    snprintf(extra, sizeof extra, "ws_mib=%.1f alloc_ms=%.1f huge_mib=%.1f",
+             (double)bytes / 1048576.0, alloc_ns / 1e6, (double)huge / 1024.0);
+    report(c, ns, (long)PASSES * n, extra);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -516,6 +676,7 @@ static const char *origin(const char *sym) {
 static const char *const CASES[] = {
     "pair_small", "pair_mixed", "live_small", "live_big",     "live_mixed",   "prodcons",
     "larson",     "realloc_grow", "large",    "thread_churn", "fragmentation",
+    "thread_handover", "tlb_random",
 };
 #define NCASES (sizeof CASES / sizeof CASES[0])
 
@@ -536,7 +697,11 @@ static void run(const char *c) {
         pin(g_ncpu - 1);
         live(c, 20000, 16, 16384, scaled(3000000));
     } else if (!strcmp(c, "prodcons")) {
-        prodcons(c, scaled(1000000));
+        if (g_threads == 1) {
+            fprintf(stderr, "mallocbench: prodcons needs --threads of at least 2 (T/2 pairs)\n");
+            exit(2);
+        }
+        prodcons(c, g_threads ? g_threads / 2 : 1, scaled(1000000));
     } else if (!strcmp(c, "larson")) {
         larson(c, scaled(100));
     } else if (!strcmp(c, "realloc_grow")) {
@@ -547,6 +712,11 @@ static void run(const char *c) {
         large(c, scaled(4000));
     } else if (!strcmp(c, "thread_churn")) {
         thread_churn(c, scaled(1000));
+    } else if (!strcmp(c, "thread_handover")) {
+        thread_handover(c, scaled(1000));
+    } else if (!strcmp(c, "tlb_random")) {
+        pin(g_ncpu - 1);
+        tlb_random(c, (size_t)scaled(512L << 20));
     } else if (!strcmp(c, "fragmentation")) {
         pin(g_ncpu - 1);
         fragmentation(c, scaled(400000) < 8 ? 8 : scaled(400000));
@@ -554,7 +724,8 @@ static void run(const char *c) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: mallocbench --case NAME [--label L] [--scale F] [--seed N]\ncases:");
+    fprintf(stderr, "usage: mallocbench --case NAME [--label L] [--scale F] [--seed N] "
+                    "[--threads T]\ncases:");
     for (size_t i = 0; i < NCASES; i++)
         fprintf(stderr, " %s", CASES[i]);
     fprintf(stderr, "\n");
@@ -579,6 +750,15 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "mallocbench: bad --scale %s (a number in (0, 1000])\n", v);
                 exit(2);
             }
+        } else if (!strcmp(a, "--threads")) {
+            char *end;
+            long t = strtol(v, &end, 10);
+            if (*end || t < 1 || t > MAX_THREADS) {
+                fprintf(stderr, "mallocbench: bad --threads %s (a whole number in [1, %d])\n", v,
+                        MAX_THREADS);
+                exit(2);
+            }
+            g_threads = (int)t;
         } else if (!strcmp(a, "--seed"))
             g_seed = strtoull(v, NULL, 0) | 1;
         else

@@ -6,5 +6,6 @@
 
 mod c_bench;
 mod malloc_bench;
+mod pack_bench;
 #[path = "../../../ebbtide-core/tests/support/serial.rs"]
 mod serial;

@@ -73,6 +73,8 @@ const C_CASES: &[&str] = &[
     "large",
     "thread_churn",
     "fragmentation",
+    "thread_handover",
+    "tlb_random",
 ];
 
 /// Every case under every installed peer, two rounds: one log line per run, all ok; a table
@@ -288,6 +290,12 @@ fn bad_options_are_refused_with_a_message() {
         (&["--timeout", "x"][..], "--timeout x"),
         (&["--rounds"][..], "--rounds needs a value"),
         (&["--frobnicate", "1"][..], "unknown option --frobnicate"),
+        (&["--threads", "0"][..], "\"0\" is not a thread count"),
+        (&["--threads", "2,x"][..], "\"x\" is not a thread count"),
+        (
+            &["--sweep", "--threads", "257"][..],
+            "\"257\" is not a thread count",
+        ),
     ] {
         let o = driver(args);
         let (_, stderr) = text(&o);
@@ -306,4 +314,50 @@ fn bad_options_are_refused_with_a_message() {
         stderr.contains("/nonexistent/libebbtide_malloc.so: no such file"),
         "{stderr}"
     );
+    let o = driver(&["--prebuilt", "/nonexistent", "--only", "glibc", "--sweep"]);
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--prebuilt /nonexistent: no mallocbench there"),
+        "{stderr}"
+    );
+}
+
+/// `--threads`: one row per thread count for a threaded case (prodcons from 2 threads on), a
+/// single-thread case once, as `(1)`; the log names each as case@threads; the sweep's table
+/// and verdict are printed.
+#[test]
+fn thread_counts_make_rows() {
+    let _turn = crate::serial::turn(module_path!());
+    let log = std::env::temp_dir().join(format!("malloc_bench-threads-{}.log", std::process::id()));
+    let o = driver(&[
+        "--threads",
+        "1,3",
+        "--rounds",
+        "1",
+        "--scale",
+        "0.01",
+        "--only",
+        "glibc",
+        "--cases",
+        "prodcons,larson,pair_small",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{}\n{stdout}\n{stderr}", o.status);
+    let runs = std::fs::read_to_string(&log).expect("--log written");
+    let _ = std::fs::remove_file(&log);
+    let keys: Vec<&str> = runs.lines().map(|l| l.split(' ').nth(1).unwrap()).collect();
+    assert_eq!(
+        keys,
+        ["prodcons@3", "larson@1", "larson@3", "pair_small@1"],
+        "{runs}"
+    );
+    for row in ["prodcons (3)", "larson (1)", "larson (3)", "pair_small (1)"] {
+        assert!(stdout.contains(&format!("| {row} | ")), "{row}: {stdout}");
+    }
+    assert!(!stdout.contains("prodcons (1)"), "{stdout}");
+    assert!(stdout.contains("## Sweep verdict"), "{stdout}");
+    assert!(stdout.contains("- threads: 1 3"), "{stdout}");
 }

@@ -116,6 +116,18 @@ impl Allocator {
     }
 }
 
+/// Whether `LD_PRELOAD` can carry `path`: the dynamic linker splits it at spaces and colons.
+pub fn preloadable(path: &Path) -> Result<(), String> {
+    let s = path.to_string_lossy();
+    if s.contains([' ', ':', '\t', '\n']) {
+        return Err(format!(
+            "{s} has a space or colon, which LD_PRELOAD cannot carry (it splits there): \
+             move it (or the --work/TMPDIR directory) to a path without one"
+        ));
+    }
+    Ok(())
+}
+
 pub fn find_lib(file: &str) -> Option<PathBuf> {
     LIB_DIRS
         .iter()
@@ -123,14 +135,16 @@ pub fn find_lib(file: &str) -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-/// The peers named in `only` that are installed; a note on stderr for each missing one.
-pub fn peers(only: &[String]) -> Vec<Allocator> {
+/// The peers named in `only` that are installed (looked for in `dir` first when given: a
+/// packed folder's copies); a note on stderr for each missing one.
+pub fn peers(only: &[String], dir: Option<&Path>) -> Vec<Allocator> {
     let mut v = Vec::new();
     for (name, file, package) in PEERS {
         if !only.iter().any(|o| o == name) {
             continue;
         }
-        match find_lib(file) {
+        let packed = dir.map(|d| d.join(file)).filter(|p| p.is_file());
+        match packed.or_else(|| find_lib(file)) {
             Some(p) => v.push(Allocator {
                 name,
                 preload: p,
@@ -330,6 +344,15 @@ mod tests {
         );
         assert_eq!(binds_to(&canon, "libx.so", Some(&sh)), Ok(()));
         assert!(binds_to(&canon, "libx.so", None).is_err());
+    }
+
+    #[test]
+    fn preload_paths() {
+        assert!(preloadable(Path::new("/a/b/libx.so")).is_ok());
+        assert!(preloadable(Path::new("/a b/libx.so"))
+            .unwrap_err()
+            .contains("space or colon"));
+        assert!(preloadable(Path::new("/a:b/libx.so")).is_err());
     }
 
     #[test]

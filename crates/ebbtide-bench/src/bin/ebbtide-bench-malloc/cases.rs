@@ -26,6 +26,9 @@ pub struct Case {
     pub name: &'static str,
     pub kind: Kind,
     pub what: &'static str,
+    /// For a case of the C program whose thread count `--threads` sets: the fewest threads it
+    /// runs with (prodcons: 2, a producer and a consumer). None: one thread, or a program.
+    pub min_threads: Option<usize>,
 }
 
 impl Case {
@@ -42,7 +45,85 @@ const fn c(name: &'static str, what: &'static str) -> Case {
         name,
         kind: Kind::C,
         what,
+        min_threads: None,
     }
+}
+
+/// A case of the C program whose thread count is a parameter.
+const fn threaded(name: &'static str, min: usize, what: &'static str) -> Case {
+    Case {
+        name,
+        kind: Kind::C,
+        what,
+        min_threads: Some(min),
+    }
+}
+
+/// One row of the tables: a case, at a thread count for a threaded case of a sweep.
+#[derive(Clone, Copy)]
+pub struct Row {
+    pub case: &'static Case,
+    /// `--threads` for the C program; None: the case's default.
+    pub threads: Option<usize>,
+}
+
+impl Row {
+    pub fn plain(case: &'static Case) -> Row {
+        Row {
+            case,
+            threads: None,
+        }
+    }
+
+    /// The name in the tables: `larson (16)` in a sweep, else the case's name.
+    pub fn label(&self) -> String {
+        match self.threads {
+            Some(t) => format!("{} ({t})", self.case.name),
+            None => self.case.name.to_string(),
+        }
+    }
+
+    /// The name in the `--log` file (one word): `larson@16`, else the case's name.
+    pub fn key(&self) -> String {
+        match self.threads {
+            Some(t) => format!("{}@{t}", self.case.name),
+            None => self.case.name.to_string(),
+        }
+    }
+}
+
+/// The cases of `--sweep` (issue 43): a larson-like server, producer/consumer pairs, thread
+/// generations handing objects over, each at every thread count, and one mixed-size
+/// single-thread case.
+pub const SWEEP: &[&str] = &["larson", "prodcons", "thread_handover", "live_mixed"];
+
+/// The rows of `cases` at the thread counts `threads`: a threaded case once per count (counts
+/// below its minimum left out), any other case once (a single-thread case of the C program
+/// labelled as 1 thread).
+pub fn rows(cases: &[&'static Case], threads: &[usize]) -> Vec<Row> {
+    let mut v = Vec::new();
+    for &case in cases {
+        match case.min_threads {
+            Some(min) => v.extend(threads.iter().filter(|&&t| t >= min).map(|&t| Row {
+                case,
+                threads: Some(t),
+            })),
+            None if case.kind == Kind::C => v.push(Row {
+                case,
+                threads: Some(1),
+            }),
+            None => v.push(Row::plain(case)),
+        }
+    }
+    v
+}
+
+/// The thread counts of a sweep: 1, 2, 4, 8, 16 and `ncpu`, ascending, each once.
+pub fn sweep_threads(ncpu: usize) -> Vec<usize> {
+    let mut t = vec![1, 2, 4, 8, 16, ncpu.max(1)];
+    t.sort_unstable();
+    t.dedup();
+    t
 }
 
 pub const CASES: &[Case] = &[
@@ -51,31 +132,56 @@ pub const CASES: &[Case] = &[
     c("live_small", "1 000 live objects of 16-256 B, random one replaced"),
     c("live_big", "200 000 live objects of 16-512 B, random one replaced"),
     c("live_mixed", "20 000 live objects of 16 B-16 KiB, random one replaced"),
-    c("prodcons", "producer thread mallocs 16 B-1 KiB, consumer thread frees"),
-    c("larson", "server pattern: threads replace objects in regions that rotate between them"),
+    threaded(
+        "prodcons",
+        2,
+        "producer thread mallocs 16 B-1 KiB, consumer thread frees (sweep: threads/2 pairs)",
+    ),
+    threaded(
+        "larson",
+        1,
+        "server pattern: threads replace objects in regions that rotate between them",
+    ),
     c("realloc_grow", "16 buffers grown by realloc from 8 B to 256 KiB (+1/8 per step)"),
     c("large", "32 live blocks of 64 KiB-4 MiB, random one replaced, every page written"),
-    c("thread_churn", "short-lived threads, 2 000 objects each, half freed by the main thread"),
+    threaded(
+        "thread_churn",
+        1,
+        "short-lived threads, 2 000 objects each, half freed by the main thread",
+    ),
     c("fragmentation", "400 000 small objects, 7/8 freed, the volume re-allocated as 512 B-4 KiB"),
+    threaded(
+        "thread_handover",
+        1,
+        "generations of short-lived threads, each freeing the 1 000 objects its predecessor left",
+    ),
+    c(
+        "tlb_random",
+        "512 MiB of 64-256 B objects linked in a random order, followed for 3 passes (TLB-bound)",
+    ),
     Case {
         name: "python_malloc",
         kind: Kind::Python { pymalloc: false },
         what: "python3 object/dict/string/json churn, PYTHONMALLOC=malloc (every object a malloc)",
+        min_threads: None,
     },
     Case {
         name: "python_pymalloc",
         kind: Kind::Python { pymalloc: true },
         what: "the same with CPython's pymalloc in front (only > 512 B and arenas reach malloc)",
+        min_threads: None,
     },
     Case {
         name: "sqlite_bulk",
         kind: Kind::Sqlite,
         what: "sqlite3 :memory:, 200 000 rows in one transaction, two indexes, update, delete",
+        min_threads: None,
     },
     Case {
         name: "redis",
         kind: Kind::Redis,
         what: "redis-server under redis-benchmark: 6 commands x 200 000 requests, 50 clients, pipeline 16",
+        min_threads: None,
     },
 ];
 
@@ -157,10 +263,11 @@ fn scaled(n: f64, scale: f64) -> u64 {
     ((n * scale).round() as u64).max(1)
 }
 
-/// One run of `case` under `a`.
-pub fn run(ctx: &Ctx, case: &Case, a: &Allocator) -> Result<Sample, Failure> {
+/// One run of `row` under `a`.
+pub fn run(ctx: &Ctx, row: &Row, a: &Allocator) -> Result<Sample, Failure> {
+    let case = row.case;
     match case.kind {
-        Kind::C => run_c(ctx, case, a),
+        Kind::C => run_c(ctx, case, row.threads, a),
         Kind::Python { pymalloc } => run_python(ctx, a, pymalloc),
         Kind::Sqlite => run_sqlite(ctx, a),
         Kind::Redis => run_redis(ctx, a),
@@ -185,9 +292,16 @@ fn tail(s: &str) -> String {
     }
 }
 
-fn run_c(ctx: &Ctx, case: &Case, a: &Allocator) -> Result<Sample, Failure> {
+fn run_c(ctx: &Ctx, case: &Case, threads: Option<usize>, a: &Allocator) -> Result<Sample, Failure> {
     let scale = ctx.scale.to_string();
-    let args = ["--case", case.name, "--label", a.name, "--scale", &scale];
+    let mut args = vec!["--case", case.name, "--label", a.name, "--scale", &scale];
+    // Only a threaded case takes the count (a single-thread one is labelled 1 in a sweep).
+    let t = threads
+        .filter(|_| case.min_threads.is_some())
+        .map(|t| t.to_string());
+    if let Some(t) = &t {
+        args.extend(["--threads", t]);
+    }
     let repro = format!(
         "{} {} {}",
         a.shell_prefix(),
@@ -604,6 +718,34 @@ mod tests {
         )
         .is_err());
         assert!(parse_c_output("larson x 1.0 1 1\n#done\n", "larson", "x", "libx.so").is_err());
+    }
+
+    #[test]
+    fn sweep_rows() {
+        assert_eq!(sweep_threads(2), vec![1, 2, 4, 8, 16]);
+        assert_eq!(sweep_threads(16), vec![1, 2, 4, 8, 16]);
+        assert_eq!(sweep_threads(12), vec![1, 2, 4, 8, 12, 16]);
+        assert_eq!(sweep_threads(64), vec![1, 2, 4, 8, 16, 64]);
+        let cases: Vec<&'static Case> = SWEEP.iter().map(|n| find(n).unwrap()).collect();
+        let labels: Vec<String> = rows(&cases, &[1, 2, 4]).iter().map(Row::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "larson (1)",
+                "larson (2)",
+                "larson (4)",
+                "prodcons (2)",
+                "prodcons (4)",
+                "thread_handover (1)",
+                "thread_handover (2)",
+                "thread_handover (4)",
+                "live_mixed (1)"
+            ]
+        );
+        let r = rows(&[find("larson").unwrap(), find("redis").unwrap()], &[8]);
+        assert_eq!(r[0].key(), "larson@8");
+        assert_eq!(r[1].key(), "redis");
+        assert_eq!(r[1].threads, None);
     }
 
     #[test]

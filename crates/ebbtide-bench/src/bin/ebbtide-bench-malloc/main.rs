@@ -13,6 +13,11 @@
 //! Prints markdown: the environment, times (median [min–max]) with ebbtide's ratio to the
 //! fastest peer, peak RSS with the ratio to the median peer, and the verdict against the
 //! issue's targets.
+//!
+//! `--sweep` (issue 43) runs the threaded cases at 1, 2, 4, 8, 16 and the machine's CPU count
+//! threads and prints one row per (case, threads) in issue 43's shape. `--prebuilt`,
+//! `--peer-libs` and `--work` let it run from a packed folder (`scripts/pack-bench.sh`) on a
+//! machine without a compiler, Rust or this source tree.
 
 mod allocators;
 mod cases;
@@ -22,16 +27,26 @@ mod report;
 mod stats;
 
 use allocators::Allocator;
-use cases::{Case, Ctx, Kind, CASES};
+use cases::{Case, Ctx, Kind, Row, CASES};
 use report::{Cell, Report};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: ebbtide-bench-malloc [--quick] [--rounds N] [--scale F] [--cases LIST]
-                            [--only LIST] [--lib PATH] [--baseline PATH] [--timeout S]
-                            [--log FILE]
+const USAGE: &str = "usage: ebbtide-bench-malloc [--quick] [--sweep] [--threads LIST] [--rounds N]
+                            [--scale F] [--cases LIST] [--only LIST] [--lib PATH]
+                            [--baseline PATH] [--timeout S] [--log FILE] [--prebuilt DIR]
+                            [--peer-libs DIR] [--work DIR]
+       ebbtide-bench-malloc --build-programs DIR
   --quick        3 rounds at scale 0.25 (a few minutes); default: 11 rounds at scale 1
+  --sweep        the many-core sweep (issue 43): larson, prodcons (threads/2 pairs),
+                 thread_handover at 1, 2, 4, 8, 16 and this machine's CPU count threads,
+                 live_mixed at 1; a table per (case, threads): ebbtide, the best peer, the
+                 ratio, peak RSS and its ratio to the lowest peer. Default 5 rounds at scale
+                 1 (--quick: 2 rounds at scale 0.1); --cases narrows it
+  --threads LIST comma-separated thread counts (each 1-256) for the threaded cases
+                 (larson, prodcons, thread_churn, thread_handover): one row per count;
+                 with --sweep it replaces the sweep's counts
   --rounds N     rounds (every round runs every case under every allocator once)
   --scale F      multiplies every case's work (iterations, rows, requests), 0 < F <= 100
   --cases LIST   comma-separated case names, or `c` (the C program's cases), `programs`
@@ -46,7 +61,16 @@ const USAGE: &str = "usage: ebbtide-bench-malloc [--quick] [--rounds N] [--scale
                  run in the same rounds as a column `ebbtide-baseline` (shown, not compared
                  with the peers): an A/B of two builds within one run
   --timeout S    seconds one run may take before it is killed and counted a hang (default 120)
-  --log FILE     write every run as `round case allocator value rss_kib status` to FILE";
+  --log FILE     write every run as `round case allocator value rss_kib status` to FILE
+                 (a sweep's case as case@threads)
+  --prebuilt DIR take the compiled mallocbench and launch from DIR instead of compiling
+                 them (a machine without a C compiler)
+  --peer-libs DIR  look for the peers' libraries (libjemalloc.so.2, libmimalloc.so.2,
+                 libtcmalloc_minimal.so.4) in DIR before the system's library directories
+  --work DIR     the run's scratch directory goes under DIR (default: target/mallocbench
+                 of the source tree)
+  --build-programs DIR  compile mallocbench and launch into DIR and exit (what
+                 scripts/pack-bench.sh packs)";
 
 struct Args {
     rounds: usize,
@@ -57,6 +81,11 @@ struct Args {
     baseline: Option<PathBuf>,
     timeout: Duration,
     log: Option<PathBuf>,
+    /// The thread counts of the threaded cases: one row per count (None: each case's default).
+    threads: Option<Vec<usize>>,
+    prebuilt: Option<PathBuf>,
+    peer_libs: Option<PathBuf>,
+    work: Option<PathBuf>,
 }
 
 fn bad(m: &str) -> ! {
@@ -74,9 +103,15 @@ fn parse_args() -> Args {
         baseline: None,
         timeout: Duration::from_secs(120),
         log: None,
+        threads: None,
+        prebuilt: None,
+        peer_libs: None,
+        work: None,
     };
     let (mut rounds, mut scale) = (None, None);
     let mut quick = false;
+    let mut sweep = false;
+    let mut cases_given = false;
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         match k.as_str() {
@@ -86,6 +121,10 @@ fn parse_args() -> Args {
             }
             "--quick" => {
                 quick = true;
+                continue;
+            }
+            "--sweep" => {
+                sweep = true;
                 continue;
             }
             _ => {}
@@ -128,6 +167,42 @@ fn parse_args() -> Args {
                     }
                 }
                 a.cases = cs;
+                cases_given = true;
+            }
+            "--threads" => {
+                let mut ts = Vec::new();
+                for t in list(&v) {
+                    match t.trim().parse::<usize>() {
+                        Ok(n) if (1..=256).contains(&n) => {
+                            if !ts.contains(&n) {
+                                ts.push(n)
+                            }
+                        }
+                        _ => bad(&format!(
+                            "--threads {v}: {t:?} is not a thread count (a whole number 1-256)"
+                        )),
+                    }
+                }
+                a.threads = Some(ts);
+            }
+            "--prebuilt" => a.prebuilt = Some(PathBuf::from(v)),
+            "--peer-libs" => a.peer_libs = Some(PathBuf::from(v)),
+            "--work" => a.work = Some(PathBuf::from(v)),
+            "--build-programs" => {
+                let dir = PathBuf::from(v);
+                if let Err(e) = std::fs::create_dir_all(&dir) {
+                    bad(&format!("--build-programs {}: {e}", dir.display()));
+                }
+                for n in ["mallocbench", "launch"] {
+                    match compile(&dir, n) {
+                        Ok(p) => println!("{}", p.display()),
+                        Err(e) => {
+                            eprintln!("ebbtide-bench-malloc: {e}");
+                            std::process::exit(1)
+                        }
+                    }
+                }
+                std::process::exit(0)
             }
             "--only" => {
                 a.only = list(&v);
@@ -152,9 +227,33 @@ fn parse_args() -> Args {
             _ => bad(&format!("unknown option {k}")),
         }
     }
-    a.rounds = rounds.unwrap_or(if quick { 3 } else { 11 });
-    a.scale = scale.unwrap_or(if quick { 0.25 } else { 1.0 });
+    if sweep {
+        if !cases_given {
+            a.cases = cases::SWEEP.iter().filter_map(|n| cases::find(n)).collect();
+        }
+        if a.threads.is_none() {
+            a.threads = Some(cases::sweep_threads(ncpu()));
+        }
+        a.rounds = rounds.unwrap_or(if quick { 2 } else { 5 });
+        a.scale = scale.unwrap_or(if quick { 0.1 } else { 1.0 });
+    } else {
+        a.rounds = rounds.unwrap_or(if quick { 3 } else { 11 });
+        a.scale = scale.unwrap_or(if quick { 0.25 } else { 1.0 });
+    }
     a
+}
+
+fn ncpu() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The rows of the run: one per case, or with `--threads`/`--sweep` one per (threaded case,
+/// thread count).
+fn rows_of(a: &Args) -> Vec<Row> {
+    match &a.threads {
+        Some(t) => cases::rows(&a.cases, t),
+        None => a.cases.iter().map(|&c| Row::plain(c)).collect(),
+    }
 }
 
 fn root() -> PathBuf {
@@ -246,7 +345,12 @@ fn source_commit(lib: &Path) -> Option<String> {
     None
 }
 
-fn print_environment(a: &Args, allocs: &[Allocator], lib_about: Option<&(String, PathBuf)>) {
+fn print_environment(
+    a: &Args,
+    rows: &[Row],
+    allocs: &[Allocator],
+    lib_about: Option<&(String, PathBuf)>,
+) {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -258,37 +362,44 @@ fn print_environment(a: &Args, allocs: &[Allocator], lib_about: Option<&(String,
         .unwrap_or_default();
     println!("# ebbtide-bench-malloc");
     println!();
-    println!(
-        "- date: {}",
-        first_line("date", &["-u", "+%Y-%m-%d %H:%M:%S UTC"])
-    );
-    println!(
-        "- cpu: {cpu} ({} online)",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
+    println!("- date: {}", utc_now());
+    println!("- cpu: {cpu} ({} online)", ncpu());
     println!(
         "- kernel: {}",
         std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .unwrap_or_default()
             .trim()
     );
-    println!("- glibc: {}", first_line("ldd", &["--version"]));
-    println!(
-        "- cc: {}",
-        first_line(
-            &std::env::var("CC").unwrap_or_else(|_| "cc".into()),
-            &["--version"]
-        )
-    );
-    println!(
-        "- python3: {}",
-        first_line("/usr/bin/python3", &["--version"])
-    );
-    println!("- sqlite3: {}", first_line("sqlite3", &["-version"]));
-    println!(
-        "- redis-server: {}",
-        first_line("redis-server", &["--version"])
-    );
+    println!("- glibc: {}", glibc_version());
+    match &a.prebuilt {
+        Some(d) => println!("- C programs: prebuilt, from {}", d.display()),
+        None => println!(
+            "- cc: {}",
+            first_line(
+                &std::env::var("CC").unwrap_or_else(|_| "cc".into()),
+                &["--version"]
+            )
+        ),
+    }
+    let has = |k: fn(&Kind) -> bool| rows.iter().any(|r| k(&r.case.kind));
+    if has(|k| matches!(k, Kind::Python { .. })) {
+        println!(
+            "- python3: {}",
+            first_line("/usr/bin/python3", &["--version"])
+        );
+    }
+    if has(|k| *k == Kind::Sqlite) {
+        println!("- sqlite3: {}", first_line("sqlite3", &["-version"]));
+    }
+    if has(|k| *k == Kind::Redis) {
+        println!(
+            "- redis-server: {}",
+            first_line("redis-server", &["--version"])
+        );
+    }
+    if let Ok(t) = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled") {
+        println!("- THP: {}", t.trim());
+    }
     for al in allocs {
         println!("- {}: {}", al.name, al.shell_prefix());
     }
@@ -321,7 +432,55 @@ fn print_environment(a: &Args, allocs: &[Allocator], lib_about: Option<&(String,
         "- cases: {}",
         a.cases.iter().map(|c| c.name).collect::<Vec<_>>().join(" ")
     );
+    if let Some(t) = &a.threads {
+        println!(
+            "- threads: {}",
+            t.iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
     println!("- load average before: {}", loadavg());
+}
+
+/// The time now as `YYYY-MM-DD HH:MM:SS UTC`, from the clock alone (a packed machine may have
+/// no `date` on its PATH).
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    let t = secs % 86_400;
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        t / 3600,
+        t / 60 % 60,
+        t % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar (Howard
+/// Hinnant's `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// glibc's version as the running process sees it (no `ldd` needed on a packed machine).
+fn glibc_version() -> String {
+    // SAFETY: gnu_get_libc_version returns a pointer to a static NUL-terminated string.
+    unsafe {
+        let p = libc::gnu_get_libc_version();
+        std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+    }
 }
 
 /// Ends a run that cannot start: the message, the run directory removed, exit status 1.
@@ -336,13 +495,23 @@ fn main() {
     // Everything of this run (the program, the library's copy, outputs, inputs) in a directory
     // of its own: runs in parallel (tests) do not mix; kept when something failed, since the
     // reproducers name files in it.
-    let dir = target_dir()
-        .join("mallocbench")
+    let dir = a
+        .work
+        .clone()
+        .unwrap_or_else(|| target_dir().join("mallocbench"))
         .join(format!("run-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .unwrap_or_else(|e| bad(&format!("cannot create {}: {e}", dir.display())));
-    let [exe, launcher] =
-        ["mallocbench", "launch"].map(|n| compile(&dir, n).unwrap_or_else(|e| give_up(&dir, &e)));
+    let [exe, launcher] = ["mallocbench", "launch"].map(|n| match &a.prebuilt {
+        Some(d) => {
+            let p = d.join(n);
+            if !p.is_file() {
+                give_up(&dir, &format!("--prebuilt {}: no {n} there", d.display()))
+            }
+            p
+        }
+        None => compile(&dir, n).unwrap_or_else(|e| give_up(&dir, &e)),
+    });
     let mut allocs = Vec::new();
     let mut lib_about = None;
     let wants = |n: &str| a.only.iter().any(|o| o == n);
@@ -381,19 +550,24 @@ fn main() {
             Err(e) => give_up(&dir, &format!("--baseline: {e}")),
         }
     }
-    allocs.extend(allocators::peers(&a.only));
+    allocs.extend(allocators::peers(&a.only, a.peer_libs.as_deref()));
     if allocs.is_empty() {
         give_up(&dir, "no allocator to run");
     }
-    let mut case_list: Vec<&'static Case> = Vec::new();
-    for c in &a.cases {
-        let miss = cases::missing_programs(c);
+    for al in &allocs {
+        if let Err(e) = allocators::preloadable(&al.preload) {
+            give_up(&dir, &format!("{}: {e}", al.name));
+        }
+    }
+    let mut case_list: Vec<Row> = Vec::new();
+    for r in rows_of(&a) {
+        let miss = cases::missing_programs(r.case);
         if miss.is_empty() {
-            case_list.push(c);
+            case_list.push(r);
         } else {
             eprintln!(
                 "skipping {}: {} not installed (Debian: python3, sqlite3, redis-server, redis-tools)",
-                c.name,
+                r.case.name,
                 miss.join(", ")
             );
         }
@@ -406,7 +580,7 @@ fn main() {
         dir: dir.clone(),
         src: root().join("benches/c/malloc"),
     };
-    print_environment(&a, &allocs, lib_about.as_ref());
+    print_environment(&a, &case_list, &allocs, lib_about.as_ref());
 
     let mut results: Vec<Vec<Cell>> = case_list
         .iter()
@@ -417,7 +591,7 @@ fn main() {
     let mut checked: Vec<(&str, &str, Result<(), String>)> = Vec::new();
     for (ci, c) in case_list.iter().enumerate() {
         for (i, al) in allocs.iter().enumerate() {
-            let Some((key, cmd)) = cases::version_command(c) else {
+            let Some((key, cmd)) = cases::version_command(c.case) else {
                 continue;
             };
             let r = match checked.iter().find(|x| x.0 == key && x.1 == al.name) {
@@ -454,15 +628,25 @@ fn main() {
                     Ok(s) => {
                         log += &format!(
                             "{round} {} {} {} {} ok\n",
-                            c.name, allocs[i].name, s.value, s.rss_kib
+                            c.key(),
+                            allocs[i].name,
+                            s.value,
+                            s.rss_kib
                         );
                         results[ci][i].samples.push(s);
                     }
                     Err(f) => {
-                        eprintln!("FAILED {} under {}: {}", c.name, allocs[i].name, f.reason);
+                        eprintln!(
+                            "FAILED {} under {}: {}",
+                            c.label(),
+                            allocs[i].name,
+                            f.reason
+                        );
                         log += &format!(
                             "{round} {} {} - - failed: {}\n",
-                            c.name, allocs[i].name, f.reason
+                            c.key(),
+                            allocs[i].name,
+                            f.reason
                         );
                         results[ci][i].failure = Some(f);
                     }
@@ -483,11 +667,19 @@ fn main() {
             .unwrap_or_else(|e| eprintln!("cannot write --log {}: {e}", f.display()));
     }
     println!("- load average after: {}", loadavg());
+    // Another process may switch THP during a long run (tests of THP policies do): say so.
+    if let Ok(t) = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled") {
+        println!("- THP after: {}", t.trim());
+    }
     println!("- run time: {:.0} s", started.elapsed().as_secs_f64());
     println!();
     println!("Cases:");
     println!();
-    for c in &case_list {
+    for c in a
+        .cases
+        .iter()
+        .filter(|c| case_list.iter().any(|r| r.case.name == c.name))
+    {
         println!("- `{}` ({}): {}", c.name, c.unit(), c.what);
     }
     println!();
@@ -503,5 +695,15 @@ fn main() {
         eprintln!("kept {} (the failures' reproducers use it)", dir.display());
     } else {
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn civil_dates() {
+        assert_eq!(super::civil_from_days(0), (1970, 1, 1));
+        assert_eq!(super::civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(super::civil_from_days(20_785), (2026, 11, 28));
     }
 }

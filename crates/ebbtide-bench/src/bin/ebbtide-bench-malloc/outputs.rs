@@ -2,12 +2,12 @@
 //! case must print what most of its runs printed.
 
 use crate::allocators::Allocator;
-use crate::cases::{self, Case};
+use crate::cases::{self, Row};
 use crate::report::Cell;
 
 /// The cases whose programs print a result (python, sqlite): a run whose output differs from
 /// what most runs of the case printed is a failure of its allocator.
-pub fn check(cases: &[&'static Case], results: &mut [Vec<Cell>], allocs: &[Allocator]) {
+pub fn check(cases: &[Row], results: &mut [Vec<Cell>], allocs: &[Allocator]) {
     for (c, row) in cases.iter().zip(results.iter_mut()) {
         let mut counts: Vec<(String, usize)> = Vec::new();
         for cell in row.iter() {
@@ -34,7 +34,7 @@ pub fn check(cases: &[&'static Case], results: &mut [Vec<Cell>], allocs: &[Alloc
                 cell.failure = Some(cases::Failure {
                     reason: format!(
                         "{} under {}: wrong output: {:?} where the other runs printed {:?}",
-                        c.name,
+                        c.label(),
                         a.name,
                         first(&w.text),
                         first(&reference)
@@ -49,7 +49,7 @@ pub fn check(cases: &[&'static Case], results: &mut [Vec<Cell>], allocs: &[Alloc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cases::{find, Printed, Sample};
+    use crate::cases::{find, Printed, Row, Sample};
     use std::path::PathBuf;
 
     fn run(text: &str) -> Sample {
@@ -66,7 +66,7 @@ mod tests {
 
     #[test]
     fn the_odd_output_fails_its_allocator() {
-        let cases = [find("sqlite_bulk").unwrap()];
+        let cases = [Row::plain(find("sqlite_bulk").unwrap())];
         let allocs: Vec<Allocator> = ["ebbtide", "glibc", "jemalloc"]
             .iter()
             .map(|n| Allocator {

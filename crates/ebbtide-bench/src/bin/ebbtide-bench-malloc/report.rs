@@ -2,8 +2,8 @@
 //! the issue's targets, and the failures with a command that reproduces each.
 
 use crate::allocators::Allocator;
-use crate::cases::{Case, Failure, Sample};
-use crate::stats::{self, GEOMEAN_TARGET, WORST_TARGET};
+use crate::cases::{Failure, Row, Sample};
+use crate::stats::{self, GEOMEAN_TARGET, SWEEP_WORST, WORST_TARGET};
 
 /// What one allocator did in one case over all rounds.
 #[derive(Default)]
@@ -62,7 +62,8 @@ fn cell_text(c: &Cell, v: &[f64]) -> String {
 }
 
 pub struct Report<'a> {
-    pub cases: &'a [&'static Case],
+    /// The rows (a case, at a thread count in a sweep).
+    pub cases: &'a [Row],
     pub allocs: &'a [Allocator],
     /// results[case][allocator]
     pub results: &'a [Vec<Cell>],
@@ -101,7 +102,7 @@ impl Report<'_> {
             .filter_map(|(c, row)| {
                 let m: Vec<Option<f64>> = row.iter().map(Cell::median).collect();
                 let (_, best) = stats::fastest(&m, &peers)?;
-                Some((c.name.to_string(), m[e]? / best))
+                Some((c.label(), m[e]? / best))
             })
             .collect()
     }
@@ -121,8 +122,8 @@ impl Report<'_> {
             };
             s += &format!(
                 "| {} | {} | {} | {ratio} |\n",
-                c.name,
-                c.unit(),
+                c.label(),
+                c.case.unit(),
                 cells.join(" | ")
             );
         }
@@ -142,7 +143,113 @@ impl Report<'_> {
                 },
                 _ => "—".into(),
             };
-            s += &format!("| {} | {} | {ratio} |\n", c.name, cells.join(" | "));
+            s += &format!("| {} | {} | {ratio} |\n", c.label(), cells.join(" | "));
+        }
+        s
+    }
+
+    /// The many-core sweep's table (issue 43's shape): per row ebbtide's median time, the
+    /// fastest peer's (and any other peer within 5 % of it), ebbtide / fastest; then peak RSS:
+    /// ebbtide's, the lowest peer's, ebbtide / lowest.
+    pub fn sweep_table(&self) -> String {
+        let peers = self.peers();
+        let mut s = String::from(
+            "| case (threads) | ebbtide | best peer | ebbtide / best | ebbtide RSS MiB | lowest-RSS peer | RSS ebbtide / lowest |\n\
+             |---|---:|---:|---:|---:|---:|---:|\n",
+        );
+        let e = self.ebbtide();
+        for (c, row) in self.cases.iter().zip(self.results) {
+            let m: Vec<Option<f64>> = row.iter().map(Cell::median).collect();
+            let r: Vec<Option<f64>> = row.iter().map(Cell::median_rss).collect();
+            let mine = |v: &[Option<f64>]| match e {
+                Some(e) if row[e].failure.is_some() => "**FAILED**".to_string(),
+                Some(e) => v[e].map_or("—".into(), fmt),
+                None => "—".into(),
+            };
+            let (best, ratio) = match stats::fastest(&m, &peers) {
+                Some((b, bv)) => {
+                    let mut near: Vec<(usize, f64)> = peers
+                        .iter()
+                        .filter_map(|&i| m[i].map(|v| (i, v)))
+                        .filter(|&(i, v)| i != b && v <= bv * 1.05)
+                        .collect();
+                    near.sort_by(|x, y| x.1.total_cmp(&y.1));
+                    let mut names = vec![format!("{} {}", self.allocs[b].name, fmt(bv))];
+                    names.extend(
+                        near.iter()
+                            .map(|&(i, v)| format!("{} {}", self.allocs[i].name, fmt(v))),
+                    );
+                    let ratio = e
+                        .and_then(|e| m[e])
+                        .map_or("—".into(), |v| format!("**{:.2}**", v / bv));
+                    (names.join(" / "), ratio)
+                }
+                None => ("—".into(), "—".into()),
+            };
+            let (low, rss_ratio) = match stats::lowest(&r, &peers) {
+                Some((b, bv)) => (
+                    format!("{} {}", self.allocs[b].name, fmt(bv)),
+                    e.and_then(|e| r[e])
+                        .map_or("—".into(), |v| format!("{:.2}", v / bv)),
+                ),
+                None => ("—".into(), "—".into()),
+            };
+            s += &format!(
+                "| {} | {} | {best} | {ratio} | {} | {low} | {rss_ratio} |\n",
+                c.label(),
+                mine(&m),
+                mine(&r)
+            );
+        }
+        s
+    }
+
+    /// Issue 43's targets over the sweep: the rows at the largest thread count and the
+    /// single-thread cases: geometric mean of ebbtide / fastest peer ≤ 1.0, none above 1.10;
+    /// larson at 1 thread ≤ 1.0.
+    pub fn sweep_verdict(&self) -> String {
+        let max_t = self
+            .cases
+            .iter()
+            .filter(|c| c.case.min_threads.is_some())
+            .filter_map(|c| c.threads)
+            .max();
+        let ratios = self.time_ratios();
+        let at = |label: &str| ratios.iter().find(|r| r.0 == label).map(|r| r.1);
+        let chosen: Vec<(String, f64)> = self
+            .cases
+            .iter()
+            .filter(|c| c.case.min_threads.is_none() || c.threads == max_t)
+            .filter_map(|c| at(&c.label()).map(|v| (c.label(), v)))
+            .collect();
+        let yes = |b: bool| if b { "yes" } else { "**no**" };
+        let mut s = String::from("| target | measured | met? |\n|---|---|---|\n");
+        let scope = match max_t {
+            Some(t) => format!("at {t} threads and single-thread"),
+            None => "single-thread".into(),
+        };
+        match stats::time_verdict(&chosen) {
+            Some(v) => {
+                s += &format!(
+                    "| {scope}: geometric mean of ebbtide / best peer ≤ {GEOMEAN_TARGET:.1} | {:.3} over {} cases | {} |\n",
+                    v.geomean,
+                    chosen.len(),
+                    yes(v.geomean_met)
+                );
+                s += &format!(
+                    "| {scope}: none above {SWEEP_WORST:.2} | worst {} {:.2} | {} |\n",
+                    v.worst_case,
+                    v.worst,
+                    yes(v.worst <= SWEEP_WORST)
+                );
+            }
+            None => s += &format!("| {scope} | no case with both ebbtide and a peer | — |\n"),
+        }
+        if let Some(l) = at("larson (1)") {
+            s += &format!(
+                "| larson at 1 thread ≤ 1.0 | {l:.2} | {} |\n",
+                yes(l <= 1.0)
+            );
         }
         s
     }
@@ -177,7 +284,7 @@ impl Report<'_> {
                         }
                     })
                     .collect();
-                rows += &format!("| {} {k} | {} | |\n", c.name, cells.join(" | "));
+                rows += &format!("| {} {k} | {} | |\n", c.label(), cells.join(" | "));
             }
         }
         (!rows.is_empty()).then(|| self.header("case, figure", "") + &rows)
@@ -212,12 +319,12 @@ impl Report<'_> {
             return "No ebbtide column: no verdict.\n".into();
         };
         let ratios = self.time_ratios();
-        let failed: Vec<&str> = self
+        let failed: Vec<String> = self
             .cases
             .iter()
             .zip(self.results)
             .filter(|(_, row)| row[e].failure.is_some())
-            .map(|(c, _)| c.name)
+            .map(|(c, _)| c.label())
             .collect();
         s += "| target | measured | met? |\n|---|---|---|\n";
         match stats::time_verdict(&ratios) {
@@ -255,7 +362,7 @@ impl Report<'_> {
             if let (Some(v), Some(mp)) = (m[e], stats::median_peer(&m, &peers)) {
                 rss_n += 1;
                 if v > mp {
-                    rss_over.push(format!("{} {:.2}", c.name, v / mp));
+                    rss_over.push(format!("{} {:.2}", c.label(), v / mp));
                 }
             }
         }
@@ -292,7 +399,7 @@ impl Report<'_> {
                 if let Some(f) = &cell.failure {
                     s += &format!(
                         "- **{} / {}** (after {} good runs): {}\n  reproduce: `{}`\n",
-                        c.name,
+                        c.label(),
                         a.name,
                         cell.samples.len(),
                         f.reason,
@@ -304,7 +411,27 @@ impl Report<'_> {
         (!s.is_empty()).then_some(s)
     }
 
+    /// Whether this is a sweep's report (a row with a thread count).
+    pub fn is_sweep(&self) -> bool {
+        self.cases.iter().any(|c| c.threads.is_some())
+    }
+
     pub fn print(&self) {
+        if self.is_sweep() {
+            println!("## Sweep (time: median ns/op; peak RSS: median MiB)");
+            println!();
+            print!("{}", self.sweep_table());
+            println!();
+            println!(
+                "ns/op: the timed part's wall time over the operations of all threads (lower \
+                 is better); best peer: the fastest peer, with any other within 5 % of it."
+            );
+            println!();
+            println!("## Sweep verdict (issue 43 targets)");
+            println!();
+            print!("{}", self.sweep_verdict());
+            println!();
+        }
         println!("## Time");
         println!();
         print!("{}", self.time_table());
@@ -331,10 +458,12 @@ impl Report<'_> {
         for (n, g, k) in self.geomeans() {
             println!("- {n}: {} ({k} cases)", fmt(g));
         }
-        println!();
-        println!("## Verdict (issue 12 targets)");
-        println!();
-        print!("{}", self.verdict());
+        if !self.is_sweep() {
+            println!();
+            println!("## Verdict (issue 12 targets)");
+            println!();
+            print!("{}", self.verdict());
+        }
         if let Some(f) = self.failures() {
             println!();
             println!("## Failures");
@@ -347,7 +476,7 @@ impl Report<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cases::find;
+    use crate::cases::{find, Row};
     use std::path::PathBuf;
 
     fn alloc(name: &'static str) -> Allocator {
@@ -375,7 +504,10 @@ mod tests {
 
     #[test]
     fn ratios_verdict_and_failures() {
-        let cases = [find("pair_small").unwrap(), find("larson").unwrap()];
+        let cases = [
+            Row::plain(find("pair_small").unwrap()),
+            Row::plain(find("larson").unwrap()),
+        ];
         let allocs = [alloc("ebbtide"), alloc("glibc"), alloc("jemalloc")];
         let mut broken = cell(&[], 0);
         broken.failure = Some(Failure {
@@ -434,7 +566,7 @@ mod tests {
     /// `ebbtide-norseq` is shown but neither a peer nor the compared column.
     #[test]
     fn the_norseq_variant_is_not_compared() {
-        let cases = [find("pair_small").unwrap()];
+        let cases = [Row::plain(find("pair_small").unwrap())];
         let allocs = [alloc("ebbtide"), alloc("ebbtide-norseq"), alloc("glibc")];
         let results = vec![vec![
             cell(&[3.0], 1024),
@@ -456,6 +588,81 @@ mod tests {
         let g = r.geomeans();
         assert_eq!(g[1].0, "ebbtide-norseq");
         assert!((g[1].1 - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn sweep_table_and_verdict() {
+        let l = find("larson").unwrap();
+        let cases = [
+            Row {
+                case: l,
+                threads: Some(1),
+            },
+            Row {
+                case: l,
+                threads: Some(16),
+            },
+            Row {
+                case: find("live_mixed").unwrap(),
+                threads: Some(1),
+            },
+        ];
+        let allocs = [alloc("ebbtide"), alloc("glibc"), alloc("tcmalloc")];
+        let results = vec![
+            vec![cell(&[4.0], 1024), cell(&[5.0], 2048), cell(&[4.1], 512)],
+            vec![
+                cell(&[12.0], 4096),
+                cell(&[11.0], 8192),
+                cell(&[10.0], 3072),
+            ],
+            vec![cell(&[2.0], 1024), cell(&[3.0], 1024), cell(&[9.0], 2048)],
+        ];
+        let r = Report {
+            cases: &cases,
+            allocs: &allocs,
+            results: &results,
+            rounds: 1,
+        };
+        let t = r.sweep_table();
+        assert!(
+            t.contains(
+                "| larson (1) | 4.00 | tcmalloc 4.10 | **0.98** | 1.00 | tcmalloc 0.50 | 2.00 |"
+            ),
+            "{t}"
+        );
+        // glibc 11.0 is within 5 % of... no: 10 % above tcmalloc's 10.0, not shown.
+        assert!(
+            t.contains(
+                "| larson (16) | 12.0 | tcmalloc 10.0 | **1.20** | 4.00 | tcmalloc 3.00 | 1.33 |"
+            ),
+            "{t}"
+        );
+        let v = r.sweep_verdict();
+        // larson (16) 1.2 and live_mixed (1) 2/3: geomean 0.894; worst 1.2 > 1.10.
+        assert!(v.contains("at 16 threads and single-thread"), "{v}");
+        assert!(v.contains("| 0.894 over 2 cases | yes |"), "{v}");
+        assert!(v.contains("worst larson (16) 1.20 | **no** |"), "{v}");
+        assert!(
+            v.contains("| larson at 1 thread ≤ 1.0 | 0.98 | yes |"),
+            "{v}"
+        );
+        assert!(r.is_sweep());
+        // Two peers within 5 % are both named.
+        let results = vec![
+            vec![cell(&[4.0], 1024), cell(&[4.1], 2048), cell(&[4.0], 512)],
+            vec![cell(&[1.0], 1), cell(&[1.0], 1), cell(&[1.0], 1)],
+            vec![cell(&[1.0], 1), cell(&[1.0], 1), cell(&[1.0], 1)],
+        ];
+        let r = Report {
+            results: &results,
+            ..r
+        };
+        assert!(
+            r.sweep_table()
+                .contains("| tcmalloc 4.00 / glibc 4.10 | **1.00** |"),
+            "{}",
+            r.sweep_table()
+        );
     }
 
     #[test]

@@ -37,6 +37,11 @@ pub fn fastest(medians: &[Option<f64>], peers: &[usize]) -> Option<(usize, f64)>
         .min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
+/// The peer with the smallest median among `peers` (for peak RSS: the lowest peer).
+pub fn lowest(medians: &[Option<f64>], peers: &[usize]) -> Option<(usize, f64)> {
+    fastest(medians, peers)
+}
+
 /// The median of the peers' medians (for peak RSS: "no worse than the median peer").
 pub fn median_peer(medians: &[Option<f64>], peers: &[usize]) -> Option<f64> {
     let v: Vec<f64> = peers.iter().filter_map(|&i| medians[i]).collect();
@@ -57,6 +62,8 @@ pub struct TimeVerdict {
 
 pub const GEOMEAN_TARGET: f64 = 1.0;
 pub const WORST_TARGET: f64 = 1.5;
+/// Issue 43: no case of the sweep above 1.10 × the best peer.
+pub const SWEEP_WORST: f64 = 1.10;
 
 pub fn time_verdict(ratios: &[(String, f64)]) -> Option<TimeVerdict> {
     let (wc, w) = ratios.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
