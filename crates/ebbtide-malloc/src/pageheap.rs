@@ -80,8 +80,8 @@
 //!
 //! Nothing here locks: the one caller holds the block table's mutex around every call.
 
-use core::ptr::{self, NonNull};
 use crate::regions::{self, Regions, REGION};
+use core::ptr::{self, NonNull};
 use ebbtide_core::os::{MapAt, Thp};
 
 /// The heap's span: the most address space it grows to (none of it mapped up front).
@@ -1308,10 +1308,16 @@ mod tests {
         h.free(b, M / 2, 9, true);
         h.free(w, 128 * K, 10, true);
         h.validate().unwrap();
-        assert!(h.runs().iter().any(|r| r.addr == w && r.len == 128 * K && r.dirty));
+        assert!(h
+            .runs()
+            .iter()
+            .any(|r| r.addr == w && r.len == 128 * K && r.dirty));
         let (q, zeroed) = h.alloc(64 * K, page()).unwrap();
         assert!(!zeroed);
-        assert_eq!(q, b, "into the region in use, not the smaller run in an empty one");
+        assert_eq!(
+            q, b,
+            "into the region in use, not the smaller run in an empty one"
+        );
         assert_eq!(h.regions.used(1), 0, "region 1 still empty");
         h.validate().unwrap();
     }
@@ -1339,15 +1345,25 @@ mod tests {
         assert!(h.runs().iter().any(|r| r.addr == b && r.dirty));
         assert!(h.runs().iter().any(|r| r.addr == c && !r.dirty));
         let k = h.region_counts();
-        assert_eq!((k.whole_bytes, k.part_bytes, k.breaks), (2 * M as u64, 0, 0));
+        assert_eq!(
+            (k.whole_bytes, k.part_bytes, k.breaks),
+            (2 * M as u64, 0, 0)
+        );
         assert_eq!(k.huge, 1, "region 1 given back whole is no longer huge");
         h.validate().unwrap();
         // Under a drain the part goes too, breaking region 0's huge page.
         assert_eq!(h.release_older_than(u64::MAX), M / 2);
         let k = h.region_counts();
-        assert_eq!((k.part_bytes, k.breaks, k.huge, k.broken), (M as u64 / 2, 1, 0, 1));
+        assert_eq!(
+            (k.part_bytes, k.breaks, k.huge, k.broken),
+            (M as u64 / 2, 1, 0, 1)
+        );
         assert_eq!(resident(b, M / 2), 0);
-        assert_eq!(resident(a, 3 * M / 2), 3 * M / 2 / page(), "the block stays");
+        assert_eq!(
+            resident(a, 3 * M / 2),
+            3 * M / 2 / page(),
+            "the block stays"
+        );
         h.validate().unwrap();
     }
 
@@ -1371,7 +1387,11 @@ mod tests {
         assert_eq!(h.region_counts().breaks, 0);
         h.validate().unwrap();
         h.end_period();
-        assert_eq!(h.release_idle(10), 0, "the demand of the last period still covers it");
+        assert_eq!(
+            h.release_idle(10),
+            0,
+            "the demand of the last period still covers it"
+        );
         h.end_period();
         assert_eq!(h.working_set(), 0);
         assert_eq!(h.release_idle(10), M / 2);

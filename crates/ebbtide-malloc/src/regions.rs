@@ -352,7 +352,10 @@ impl Regions {
             }
         }
         if c != self.counts {
-            return Err(format!("counts {:?} but the regions say {c:?}", self.counts));
+            return Err(format!(
+                "counts {:?} but the regions say {c:?}",
+                self.counts
+            ));
         }
         Ok(())
     }
@@ -443,7 +446,10 @@ mod tests {
         // Dense again after a break: huge again, no longer broken.
         r.fill(base + M + 8192, base + REGION, base + len);
         assert_eq!((r.counts().huge, r.counts().broken), (1, 0));
-        assert!(r.validate_counts(|_| 0).is_err(), "a wrong expectation is caught");
+        assert!(
+            r.validate_counts(|_| 0).is_err(),
+            "a wrong expectation is caught"
+        );
         r.unmap();
         // SAFETY: the reservation made above, unused.
         unsafe { ebbtide_core::os::unmap(NonNull::new_unchecked(base as *mut u8), len) };

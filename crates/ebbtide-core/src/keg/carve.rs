@@ -30,7 +30,10 @@ impl Keg {
     /// Only when the newest chunk has no slab left to carve.
     pub(super) fn grow(&self, g: &mut KegInner) -> Result<(), OsError> {
         debug_assert_eq!(g.uncarved, 0);
-        let thp = super::huge::chunk_thp(g.backed_slabs * self.geo.slab_size);
+        let thp = super::huge::chunk_thp(
+            g.backed_slabs * self.geo.slab_size,
+            MAPPED_BYTES.load(Ordering::Relaxed),
+        );
         let chunk = self
             .arena
             .alloc_chunk(self.tag, self.chunk_hint, self.geo.first_slab, thp)?;

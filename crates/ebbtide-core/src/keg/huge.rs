@@ -40,17 +40,33 @@ use crate::arena::HUGE_PAGE;
 
 /// Bytes of backed slabs from which a keg's next chunks are huge. A huge page is backed whole
 /// as soon as a slab in it is touched, up to 2 MiB more than the keg uses: a sixteenth of what
-/// a keg this full holds. At 8 MiB the suite's `live_mixed` (20,000 objects of 16 B–16 KiB)
-/// peaked at 76 MiB against 60 (docs/design/hugepage-heap.md).
+/// a keg this full holds. At 8 MiB for every keg the suite's `live_mixed` (20,000 objects of
+/// 16 B–16 KiB) peaked at 76 MiB against 60 (docs/design/hugepage-heap.md).
 pub const HUGE_AFTER: usize = 32 << 20;
+
+/// In a process whose kegs hold [`HUGE_PROCESS`] of slabs, a keg's next chunks are huge from
+/// this much: a large working set spread over many size classes (512 MiB of 64–256-byte objects
+/// is nine classes of under 64 MiB) misses the TLB as much as one class would.
+pub const HUGE_AFTER_IN_LARGE: usize = 8 << 20;
+
+/// Bytes of backed slabs over every keg from which [`HUGE_AFTER_IN_LARGE`] applies: there the
+/// newest huge page of each keg that holds 8 MiB or more costs at most a quarter of that keg and
+/// less than a tenth of the process in practice.
+pub const HUGE_PROCESS: usize = 256 << 20;
 
 /// The huge page of a huge chunk: the second half (`arena.rs`).
 pub(crate) const HUGE_HALF: usize = 1;
 const _: () = assert!(CHUNK_SIZE == 2 * HUGE_PAGE);
 
-/// The huge page policy of the next chunk of a keg holding `backed_bytes` of backed slabs.
-pub(crate) fn chunk_thp(backed_bytes: usize) -> os::Thp {
-    if backed_bytes >= HUGE_AFTER {
+/// The huge page policy of the next chunk of a keg holding `backed_bytes` of backed slabs, in a
+/// process whose kegs hold `process_bytes` ([`MAPPED_BYTES`]).
+pub(crate) fn chunk_thp(backed_bytes: usize, process_bytes: usize) -> os::Thp {
+    let after = if process_bytes >= HUGE_PROCESS {
+        HUGE_AFTER_IN_LARGE
+    } else {
+        HUGE_AFTER
+    };
+    if backed_bytes >= after {
         os::Thp::Huge
     } else {
         os::Thp::Never
@@ -502,9 +518,19 @@ mod tests {
 
     #[test]
     fn a_keg_goes_huge_once_it_holds_huge_after_of_slabs() {
-        assert_eq!(chunk_thp(0), os::Thp::Never);
-        assert_eq!(chunk_thp(HUGE_AFTER - 4096), os::Thp::Never);
-        assert_eq!(chunk_thp(HUGE_AFTER), os::Thp::Huge);
+        assert_eq!(chunk_thp(0, 0), os::Thp::Never);
+        assert_eq!(chunk_thp(HUGE_AFTER - 4096, HUGE_AFTER), os::Thp::Never);
+        assert_eq!(chunk_thp(HUGE_AFTER, HUGE_AFTER), os::Thp::Huge);
+        // In a process with a large working set, from HUGE_AFTER_IN_LARGE.
+        assert_eq!(
+            chunk_thp(HUGE_AFTER_IN_LARGE, HUGE_PROCESS - 1),
+            os::Thp::Never
+        );
+        assert_eq!(
+            chunk_thp(HUGE_AFTER_IN_LARGE - 4096, HUGE_PROCESS),
+            os::Thp::Never
+        );
+        assert_eq!(chunk_thp(HUGE_AFTER_IN_LARGE, HUGE_PROCESS), os::Thp::Huge);
     }
 
     #[test]

@@ -85,7 +85,13 @@ fn smaps(lo: usize, hi: usize) -> (usize, bool) {
             continue;
         }
         if let Some(v) = line.strip_prefix("AnonHugePages:") {
-            huge += v.trim().trim_end_matches("kB").trim().parse::<usize>().unwrap() * K;
+            huge += v
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<usize>()
+                .unwrap()
+                * K;
         } else if let Some(v) = line.strip_prefix("THPeligible:") {
             eligible &= v.trim() == "1";
         }
@@ -120,7 +126,11 @@ fn a_drain_gives_a_freed_64_mib_set_back_in_whole_hugepages() {
         let lo = set.iter().map(|&p| p as usize).min().unwrap();
         let hi = set.iter().map(|&p| p as usize).max().unwrap() + 4 * M;
         for &p in &set {
-            assert_eq!(p as usize % REGION, 0, "a block of 4 MiB starts on a region");
+            assert_eq!(
+                p as usize % REGION,
+                0,
+                "a block of 4 MiB starts on a region"
+            );
             touch(p, 4 * M);
         }
         let c0 = huge::hugepage_counts();
