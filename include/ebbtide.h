@@ -287,6 +287,10 @@ struct ebbtide_global_stats {
 	uint64_t lock_wait_ns_arena;	/* counter, nanoseconds: Time the waits of lock_waits_arena spent blocked (CLOCK_MONOTONIC, read only around a wait). */
 	uint64_t lock_wait_ns_registry;	/* counter, nanoseconds: Time the waits of lock_waits_registry spent blocked. */
 	uint64_t lock_wait_ns_page_heap;	/* counter, nanoseconds: Time the waits of lock_waits_page_heap spent blocked. */
+	uint64_t page_heap_huge_pages;	/* gauge, pages: Huge pages (2 MiB regions made MADV_HUGEPAGE while at least half in blocks) of the malloc's page heap (blocks of 64 KiB-64 MiB); 0 without libebbtide_malloc. */
+	uint64_t page_heap_partly_used;	/* gauge, pages: 2 MiB regions of the malloc's page heap partly in blocks. */
+	uint64_t page_heap_huge_broken;	/* gauge, pages: Huge pages of the malloc's page heap given back in part (the kernel split them) and not whole since. */
+	uint64_t page_heap_released_whole_bytes;	/* counter, bytes: Bytes of the malloc's page heap given back as whole 2 MiB regions (one MADV_DONTNEED per stretch, no huge page split). */
 };
 
 struct ebbtide_source_stats {

@@ -29,6 +29,38 @@ pub trait OuterCache: Sync {
     }
     /// Gives back everything held (drains, DRAIN_CPU, squeeze, buckets off). Returns the bytes.
     fn drain(&self) -> usize;
+    /// Its huge pages, for the statistics (none by default).
+    fn huge_pages(&self) -> HugePages {
+        HugePages::default()
+    }
+}
+
+/// What an outer cache says of the huge pages of its memory (the malloc's page heap: its 2 MiB
+/// regions, `ebbtide-malloc/src/regions.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HugePages {
+    /// Huge pages (regions made eligible while dense) now.
+    pub huge: u64,
+    /// Regions partly in use now.
+    pub partly_used: u64,
+    /// Huge pages given back in part (split) and not whole since.
+    pub broken: u64,
+    /// Bytes given back as whole huge pages, ever.
+    pub released_whole_bytes: u64,
+}
+
+/// The huge pages of every registered cache, summed. Allocates nothing (the observer's
+/// statistics call it).
+pub fn huge_pages() -> HugePages {
+    let mut t = HugePages::default();
+    each(|c| {
+        let h = c.huge_pages();
+        t.huge += h.huge;
+        t.partly_used += h.partly_used;
+        t.broken += h.broken;
+        t.released_whole_bytes += h.released_whole_bytes;
+    });
+    t
 }
 
 const MAX: usize = 8;

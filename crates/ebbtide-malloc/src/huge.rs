@@ -367,6 +367,15 @@ impl ebbtide_core::outer::OuterCache for HugeCache {
     fn drain(&self) -> usize {
         release_runs(Release::All)
     }
+    fn huge_pages(&self) -> ebbtide_core::outer::HugePages {
+        let c = hugepage_counts();
+        ebbtide_core::outer::HugePages {
+            huge: c.huge as u64,
+            partly_used: c.partial as u64,
+            broken: c.broken as u64,
+            released_whole_bytes: c.whole_bytes,
+        }
+    }
 }
 
 /// Bytes held free and resident for reuse (the page heap's dirty runs).

@@ -157,8 +157,18 @@ fn a_drain_gives_a_freed_64_mib_set_back_in_whole_hugepages() {
         );
         assert_eq!(resident(lo, hi - lo), (hi - lo) / page(), "kept resident");
         let c1 = huge::hugepage_counts();
+        let s1 = ebbtide::stats::collect().global;
         assert_eq!(api::malloc_trim(0), 1);
         let c2 = huge::hugepage_counts();
+        // The statistics say the same (`ebbtide stat`, Prometheus: page_heap_*).
+        let s2 = ebbtide::stats::collect().global;
+        assert!(
+            s2.page_heap_released_whole_bytes - s1.page_heap_released_whole_bytes >= 64 * M as u64,
+            "the stats' whole give-back: {} -> {}",
+            s1.page_heap_released_whole_bytes,
+            s2.page_heap_released_whole_bytes
+        );
+        assert_eq!(s2.page_heap_huge_pages, c2.huge as u64);
         assert_eq!(huge::cached_bytes(), 0);
         assert!(
             c2.whole_bytes - c1.whole_bytes >= 64 * M as u64,

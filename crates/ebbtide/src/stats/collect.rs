@@ -43,6 +43,13 @@ pub(crate) fn global_now(
         lazy_pending_bytes: crate::lazy::lazy_pending_bytes(),
         ..GlobalStats::default()
     };
+    let h = ebbtide_core::outer::huge_pages();
+    [
+        g.page_heap_huge_pages,
+        g.page_heap_partly_used,
+        g.page_heap_huge_broken,
+    ] = [h.huge, h.partly_used, h.broken];
+    g.page_heap_released_whole_bytes = h.released_whole_bytes;
     let w = ebbtide_core::contention::process();
     [g.lock_waits_arena, g.lock_wait_ns_arena] = [w.arena.waits, w.arena.wait_ns];
     [g.lock_waits_registry, g.lock_wait_ns_registry] = [w.registry.waits, w.registry.wait_ns];

@@ -588,6 +588,10 @@ stats_group! {
         lock_wait_ns_arena: U64, Counter, Nanos, "", "Time the waits of lock_waits_arena spent blocked (CLOCK_MONOTONIC, read only around a wait).";
         lock_wait_ns_registry: U64, Counter, Nanos, "", "Time the waits of lock_waits_registry spent blocked.";
         lock_wait_ns_page_heap: U64, Counter, Nanos, "", "Time the waits of lock_waits_page_heap spent blocked.";
+        page_heap_huge_pages: U64, Gauge, Pages, "", "Huge pages (2 MiB regions made MADV_HUGEPAGE while at least half in blocks) of the malloc's page heap (blocks of 64 KiB-64 MiB); 0 without libebbtide_malloc.";
+        page_heap_partly_used: U64, Gauge, Pages, "", "2 MiB regions of the malloc's page heap partly in blocks.";
+        page_heap_huge_broken: U64, Gauge, Pages, "", "Huge pages of the malloc's page heap given back in part (the kernel split them) and not whole since.";
+        page_heap_released_whole_bytes: U64, Counter, Bytes, "", "Bytes of the malloc's page heap given back as whole 2 MiB regions (one MADV_DONTNEED per stretch, no huge page split).";
     }
 }
 
@@ -726,6 +730,10 @@ impl Snapshot {
                 lock_wait_ns_arena: 1_250_000,
                 lock_wait_ns_registry: 900,
                 lock_wait_ns_page_heap: 2_000_000_500,
+                page_heap_huge_pages: 4,
+                page_heap_partly_used: 2,
+                page_heap_huge_broken: 1,
+                page_heap_released_whole_bytes: 64 << 20,
             },
             sources: vec![
                 SourceStats {

@@ -937,6 +937,10 @@ mod tests {
                 "ebbtide_lock_wait_seconds_total{lock=\"arena\"}",
                 "ebbtide_lock_wait_seconds_total{lock=\"registry\"}",
                 "ebbtide_lock_wait_seconds_total{lock=\"page_heap\"}",
+                "ebbtide_page_heap_huge_pages",
+                "ebbtide_page_heap_partly_used_pages",
+                "ebbtide_page_heap_huge_broken_pages",
+                "ebbtide_page_heap_released_whole_bytes_total",
             ]
         );
         assert_eq!(
