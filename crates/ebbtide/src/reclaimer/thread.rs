@@ -23,13 +23,52 @@ pub fn ensure_started() {
     start_slow();
 }
 
+/// Who is deciding whether to start the thread: 0 for nobody, else `(FORKS << 1) | 1` of the
+/// decider's process generation. Not a mutex: a decision held by a thread of the parent at the
+/// moment of a `fork` would stay held for ever in the child (the parent's thread does not exist
+/// there; a child of `c_programs::stress_threads_forks_and_drains` hung on it for 20 minutes),
+/// so a child takes over a decision of an older generation.
+static DECIDING: AtomicU64 = AtomicU64::new(0);
+
+/// Takes the decision for this process generation, or `None` when a live thread of this
+/// generation holds it (it decides; the caller has nothing to wait for). Never waits.
+fn take_decision() -> Option<Decision> {
+    let gen = FORKS.load(Ordering::Acquire);
+    let mine = (gen << 1) | 1;
+    let mut cur = DECIDING.load(Ordering::Acquire);
+    loop {
+        if cur == mine {
+            return None; // another thread of this process decides now
+        }
+        // Free, or held by a thread of an older generation (a parent's, before a fork).
+        // Acquire on success: pairs with the Release of the last decider's `drop`, whose flags
+        // this decision reads.
+        match DECIDING.compare_exchange(cur, mine, Ordering::Acquire, Ordering::Acquire) {
+            Ok(_) => return Some(Decision),
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// The decision held ([`take_decision`]); given up when dropped.
+struct Decision;
+
+impl Drop for Decision {
+    fn drop(&mut self) {
+        // Release: the flags this decision set are visible to the next decider's Acquire.
+        DECIDING.store(0, Ordering::Release);
+    }
+}
+
 #[cold]
 pub(super) fn start_slow() {
     // One decision at a time, made before any flag says so: `running()` never reports a thread
     // that the decision is about to turn down (a test asserting "no reclaim thread" right after
-    // setting reclaim_thread=false once saw STARTED set a moment before THREAD_DISABLED).
-    static START: Mutex<()> = Mutex::new(());
-    let _one = lock(&START);
+    // setting reclaim_thread=false once saw STARTED set a moment before THREAD_DISABLED). A
+    // caller that finds the decision taken leaves it to its taker.
+    let Some(_one) = take_decision() else {
+        return;
+    };
     if STARTED.load(Ordering::Acquire) || THREAD_DISABLED.load(Ordering::Acquire) {
         return;
     }
@@ -240,5 +279,26 @@ pub(super) fn run(gen: u64) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decision_left_by_a_parent_before_fork_is_taken_over_and_a_live_one_is_not_waited_for() {
+        let gen = FORKS.load(Ordering::Acquire);
+        // A live decider of this generation: the caller leaves the decision to it, at once.
+        DECIDING.store((gen << 1) | 1, Ordering::Release);
+        assert!(take_decision().is_none());
+        // A decision held when the process forked (an older generation, as a child sees its
+        // parent's): taken over.
+        DECIDING.store((gen.wrapping_sub(1) << 1) | 1, Ordering::Release);
+        let d = take_decision().expect("a ghost decision is taken over");
+        assert_eq!(DECIDING.load(Ordering::Acquire), (gen << 1) | 1);
+        drop(d);
+        assert_eq!(DECIDING.load(Ordering::Acquire), 0);
+        assert!(take_decision().is_some());
     }
 }
