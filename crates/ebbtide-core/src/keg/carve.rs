@@ -30,10 +30,16 @@ impl Keg {
     /// Only when the newest chunk has no slab left to carve.
     pub(super) fn grow(&self, g: &mut KegInner) -> Result<(), OsError> {
         debug_assert_eq!(g.uncarved, 0);
-        let thp = super::huge::chunk_thp(
-            g.backed_slabs * self.geo.slab_size,
-            MAPPED_BYTES.load(Ordering::Relaxed),
-        );
+        // Only a zone's keg (its chunks carry the zone's stacks, `chunk_hint`) goes huge: the
+        // allocator's own bucket arrays, which no program walks, stay on small pages.
+        let thp = if self.chunk_hint != 0 {
+            super::huge::chunk_thp(
+                g.backed_slabs * self.geo.slab_size,
+                MAPPED_BYTES.load(Ordering::Relaxed),
+            )
+        } else {
+            os::Thp::Never
+        };
         let chunk = self
             .arena
             .alloc_chunk(self.tag, self.chunk_hint, self.geo.first_slab, thp)?;

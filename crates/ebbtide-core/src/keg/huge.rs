@@ -10,7 +10,8 @@
 //!                                                 is free
 //! ```
 //!
-//! **Which chunks.** A keg's chunks are `MADV_NOHUGEPAGE` until it is dense: once it holds
+//! **Which chunks.** A zone's keg's chunks are `MADV_NOHUGEPAGE` until it is dense (the
+//! allocator's bucket kegs, which no program walks, stay so): once it holds
 //! [`HUGE_AFTER`] of backed slabs, each chunk it takes has its second half `MADV_HUGEPAGE`
 //! ([`chunk_thp`], pure; `arena.rs` says why not the first), so half its slabs fault in as a huge
 //! page on `madvise` and `always` hosts alike (Temeraire's gain: fewer TLB misses for the
@@ -355,7 +356,8 @@ mod tests {
 
     /// A keg of 64-byte items with `n` items handed out and written; the items.
     fn dense_keg(n: usize) -> (Keg, Vec<*mut u8>) {
-        let k = Keg::new(64, 0).unwrap();
+        // A zone's keg (a hint: no zone reads it here), the kind that goes huge.
+        let k = Keg::new(64, 0).unwrap().with_chunk_hint(0x1000);
         let mut v = vec![ptr::null_mut(); n];
         let mut got = 0;
         while got < n {
