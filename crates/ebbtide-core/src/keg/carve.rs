@@ -140,13 +140,9 @@ impl Keg {
                 let s = g.free;
                 // SAFETY: `s` is on the free list; lock held.
                 unsafe {
-                    list_remove(&mut g.free, s);
+                    self.unlist_free(&mut g, s);
                     (*s).state = SlabState::Partial;
                     list_push(&mut g.partial, s);
-                }
-                g.nfree_slabs -= 1;
-                if self.in_huge(s) {
-                    g.nfree_huge -= 1;
                 }
                 g.npartial += 1;
                 reused += self.geo.slab_size;

@@ -383,10 +383,7 @@ impl Keg {
                 if w.release || over_cap {
                     // On no list until its pages are gone: released once the lock is
                     // dropped (`release_deferred`), never under it.
-                    (*s).state = SlabState::Clean;
-                    g.ninflight += 1;
-                    g.backed_slabs -= 1;
-                    g.free_items -= self.geo.items_per_slab;
+                    self.to_inflight(g, s);
                     w.deferred.slabs[w.deferred.n] = s;
                     w.deferred.n += 1;
                     w.out.bytes += self.geo.slab_size;
@@ -408,6 +405,32 @@ impl Keg {
             }
             cur.refresh_fast(ips, self.geo.items_bytes);
         }
+    }
+
+    /// Takes `s` off the free list, with the counters of free slabs (`nfree_huge` too, for a
+    /// slab in a huge page: `huge.rs`).
+    ///
+    /// # Safety
+    /// `s` is a valid meta of this keg on the free list; `g` is this keg's locked state.
+    pub(super) unsafe fn unlist_free(&self, g: &mut KegInner, s: *mut SlabMeta) {
+        // SAFETY: caller's guarantee.
+        unsafe { list_remove(&mut g.free, s) };
+        g.nfree_slabs -= 1;
+        g.nfree_huge -= u32::from(self.in_huge(s));
+    }
+
+    /// Makes `s` (entirely free, on no list) a `Clean` slab on no list whose pages the caller
+    /// releases with the lock dropped (`ninflight`, `release_deferred`): nothing allocates from
+    /// it or frees into it meanwhile (a free into it is refused as a double free).
+    ///
+    /// # Safety
+    /// As [`Keg::to_releasing`].
+    pub(super) unsafe fn to_inflight(&self, g: &mut KegInner, s: *mut SlabMeta) {
+        // SAFETY: caller's guarantee.
+        unsafe { (*s).state = SlabState::Clean };
+        g.ninflight += 1;
+        g.backed_slabs -= 1;
+        g.free_items -= self.geo.items_per_slab;
     }
 
     /// Makes `s` (entirely free, on no list) a `Clean` slab on the `releasing` list. Its pages are

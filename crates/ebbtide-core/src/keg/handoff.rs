@@ -240,13 +240,9 @@ impl Keg {
                     if unsafe { (*s).state } != SlabState::Free || self.in_huge(s) != huge {
                         continue;
                     }
-                    g.nfree_slabs -= 1;
-                    if huge {
-                        g.nfree_huge -= 1;
-                    }
                     budget -= 1;
                     // SAFETY: `s` is on the free list; lock held.
-                    unsafe { list_remove(&mut g.free, s) };
+                    unsafe { self.unlist_free(&mut g, s) };
                     if sess.active() {
                         // SAFETY: `s` is entirely free and now on no list; lock held.
                         unsafe { self.to_releasing(&mut g, s) };
@@ -259,12 +255,8 @@ impl Keg {
                         continue;
                     }
                     // SAFETY: `s` is a valid meta of this chunk, entirely free and now on no
-                    // list; lock held. `Clean` and on no list until its pages are gone
-                    // (`release_deferred`): nothing allocates from it or frees into it meanwhile.
-                    unsafe { (*s).state = SlabState::Clean };
-                    g.ninflight += 1;
-                    g.backed_slabs -= 1;
-                    g.free_items -= self.geo.items_per_slab;
+                    // list; lock held.
+                    unsafe { self.to_inflight(&mut g, s) };
                     d.slabs[d.n] = s;
                     d.n += 1;
                     released += self.geo.slab_size;

@@ -176,6 +176,21 @@ impl Keg {
         u
     }
 
+    /// The slabs of chunk `c`'s huge page by state, or `None` when `c` is not huge or its huge
+    /// page is not mapped yet (no slab of it carved: a huge chunk is mapped in whole 2 MiB
+    /// steps). `g` is this keg's locked state, `c` one of its chunks.
+    fn huge_page_use(&self, g: &KegInner, c: *mut ChunkHeader) -> Option<PageUse> {
+        // SAFETY: `c` is a valid chunk header of this keg; lock held.
+        if !unsafe { (*c).huge } {
+            return None;
+        }
+        let chunk = c as usize;
+        if (HUGE_HALF + 1) * HUGE_PAGE > self.arena.mapped_bytes(chunk) {
+            return None;
+        }
+        Some(self.page_use(chunk, self.carved(g, c), HUGE_HALF))
+    }
+
     /// The huge page counts of the stats: a walk over the huge chunks' descriptors (lock held).
     pub(super) fn huge_counts(&self, g: &KegInner) -> HugeCounts {
         let mut k = HugeCounts::default();
@@ -184,26 +199,13 @@ impl Keg {
         }
         let mut c = g.chunks;
         while !c.is_null() {
-            // SAFETY: `c` is a valid chunk header of this keg; lock held.
-            if unsafe { (*c).huge } {
-                let carved = self.carved(g, c);
-                let mapped = self.arena.mapped_bytes(c as usize);
-                for h in [HUGE_HALF] {
-                    if h * HUGE_PAGE >= mapped {
-                        break;
-                    }
-                    let u = self.page_use(c as usize, carved, h);
-                    let backed = u.used + u.free;
-                    if backed == 0 && !u.meta {
-                        continue;
-                    }
-                    k.pages += 1;
-                    if u.used > 0 && u.free + u.released + u.uncarved > 0 {
-                        k.partly_used += 1;
-                    }
-                    if u.released > 0 {
-                        k.broken += 1;
-                    }
+            if let Some(u) = self.huge_page_use(g, c).filter(|u| u.used + u.free > 0) {
+                k.pages += 1;
+                if u.used > 0 && u.free + u.released + u.uncarved > 0 {
+                    k.partly_used += 1;
+                }
+                if u.released > 0 {
+                    k.broken += 1;
                 }
             }
             // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list
@@ -231,91 +233,72 @@ impl Keg {
         let (mut taken, mut released) = (0, 0);
         let mut c = g.chunks;
         while !c.is_null() {
-            // SAFETY: `c` is a valid chunk header of this keg (chunks stay on the list while the
-            // keg lives, also across the lock drops below); lock held.
-            if !unsafe { (*c).huge } {
-                // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list
-                // while it lives); lock held.
-                c = unsafe { (*c).next };
-                continue;
-            }
             let chunk = c as usize;
-            let carved = self.carved(&g, c);
-            let mapped = self.arena.mapped_bytes(chunk);
-            for h in [HUGE_HALF] {
-                if (h + 1) * HUGE_PAGE > mapped {
-                    break;
-                }
-                let u = self.page_use(chunk, carved, h);
-                if taken >= to_release || !u.whole_free() {
-                    // A page with items, or the metadata's: its free slabs go only by breaking
-                    // it. A page holding no item costs nothing broken (its slabs count, not it).
+            match self.huge_page_use(&g, c) {
+                None => {}
+                Some(u) if taken >= to_release || !u.whole_free() => {
+                    // A page with items: its free slabs go only by breaking it. A page
+                    // holding no item costs nothing broken (its slabs count, not it).
                     left.0 += u.free;
                     if u.used > 0 {
                         left.1 += u.used + u.free + u.released + u.uncarved;
                     }
-                    continue;
                 }
-                for i in u.inside.0..u.inside.1.min(carved) {
-                    let s = self.meta(chunk, i);
-                    // SAFETY: a carved slab's descriptor of this chunk; lock held.
-                    if unsafe { (*s).state } != SlabState::Free {
-                        continue;
-                    }
-                    g.nfree_slabs -= 1;
-                    g.nfree_huge -= 1;
-                    taken += 1;
-                    // SAFETY: `s` is on the free list; lock held.
-                    unsafe { list_remove(&mut g.free, s) };
-                    if sess.active() {
-                        // SAFETY: `s` is entirely free and now on no list; lock held.
-                        unsafe { self.to_releasing(&mut g, s) };
-                    } else {
-                        // SAFETY: as in `release_free_to`: `Clean` on no list until its page is
-                        // gone (`release_deferred`).
-                        unsafe {
-                            (*s).state = SlabState::Clean;
-                            (*s).next = d.chained;
+                Some(u) => {
+                    // Whole free: every slab inside it is carved and free (`whole_free`).
+                    for i in u.inside.0..u.inside.1 {
+                        let s = self.meta(chunk, i);
+                        taken += 1;
+                        // SAFETY: `s` is a carved slab of this chunk on the free list (the
+                        // page is whole free); lock held.
+                        unsafe { self.unlist_free(&mut g, s) };
+                        if sess.active() {
+                            // SAFETY: `s` is entirely free and now on no list; lock held.
+                            unsafe { self.to_releasing(&mut g, s) };
+                        } else {
+                            // SAFETY: `s` is entirely free and now on no list; lock held.
+                            // Chained through `next` (it is on no list) until its page is gone.
+                            unsafe {
+                                self.to_inflight(&mut g, s);
+                                (*s).next = d.chained;
+                            }
+                            d.chained = s;
+                            d.nchained += 1;
+                            released += self.geo.slab_size;
                         }
-                        d.chained = s;
-                        d.nchained += 1;
-                        g.ninflight += 1;
-                        g.backed_slabs -= 1;
-                        g.free_items -= self.geo.items_per_slab;
-                        released += self.geo.slab_size;
                     }
-                }
-                // The run of the page's slabs, all taken off the free list above, and the
-                // chunk's tail after its last slab (no slab's: nothing ever hands it out): the
-                // whole page where the slabs start on it (4 KiB slabs always), so the kernel
-                // frees the huge page without splitting it.
-                let addr = chunk + self.geo.first_slab + (u.inside.0 << self.geo.slab_shift);
-                let end = if u.inside.1 == self.geo.slabs_per_chunk {
-                    chunk + (h + 1) * HUGE_PAGE
-                } else {
-                    chunk + self.geo.first_slab + (u.inside.1 << self.geo.slab_shift)
-                };
-                let len = end - addr;
-                if len == HUGE_PAGE {
-                    g.huge_released += 1;
-                }
-                if sess.active() {
-                    sess.add(addr, len);
-                    if sess.has_overflow() {
-                        drop(g);
-                        sess.release_overflow();
-                        g = lock(&self.inner);
+                    // The run of the page's slabs, all taken off the free list above, and the
+                    // chunk's tail after its last slab (no slab's: nothing ever hands it out): the
+                    // whole page where the slabs start on it (4 KiB slabs always), so the kernel
+                    // frees the huge page without splitting it.
+                    let addr = chunk + self.geo.first_slab + (u.inside.0 << self.geo.slab_shift);
+                    let end = if u.inside.1 == self.geo.slabs_per_chunk {
+                        chunk + (HUGE_HALF + 1) * HUGE_PAGE
+                    } else {
+                        chunk + self.geo.first_slab + (u.inside.1 << self.geo.slab_shift)
+                    };
+                    let len = end - addr;
+                    if len == HUGE_PAGE {
+                        g.huge_released += 1;
                     }
-                } else {
-                    d.pages[d.npages] = (addr, len);
-                    d.npages += 1;
-                    if d.full() {
-                        g = self.release_deferred(g, d);
+                    if sess.active() {
+                        sess.add(addr, len);
+                        if sess.has_overflow() {
+                            drop(g);
+                            sess.release_overflow();
+                            g = lock(&self.inner);
+                        }
+                    } else {
+                        d.pages[d.npages] = (addr, len);
+                        d.npages += 1;
+                        if d.full() {
+                            g = self.release_deferred(g, d);
+                        }
                     }
                 }
             }
-            // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list
-            // while it lives); lock held.
+            // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list while it
+            // lives, also across the lock drops above); lock held.
             c = unsafe { (*c).next };
         }
         (g, released)

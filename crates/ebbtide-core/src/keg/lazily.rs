@@ -19,6 +19,28 @@ pub(super) unsafe fn offer(addr: usize, len: usize) {
 }
 
 impl Keg {
+    /// Moves free slab `s` onto the lazy list (newest first), stamped `now_ms`; `advised`: its
+    /// pages are (about to be) offered with `MADV_FREE`.
+    ///
+    /// # Safety
+    /// `s` is a valid meta of this keg on the free list; `g` is this keg's locked state.
+    unsafe fn free_to_lazy(&self, g: &mut KegInner, s: *mut SlabMeta, advised: bool, now_ms: u32) {
+        // SAFETY: caller's guarantee.
+        unsafe {
+            self.unlist_free(g, s);
+            (*s).state = SlabState::Lazy;
+            (*s).advised = advised;
+            (*s).lazy_at = now_ms;
+            if g.lazy.is_null() {
+                g.lazy_tail = s;
+            }
+            list_push(&mut g.lazy, s);
+        }
+        g.nlazy += 1;
+        g.backed_slabs -= 1;
+        g.free_items -= self.geo.items_per_slab;
+    }
+
     /// Moves free slabs to the lazy list until at most `keep` stay backed, stamping them with
     /// `now_ms`. With `advise`, their pages are offered with `MADV_FREE` at once (one call per run
     /// of adjacent slabs); otherwise [`Keg::advise_lazy`] does it once they settled, unless
@@ -42,20 +64,7 @@ impl Keg {
                 let s = g.free;
                 // SAFETY: `s` heads the free list (nfree_slabs > keep, so it is non-null), an
                 // entirely free slab; lock held.
-                unsafe {
-                    list_remove(&mut g.free, s);
-                    (*s).state = SlabState::Lazy;
-                    (*s).advised = false;
-                    (*s).lazy_at = now_ms;
-                    if g.lazy.is_null() {
-                        g.lazy_tail = s;
-                    }
-                    list_push(&mut g.lazy, s);
-                }
-                g.nfree_slabs -= 1;
-                g.nlazy += 1;
-                g.backed_slabs -= 1;
-                g.free_items -= self.geo.items_per_slab;
+                unsafe { self.free_to_lazy(&mut g, s, false, now_ms) };
                 to_move -= 1;
                 moved += self.geo.slab_size;
             }
@@ -74,22 +83,9 @@ impl Keg {
                     && unsafe { (*s).state == SlabState::Free }
                     && !self.in_huge(s);
                 if take {
-                    g.nfree_slabs -= 1;
                     to_move -= 1;
                     // SAFETY: `s` is on the free list, entirely free; lock held.
-                    unsafe {
-                        list_remove(&mut g.free, s);
-                        (*s).state = SlabState::Lazy;
-                        (*s).advised = advise;
-                        (*s).lazy_at = now_ms;
-                        if g.lazy.is_null() {
-                            g.lazy_tail = s;
-                        }
-                        list_push(&mut g.lazy, s);
-                    }
-                    g.nlazy += 1;
-                    g.backed_slabs -= 1;
-                    g.free_items -= self.geo.items_per_slab;
+                    unsafe { self.free_to_lazy(&mut g, s, advise, now_ms) };
                     run = Some(match run {
                         Some((first, n)) => (first, n + 1),
                         None => (i, 1),
