@@ -5,8 +5,7 @@
 //! | [`reserve`] / [`reserve_span`] | find a free stretch of address space (`PROT_NONE`, `MAP_NORESERVE`, never huge; a span far from other mappings) | none |
 //! | [`map_at`] | map a piece of such a stretch readable and writable when first needed (`MAP_FIXED_NOREPLACE`) | page aligned |
 //! | [`commit`] | make part of a reservation readable and writable (`mprotect`) | range inside a reservation, page aligned |
-//! | [`no_huge_pages`] | keep a sparse region off transparent huge pages (`MADV_NOHUGEPAGE`) | range mapped |
-//! | [`advise_huge`] | make a dense region eligible for transparent huge pages (`MADV_HUGEPAGE`) | range mapped |
+//! | [`set_thp`] / [`no_huge_pages`] | mark a region for transparent huge pages: a sparse one off them (`MADV_NOHUGEPAGE`), a dense one on them, under THP `madvise` too (`MADV_HUGEPAGE`) | range mapped |
 //! | [`release`] | give the pages of a free slab back (`MADV_DONTNEED`) | range inside a committed chunk, page aligned |
 //! | [`release_lazy`] | offer the pages of a free slab to the kernel (`MADV_FREE`), see [`crate::lazy`] | as `release` |
 //! | [`map`] / [`remap`] / [`unmap`] | metadata pages (zone objects, per-CPU arrays, tables that grow; never huge) | length a multiple of the page size |
@@ -479,36 +478,24 @@ pub unsafe fn map_at(addr: NonNull<u8>, len: usize, thp: Thp) -> Result<MapAt, O
 /// Marks `[ptr, ptr+len)` (mapped, page aligned) with `thp`: `MADV_NOHUGEPAGE` for
 /// [`Thp::Never`], `MADV_HUGEPAGE` for [`Thp::Huge`] (each advice replaces the other), nothing
 /// for [`Thp::Eligible`] (no advice clears a mark: a fresh mapping has none). Takes effect for
-/// pages not yet touched. A kernel without THP refuses with `EINVAL`: nothing to do then.
+/// pages not yet touched; a 2 MiB-aligned stretch already touched and marked huge is collapsed
+/// later by khugepaged. For dense regions only (docs/design/hugepage-heap.md). A kernel without
+/// THP refuses with `EINVAL`: nothing to do then.
 pub fn set_thp(ptr: NonNull<u8>, len: usize, thp: Thp) {
     let advice = match thp {
         Thp::Never => libc::MADV_NOHUGEPAGE,
         Thp::Huge => libc::MADV_HUGEPAGE,
         Thp::Eligible => return,
     };
-    // SAFETY: madvise with (NO)HUGEPAGE changes no contents; on an unmapped range it fails with
-    // ENOMEM and does nothing.
+    // SAFETY: madvise with (NO)HUGEPAGE changes no contents; on a range that is not mapped it
+    // fails with ENOMEM and marks only the mapped part.
     unsafe { libc::madvise(ptr.as_ptr().cast(), len, advice) };
 }
 
-/// Marks `[ptr, ptr+len)` `MADV_NOHUGEPAGE`: never backed by transparent huge pages, whatever
-/// the system's setting. Takes effect for pages not yet touched (call it before the first
-/// touch). A kernel without THP refuses with `EINVAL`: nothing to do then.
+/// Marks `[ptr, ptr+len)` `MADV_NOHUGEPAGE` ([`set_thp`] with [`Thp::Never`]): never backed
+/// by transparent huge pages, whatever the system's setting. Call it before the first touch.
 pub fn no_huge_pages(ptr: NonNull<u8>, len: usize) {
-    // SAFETY: madvise with MADV_NOHUGEPAGE changes no contents; on a range that is not mapped
-    // it fails with ENOMEM and does nothing.
-    unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_NOHUGEPAGE) };
-}
-
-/// Marks `[ptr, ptr+len)` `MADV_HUGEPAGE`: eligible for transparent huge pages (under THP
-/// `madvise` as under `always`), undoing [`no_huge_pages`]. A 2 MiB-aligned stretch not yet
-/// touched faults in as one huge page; one already touched is collapsed later by khugepaged.
-/// For dense regions only (docs/design/hugepage-heap.md). A kernel without THP refuses with
-/// `EINVAL`: nothing to do then.
-pub fn advise_huge(ptr: NonNull<u8>, len: usize) {
-    // SAFETY: madvise with MADV_HUGEPAGE changes no contents; on a range that is not mapped
-    // it fails with ENOMEM and marks only the mapped part.
-    unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
+    set_thp(ptr, len, Thp::Never);
 }
 
 /// Makes `[ptr, ptr+len)` of a reservation readable and writable. Pages are only charged when

@@ -259,7 +259,7 @@ impl Regions {
     fn advise(&self, x: usize, y: usize) {
         // SAFETY: regions of the span, wholly mapped (checked by the caller against `mapped`).
         let p = unsafe { NonNull::new_unchecked(self.start(x) as *mut u8) };
-        ebbtide_core::os::advise_huge(p, (y - x) * REGION);
+        ebbtide_core::os::set_thp(p, (y - x) * REGION, ebbtide_core::os::Thp::Huge);
     }
 
     /// `[a, b)`, a block, was freed: its regions' used bytes shrink (their pages stay as they
