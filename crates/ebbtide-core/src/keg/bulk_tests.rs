@@ -1,32 +1,7 @@
 //! The bulk release path (`take_back`'s cursor and fast path) and the release pipeline.
+use super::tests::{import_n, take_back};
 use super::*;
 use crate::release::Session;
-
-/// Takes `items` back with `fini` run on each: slabs emptied are released at once with
-/// `release`, else onto the free list. Returns the bytes released.
-fn take_back(
-    k: &Keg,
-    items: &[*mut u8],
-    release: bool,
-    fini: impl FnMut(*mut u8),
-    invalid: impl FnMut(*mut u8, InvalidKind),
-) -> usize {
-    let mut d = if release {
-        Disposal::release()
-    } else {
-        Disposal::keep()
-    };
-    k.take_back(items, &mut d, Some(fini), invalid).bytes
-}
-
-fn import_n(k: &Keg, n: usize) -> Vec<*mut u8> {
-    let mut v = vec![ptr::null_mut(); n];
-    let mut got = 0;
-    while got < n {
-        got += k.import(&mut v[got..]).unwrap();
-    }
-    v
-}
 
 /// Pages of `[addr, addr + len)` resident in memory.
 fn resident_pages(addr: usize, len: usize) -> usize {

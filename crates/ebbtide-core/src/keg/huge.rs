@@ -341,11 +341,7 @@ mod tests {
     fn dense_keg(n: usize) -> (Keg, Vec<*mut u8>) {
         // A zone's keg (a hint: no zone reads it here), the kind that goes huge.
         let k = Keg::new(64, 0).unwrap().with_chunk_hint(0x1000);
-        let mut v = vec![ptr::null_mut(); n];
-        let mut got = 0;
-        while got < n {
-            got += k.import(&mut v[got..]).unwrap();
-        }
+        let v = crate::keg::tests::import_n(&k, n);
         for &p in &v {
             // SAFETY: an item of ours, 64 bytes.
             unsafe { p.write_bytes(0x5a, 64) };

@@ -1,8 +1,9 @@
 use super::*;
 
 /// Takes `items` back with `fini` run on each: slabs emptied are released at once with
-/// `release`, else onto the free list. Returns the bytes released.
-fn take_back(
+/// `release`, else onto the free list. Returns the bytes released. (Shared by the keg's test
+/// modules.)
+pub(super) fn take_back(
     k: &Keg,
     items: &[*mut u8],
     release: bool,
@@ -15,6 +16,16 @@ fn take_back(
         Disposal::keep()
     };
     k.take_back(items, &mut d, Some(fini), invalid).bytes
+}
+
+/// `n` items imported from `k`, in as many calls as it takes.
+pub(super) fn import_n(k: &Keg, n: usize) -> Vec<*mut u8> {
+    let mut v = vec![ptr::null_mut(); n];
+    let mut got = 0;
+    while got < n {
+        got += k.import(&mut v[got..]).unwrap();
+    }
+    v
 }
 
 #[test]
