@@ -94,14 +94,16 @@ impl<'s> Disposal<'s> {
     /// switches; one clock read at most (and none while no squeeze window was ever opened).
     pub(crate) fn current() -> Disposal<'static> {
         let squeezing = crate::gate::squeezing_now();
+        // Memory wanted now: pages leave at once and huge pages may break.
+        let wanted = squeezing || lazy::under_pressure();
         Disposal {
             emptied: if squeezing {
                 Emptied::Release
             } else {
                 Emptied::Keep
             },
-            pages: Self::pages_now(squeezing),
-            breaks: squeezing || lazy::under_pressure(),
+            pages: Self::pages_when(wanted),
+            breaks: wanted,
         }
     }
 
@@ -119,7 +121,13 @@ impl<'s> Disposal<'s> {
     /// [`Pages`] from the process state: lazily only with lazy freeing on, no pressure and no
     /// squeeze window (`squeezing`, read by the caller).
     pub(crate) fn pages_now(squeezing: bool) -> Pages {
-        match lazy::release_kind(lazy::enabled(), lazy::under_pressure() || squeezing) {
+        Self::pages_when(squeezing || lazy::under_pressure())
+    }
+
+    /// [`Pages`] when memory is `wanted` now (pressure or a squeeze window) or not: lazily only
+    /// with lazy freeing on and memory not wanted.
+    fn pages_when(wanted: bool) -> Pages {
+        match lazy::release_kind(lazy::enabled(), wanted) {
             ReleaseKind::Lazy => Pages::lazy(lazy::settle_ms(), lazy::now_ms),
             ReleaseKind::Now => Pages::NOW,
         }
