@@ -63,11 +63,10 @@
 //! **Huge pages per chunk** (docs/design/thp-policy.md, docs/design/hugepage-heap.md): a chunk
 //! is `MADV_NOHUGEPAGE` unless its keg asks for [`os::Thp::Huge`] when it takes it: a keg
 //! touches a chunk sparsely (the header, a slab or two) until it is dense, and on THP `always`
-//! each first touch of a 2 MiB stretch would fault in 2 MiB. A dense keg's chunk has its second
-//! half ([`HUGE_PAGE`] to the end) `MADV_HUGEPAGE`, mapped in one step, so the first touch faults
-//! in one huge page, on `madvise` hosts too; its first half stays `MADV_NOHUGEPAGE`: it holds the
-//! slab descriptors and the colour pages that are never touched (up to 127 pages: backed by a
-//! huge page they would stay resident for nothing, and the half could never go back whole). A
+//! each first touch of a 2 MiB stretch would fault in 2 MiB. A dense keg's chunk is
+//! `MADV_HUGEPAGE` whole, mapped in one step, so the first touch of each half faults in one huge
+//! page, on `madvise` hosts too (the keg gives back the colour pages of the first with slab 0,
+//! `keg/huge.rs`). A
 //! chunk freed by a destroyed zone is released whole and goes on the free list for reuse; its
 //! next owner's policy is applied to what it has mapped when it is handed out again.
 
@@ -109,16 +108,6 @@ pub(crate) const CHUNK_STEP: usize = 256 << 10;
 /// A huge page (x86-64's and arm64's PMD size with 4 KiB pages): a chunk holds two.
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
 const _: () = assert!(CHUNK_SIZE.is_multiple_of(HUGE_PAGE) && HUGE_PAGE.is_multiple_of(CHUNK_STEP));
-
-/// The policy of the chunk's bytes at `off` for a chunk of policy `thp`: only the second half
-/// of a [`os::Thp::Huge`] chunk is huge (module docs).
-pub(crate) fn thp_at(thp: os::Thp, off: usize) -> os::Thp {
-    if thp == os::Thp::Huge && off < HUGE_PAGE {
-        os::Thp::Never
-    } else {
-        thp
-    }
-}
 
 /// Bytes of a chunk map entry.
 const ENTRY: usize = core::mem::size_of::<MapEntry>();
@@ -311,12 +300,7 @@ impl Arena {
             // SAFETY: a chunk of the span, mapped through `mapped` bytes (its entry says so).
             let at =
                 unsafe { NonNull::new_unchecked((self.base + (idx << CHUNK_SHIFT)) as *mut u8) };
-            os::set_thp(at, mapped.min(HUGE_PAGE), thp_at(thp, 0));
-            if mapped > HUGE_PAGE {
-                // SAFETY: inside the chunk's mapped range.
-                let half = unsafe { NonNull::new_unchecked(at.as_ptr().add(HUGE_PAGE)) };
-                os::set_thp(half, mapped - HUGE_PAGE, thp_at(thp, HUGE_PAGE));
-            }
+            os::set_thp(at, mapped, thp);
             idx
         } else {
             let idx = self.map_new_chunk(nchunks)?;
@@ -388,13 +372,13 @@ impl Arena {
     }
 
     /// Maps the chunk at `chunk` (one of this arena's, handed out or being handed out) from its
-    /// start through `end` at least, in steps of [`CHUNK_STEP`], the huge half of a chunk of
-    /// policy `thp` (the owner's, the same for every call on one chunk) in one step with its
-    /// mark ([`thp_at`]): the owner calls it before it
-    /// carves a slab (address space on demand, module docs). Memory past what is mapped is
-    /// not: nothing may touch a slab before it was carved. An error when the limit
-    /// (`RLIMIT_AS`) is reached, or when another mapping lies in the chunk's way (never in
-    /// practice: the span is far from the kernel's other mappings, `os::reserve_span`).
+    /// start through `end` at least, in steps of [`CHUNK_STEP`] — a chunk of policy
+    /// [`os::Thp::Huge`] (the owner's, the same for every call on one chunk) whole, in one step,
+    /// with what was mapped before marked huge too: the owner calls it before it carves a slab
+    /// (address space on demand, module docs). Memory past what is mapped is not: nothing may
+    /// touch a slab before it was carved. An error when the limit (`RLIMIT_AS`) is reached, or
+    /// when another mapping lies in the chunk's way (never in practice: the span is far from the
+    /// kernel's other mappings, `os::reserve_span`).
     pub(crate) fn map_through(
         &self,
         chunk: usize,
@@ -406,41 +390,42 @@ impl Arena {
         // Relaxed: the chunk's one owner (or `alloc_chunk` before it publishes the chunk) is
         // the only writer, serialised by its lock; see the field's docs.
         let have = e.mapped.load(Ordering::Relaxed) as usize;
-        if end - chunk <= have {
+        // A huge chunk whole: a huge page backs only an aligned 2 MiB all mapped with the mark.
+        let want = if thp == os::Thp::Huge {
+            CHUNK_SIZE
+        } else {
+            os::round_up(end - chunk, CHUNK_STEP).min(CHUNK_SIZE)
+        };
+        if want <= have {
             return Ok(());
         }
-        let mut want = os::round_up(end - chunk, CHUNK_STEP).min(CHUNK_SIZE);
-        if want > HUGE_PAGE && thp_at(thp, HUGE_PAGE) == os::Thp::Huge {
-            want = CHUNK_SIZE; // the huge half whole: a huge page backs only all of it
+        if thp == os::Thp::Huge && have > 0 {
+            // What was mapped before the owner's policy was known (`map_new_chunk`'s first
+            // step, a previous owner's steps) is marked too.
+            // SAFETY: the chunk's mapped start, ours.
+            os::set_thp(
+                unsafe { NonNull::new_unchecked(chunk as *mut u8) },
+                have,
+                thp,
+            );
         }
-        // Below the half and from it, each with its mark ([`thp_at`]).
-        let mut at = have;
-        while at < want {
-            let to = if at < HUGE_PAGE {
-                want.min(HUGE_PAGE)
-            } else {
-                want
-            };
-            // SAFETY: [chunk + at, chunk + to) is a page-aligned piece of the chunk, which is
-            // ours (handed out by this arena); nothing of ours is mapped there (`mapped` says how
-            // far the chunk's mapping reaches, and `at` starts there).
-            let r = unsafe {
-                os::map_at(
-                    NonNull::new_unchecked((chunk + at) as *mut u8),
-                    to - at,
-                    thp_at(thp, at),
-                )?
-            };
-            if r == os::MapAt::Taken {
-                return Err(OsError {
-                    call: "arena chunk (its next pages taken by another mapping)",
-                    errno: libc::ENOMEM,
-                });
-            }
-            at = to;
-            // A failure of the next piece leaves this one mapped and counted.
-            e.mapped.store(at as u64, Ordering::Relaxed);
+        // SAFETY: [chunk + have, chunk + want) is a page-aligned piece of the chunk, which is
+        // ours (handed out by this arena); nothing of ours is mapped there (`mapped` says how
+        // far the chunk's mapping reaches).
+        let r = unsafe {
+            os::map_at(
+                NonNull::new_unchecked((chunk + have) as *mut u8),
+                want - have,
+                thp,
+            )?
+        };
+        if r == os::MapAt::Taken {
+            return Err(OsError {
+                call: "arena chunk (its next pages taken by another mapping)",
+                errno: libc::ENOMEM,
+            });
         }
+        e.mapped.store(want as u64, Ordering::Relaxed);
         Ok(())
     }
 

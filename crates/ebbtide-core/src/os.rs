@@ -6,6 +6,7 @@
 //! | [`map_at`] | map a piece of such a stretch readable and writable when first needed (`MAP_FIXED_NOREPLACE`) | page aligned |
 //! | [`commit`] | make part of a reservation readable and writable (`mprotect`) | range inside a reservation, page aligned |
 //! | [`set_thp`] / [`no_huge_pages`] | mark a region for transparent huge pages: a sparse one off them (`MADV_NOHUGEPAGE`), a dense one on them, under THP `madvise` too (`MADV_HUGEPAGE`) | range mapped |
+//! | [`collapse`] | make a dense keg's older chunks huge pages now (`MADV_COLLAPSE`) | range mapped, `MADV_HUGEPAGE` |
 //! | [`release`] | give the pages of a free slab back (`MADV_DONTNEED`) | range inside a committed chunk, page aligned |
 //! | [`release_lazy`] | offer the pages of a free slab to the kernel (`MADV_FREE`), see [`crate::lazy`] | as `release` |
 //! | [`map`] / [`remap`] / [`unmap`] | metadata pages (zone objects, per-CPU arrays, tables that grow; never huge) | length a multiple of the page size |
@@ -490,6 +491,20 @@ pub fn set_thp(ptr: NonNull<u8>, len: usize, thp: Thp) {
     // SAFETY: madvise with (NO)HUGEPAGE changes no contents; on a range that is not mapped it
     // fails with ENOMEM and marks only the mapped part.
     unsafe { libc::madvise(ptr.as_ptr().cast(), len, advice) };
+}
+
+/// `MADV_COLLAPSE` (Linux 6.1; not in every libc crate target's constants).
+const MADV_COLLAPSE: libc::c_int = 25;
+
+/// Collapses the pages of `[ptr, ptr+len)` (mapped, `MADV_HUGEPAGE`, 2 MiB aligned) into huge
+/// pages now (`MADV_COLLAPSE`): the kernel copies what is there into a huge page per aligned
+/// 2 MiB, contents kept, concurrent access safe. Returns whether it did; a kernel before 6.1
+/// (`EINVAL`) or one with no huge page free (`EAGAIN`, `ENOMEM`) leaves the pages as they are,
+/// for khugepaged.
+pub fn collapse(ptr: NonNull<u8>, len: usize) -> bool {
+    // SAFETY: MADV_COLLAPSE changes no contents (the kernel copies them into the huge page under
+    // its locks); on a range that is not mapped it fails and changes nothing.
+    unsafe { libc::madvise(ptr.as_ptr().cast(), len, MADV_COLLAPSE) == 0 }
 }
 
 /// Marks `[ptr, ptr+len)` `MADV_NOHUGEPAGE` ([`set_thp`] with [`Thp::Never`]): never backed

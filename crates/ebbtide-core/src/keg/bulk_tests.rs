@@ -1,17 +1,7 @@
 //! The bulk release path (`take_back`'s cursor and fast path) and the release pipeline.
-use super::tests::{import_n, take_back};
+use super::tests::{import_n, resident_pages, take_back};
 use super::*;
 use crate::release::Session;
-
-/// Pages of `[addr, addr + len)` resident in memory.
-fn resident_pages(addr: usize, len: usize) -> usize {
-    let ps = os::page_size();
-    let mut vec = vec![0u8; len.div_ceil(ps)];
-    // SAFETY: the range is mapped memory of ours (page aligned); `vec` has one byte per page.
-    let r = unsafe { libc::mincore(addr as *mut _, len, vec.as_mut_ptr()) };
-    assert_eq!(r, 0);
-    vec.iter().filter(|&&b| b & 1 != 0).count()
-}
 
 fn no_invalid(p: *mut u8, k: InvalidKind) {
     panic!("unexpected invalid pointer {p:?}: {k:?}")
@@ -448,7 +438,7 @@ fn many_kegs_and_fragmented_runs() {
             );
         }
         take_back(
-            &k,
+            k,
             &v.iter().copied().step_by(2).collect::<Vec<_>>(),
             false,
             |_| {},

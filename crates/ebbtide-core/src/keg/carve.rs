@@ -4,10 +4,10 @@
 
 use super::*;
 
-/// Distinct page colours of slab 0 (see [`colour_of`]): 128 pages. A second-level TLB of
-/// today's x86 cores has some hundreds of sets; 128 is where more colours stopped helping
-/// (`docs/design/keg-records.md`, "Slab colours").
-pub(crate) const COLOURS: usize = 128;
+/// Distinct page colours of slab 0 (see [`colour_of`]): 64 pages. 16 colours gained a third
+/// of what 64 did and 128 no more than 64 (`docs/design/keg-records.md`, "Slab colours"); each
+/// colour page is memory in a huge chunk (`huge.rs`), so no more than that.
+pub(crate) const COLOURS: usize = 64;
 
 /// How many pages past its metadata slab 0 of every chunk of the keg with `tag` starts, pure.
 ///
@@ -18,9 +18,10 @@ pub(crate) const COLOURS: usize = 128;
 /// the ways of one set, and a program touching objects of many classes misses in the TLB on
 /// most accesses (measured: `docs/design/keg-records.md`, "Slab colours"). Bonwick's slab allocator colours slabs
 /// by cache lines for the same reason within a cache; here the unit is the page and the
-/// structure the TLB. Consecutive tags are 37 pages apart (37 is prime to 128, so the first
-/// 128 kegs all differ). The cost is address space only: the skipped pages are never touched,
-/// and a chunk holds fewer slabs when the last no longer fits.
+/// structure the TLB. Consecutive tags are 37 pages apart (37 is prime to 64, so the first 64
+/// kegs all differ). The cost is address space only — the skipped pages are never touched,
+/// and a chunk holds fewer slabs when the last no longer fits — except in a huge chunk, whose
+/// first huge page backs them until slab 0 goes back (`huge.rs`).
 pub(crate) fn colour_of(tag: u64) -> usize {
     ((tag >> 1) as usize).wrapping_mul(37) % COLOURS
 }
@@ -28,7 +29,11 @@ pub(crate) fn colour_of(tag: u64) -> usize {
 impl Keg {
     /// Takes a new chunk; its slabs are carved from it as they are needed ([`Keg::carve`]).
     /// Only when the newest chunk has no slab left to carve.
-    pub(super) fn grow(&self, g: &mut KegInner) -> Result<(), OsError> {
+    pub(super) fn grow(
+        &self,
+        g: &mut KegInner,
+        conv: &mut super::huge::Converted,
+    ) -> Result<(), OsError> {
         debug_assert_eq!(g.uncarved, 0);
         // Only a zone's keg (its chunks carry the zone's stacks, `chunk_hint`) goes huge: the
         // allocator's own bucket arrays, which no program walks, stay on small pages.
@@ -43,6 +48,10 @@ impl Keg {
         let chunk = self
             .arena
             .alloc_chunk(self.tag, self.chunk_hint, self.geo.first_slab, thp)?;
+        if thp == os::Thp::Huge && g.huge_chunks == 0 {
+            // Dense from now: the older chunks go huge too (`huge.rs`).
+            self.make_older_chunks_huge(g, conv);
+        }
         let hdr = chunk.as_ptr() as *mut ChunkHeader;
         // SAFETY: the chunk is committed, zeroed and ours; the header lies in its first
         // `first_slab` bytes, which no item overlaps.
@@ -133,6 +142,8 @@ impl Keg {
         let mut gauges = [0usize; 3];
         // Bytes of slabs handed out again (free, lazy or clean lists): reuse (`reuse.rs`).
         let mut reused = 0;
+        // Older chunks made huge by a `grow` that made the keg dense, collapsed after the lock.
+        let mut conv = super::huge::Converted::new();
         while n < out.len() {
             let s = if !g.partial.is_null() {
                 g.partial
@@ -176,7 +187,7 @@ impl Keg {
                     s
                 } else {
                     if g.uncarved == 0 {
-                        if let Err(e) = self.grow(&mut g) {
+                        if let Err(e) = self.grow(&mut g, &mut conv) {
                             if n > 0 {
                                 break;
                             }
@@ -254,6 +265,8 @@ impl Keg {
         if reused > 0 {
             self.reuse.took(reused);
         }
+        drop(g);
+        conv.collapse();
         Ok(n)
     }
 }

@@ -94,16 +94,19 @@ impl Keg {
         d.slabs[..d.n].sort_unstable_by_key(|&s| self.slab_base(s));
         let mut i = 0;
         while i < d.n {
-            // Adjacent slabs (emptied in address order by a drain) go back in one call.
+            // Adjacent slabs (emptied in address order by a drain) go back in one call, from
+            // the first one's span (`release_span`: slab 0's colour pages too).
             let start = self.slab_base(d.slabs[i]);
+            let (from, _) = self.release_span(d.slabs[i]);
             let mut len = self.geo.slab_size;
             while i + 1 < d.n && self.slab_base(d.slabs[i + 1]) == start + len {
                 len += self.geo.slab_size;
                 i += 1;
             }
             // SAFETY: the slabs are ours, entirely free, and on no list (`ninflight`): nothing
-            // hands them out or frees into them until they are back on a list.
-            unsafe { os::release(NonNull::new_unchecked(start as *mut u8), len) };
+            // hands them out or frees into them until they are back on a list; the colour pages
+            // before slab 0 are used by nothing.
+            unsafe { os::release(NonNull::new_unchecked(from as *mut u8), start + len - from) };
             i += 1;
         }
         let mut g = lock(&self.inner);
@@ -246,7 +249,8 @@ impl Keg {
                     if sess.active() {
                         // SAFETY: `s` is entirely free and now on no list; lock held.
                         unsafe { self.to_releasing(&mut g, s) };
-                        sess.add(self.slab_base(s), self.geo.slab_size);
+                        let (addr, len) = self.release_span(s);
+                        sess.add(addr, len);
                         if sess.has_overflow() {
                             drop(g);
                             sess.release_overflow();
@@ -267,6 +271,9 @@ impl Keg {
                 // SAFETY: `c` is a valid chunk header of this keg; lock held.
                 c = unsafe { (*c).next };
             }
+        }
+        if !idle {
+            self.release_uncarved(&g);
         }
         if !d.is_empty() {
             g = self.release_deferred(g, &mut d);

@@ -2,22 +2,23 @@
 //! 2 MiB pages may go back whole, how many an idle trim may break, and what the stats count.
 //!
 //! ```text
-//!  chunk (4 MiB) of a dense keg
-//!  | meta | colour | slab | slab | ... | slab |slab| slab | ... | slab |
-//!  └──── first half: MADV_NOHUGEPAGE ───────┴─ huge page: MADV_HUGEPAGE ─┘
-//!    the slab descriptors and never touched     mapped in one step; goes back whole (one
-//!    colour pages: 4 KiB pages, as in any chunk  MADV_DONTNEED of 2 MiB) once every slab in it
-//!                                                 is free
+//!  chunk (4 MiB) of a dense keg: two huge pages, MADV_HUGEPAGE, mapped in one step
+//!  | meta | colour | slab | slab | ... | slab |slab| slab | ... | slab | tail |
+//!  └──────────── huge page 0 ───────────────┴────────── huge page 1 ─────────┘
+//!    holds the slab descriptors: never goes      goes back whole (one MADV_DONTNEED of
+//!    back whole; its slabs go by breaking it,    2 MiB, with the tail no slab holds) once
+//!    the colour pages with slab 0                 every slab in it is free
 //! ```
 //!
 //! **Which chunks.** A zone's keg's chunks are `MADV_NOHUGEPAGE` until it is dense (the
 //! allocator's bucket kegs, which no program walks, stay so): once it holds
-//! [`HUGE_AFTER`] of backed slabs, each chunk it takes has its second half `MADV_HUGEPAGE`
-//! ([`chunk_thp`], pure; `arena.rs` says why not the first), so half its slabs fault in as a huge
-//! page on `madvise` and `always` hosts alike (Temeraire's gain: fewer TLB misses for the
-//! program's small objects). A slab *in the huge page* is one that overlaps it. A small
-//! program's kegs never get there: it stays as small as with no huge page at all
-//! (docs/design/thp-policy.md).
+//! [`HUGE_AFTER`] of backed slabs, each chunk it takes is `MADV_HUGEPAGE` whole
+//! ([`chunk_thp`], pure), so its slabs fault in as huge pages on `madvise` and `always` hosts
+//! alike (Temeraire's gain: fewer TLB misses for the program's small objects). Every slab of a
+//! huge chunk is *in a huge page*. Page 0 also backs the colour pages (`carve.rs`), which no
+//! slab uses: they go back with slab 0 ([`Keg::release_span`]), so a drained chunk keeps only
+//! its descriptors. A small program's kegs never get there: it stays as small as with no huge
+//! page at all (docs/design/thp-policy.md).
 //!
 //! **Give-back order.** Whole free huge pages first (no split, microseconds a page), then the
 //! free slabs outside huge pages, then — breaking huge pages — the free slabs in them
@@ -55,9 +56,9 @@ pub const HUGE_AFTER_IN_LARGE: usize = 8 << 20;
 /// less than a tenth of the process in practice.
 pub const HUGE_PROCESS: usize = 256 << 20;
 
-/// The huge page of a huge chunk: the second half (`arena.rs`).
-pub(crate) const HUGE_HALF: usize = 1;
-const _: () = assert!(CHUNK_SIZE == 2 * HUGE_PAGE);
+/// Huge pages per chunk.
+pub(crate) const PAGES_PER_CHUNK: usize = CHUNK_SIZE / HUGE_PAGE;
+const _: () = assert!(CHUNK_SIZE.is_multiple_of(HUGE_PAGE));
 
 /// The huge page policy of the next chunk of a keg holding `backed_bytes` of backed slabs, in a
 /// process whose kegs hold `process_bytes` ([`MAPPED_BYTES`]).
@@ -71,6 +72,39 @@ pub(crate) fn chunk_thp(backed_bytes: usize, process_bytes: usize) -> os::Thp {
         os::Thp::Huge
     } else {
         os::Thp::Never
+    }
+}
+
+/// Older chunks made huge at once when a keg becomes dense (the newest first): a keg crosses
+/// [`HUGE_AFTER`] with 8 chunks, [`HUGE_AFTER_IN_LARGE`] with 2.
+pub(super) const CONVERT_MAX: usize = 16;
+
+/// The chunks [`Keg::make_older_chunks_huge`] marked, for [`os::collapse`] once the keg lock is
+/// dropped (a copy of 2 MiB per huge page: not under the lock).
+pub(super) struct Converted {
+    chunks: [usize; CONVERT_MAX],
+    n: usize,
+}
+
+impl Converted {
+    pub(super) fn new() -> Converted {
+        Converted {
+            chunks: [0; CONVERT_MAX],
+            n: 0,
+        }
+    }
+
+    /// Collapses the marked chunks into huge pages; call it with the keg lock dropped. Items
+    /// in them stay where they are and may be used meanwhile (the kernel copies under its
+    /// locks).
+    pub(super) fn collapse(&self) {
+        for &chunk in &self.chunks[..self.n] {
+            // SAFETY: a chunk of ours (non-null), mapped whole and `MADV_HUGEPAGE`.
+            os::collapse(
+                unsafe { NonNull::new_unchecked(chunk as *mut u8) },
+                CHUNK_SIZE,
+            );
+        }
     }
 }
 
@@ -127,14 +161,105 @@ impl PageUse {
 }
 
 impl Keg {
-    /// Whether slab `s` (a valid meta of this keg) overlaps its chunk's huge page.
+    /// Whether slab `s` (a valid meta of this keg) lies in huge pages: its chunk is huge.
     #[inline]
     pub(super) fn in_huge(&self, s: *mut SlabMeta) -> bool {
-        let chunk = s as usize & !(CHUNK_SIZE - 1);
-        let hdr = chunk as *const ChunkHeader;
+        let hdr = (s as usize & !(CHUNK_SIZE - 1)) as *const ChunkHeader;
         // SAFETY: a slab's descriptor lies in its chunk's metadata area, after the header the
-        // keg wrote when it took the chunk (`grow`); the header never changes after that.
-        unsafe { (*hdr).huge && self.slab_base(s) + self.geo.slab_size > chunk + HUGE_PAGE }
+        // keg wrote when it took the chunk (`grow`); its `huge` changes only under the keg
+        // lock, which the callers hold.
+        unsafe { (*hdr).huge }
+    }
+
+    /// Makes the keg's chunks huge when it becomes dense (its first huge chunk, `grow`): each
+    /// older chunk whose slabs all hold memory (partial, full or free: none released, lazy or in
+    /// flight, and all carved) is mapped whole, marked `MADV_HUGEPAGE` and counted huge, up to
+    /// [`CONVERT_MAX`] of them; `conv` gets them for [`Converted::collapse`]. Without it the
+    /// first 8–32 MiB of every class stayed on 4 KiB pages: `tlb_random` on THP `always` had
+    /// 160 MiB of its 600 there and chased 1.26× slower than jemalloc
+    /// (docs/design/hugepage-heap.md). `g` is this keg's locked state.
+    pub(super) fn make_older_chunks_huge(&self, g: &mut KegInner, conv: &mut Converted) {
+        let mut c = g.chunks;
+        while !c.is_null() && conv.n < CONVERT_MAX {
+            let chunk = c as usize;
+            let carved = self.carved(g, c);
+            let mut free = 0;
+            let mut backed = carved == self.geo.slabs_per_chunk;
+            for i in 0..carved {
+                if !backed {
+                    break;
+                }
+                // SAFETY: `s` is a carved slab's descriptor of this chunk; lock held.
+                match unsafe { (*self.meta(chunk, i)).state } {
+                    SlabState::Partial | SlabState::Full => {}
+                    SlabState::Free => free += 1,
+                    SlabState::Clean | SlabState::Lazy => backed = false,
+                }
+            }
+            // SAFETY: `c` is a valid chunk header of this keg; lock held.
+            let huge = unsafe { (*c).huge };
+            if backed
+                && !huge
+                && self
+                    .arena
+                    .map_through(chunk, chunk + CHUNK_SIZE, os::Thp::Huge)
+                    .is_ok()
+            {
+                // SAFETY: the chunk is ours and mapped whole (just above).
+                os::set_thp(
+                    unsafe { NonNull::new_unchecked(chunk as *mut u8) },
+                    CHUNK_SIZE,
+                    os::Thp::Huge,
+                );
+                // SAFETY: as above; `huge` changes here only, under the lock, false to true.
+                unsafe { (*c).huge = true };
+                g.huge_chunks += 1;
+                g.nfree_huge += free;
+                conv.chunks[conv.n] = chunk;
+                conv.n += 1;
+            }
+            // SAFETY: as above.
+            c = unsafe { (*c).next };
+        }
+    }
+
+    /// Releases the part of the newest chunk's huge page not carved yet, if that chunk is
+    /// huge: its first touch backed the whole page, and no slab holds that part to give it back
+    /// (a drain that broke the page left up to 2 MiB a keg resident). Under the keg lock, the
+    /// one `madvise` that is: only the lock keeps a carve out of that range; at most 2 MiB, once
+    /// per release that may break pages. `g` is this keg's locked state.
+    pub(super) fn release_uncarved(&self, g: &KegInner) {
+        let c = g.chunks;
+        // SAFETY: `c` is the newest chunk's valid header; lock held.
+        if c.is_null() || g.uncarved == 0 || !unsafe { (*c).huge } {
+            return;
+        }
+        let chunk = c as usize;
+        let carved = self.geo.slabs_per_chunk - g.uncarved;
+        let from = self.geo.first_slab + (carved << self.geo.slab_shift);
+        let to = os::round_up(from, HUGE_PAGE).min(CHUNK_SIZE);
+        if to > from {
+            // SAFETY: the chunk's range past its last carved slab, up to the end of that slab's
+            // huge page (or the chunk): mapped (a huge chunk is mapped whole), never handed out,
+            // and no carve reaches it while the lock is held.
+            unsafe { os::release(NonNull::new_unchecked((chunk + from) as *mut u8), to - from) };
+        }
+    }
+
+    /// The range whose pages go back when slab `s` (a valid meta of this keg) is released: the
+    /// slab's, and for slab 0 of a huge chunk the colour pages before it too (backed by huge
+    /// page 0 and used by nothing: a drained chunk keeps only its descriptors). Releasing them
+    /// again later is harmless: nothing touches them.
+    #[inline]
+    pub(super) fn release_span(&self, s: *mut SlabMeta) -> (usize, usize) {
+        let base = self.slab_base(s);
+        // SAFETY: `s` is a valid meta (callers hold the lock or own the slab).
+        if unsafe { (*s).index } == 0 && self.in_huge(s) {
+            let colour = colour_of(self.tag) * os::page_size();
+            (base - colour, self.geo.slab_size + colour)
+        } else {
+            (base, self.geo.slab_size)
+        }
     }
 
     /// The slabs of huge page `h` of `chunk` (`carved` of them carved), by state. Lock held.
@@ -176,19 +301,15 @@ impl Keg {
         u
     }
 
-    /// The slabs of chunk `c`'s huge page by state, or `None` when `c` is not huge or its huge
-    /// page is not mapped yet (no slab of it carved: a huge chunk is mapped in whole 2 MiB
-    /// steps). `g` is this keg's locked state, `c` one of its chunks.
-    fn huge_page_use(&self, g: &KegInner, c: *mut ChunkHeader) -> Option<PageUse> {
+    /// The slabs of chunk `c`'s huge page `h` by state, or `None` when `c` is not huge (a huge
+    /// chunk is mapped whole when taken). `g` is this keg's locked state, `c` one of its chunks.
+    fn huge_page_use(&self, g: &KegInner, c: *mut ChunkHeader, h: usize) -> Option<PageUse> {
         // SAFETY: `c` is a valid chunk header of this keg; lock held.
         if !unsafe { (*c).huge } {
             return None;
         }
-        let chunk = c as usize;
-        if (HUGE_HALF + 1) * HUGE_PAGE > self.arena.mapped_bytes(chunk) {
-            return None;
-        }
-        Some(self.page_use(chunk, self.carved(g, c), HUGE_HALF))
+        debug_assert_eq!(self.arena.mapped_bytes(c as usize), CHUNK_SIZE);
+        Some(self.page_use(c as usize, self.carved(g, c), h))
     }
 
     /// The huge page counts of the stats: a walk over the huge chunks' descriptors (lock held).
@@ -199,7 +320,10 @@ impl Keg {
         }
         let mut c = g.chunks;
         while !c.is_null() {
-            if let Some(u) = self.huge_page_use(g, c).filter(|u| u.used + u.free > 0) {
+            for h in 0..PAGES_PER_CHUNK {
+                let Some(u) = self.huge_page_use(g, c, h).filter(|u| u.used + u.free > 0) else {
+                    continue;
+                };
                 k.pages += 1;
                 if u.used > 0 && u.free + u.released + u.uncarved > 0 {
                     k.partly_used += 1;
@@ -234,65 +358,68 @@ impl Keg {
         let mut c = g.chunks;
         while !c.is_null() {
             let chunk = c as usize;
-            match self.huge_page_use(&g, c) {
-                None => {}
-                Some(u) if taken >= to_release || !u.whole_free() => {
-                    // A page with items: its free slabs go only by breaking it. A page
-                    // holding no item costs nothing broken (its slabs count, not it).
-                    left.0 += u.free;
-                    if u.used > 0 {
-                        left.1 += u.used + u.free + u.released + u.uncarved;
+            for h in 0..PAGES_PER_CHUNK {
+                match self.huge_page_use(&g, c, h) {
+                    None => {}
+                    Some(u) if taken >= to_release || !u.whole_free() => {
+                        // A page with items: its free slabs go only by breaking it. A page
+                        // holding no item costs nothing broken (its slabs count, not it).
+                        left.0 += u.free;
+                        if u.used > 0 {
+                            left.1 += u.used + u.free + u.released + u.uncarved;
+                        }
                     }
-                }
-                Some(u) => {
-                    // Whole free: every slab inside it is carved and free (`whole_free`).
-                    for i in u.inside.0..u.inside.1 {
-                        let s = self.meta(chunk, i);
-                        taken += 1;
-                        // SAFETY: `s` is a carved slab of this chunk on the free list (the
-                        // page is whole free); lock held.
-                        unsafe { self.unlist_free(&mut g, s) };
-                        if sess.active() {
-                            // SAFETY: `s` is entirely free and now on no list; lock held.
-                            unsafe { self.to_releasing(&mut g, s) };
-                        } else {
-                            // SAFETY: `s` is entirely free and now on no list; lock held.
-                            // Chained through `next` (it is on no list) until its page is gone.
-                            unsafe {
-                                self.to_inflight(&mut g, s);
-                                (*s).next = d.chained;
+                    Some(u) => {
+                        // Whole free: every slab inside it is carved and free (`whole_free`).
+                        for i in u.inside.0..u.inside.1 {
+                            let s = self.meta(chunk, i);
+                            taken += 1;
+                            // SAFETY: `s` is a carved slab of this chunk on the free list (the
+                            // page is whole free); lock held.
+                            unsafe { self.unlist_free(&mut g, s) };
+                            if sess.active() {
+                                // SAFETY: `s` is entirely free and now on no list; lock held.
+                                unsafe { self.to_releasing(&mut g, s) };
+                            } else {
+                                // SAFETY: `s` is entirely free and now on no list; lock held.
+                                // Chained through `next` (it is on no list) until its page is gone.
+                                unsafe {
+                                    self.to_inflight(&mut g, s);
+                                    (*s).next = d.chained;
+                                }
+                                d.chained = s;
+                                d.nchained += 1;
+                                released += self.geo.slab_size;
                             }
-                            d.chained = s;
-                            d.nchained += 1;
-                            released += self.geo.slab_size;
                         }
-                    }
-                    // The run of the page's slabs, all taken off the free list above, and the
-                    // chunk's tail after its last slab (no slab's: nothing ever hands it out): the
-                    // whole page where the slabs start on it (4 KiB slabs always), so the kernel
-                    // frees the huge page without splitting it.
-                    let addr = chunk + self.geo.first_slab + (u.inside.0 << self.geo.slab_shift);
-                    let end = if u.inside.1 == self.geo.slabs_per_chunk {
-                        chunk + (HUGE_HALF + 1) * HUGE_PAGE
-                    } else {
-                        chunk + self.geo.first_slab + (u.inside.1 << self.geo.slab_shift)
-                    };
-                    let len = end - addr;
-                    if len == HUGE_PAGE {
-                        g.huge_released += 1;
-                    }
-                    if sess.active() {
-                        sess.add(addr, len);
-                        if sess.has_overflow() {
-                            drop(g);
-                            sess.release_overflow();
-                            g = lock(&self.inner);
+                        // The run of the page's slabs, all taken off the free list above, and the
+                        // chunk's tail after its last slab (no slab's: nothing ever hands it out): the
+                        // whole page where the slabs start on it (4 KiB slabs always), so the kernel
+                        // frees the huge page without splitting it.
+                        let addr =
+                            chunk + self.geo.first_slab + (u.inside.0 << self.geo.slab_shift);
+                        let end = if u.inside.1 == self.geo.slabs_per_chunk {
+                            chunk + (h + 1) * HUGE_PAGE
+                        } else {
+                            chunk + self.geo.first_slab + (u.inside.1 << self.geo.slab_shift)
+                        };
+                        let len = end - addr;
+                        if len == HUGE_PAGE {
+                            g.huge_released += 1;
                         }
-                    } else {
-                        d.pages[d.npages] = (addr, len);
-                        d.npages += 1;
-                        if d.full() {
-                            g = self.release_deferred(g, d);
+                        if sess.active() {
+                            sess.add(addr, len);
+                            if sess.has_overflow() {
+                                drop(g);
+                                sess.release_overflow();
+                                g = lock(&self.inner);
+                            }
+                        } else {
+                            d.pages[d.npages] = (addr, len);
+                            d.npages += 1;
+                            if d.full() {
+                                g = self.release_deferred(g, d);
+                            }
                         }
                     }
                 }
@@ -339,8 +466,15 @@ mod tests {
 
     /// A keg of 64-byte items with `n` items handed out and written; the items.
     fn dense_keg(n: usize) -> (Keg, Vec<*mut u8>) {
-        // A zone's keg (a hint: no zone reads it here), the kind that goes huge.
-        let k = Keg::new(64, 0).unwrap().with_chunk_hint(0x1000);
+        // A zone's keg (a hint: no zone reads it here), the kind that goes huge, with colour
+        // pages (a keg's colour comes from its tag: the next keg's differs).
+        let k = loop {
+            let k = Keg::new(64, 0).unwrap();
+            if colour_of(k.tag) != 0 {
+                break k.with_chunk_hint(0x1000);
+            }
+            k.destroy().unwrap();
+        };
         let v = crate::keg::tests::import_n(&k, n);
         for &p in &v {
             // SAFETY: an item of ours, 64 bytes.
@@ -349,41 +483,29 @@ mod tests {
         (k, v)
     }
 
-    fn huge_item(k: &Keg, v: &[*mut u8]) -> usize {
-        let p = v
-            .iter()
-            .find(|&&p| k.in_huge(k.locate(p as usize).ok().unwrap().slab))
-            .expect("an item in a huge chunk");
-        *p as usize
-    }
-
     #[test]
     fn a_dense_kegs_chunks_are_huge_and_go_back_whole_pages_first() {
-        // HUGE_AFTER and 12 MiB more of items: the chunks after the first HUGE_AFTER are huge.
+        // HUGE_AFTER and 12 MiB more of items: the chunks after the first HUGE_AFTER are taken
+        // huge, and the first ones, all backed, were made huge when the keg became dense.
         let (k, v) = dense_keg((HUGE_AFTER + (12 << 20)) / 64);
         let c = k.validate().unwrap();
-        assert!(c.huge_chunks >= 2, "{c:?}");
-        assert!(
-            c.huge_chunks < c.chunks,
-            "the first chunks are not huge: {c:?}"
-        );
-        let (flags, _) = smaps_of(huge_item(&k, &v));
-        assert!(
-            flags.split(' ').any(|f| f == "hg"),
-            "MADV_HUGEPAGE: {flags}"
-        );
-        let small = v
+        assert!(c.huge_chunks >= 11, "{c:?}");
+        assert_eq!(c.huge_chunks, c.chunks, "{c:?}");
+        assert!(v
             .iter()
-            .find(|&&p| !k.in_huge(k.locate(p as usize).ok().unwrap().slab));
-        let (flags, _) = smaps_of(*small.unwrap() as usize);
-        assert!(
-            flags.split(' ').any(|f| f == "nh"),
-            "MADV_NOHUGEPAGE: {flags}"
-        );
+            .all(|&p| k.in_huge(k.locate(p as usize).ok().unwrap().slab)));
+        for p in [v[0], *v.last().unwrap()] {
+            let (flags, _) = smaps_of(p as usize);
+            assert!(
+                flags.split(' ').any(|f| f == "hg"),
+                "MADV_HUGEPAGE: {flags}"
+            );
+        }
         let stats = k.huge_pages();
-        // Every huge chunk's huge page: the newest chunk's only once its slabs reach it.
+        // Both huge pages of every huge chunk: the newest chunk's second only once its slabs
+        // reach it.
         assert!(
-            stats.pages + 1 >= c.huge_chunks && stats.pages <= c.huge_chunks,
+            stats.pages + 1 >= 2 * c.huge_chunks && stats.pages <= 2 * c.huge_chunks,
             "{stats:?}"
         );
         assert_eq!(stats.broken, 0, "{stats:?}");
@@ -392,8 +514,8 @@ mod tests {
         k.take_back(&v, &mut d, None::<fn(*mut u8)>, |_, _| panic!("invalid"));
         let c = k.validate().unwrap();
         assert_eq!(c.items_out, 0);
-        // The pages that may go back whole: the huge page of each huge chunk whose slabs were
-        // all carved (the newest chunk's may not be).
+        // The pages that may go back whole: the second huge page of each huge chunk whose slabs
+        // were all carved (the newest chunk's may not be); never the first (the descriptors).
         let whole = {
             let g = lock(&k.inner);
             let mut n = 0;
@@ -402,7 +524,7 @@ mod tests {
                 // SAFETY: a valid chunk header of this keg; lock held.
                 if unsafe { (*ch).huge } {
                     let carved = k.carved(&g, ch);
-                    let u = k.page_use(ch as usize, carved, HUGE_HALF);
+                    let u = k.page_use(ch as usize, carved, 1);
                     n += usize::from(u.whole_free());
                     assert!(!k.page_use(ch as usize, carved, 0).whole_free(), "metadata");
                 }
@@ -413,7 +535,8 @@ mod tests {
             n
         };
         assert!(whole + 1 >= c.huge_chunks && whole > 0, "{whole} of {c:?}");
-        // A calm release: every huge page goes back whole, the first halves by their slabs.
+        // A calm release: every second huge page goes back whole, the first ones (no item in
+        // them) by their slabs.
         let mut calm = Disposal::keep();
         calm.breaks = false;
         let bytes = k.release_free(0, &mut calm);
@@ -494,6 +617,44 @@ mod tests {
             panic!("invalid")
         });
         k.release_free(0, &mut Disposal::keep());
+        k.destroy().unwrap();
+    }
+
+    #[test]
+    fn a_drained_huge_chunk_keeps_only_its_descriptors() {
+        let (k, v) = dense_keg((HUGE_AFTER + (12 << 20)) / 64);
+        let ps = os::page_size();
+        let meta_end = k.geo.first_slab - colour_of(k.tag) * ps;
+        assert!(meta_end < k.geo.first_slab, "a keg with colour pages");
+        k.take_back(&v, &mut Disposal::keep(), None::<fn(*mut u8)>, |_, _| {
+            panic!("invalid")
+        });
+        // A drain: every free slab goes, huge pages broken as needed.
+        k.release_free(0, &mut Disposal::keep());
+        let c = k.validate().unwrap();
+        assert_eq!((c.free_slabs, c.backed_slabs), (0, 0), "{c:?}");
+        let g = lock(&k.inner);
+        let mut ch = g.chunks;
+        let mut huge = 0;
+        while !ch.is_null() {
+            let chunk = ch as usize;
+            // SAFETY: a valid chunk header of this keg; lock held. (The newest chunk's huge
+            // page being carved also backed its slabs not carved yet: they went too.)
+            if unsafe { (*ch).huge } {
+                huge += 1;
+                // Page 0 backed the colour pages with the descriptors; slab 0 took them along.
+                assert_eq!(
+                    crate::keg::tests::resident_pages(chunk + meta_end, CHUNK_SIZE - meta_end),
+                    0,
+                    "a huge chunk's pages after its descriptors"
+                );
+                assert!(crate::keg::tests::resident_pages(chunk, meta_end) > 0);
+            }
+            // SAFETY: as above.
+            ch = unsafe { (*ch).next };
+        }
+        assert!(huge >= 11);
+        drop(g);
         k.destroy().unwrap();
     }
 

@@ -95,7 +95,8 @@ pub fn released_bytes() -> u64 {
 struct ChunkHeader {
     keg: *const Keg,
     next: *mut ChunkHeader,
-    /// Mapped `MADV_HUGEPAGE` in whole huge pages (`huge.rs`); fixed when the keg takes it.
+    /// Mapped `MADV_HUGEPAGE` in whole huge pages (`huge.rs`): set when the keg takes it, or
+    /// under the keg lock when the keg becomes dense (`make_older_chunks_huge`); never cleared.
     huge: bool,
 }
 

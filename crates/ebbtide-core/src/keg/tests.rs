@@ -28,6 +28,16 @@ pub(super) fn import_n(k: &Keg, n: usize) -> Vec<*mut u8> {
     v
 }
 
+/// Pages of `[addr, addr + len)` resident in memory.
+pub(super) fn resident_pages(addr: usize, len: usize) -> usize {
+    let ps = os::page_size();
+    let mut vec = vec![0u8; len.div_ceil(ps)];
+    // SAFETY: the range is mapped memory of ours (page aligned); `vec` has one byte per page.
+    let r = unsafe { libc::mincore(addr as *mut _, len, vec.as_mut_ptr()) };
+    assert_eq!(r, 0);
+    vec.iter().filter(|&&b| b & 1 != 0).count()
+}
+
 #[test]
 fn import_release_reclaim() {
     let k = Keg::new(64, 0).unwrap();
@@ -203,13 +213,6 @@ fn kegs_made_one_after_another_start_their_slabs_on_different_pages() {
 #[test]
 fn slab_metadata_is_written_as_slabs_are_first_used() {
     let ps = os::page_size();
-    let resident = |addr: usize, len: usize| {
-        let mut vec = vec![0u8; len.div_ceil(ps)];
-        // SAFETY: a committed chunk of ours (page aligned); one byte per page.
-        let r = unsafe { libc::mincore(addr as *mut _, len, vec.as_mut_ptr()) };
-        assert_eq!(r, 0);
-        vec.iter().filter(|&&b| b & 1 != 0).count()
-    };
     // 16-byte items: 4 KiB slabs, about a thousand descriptors of 48 bytes (12 pages).
     let k = Keg::new(16, 0).unwrap();
     let g = k.geo;
@@ -218,7 +221,7 @@ fn slab_metadata_is_written_as_slabs_are_first_used() {
     assert_eq!(k.import(&mut v).unwrap(), v.len());
     let chunk = v[0] as usize & !(CHUNK_SIZE - 1);
     assert_eq!(
-        resident(chunk, g.first_slab),
+        resident_pages(chunk, g.first_slab),
         1,
         "three slabs: one page of metadata"
     );
@@ -253,7 +256,7 @@ fn slab_metadata_is_written_as_slabs_are_first_used() {
     assert_eq!((c.chunks, c.backed_slabs), (2, g.slabs_per_chunk + 1));
     let meta_pages = os::round_up(CHUNK_HEADER + g.slabs_per_chunk * g.meta_size, ps) / ps;
     assert_eq!(
-        resident(chunk, g.first_slab),
+        resident_pages(chunk, g.first_slab),
         meta_pages,
         "every descriptor written, the colour's pages never touched"
     );
