@@ -60,6 +60,7 @@ impl Keg {
                 keg: self,
                 next: g.chunks,
                 huge: thp == os::Thp::Huge,
+                broken: 0,
             });
         }
         g.chunks = hdr;

@@ -381,6 +381,9 @@ impl Keg {
                 let over_cap =
                     !huge && w.session.is_none() && !w.delay_excess && g.nfree_slabs >= w.free_cap;
                 if w.release || over_cap {
+                    if huge {
+                        self.mark_broken(s);
+                    }
                     // On no list until its pages are gone: released once the lock is
                     // dropped (`release_deferred`), never under it.
                     self.to_inflight(g, s);

@@ -244,6 +244,9 @@ impl Keg {
                         continue;
                     }
                     budget -= 1;
+                    if huge {
+                        self.mark_broken(s);
+                    }
                     // SAFETY: `s` is on the free list; lock held.
                     unsafe { self.unlist_free(&mut g, s) };
                     if sess.active() {

@@ -79,32 +79,42 @@ pub(crate) fn chunk_thp(backed_bytes: usize, process_bytes: usize) -> os::Thp {
 /// [`HUGE_AFTER`] with 8 chunks, [`HUGE_AFTER_IN_LARGE`] with 2.
 pub(super) const CONVERT_MAX: usize = 16;
 
-/// The chunks [`Keg::make_older_chunks_huge`] marked, for [`os::collapse`] once the keg lock is
-/// dropped (a copy of 2 MiB per huge page: not under the lock).
+/// The ranges of huge chunks to collapse into huge pages once the keg lock is dropped (a copy
+/// of 2 MiB per huge page: not under the lock): the chunks [`Keg::make_older_chunks_huge`]
+/// marked, the pages [`Keg::collapse_mended`] found whole again.
 pub(super) struct Converted {
-    chunks: [usize; CONVERT_MAX],
+    ranges: [(usize, usize); CONVERT_MAX],
     n: usize,
 }
 
 impl Converted {
     pub(super) fn new() -> Converted {
         Converted {
-            chunks: [0; CONVERT_MAX],
+            ranges: [(0, 0); CONVERT_MAX],
             n: 0,
         }
     }
 
-    /// Collapses the marked chunks into huge pages; call it with the keg lock dropped. Items
-    /// in them stay where they are and may be used meanwhile (the kernel copies under its
-    /// locks).
-    pub(super) fn collapse(&self) {
-        for &chunk in &self.chunks[..self.n] {
-            // SAFETY: a chunk of ours (non-null), mapped whole and `MADV_HUGEPAGE`.
-            os::collapse(
-                unsafe { NonNull::new_unchecked(chunk as *mut u8) },
-                CHUNK_SIZE,
-            );
+    fn full(&self) -> bool {
+        self.n == CONVERT_MAX
+    }
+
+    fn push(&mut self, addr: usize, len: usize) {
+        self.ranges[self.n] = (addr, len);
+        self.n += 1;
+    }
+
+    /// Collapses the ranges into huge pages; call it with the keg lock dropped. Items in them
+    /// stay where they are and may be used meanwhile (the kernel copies under its locks).
+    /// Returns how many ranges the kernel collapsed.
+    pub(super) fn collapse(&self) -> usize {
+        let mut n = 0;
+        for &(addr, len) in &self.ranges[..self.n] {
+            // SAFETY: a range of a chunk of ours (non-null), mapped and `MADV_HUGEPAGE`.
+            let at = unsafe { NonNull::new_unchecked(addr as *mut u8) };
+            n += usize::from(os::collapse(at, len));
         }
+        n
     }
 }
 
@@ -180,7 +190,7 @@ impl Keg {
     /// (docs/design/hugepage-heap.md). `g` is this keg's locked state.
     pub(super) fn make_older_chunks_huge(&self, g: &mut KegInner, conv: &mut Converted) {
         let mut c = g.chunks;
-        while !c.is_null() && conv.n < CONVERT_MAX {
+        while !c.is_null() && !conv.full() {
             let chunk = c as usize;
             let carved = self.carved(g, c);
             let mut free = 0;
@@ -215,12 +225,61 @@ impl Keg {
                 unsafe { (*c).huge = true };
                 g.huge_chunks += 1;
                 g.nfree_huge += free;
-                conv.chunks[conv.n] = chunk;
-                conv.n += 1;
+                conv.push(chunk, CHUNK_SIZE);
             }
             // SAFETY: as above.
             c = unsafe { (*c).next };
         }
+    }
+
+    /// Notes that slab `s` (a valid meta of this keg, in a huge chunk) goes back on its own: the
+    /// huge pages it overlaps are broken until [`Keg::collapse_mended`] finds them whole again.
+    /// Lock held.
+    pub(super) fn mark_broken(&self, s: *mut SlabMeta) {
+        let chunk = s as usize & !(CHUNK_SIZE - 1);
+        let (a, len) = self.release_span(s);
+        let (first, last) = ((a - chunk) / HUGE_PAGE, (a + len - 1 - chunk) / HUGE_PAGE);
+        let hdr = chunk as *mut ChunkHeader;
+        for h in first..=last {
+            // SAFETY: the chunk's header, written by `grow`; the caller holds the lock, under
+            // which `broken` changes.
+            unsafe { (*hdr).broken |= 1 << h };
+        }
+    }
+
+    /// Collapses again the broken huge pages whose slabs all hold memory again (none given
+    /// back, all carved): after a drain broke them, the slabs taken again fault in 4 KiB pages
+    /// until khugepaged passes, which scans 16 MiB every 10 s by default. At most
+    /// [`CONVERT_MAX`] pages a call, the copies with the lock dropped; call it from a calm
+    /// periodic pass (a collapse takes a free huge page). Returns the pages collapsed.
+    pub(crate) fn collapse_mended(&self) -> usize {
+        let mut conv = Converted::new();
+        {
+            let g = lock(&self.inner);
+            if g.huge_chunks == 0 {
+                return 0;
+            }
+            let mut c = g.chunks;
+            while !c.is_null() && !conv.full() {
+                let chunk = c as usize;
+                // SAFETY: `c` is a valid chunk header of this keg; lock held.
+                let broken = unsafe { (*c).broken };
+                for h in 0..PAGES_PER_CHUNK {
+                    if broken & (1 << h) == 0 || conv.full() {
+                        continue;
+                    }
+                    let u = self.page_use(chunk, self.carved(&g, c), h);
+                    if u.released == 0 && u.uncarved == 0 {
+                        // SAFETY: as above; `broken` changes under the lock.
+                        unsafe { (*c).broken &= !(1 << h) };
+                        conv.push(chunk + h * HUGE_PAGE, HUGE_PAGE);
+                    }
+                }
+                // SAFETY: as above.
+                c = unsafe { (*c).next };
+            }
+        }
+        conv.collapse()
     }
 
     /// Releases the part of the newest chunk's huge page not carved yet, if that chunk is
@@ -239,6 +298,8 @@ impl Keg {
         let from = self.geo.first_slab + (carved << self.geo.slab_shift);
         let to = os::round_up(from, HUGE_PAGE).min(CHUNK_SIZE);
         if to > from {
+            // SAFETY: the chunk's header; lock held (`broken` changes under it).
+            unsafe { (*c).broken |= 1 << (from / HUGE_PAGE) };
             // SAFETY: the chunk's range past its last carved slab, up to the end of that slab's
             // huge page (or the chunk): mapped (a huge chunk is mapped whole), never handed out,
             // and no carve reaches it while the lock is held.
@@ -656,6 +717,42 @@ mod tests {
         assert!(huge >= 11);
         drop(g);
         k.destroy().unwrap();
+    }
+
+    #[test]
+    fn a_broken_huge_page_filled_again_is_collapsed_again() {
+        let (k, v) = dense_keg((HUGE_AFTER + (12 << 20)) / 64);
+        // The oldest chunk (made huge when the keg became dense): all its items back and
+        // released, breaking its first page (the descriptors) and its second whole.
+        let chunk = v[0] as usize & !(CHUNK_SIZE - 1);
+        let mine: Vec<*mut u8> = v
+            .iter()
+            .copied()
+            .filter(|&p| p as usize & !(CHUNK_SIZE - 1) == chunk)
+            .collect();
+        k.take_back(&mine, &mut Disposal::keep(), None::<fn(*mut u8)>, |_, _| {
+            panic!("invalid")
+        });
+        k.release_free(0, &mut Disposal::keep());
+        assert!(k.huge_pages().pages == 2 * k.validate().unwrap().huge_chunks - 2);
+        // Taken again (clean slabs before new ones: this chunk's), the first page faults in
+        // 4 KiB pages, the second as a huge page.
+        let again = crate::keg::tests::import_n(&k, mine.len());
+        assert!(again
+            .iter()
+            .all(|&p| p as usize & !(CHUNK_SIZE - 1) == chunk));
+        for &p in &again {
+            // SAFETY: an item of ours, 64 bytes.
+            unsafe { p.write_bytes(0x6b, 64) };
+        }
+        let (_, huge_kb) = smaps_of(chunk);
+        assert_eq!(k.collapse_mended(), 1, "the first page, whole again");
+        let (_, now_kb) = smaps_of(chunk);
+        assert_eq!(now_kb, huge_kb + 2048, "one more huge page in the mapping");
+        // SAFETY: items of ours, written above.
+        assert!(again.iter().all(|&p| unsafe { *p.add(63) } == 0x6b));
+        assert_eq!(k.collapse_mended(), 0, "nothing broken any more");
+        k.validate().unwrap();
     }
 
     #[test]

@@ -98,6 +98,9 @@ struct ChunkHeader {
     /// Mapped `MADV_HUGEPAGE` in whole huge pages (`huge.rs`): set when the keg takes it, or
     /// under the keg lock when the keg becomes dense (`make_older_chunks_huge`); never cleared.
     huge: bool,
+    /// Bit `h`: huge page `h` was broken (slabs of it given back while others stayed) and is
+    /// not known to be whole again (`huge.rs`, `collapse_mended`). Lock held.
+    broken: u8,
 }
 
 const _: () = assert!(core::mem::size_of::<ChunkHeader>() <= CHUNK_HEADER);

@@ -68,6 +68,10 @@ impl ZoneInner {
             moved += self.drain_cpus(|cpu| idle & (1u64 << (cpu % 64)) != 0, &mut d);
         }
         let released = self.release_free_slabs(self.keg.reserve_slabs(), &mut d);
+        if !d.breaks {
+            // Calm: huge pages a drain broke and the program filled again become huge again.
+            self.keg.collapse_mended();
+        }
         let _ = moved;
         if released > 0 {
             self.counters
