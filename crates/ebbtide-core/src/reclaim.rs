@@ -263,6 +263,23 @@ pub fn release_excess(now: u32) -> usize {
     crate::zone::trim_excess_locked(&reg, now, Disposal::pages_now(squeezing_now()))
 }
 
+/// Collapses into huge pages what a keg noted when it became dense (its older chunks,
+/// `keg/huge.rs`): on the runtime's thread, soon after (it calls this every pass over the pools),
+/// not in the allocation that crossed. Walks the zones only when something is pending
+/// ([`crate::keg::HUGE_PENDING`]); nothing while memory is wanted (a collapse takes a free huge
+/// page: the next calm pass). Returns the huge pages collapsed.
+pub fn collapse_pending() -> usize {
+    let _inside = crate::forkgate::enter();
+    if !crate::keg::HUGE_PENDING.load(Ordering::Relaxed) || Disposal::current().breaks {
+        return 0;
+    }
+    crate::keg::HUGE_PENDING.store(false, Ordering::Relaxed);
+    let reg = crate::registry::lock();
+    let mut n = 0;
+    reg.for_each(|z: &ZoneInner| n += z.keg.collapse_mended());
+    n
+}
+
 /// The periodic pass over every zone without pressure (working-set update, idle trim, idle
 /// per-CPU stacks drained); returns the bytes released.
 pub fn periodic_all(now_ns: u64) -> usize {

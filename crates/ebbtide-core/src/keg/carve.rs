@@ -29,11 +29,7 @@ pub(crate) fn colour_of(tag: u64) -> usize {
 impl Keg {
     /// Takes a new chunk; its slabs are carved from it as they are needed ([`Keg::carve`]).
     /// Only when the newest chunk has no slab left to carve.
-    pub(super) fn grow(
-        &self,
-        g: &mut KegInner,
-        conv: &mut super::huge::Converted,
-    ) -> Result<(), OsError> {
+    pub(super) fn grow(&self, g: &mut KegInner) -> Result<(), OsError> {
         debug_assert_eq!(g.uncarved, 0);
         // Only a zone's keg (its chunks carry the zone's stacks, `chunk_hint`) goes huge: the
         // allocator's own bucket arrays, which no program walks, stay on small pages.
@@ -50,7 +46,7 @@ impl Keg {
             .alloc_chunk(self.tag, self.chunk_hint, self.geo.first_slab, thp)?;
         if thp == os::Thp::Huge && g.huge_chunks == 0 {
             // Dense from now: the older chunks go huge too (`huge.rs`).
-            self.make_older_chunks_huge(g, conv);
+            self.make_older_chunks_huge(g);
         }
         let hdr = chunk.as_ptr() as *mut ChunkHeader;
         // SAFETY: the chunk is committed, zeroed and ours; the header lies in its first
@@ -143,8 +139,6 @@ impl Keg {
         let mut gauges = [0usize; 3];
         // Bytes of slabs handed out again (free, lazy or clean lists): reuse (`reuse.rs`).
         let mut reused = 0;
-        // Older chunks made huge by a `grow` that made the keg dense, collapsed after the lock.
-        let mut conv = super::huge::Converted::new();
         while n < out.len() {
             let s = if !g.partial.is_null() {
                 g.partial
@@ -188,7 +182,7 @@ impl Keg {
                     s
                 } else {
                     if g.uncarved == 0 {
-                        if let Err(e) = self.grow(&mut g, &mut conv) {
+                        if let Err(e) = self.grow(&mut g) {
                             if n > 0 {
                                 break;
                             }
@@ -266,8 +260,6 @@ impl Keg {
         if reused > 0 {
             self.reuse.took(reused);
         }
-        drop(g);
-        conv.collapse();
         Ok(n)
     }
 }

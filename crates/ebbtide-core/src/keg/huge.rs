@@ -75,13 +75,19 @@ pub(crate) fn chunk_thp(backed_bytes: usize, process_bytes: usize) -> os::Thp {
     }
 }
 
-/// Older chunks made huge at once when a keg becomes dense (the newest first): a keg crosses
-/// [`HUGE_AFTER`] with 8 chunks, [`HUGE_AFTER_IN_LARGE`] with 2.
+/// Huge pages collapsed per keg per call of [`Keg::collapse_mended`]: a keg crosses
+/// [`HUGE_AFTER`] with 8 chunks (16 pages), [`HUGE_AFTER_IN_LARGE`] with 2.
 pub(super) const CONVERT_MAX: usize = 16;
 
-/// The ranges of huge chunks to collapse into huge pages once the keg lock is dropped (a copy
-/// of 2 MiB per huge page: not under the lock): the chunks [`Keg::make_older_chunks_huge`]
-/// marked, the pages [`Keg::collapse_mended`] found whole again.
+/// Set when a keg made its older chunks huge ([`Keg::make_older_chunks_huge`]), or found more
+/// pages to collapse than one call takes: the runtime's next pass over the pools collapses them
+/// ([`crate::reclaim::collapse_pending`]). Relaxed: it only starts a walk, which reads the
+/// chunks' marks under their keg locks.
+pub(crate) static HUGE_PENDING: core::sync::atomic::AtomicBool =
+    core::sync::atomic::AtomicBool::new(false);
+
+/// The huge pages [`Keg::collapse_mended`] collapses once the keg lock is dropped (a copy of
+/// 2 MiB each: not under the lock).
 pub(super) struct Converted {
     ranges: [(usize, usize); CONVERT_MAX],
     n: usize,
@@ -183,14 +189,16 @@ impl Keg {
 
     /// Makes the keg's chunks huge when it becomes dense (its first huge chunk, `grow`): each
     /// older chunk whose slabs all hold memory (partial, full or free: none released, lazy or in
-    /// flight, and all carved) is mapped whole, marked `MADV_HUGEPAGE` and counted huge, up to
-    /// [`CONVERT_MAX`] of them; `conv` gets them for [`Converted::collapse`]. Without it the
-    /// first 8–32 MiB of every class stayed on 4 KiB pages: `tlb_random` on THP `always` had
-    /// 160 MiB of its 600 there and chased 1.26× slower than jemalloc
-    /// (docs/design/hugepage-heap.md). `g` is this keg's locked state.
-    pub(super) fn make_older_chunks_huge(&self, g: &mut KegInner, conv: &mut Converted) {
+    /// flight, and all carved) is mapped whole, marked `MADV_HUGEPAGE`, counted huge, and noted
+    /// as two pages to collapse: the runtime's thread collapses them within a pass over the
+    /// pools ([`HUGE_PENDING`], [`Keg::collapse_mended`]), not this allocation (collapsing the
+    /// 32 MiB a keg crosses with took one `malloc` 22–27 ms). Without it the first 8–32 MiB of
+    /// every class stayed on 4 KiB pages: `tlb_random` on THP `always` had 160 MiB of its 600
+    /// there and chased 1.26× slower than jemalloc (docs/design/hugepage-heap.md). `g` is this
+    /// keg's locked state.
+    pub(super) fn make_older_chunks_huge(&self, g: &mut KegInner) {
         let mut c = g.chunks;
-        while !c.is_null() && !conv.full() {
+        while !c.is_null() {
             let chunk = c as usize;
             let carved = self.carved(g, c);
             let mut free = 0;
@@ -216,16 +224,17 @@ impl Keg {
                     .is_ok()
             {
                 // SAFETY: the chunk is ours and mapped whole (just above).
-                os::set_thp(
-                    unsafe { NonNull::new_unchecked(chunk as *mut u8) },
-                    CHUNK_SIZE,
-                    os::Thp::Huge,
-                );
-                // SAFETY: as above; `huge` changes here only, under the lock, false to true.
-                unsafe { (*c).huge = true };
+                let at = unsafe { NonNull::new_unchecked(chunk as *mut u8) };
+                os::set_thp(at, CHUNK_SIZE, os::Thp::Huge);
+                // SAFETY: as above; `huge` and `broken` change here under the lock (`huge`
+                // only false to true).
+                unsafe {
+                    (*c).huge = true;
+                    (*c).broken = (1 << PAGES_PER_CHUNK) - 1;
+                }
                 g.huge_chunks += 1;
                 g.nfree_huge += free;
-                conv.push(chunk, CHUNK_SIZE);
+                HUGE_PENDING.store(true, Ordering::Relaxed);
             }
             // SAFETY: as above.
             c = unsafe { (*c).next };
@@ -247,11 +256,12 @@ impl Keg {
         }
     }
 
-    /// Collapses again the broken huge pages whose slabs all hold memory again (none given
-    /// back, all carved): after a drain broke them, the slabs taken again fault in 4 KiB pages
-    /// until khugepaged passes, which scans 16 MiB every 10 s by default. At most
-    /// [`CONVERT_MAX`] pages a call, the copies with the lock dropped; call it from a calm
-    /// periodic pass (a collapse takes a free huge page). Returns the pages collapsed.
+    /// Collapses the huge pages noted as not huge (broken by a release, or made huge after
+    /// their pages were touched) whose slabs all hold memory (none given back, all carved):
+    /// after a drain broke them, the slabs taken again fault in 4 KiB pages until khugepaged
+    /// passes, which scans 16 MiB every 10 s by default. At most [`CONVERT_MAX`] pages a call
+    /// (more left: [`HUGE_PENDING`] set again), the copies with the lock dropped; call it when
+    /// calm (a collapse takes a free huge page). Returns the pages collapsed.
     pub(crate) fn collapse_mended(&self) -> usize {
         let mut conv = Converted::new();
         {
@@ -277,6 +287,9 @@ impl Keg {
                 }
                 // SAFETY: as above.
                 c = unsafe { (*c).next };
+            }
+            if conv.full() {
+                HUGE_PENDING.store(true, Ordering::Relaxed);
             }
         }
         conv.collapse()
@@ -722,9 +735,29 @@ mod tests {
     #[test]
     fn a_broken_huge_page_filled_again_is_collapsed_again() {
         let (k, v) = dense_keg((HUGE_AFTER + (12 << 20)) / 64);
-        // The oldest chunk (made huge when the keg became dense): all its items back and
-        // released, breaking its first page (the descriptors) and its second whole.
+        // The older chunks, made huge when the keg became dense, collapsed (16 pages a call).
         let chunk = v[0] as usize & !(CHUNK_SIZE - 1);
+        let (_, before_kb) = smaps_of(chunk);
+        let mut collapsed = 0;
+        loop {
+            let n = k.collapse_mended();
+            if n == 0 {
+                break;
+            }
+            collapsed += n;
+        }
+        assert!(
+            collapsed >= 16,
+            "{collapsed} pages of the older chunks collapsed"
+        );
+        let (_, after_kb) = smaps_of(chunk);
+        // The oldest chunk's mapping (it may hold more chunks): both its pages huge now.
+        assert!(
+            after_kb > before_kb && after_kb >= 4096,
+            "{before_kb} kB, then {after_kb} kB"
+        );
+        // The oldest chunk: all its items back and released, breaking its first page (the
+        // descriptors) and its second whole.
         let mine: Vec<*mut u8> = v
             .iter()
             .copied()

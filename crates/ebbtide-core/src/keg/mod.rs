@@ -60,6 +60,7 @@ use excess::end_excess;
 pub(crate) use excess::EXCESS_KEGS;
 use handoff::Deferred;
 pub use huge::HugeCounts;
+pub(crate) use huge::HUGE_PENDING;
 use lists::{list_push, list_remove};
 
 use crate::arena::{self, Arena, CHUNK_SIZE};

@@ -9,6 +9,7 @@ mod c_programs;
 mod contention;
 mod example_global_allocator;
 mod hot_text;
+mod huge_classes;
 mod hugepage_heap;
 mod large_blocks;
 mod real_programs;

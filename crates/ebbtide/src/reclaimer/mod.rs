@@ -6,8 +6,10 @@
 //!  notify(level) ──► Injector ─┘                                               squeeze / TRIM /
 //!  timers: trim_interval_ms ──► periodic_all (WSS update, idle trim)            DRAIN / DRAIN_CPU /
 //!          pool_shrink_interval_ms ──► shrink_pools (max_buffer_pages)          buckets on/off
-//!                                  └─► resize_pcpu (per-CPU capacity follows misses,
-//!                                      within pcpu_budget_bytes)
+//!                                  ├─► resize_pcpu (per-CPU capacity follows misses,
+//!                                  │   within pcpu_budget_bytes)
+//!                                  └─► collapse_pending (a class that became dense: its
+//!                                      older chunks into huge pages)
 //! ```
 //!
 //! * Started lazily by the first zone (and again in a forked child, whose first zone operation

@@ -257,6 +257,9 @@ pub(super) fn run(gen: u64) {
             // decay (the core's `keg/excess.rs`).
             reclaim::release_excess(now_ms);
             reclaim::shrink_pools();
+            // A class that became dense made its older chunks huge: collapse them here, not in
+            // the allocation that crossed (the core's `keg/huge.rs`).
+            reclaim::collapse_pending();
             // Per-CPU capacity follows the misses of the last interval (`sizing.rs`).
             reclaim::resize_pcpu(crate::os::now_ns());
             next_pools = now + options::get_duration(Tunable::PoolShrinkIntervalMs);
