@@ -11,6 +11,8 @@
 #                             passed on: run.sh --threads 1,16 --rounds 3 --scale 0.5)
 #   bin/ebbtide-bench-malloc  the benchmark driver (Rust, release)
 #   bin/mallocbench, bin/launch  the C benchmark program and its launcher, compiled here
+#   bin/stats_at_exit.so      preloaded after libebbtide_malloc.so in ebbtide's runs: reads the
+#                             malloc's lock waits and remote frees as the program exits
 #   lib/libebbtide_malloc.so, lib/libebbtide.so  both ebbtide libraries
 #   peers/                    the peers' libraries from this machine's Debian packages
 #                             (libjemalloc.so.2, libmimalloc.so.2, libtcmalloc_minimal.so.4) and
@@ -76,7 +78,8 @@ find_lib() {
 mkdir -p "$out/bin" "$out/lib" "$out/peers"
 cp "$from/ebbtide-bench-malloc" "$out/bin/"
 cp "$from/libebbtide_malloc.so" "$from/libebbtide.so" "$out/lib/"
-# The C programs, compiled by the driver itself (the flags the sweep is measured with).
+# The C programs and the counters' reader, compiled by the driver itself (the flags the sweep
+# is measured with).
 "$out/bin/ebbtide-bench-malloc" --build-programs "$out/bin" >/dev/null
 
 peers=(libjemalloc.so.2:libjemalloc2 libmimalloc.so.2:libmimalloc2.0
