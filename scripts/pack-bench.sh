@@ -107,9 +107,10 @@ cat >"$out/run.sh" <<'RUN'
 #!/bin/sh
 # The many-core malloc sweep (issue 43) with this folder's files only: ebbtide and the peers
 # (jemalloc, mimalloc, tcmalloc from peers/, glibc's malloc from this machine) through
-# LD_PRELOAD, interleaved rounds, medians, ratios, peak RSS. Options go to ebbtide-bench-malloc
-# (--threads LIST, --rounds N, --scale F, --cases LIST, --only LIST, --no-counters; see --help); the tables go
-# to stdout, progress to stderr. Scratch files go under $TMPDIR (default /tmp), removed after a
+# LD_PRELOAD, interleaved rounds, medians, ratios, peak RSS, and per ebbtide row its lock waits
+# and remote frees. Options go to ebbtide-bench-malloc (--threads LIST, --rounds N, --scale F,
+# --cases LIST, --only LIST, --no-counters; see --help); the tables go to stdout, progress to
+# stderr. Scratch files go under $TMPDIR (default /tmp), removed after a
 # run without failures.
 case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
 here=$(cd "$here" && pwd) || exit 1

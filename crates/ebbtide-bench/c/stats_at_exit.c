@@ -68,9 +68,12 @@ static int connect_own(char *path, size_t cap) {
     return -1;
 }
 
+/* The process whose main this is: a forked child inherits the handler, not the socket. */
+static pid_t main_pid;
+
 static void dump(void) {
     const char *out = getenv("MALLOCBENCH_STATS");
-    if (!out || !out[0])
+    if (!out || !out[0] || getpid() != main_pid)
         return;
     char path[256] = "(no socket path)", msg[512];
     int fd = connect_own(path, sizeof path);
@@ -148,6 +151,7 @@ static int main_then_dump(int argc, char **argv, char **envp) {
     /* The malloc sets itself up (and registers its exit handler) at its first call, which may
      * not have come yet: one call first, so that this handler is registered after it. */
     free(malloc(1));
+    main_pid = getpid();
     atexit(dump);
     return real_main(argc, argv, envp);
 }
