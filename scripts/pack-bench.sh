@@ -11,6 +11,8 @@
 #                             passed on: run.sh --threads 1,16 --rounds 3 --scale 0.5)
 #   bin/ebbtide-bench-malloc  the benchmark driver (Rust, release)
 #   bin/mallocbench, bin/launch  the C benchmark program and its launcher, compiled here
+#   bin/stats_at_exit.so      preloaded after libebbtide_malloc.so in ebbtide's runs: reads the
+#                             malloc's lock waits and remote frees as the program exits
 #   lib/libebbtide_malloc.so, lib/libebbtide.so  both ebbtide libraries
 #   peers/                    the peers' libraries from this machine's Debian packages
 #                             (libjemalloc.so.2, libmimalloc.so.2, libtcmalloc_minimal.so.4) and
@@ -76,7 +78,8 @@ find_lib() {
 mkdir -p "$out/bin" "$out/lib" "$out/peers"
 cp "$from/ebbtide-bench-malloc" "$out/bin/"
 cp "$from/libebbtide_malloc.so" "$from/libebbtide.so" "$out/lib/"
-# The C programs, compiled by the driver itself (the flags the sweep is measured with).
+# The C programs and the counters' reader, compiled by the driver itself (the flags the sweep
+# is measured with).
 "$out/bin/ebbtide-bench-malloc" --build-programs "$out/bin" >/dev/null
 
 peers=(libjemalloc.so.2:libjemalloc2 libmimalloc.so.2:libmimalloc2.0
@@ -104,9 +107,10 @@ cat >"$out/run.sh" <<'RUN'
 #!/bin/sh
 # The many-core malloc sweep (issue 43) with this folder's files only: ebbtide and the peers
 # (jemalloc, mimalloc, tcmalloc from peers/, glibc's malloc from this machine) through
-# LD_PRELOAD, interleaved rounds, medians, ratios, peak RSS. Options go to ebbtide-bench-malloc
-# (--threads LIST, --rounds N, --scale F, --cases LIST, --only LIST; see --help); the tables go
-# to stdout, progress to stderr. Scratch files go under $TMPDIR (default /tmp), removed after a
+# LD_PRELOAD, interleaved rounds, medians, ratios, peak RSS, and per ebbtide row its lock waits
+# and remote frees. Options go to ebbtide-bench-malloc (--threads LIST, --rounds N, --scale F,
+# --cases LIST, --only LIST, --no-counters; see --help); the tables go to stdout, progress to
+# stderr. Scratch files go under $TMPDIR (default /tmp), removed after a
 # run without failures.
 case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
 here=$(cd "$here" && pwd) || exit 1

@@ -1,7 +1,8 @@
 //! ebbtide on a stock kernel's cgroup v2 (Debian's, in a qemu guest; see the `ebbtide-vm`
 //! crate): every v2 pressure source for real, unprivileged processes, the malloc under an
-//! unmodified python3 against glibc's, `memory.max` reached. One guest per test binary; the
-//! tests' jobs run in it one at a time, each in its own cgroup, removed also when it fails.
+//! unmodified python3 against glibc's, `memory.max` reached. One guest per test binary (and
+//! a systemd one); the tests' jobs run in it one at a time, each in its own cgroup, removed also
+//! when it fails; a test with a time bound runs with no other guest busy (`QUIET`).
 //! Times are the guest's (TCG runs it 8–40× slower than the host).
 
 #[path = "../../ebbtide-malloc/tests/support/nested_build.rs"]
@@ -11,10 +12,28 @@ use ebbtide_vm::shared::guest;
 use ebbtide_vm::{Job, Output, Vm, VmConfig};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 static VM: Mutex<Option<Vm>> = Mutex::new(None);
+
+/// Taken for writing for a whole test body (its VM boot included) by every test whose assertion
+/// is a time bound or a race against a growing neighbour, for reading by the others: cargo runs
+/// this binary's tests on threads, and a second guest booting or running beside such a test on a
+/// 2-CPU host slows TCG enough to miss the bound (cache back after 1,016 ms and the neighbour
+/// OOM-killed while the systemd guest ran; alone the same case passes). Taken before any `VM`
+/// lock, so the order is always this lock, then a guest's.
+static QUIET: RwLock<()> = RwLock::new(());
+
+/// No other guest busy while the guard lives (a failed test's poison is no reason to stop).
+fn alone() -> RwLockWriteGuard<'static, ()> {
+    QUIET.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Any number of tests holding this may run; none while a test holds `alone()`.
+fn beside() -> RwLockReadGuard<'static, ()> {
+    QUIET.read().unwrap_or_else(|e| e.into_inner())
+}
 
 /// THP `madvise` (the setting of our hosts): these tests are about the v2 sources; the THP
 /// `always` case is issue 38's item 2.
@@ -108,6 +127,7 @@ fn ebbtide_env(sources: &str) -> String {
 
 #[test]
 fn guest_is_a_stock_cgroup_v2_kernel_and_jobs_run_as_root_or_a_user() {
+    let _quiet = beside();
     let t = "guest_is_a_stock_cgroup_v2_kernel";
     let Some(o) = run(
         t,
@@ -165,6 +185,7 @@ fn cache_args(name: &str, service: &str) -> Vec<String> {
 /// more `memory.events` `high` than glibc's process.
 #[test]
 fn each_v2_source_alone_gives_the_malloc_cache_back_within_3s() {
+    let _quiet = alone();
     let t = "each_v2_source_alone";
     let Some((_, glibc)) = scenario(t, &cache_args("glibc", "")) else {
         return;
@@ -240,6 +261,8 @@ fn stat_sources(o: &Output) -> String {
 }
 
 fn unprivileged(test: &str, delegate: bool) {
+    // A 3 s bound on the cache coming back.
+    let _quiet = alone();
     let (lib, cli) = host_binaries();
     let mut args = cache_args(if delegate { "delegated" } else { "rootowned" }, &format!(
         "ENV=LD_PRELOAD={};EBBTIDE_CONF=control_socket=1,trim_interval_ms=60min,pool_shrink_interval_ms=60s",
@@ -317,6 +340,7 @@ fn unprivileged_in_a_delegated_cgroup() {
 /// sources give the dropped cache back first).
 #[test]
 fn memory_max_reached_no_oom_kill_for_ebbtide() {
+    let _quiet = alone();
     let t = "memory_max_no_oom_kill";
     let args = |name: &str, env: &str| {
         vec![
@@ -362,6 +386,7 @@ static SYSTEMD_VM: Mutex<Option<Vm>> = Mutex::new(None);
 /// cgroup's `memory.pressure`, and ebbtide's systemd source starts on it.
 #[test]
 fn systemd_pid1_service_gets_memory_pressure_watch_and_the_systemd_source_starts() {
+    let _quiet = alone();
     let t = "systemd_pid1";
     let (_, cli) = host_binaries();
     let Some(mut g) = guest(

@@ -360,4 +360,6 @@ fn thread_counts_make_rows() {
     assert!(!stdout.contains("prodcons (1)"), "{stdout}");
     assert!(stdout.contains("## Sweep verdict"), "{stdout}");
     assert!(stdout.contains("- threads: 1 3"), "{stdout}");
+    // The counters are ebbtide's: a run of peers alone has none to show.
+    assert!(!stdout.contains("## Where ebbtide's time went"), "{stdout}");
 }

@@ -3,9 +3,10 @@
 //! folder, moved elsewhere, runs from a third directory with a scrubbed environment (`env -i`,
 //! a PATH with `sh` and `cat` only, and `cc`, `gcc`, `cargo`, `rustc` there as traps that
 //! record being called) at a tiny scale, two thread counts, one round; every row of the sweep
-//! must have ebbtide's and the best peer's figures, and no run may fail. A runner whose run
-//! fails (a packed file missing; a folder path LD_PRELOAD cannot carry) must exit non-zero.
-//! Nothing here asserts a timing.
+//! must have ebbtide's and the best peer's figures, and no run may fail; every row has a line of
+//! ebbtide's lock waits and remote frees read at its runs' end (numbers, in the printout and the
+//! `--log`), and no peer has one. A runner whose run fails (a packed file missing; a folder path
+//! LD_PRELOAD cannot carry) must exit non-zero. Nothing here asserts a timing.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -99,6 +100,7 @@ fn the_packed_sweep_runs_elsewhere_with_its_files_only() {
         "bin/ebbtide-bench-malloc",
         "bin/mallocbench",
         "bin/launch",
+        "bin/stats_at_exit.so",
         "lib/libebbtide_malloc.so",
         "lib/libebbtide.so",
         "peers/libjemalloc.so.2",
@@ -142,7 +144,17 @@ fn the_packed_sweep_runs_elsewhere_with_its_files_only() {
             .output()
             .expect("run the packed run.sh")
     };
-    let o = run(&["--threads", "1,2", "--rounds", "1", "--scale", "0.01"]);
+    let log = base.join("sweep.log");
+    let o = run(&[
+        "--threads",
+        "1,2",
+        "--rounds",
+        "1",
+        "--scale",
+        "0.01",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(o.status.success(), "the packed runner failed: {}", show(&o));
     assert!(
@@ -198,6 +210,7 @@ fn the_packed_sweep_runs_elsewhere_with_its_files_only() {
     }
     assert!(!out.contains("prodcons (1)"), "{out}");
     assert!(!out.contains("## Failures"), "{out}");
+    contention_lines(&out, &std::fs::read_to_string(&log).expect("--log written"));
     assert!(out.contains("## Sweep verdict"), "{out}");
     // The scratch directory went under TMPDIR and was removed after a clean run.
     let left: Vec<_> = std::fs::read_dir(tmp.join("ebbtide-sweep"))
@@ -224,6 +237,18 @@ fn the_packed_sweep_runs_elsewhere_with_its_files_only() {
     );
     std::fs::rename(&spaced, &moved).unwrap();
 
+    // A pack missing the counters' reader: the runner fails, naming it and the way out.
+    std::fs::rename(moved.join("bin/stats_at_exit.so"), base.join("shim")).unwrap();
+    let o = run(&["--threads", "1", "--rounds", "1", "--scale", "0.01"]);
+    assert!(!o.status.success(), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("no stats_at_exit.so there (pack again, or give --no-counters)"),
+        "{}",
+        show(&o)
+    );
+    std::fs::rename(base.join("shim"), moved.join("bin/stats_at_exit.so")).unwrap();
+
     // A pack missing its C program: the runner fails, naming it.
     std::fs::remove_file(moved.join("bin/mallocbench")).unwrap();
     let o = run(&["--threads", "1", "--rounds", "1", "--scale", "0.01"]);
@@ -234,4 +259,85 @@ fn the_packed_sweep_runs_elsewhere_with_its_files_only() {
         show(&o)
     );
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// The sweep's contention section: one line per row for ebbtide, with a count and a time per
+/// lock class, remote frees and the share of time waiting, and none for a peer; the `--log`
+/// lines of ebbtide's runs carry the same counters, the peers' none.
+fn contention_lines(out: &str, log: &str) {
+    let section = out
+        .split("## Where ebbtide's time went")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no contention section in\n{out}"))
+        .split("\n## ")
+        .next()
+        .unwrap();
+    for row in [
+        "larson (1)",
+        "larson (2)",
+        "prodcons (2)",
+        "thread_handover (1)",
+        "thread_handover (2)",
+        "live_mixed (1)",
+    ] {
+        let prefix = format!("- {row}, ebbtide: lock waits / time blocked: ");
+        let line = section
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no counters for {row} in\n{section}"));
+        let rest = &line[prefix.len()..];
+        let (classes, tail) = rest.split_once("; remote frees ").expect(line);
+        let names: Vec<&str> = classes
+            .split(", ")
+            .map(|c| {
+                // "depot 12 / 3.10 ms"
+                let f: Vec<&str> = c.split(' ').collect();
+                assert_eq!(f.len(), 5, "{c} in {line}");
+                f[1].parse::<u64>()
+                    .unwrap_or_else(|_| panic!("{c} in {line}"));
+                f[3].parse::<f64>()
+                    .unwrap_or_else(|_| panic!("{c} in {line}"));
+                assert!(["ns", "µs", "ms", "s"].contains(&f[4]), "{c} in {line}");
+                f[0]
+            })
+            .collect();
+        assert_eq!(
+            names,
+            ["depot", "keg", "stash", "arena", "registry", "page_heap"],
+            "{line}"
+        );
+        let (remote, share) = tail.split_once("; waiting ").expect(line);
+        remote.parse::<u64>().unwrap_or_else(|_| panic!("{line}"));
+        let pct: f64 = share
+            .split(" % of ")
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap_or_else(|_| panic!("{line}"));
+        assert!((0.0..=100.0).contains(&pct), "{line}");
+        let threads = row[row.find('(').unwrap() + 1..row.len() - 1].to_string();
+        assert!(
+            share.contains(&format!(" % of {threads} thread")),
+            "{row}: {line}"
+        );
+    }
+    for p in ["glibc", "jemalloc", "mimalloc", "tcmalloc"] {
+        assert!(!section.contains(&format!(", {p}: ")), "{p} in\n{section}");
+    }
+    for l in log.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f[2] == "ebbtide" {
+            assert_eq!(f.len(), 6 + 12 + 3, "{l}");
+            assert!(f[6..].iter().all(|kv| kv
+                .split_once('=')
+                .is_some_and(|(_, v)| v.parse::<u64>().is_ok())));
+            assert!(
+                l.contains(" waits_depot=") && l.contains(" remote_frees="),
+                "{l}"
+            );
+        } else {
+            assert_eq!(f.len(), 6, "{l}");
+        }
+    }
+    assert!(log.lines().any(|l| l.contains(" ebbtide ")), "{log}");
 }

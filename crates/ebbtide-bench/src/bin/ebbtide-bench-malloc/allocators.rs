@@ -106,6 +106,43 @@ impl Allocator {
         cmd
     }
 
+    /// As [`Allocator::launch`], with ebbtide's counters read at the program's exit: `shim`
+    /// (`stats_at_exit.so`) preloaded after the library, the control socket on (added to the
+    /// configuration the run would have), the snapshot written to `stats`
+    /// (`crate::contention`).
+    pub fn launch_counted(
+        &self,
+        launcher: &Path,
+        report: &Path,
+        shim: &Path,
+        stats: &Path,
+        program: impl AsRef<std::ffi::OsStr>,
+    ) -> Command {
+        let mut preload = self.preload.clone().into_os_string();
+        preload.push(":");
+        preload.push(shim);
+        let conf = self
+            .env
+            .iter()
+            .find(|(k, _)| *k == "EBBTIDE_CONF")
+            .map(|(_, v)| v.to_string())
+            .or_else(|| std::env::var("EBBTIDE_CONF").ok())
+            .filter(|c| !c.trim().is_empty());
+        let conf = match conf {
+            Some(c) => format!("{c},control_socket=1"),
+            None => "control_socket=1".into(),
+        };
+        let mut cmd = Command::new(launcher);
+        cmd.arg(report)
+            .arg(preload)
+            .arg(program)
+            .env_remove("LD_PRELOAD")
+            .envs(self.env.iter().copied())
+            .env("EBBTIDE_CONF", conf)
+            .env(crate::contention::STATS_ENV, stats);
+        cmd
+    }
+
     /// `LD_PRELOAD=... ` for a reproducer command line.
     pub fn shell_prefix(&self) -> String {
         let mut s = String::new();

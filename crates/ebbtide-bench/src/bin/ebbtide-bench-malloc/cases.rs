@@ -4,6 +4,7 @@
 
 use crate::allocators::Allocator;
 use crate::child::{self, Exit};
+use crate::contention::{self, Counters};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::Command;
@@ -202,6 +203,9 @@ pub struct Ctx {
     pub dir: PathBuf,
     /// `benches/c/malloc/` of the repository.
     pub src: PathBuf,
+    /// The counters' reader (`stats_at_exit.so`), preloaded in the C cases' ebbtide runs;
+    /// None: no counters.
+    pub counters: Option<PathBuf>,
 }
 
 /// One run's figures.
@@ -213,6 +217,9 @@ pub struct Sample {
     pub extras: Vec<(String, f64)>,
     /// What the program printed, for the cross-allocator comparison (python, sqlite).
     pub output: Option<Printed>,
+    /// ebbtide's lock-wait and remote-free counters at the run's end, when they were asked for
+    /// (`Err`: why they could not be read).
+    pub counters: Option<Result<Counters, String>>,
 }
 
 /// A program's standard output and the command that printed it.
@@ -309,10 +316,22 @@ fn run_c(ctx: &Ctx, case: &Case, threads: Option<usize>, a: &Allocator) -> Resul
         args.join(" ")
     );
     let report = ctx.dir.join("c.rss");
-    let mut cmd = a.launch(&ctx.launcher, &report, &ctx.exe);
+    let stats = ctx.dir.join("c.stats");
+    let counted = ctx.counters.as_deref().filter(|_| !a.is_peer());
+    let mut cmd = match counted {
+        Some(shim) => {
+            let _ = std::fs::remove_file(&stats);
+            a.launch_counted(&ctx.launcher, &report, shim, &stats, &ctx.exe)
+        }
+        None => a.launch(&ctx.launcher, &report, &ctx.exe),
+    };
     cmd.args(args);
     let o = child::run(&mut cmd, None, &ctx.dir, "c", ctx.timeout, Some(&report))
         .map_err(|e| fail(e, &repro))?;
+    let counters = counted.map(|_| {
+        let threads = t.as_deref().map_or(1, |t| t.parse().unwrap_or(1));
+        contention::read(&stats, o.waited.wall.as_nanos() as u64, threads)
+    });
     if !o.waited.exit.ok() {
         return Err(fail(
             format!("{}: {}", o.waited.exit, tail(&o.stderr)),
@@ -326,6 +345,7 @@ fn run_c(ctx: &Ctx, case: &Case, threads: Option<usize>, a: &Allocator) -> Resul
         rss_kib: o.waited.maxrss_kib,
         extras,
         output: None,
+        counters,
     })
 }
 
@@ -404,6 +424,7 @@ fn program_sample(o: &child::Outcome, repro: &str) -> Result<Sample, Failure> {
             text: o.stdout.clone(),
             repro: repro.to_string(),
         }),
+        counters: None,
     })
 }
 
@@ -673,6 +694,7 @@ fn run_redis(ctx: &Ctx, a: &Allocator) -> Result<Sample, Failure> {
         rss_kib: w.maxrss_kib,
         extras: vec![("keys".into(), keys as f64)],
         output: None,
+        counters: None,
     })
 }
 

@@ -15,13 +15,16 @@
 //! issue's targets.
 //!
 //! `--sweep` (issue 43) runs the threaded cases at 1, 2, 4, 8, 16 and the machine's CPU count
-//! threads and prints one row per (case, threads) in issue 43's shape. `--prebuilt`,
+//! threads and prints one row per (case, threads) in issue 43's shape, and under it, per ebbtide
+//! row, the malloc's lock waits, time blocked and remote frees at the runs' end (`contention.rs`).
+//! `--prebuilt`,
 //! `--peer-libs` and `--work` let it run from a packed folder (`scripts/pack-bench.sh`) on a
 //! machine without a compiler, Rust or this source tree.
 
 mod allocators;
 mod cases;
 mod child;
+mod contention;
 mod outputs;
 mod report;
 mod stats;
@@ -33,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: ebbtide-bench-malloc [--quick] [--sweep] [--threads LIST] [--rounds N]
+const USAGE: &str = "usage: ebbtide-bench-malloc [--quick] [--sweep] [--threads LIST] [--no-counters] [--rounds N]
                             [--scale F] [--cases LIST] [--only LIST] [--lib PATH]
                             [--baseline PATH] [--timeout S] [--log FILE] [--prebuilt DIR]
                             [--peer-libs DIR] [--work DIR]
@@ -47,6 +50,9 @@ const USAGE: &str = "usage: ebbtide-bench-malloc [--quick] [--sweep] [--threads 
   --threads LIST comma-separated thread counts (each 1-256) for the threaded cases
                  (larson, prodcons, thread_churn, thread_handover): one row per count;
                  with --sweep it replaces the sweep's counts
+  --no-counters  with thread counts (--sweep, --threads), the ebbtide runs do not serve the
+                 control socket nor read ebbtide's lock waits and remote frees at their end
+                 (default: they do, and a line per ebbtide row says where time went)
   --rounds N     rounds (every round runs every case under every allocator once)
   --scale F      multiplies every case's work (iterations, rows, requests), 0 < F <= 100
   --cases LIST   comma-separated case names, or `c` (the C program's cases), `programs`
@@ -62,14 +68,16 @@ const USAGE: &str = "usage: ebbtide-bench-malloc [--quick] [--sweep] [--threads 
                  with the peers): an A/B of two builds within one run
   --timeout S    seconds one run may take before it is killed and counted a hang (default 120)
   --log FILE     write every run as `round case allocator value rss_kib status` to FILE
-                 (a sweep's case as case@threads)
-  --prebuilt DIR take the compiled mallocbench and launch from DIR instead of compiling
+                 (a sweep's case as case@threads; an ebbtide run with counters adds
+                 waits_CLASS=N wait_ns_CLASS=N per lock class, remote_frees=N, wall_ns=N,
+                 threads=N)
+  --prebuilt DIR take the compiled mallocbench, launch and stats_at_exit.so from DIR instead of compiling
                  them (a machine without a C compiler)
   --peer-libs DIR  look for the peers' libraries (libjemalloc.so.2, libmimalloc.so.2,
                  libtcmalloc_minimal.so.4) in DIR before the system's library directories
   --work DIR     the run's scratch directory goes under DIR (default: target/mallocbench
                  of the source tree)
-  --build-programs DIR  compile mallocbench and launch into DIR and exit (what
+  --build-programs DIR  compile mallocbench, launch and stats_at_exit.so into DIR and exit (what
                  scripts/pack-bench.sh packs)";
 
 struct Args {
@@ -86,6 +94,8 @@ struct Args {
     prebuilt: Option<PathBuf>,
     peer_libs: Option<PathBuf>,
     work: Option<PathBuf>,
+    /// Read ebbtide's contention counters in the runs with a thread count (`--no-counters`).
+    counters: bool,
 }
 
 fn bad(m: &str) -> ! {
@@ -107,6 +117,7 @@ fn parse_args() -> Args {
         prebuilt: None,
         peer_libs: None,
         work: None,
+        counters: true,
     };
     let (mut rounds, mut scale) = (None, None);
     let mut quick = false;
@@ -125,6 +136,10 @@ fn parse_args() -> Args {
             }
             "--sweep" => {
                 sweep = true;
+                continue;
+            }
+            "--no-counters" => {
+                a.counters = false;
                 continue;
             }
             _ => {}
@@ -193,7 +208,7 @@ fn parse_args() -> Args {
                 if let Err(e) = std::fs::create_dir_all(&dir) {
                     bad(&format!("--build-programs {}: {e}", dir.display()));
                 }
-                for n in ["mallocbench", "launch"] {
+                for n in ["mallocbench", "launch", contention::SHIM] {
                     match compile(&dir, n) {
                         Ok(p) => println!("{}", p.display()),
                         Err(e) => {
@@ -266,12 +281,22 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| root().join("target"))
 }
 
-/// Compiles `benches/c/malloc/NAME.c` into `dir/NAME` with `$CC` (default cc).
+/// Compiles `benches/c/malloc/NAME.c` into `dir/NAME` with `$CC` (default cc); the counters'
+/// reader, `crates/ebbtide-bench/c/stats_at_exit.c`, into the shared object `dir/`[`contention::SHIM`].
 fn compile(dir: &Path, name: &str) -> Result<PathBuf, String> {
     let exe = dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let src = root().join(format!("benches/c/malloc/{name}.c"));
+    let shared = name == contention::SHIM;
+    let src = match shared {
+        true => Path::new(env!("CARGO_MANIFEST_DIR")).join("c/stats_at_exit.c"),
+        false => root().join(format!("benches/c/malloc/{name}.c")),
+    };
     let out = Command::new(&cc)
+        .args(if shared {
+            &["-shared", "-fPIC"][..]
+        } else {
+            &[]
+        })
         .args([
             "-O2",
             "-std=c11",
@@ -350,6 +375,7 @@ fn print_environment(
     rows: &[Row],
     allocs: &[Allocator],
     lib_about: Option<&(String, PathBuf)>,
+    counted: bool,
 ) {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -441,6 +467,14 @@ fn print_environment(
                 .join(" ")
         );
     }
+    if counted {
+        println!(
+            "- counters: the C cases' ebbtide runs serve the control socket (EBBTIDE_CONF \
+             gains control_socket=1) and preload {} after the library, which reads the \
+             malloc's lock waits and remote frees as the program exits (--no-counters: off)",
+            contention::SHIM
+        );
+    }
     println!("- load average before: {}", loadavg());
 }
 
@@ -502,16 +536,36 @@ fn main() {
         .join(format!("run-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .unwrap_or_else(|e| bad(&format!("cannot create {}: {e}", dir.display())));
-    let [exe, launcher] = ["mallocbench", "launch"].map(|n| match &a.prebuilt {
+    let rows = rows_of(&a);
+    let counted = a.counters && rows.iter().any(|r| r.threads.is_some());
+    let programs: &[&str] = match counted {
+        true => &["mallocbench", "launch", contention::SHIM],
+        false => &["mallocbench", "launch"],
+    };
+    let mut built = programs.iter().map(|&n| match &a.prebuilt {
         Some(d) => {
             let p = d.join(n);
             if !p.is_file() {
-                give_up(&dir, &format!("--prebuilt {}: no {n} there", d.display()))
+                let hint = match n == contention::SHIM {
+                    true => " (pack again, or give --no-counters)",
+                    false => "",
+                };
+                give_up(
+                    &dir,
+                    &format!("--prebuilt {}: no {n} there{hint}", d.display()),
+                )
             }
             p
         }
         None => compile(&dir, n).unwrap_or_else(|e| give_up(&dir, &e)),
     });
+    let (exe, launcher) = (built.next().unwrap(), built.next().unwrap());
+    let shim = built.next();
+    if let Some(s) = &shim {
+        if let Err(e) = allocators::preloadable(s) {
+            give_up(&dir, &format!("{}: {e}", contention::SHIM));
+        }
+    }
     let mut allocs = Vec::new();
     let mut lib_about = None;
     let wants = |n: &str| a.only.iter().any(|o| o == n);
@@ -560,7 +614,7 @@ fn main() {
         }
     }
     let mut case_list: Vec<Row> = Vec::new();
-    for r in rows_of(&a) {
+    for r in rows {
         let miss = cases::missing_programs(r.case);
         if miss.is_empty() {
             case_list.push(r);
@@ -579,8 +633,9 @@ fn main() {
         timeout: a.timeout,
         dir: dir.clone(),
         src: root().join("benches/c/malloc"),
+        counters: shim,
     };
-    print_environment(&a, &case_list, &allocs, lib_about.as_ref());
+    print_environment(&a, &case_list, &allocs, lib_about.as_ref(), counted);
 
     let mut results: Vec<Vec<Cell>> = case_list
         .iter()
@@ -626,8 +681,20 @@ fn main() {
                 let r = cases::run(&ctx, c, &allocs[i]);
                 match r {
                     Ok(s) => {
+                        let counted = match &s.counters {
+                            Some(Ok(k)) => k.log_fields(),
+                            Some(Err(e)) => {
+                                eprintln!(
+                                    "no counters from {} under {}: {e}",
+                                    c.label(),
+                                    allocs[i].name
+                                );
+                                String::new()
+                            }
+                            None => String::new(),
+                        };
                         log += &format!(
-                            "{round} {} {} {} {} ok\n",
+                            "{round} {} {} {} {} ok{counted}\n",
                             c.key(),
                             allocs[i].name,
                             s.value,

@@ -61,6 +61,7 @@ mod tests {
                 text: text.into(),
                 repro: format!("cmd printing {text}"),
             }),
+            counters: None,
         }
     }
 

@@ -3,6 +3,7 @@
 
 use crate::allocators::Allocator;
 use crate::cases::{Failure, Row, Sample};
+use crate::contention::{self, Counters, CLASSES};
 use crate::stats::{self, GEOMEAN_TARGET, SWEEP_WORST, WORST_TARGET};
 
 /// What one allocator did in one case over all rounds.
@@ -44,6 +45,43 @@ pub fn fmt(x: f64) -> String {
     } else {
         format!("{x:.2}")
     }
+}
+
+/// A duration in ns as the report shows it: ns, µs, ms or s, three significant digits.
+fn fmt_ns(ns: u64) -> String {
+    let x = ns as f64;
+    let (v, unit) = if ns < 1_000 {
+        return format!("{ns} ns");
+    } else if ns < 1_000_000 {
+        (x / 1e3, "µs")
+    } else if ns < 1_000_000_000 {
+        (x / 1e6, "ms")
+    } else {
+        (x / 1e9, "s")
+    };
+    format!("{} {unit}", fmt(v))
+}
+
+/// One line of where an ebbtide row's time went: `- larson (16), ebbtide: lock waits / time
+/// blocked: depot 12 / 3.10 ms, keg …; remote frees N; waiting 0.420 % of 16 threads × 1.20 s
+/// (medians of 5 runs)`.
+fn contention_line(label: &str, alloc: &str, c: &Counters, runs: usize) -> String {
+    let classes: Vec<String> = CLASSES
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| format!("{n} {} / {}", c.waits[i], fmt_ns(c.wait_ns[i])))
+        .collect();
+    format!(
+        "- {label}, {alloc}: lock waits / time blocked: {}; remote frees {}; waiting {:.3} % of \
+         {} thread{} × {} (medians of {runs} run{})",
+        classes.join(", "),
+        c.remote_frees,
+        100.0 * c.wait_share(),
+        c.threads,
+        if c.threads == 1 { "" } else { "s" },
+        fmt_ns(c.wall_ns),
+        if runs == 1 { "" } else { "s" },
+    )
 }
 
 fn cell_text(c: &Cell, v: &[f64]) -> String {
@@ -411,6 +449,39 @@ impl Report<'_> {
         (!s.is_empty()).then_some(s)
     }
 
+    /// Per row and ebbtide allocator whose runs read the counters: one line of where the time
+    /// went (`contention_line`), or why there are none. None when no run read them.
+    pub fn contention(&self) -> Option<String> {
+        let mut s = String::new();
+        for (c, row) in self.cases.iter().zip(self.results) {
+            for (a, cell) in self.allocs.iter().zip(row) {
+                let asked: Vec<&Result<Counters, String>> = cell
+                    .samples
+                    .iter()
+                    .filter_map(|x| x.counters.as_ref())
+                    .collect();
+                if asked.is_empty() {
+                    continue;
+                }
+                let read: Vec<&Counters> = asked.iter().filter_map(|r| r.as_ref().ok()).collect();
+                match contention::median(&read) {
+                    Some(k) => s += &contention_line(&c.label(), a.name, &k, read.len()),
+                    None => {
+                        let why = asked.iter().find_map(|r| r.as_ref().err());
+                        s += &format!(
+                            "- {}, {}: no counters ({})",
+                            c.label(),
+                            a.name,
+                            why.map_or("none read", String::as_str)
+                        )
+                    }
+                }
+                s.push('\n');
+            }
+        }
+        (!s.is_empty()).then_some(s)
+    }
+
     /// Whether this is a sweep's report (a row with a thread count).
     pub fn is_sweep(&self) -> bool {
         self.cases.iter().any(|c| c.threads.is_some())
@@ -427,6 +498,21 @@ impl Report<'_> {
                  is better); best peer: the fastest peer, with any other within 5 % of it."
             );
             println!();
+            if let Some(t) = self.contention() {
+                println!("## Where ebbtide's time went (lock waits and remote frees per run)");
+                println!();
+                print!("{t}");
+                println!();
+                println!(
+                    "Per class: acquisitions that found the lock held / time they blocked, summed \
+                     over the zones (depot, keg, stash) or process-wide (arena, registry, \
+                     page_heap); remote frees: items one CPU freed that another took from the \
+                     depot; waiting: time blocked over threads × the run's wall time. Counted \
+                     from the process's start to its exit; medians over the rounds \
+                     (docs/design/contention.md)."
+                );
+                println!();
+            }
             println!("## Sweep verdict (issue 43 targets)");
             println!();
             print!("{}", self.sweep_verdict());
@@ -496,6 +582,7 @@ mod tests {
                     rss_kib,
                     extras: vec![],
                     output: None,
+                    counters: None,
                 })
                 .collect(),
             failure: None,
@@ -662,6 +749,58 @@ mod tests {
                 .contains("| tcmalloc 4.00 / glibc 4.10 | **1.00** |"),
             "{}",
             r.sweep_table()
+        );
+    }
+
+    #[test]
+    fn contention_lines() {
+        let c = Counters {
+            waits: [8, 3, 5, 2, 1, 11],
+            wait_ns: [22_000, 4_000_000, 77, 1_250_000, 900, 2_000_000_500],
+            remote_frees: 120,
+            wall_ns: 1_000_000_000,
+            threads: 4,
+        };
+        assert_eq!(
+            contention_line("larson (4)", "ebbtide", &c, 3),
+            "- larson (4), ebbtide: lock waits / time blocked: depot 8 / 22.0 µs, keg 3 / 4.00 \
+             ms, stash 5 / 77 ns, arena 2 / 1.25 ms, registry 1 / 900 ns, page_heap 11 / 2.00 s; \
+             remote frees 120; waiting 50.132 % of 4 threads × 1.00 s (medians of 3 runs)"
+        );
+        let one = Counters {
+            threads: 1,
+            ..Counters::default()
+        };
+        assert!(contention_line("x (1)", "ebbtide", &one, 1)
+            .ends_with("waiting 0.000 % of 1 thread × 0 ns (medians of 1 run)"));
+        assert_eq!(fmt_ns(1_500), "1.50 µs");
+        // A report's section: one line per (row, ebbtide allocator) that asked; a peer's cell
+        // (no counters asked) has none; a run whose counters could not be read says why.
+        let rows = [Row {
+            case: find("larson").unwrap(),
+            threads: Some(2),
+        }];
+        let allocs = [alloc("ebbtide"), alloc("ebbtide-baseline"), alloc("glibc")];
+        let mut cells = vec![cell(&[1.0], 1), cell(&[1.0], 1), cell(&[1.0], 1)];
+        cells[0].samples[0].counters = Some(Ok(c.clone()));
+        cells[1].samples[0].counters = Some(Err("cannot connect".into()));
+        let results = vec![cells];
+        let r = Report {
+            cases: &rows,
+            allocs: &allocs,
+            results: &results,
+            rounds: 1,
+        };
+        let t = r.contention().unwrap();
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 2, "{t}");
+        assert!(
+            lines[0].starts_with("- larson (2), ebbtide: lock waits"),
+            "{t}"
+        );
+        assert_eq!(
+            lines[1],
+            "- larson (2), ebbtide-baseline: no counters (cannot connect)"
         );
     }
 
