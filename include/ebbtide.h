@@ -247,6 +247,7 @@ struct ebbtide_zone_stats {
 	uint64_t huge_partly_used;	/* gauge, pages: Of huge_pages, those partly used: some of their slabs hold items, some do not. */
 	uint64_t huge_broken;	/* gauge, pages: Of huge_pages, those broken: some of their slabs were given back (the kernel split the huge page) while the rest stays. */
 	uint64_t huge_released;	/* counter, pages: Huge pages given back whole (one MADV_DONTNEED of 2 MiB, no split) since the zone was created. */
+	uint64_t huge_collapsed;	/* counter, pages: Huge pages the zone collapsed (MADV_COLLAPSE, on the reclaim thread) since it was created: its older chunks when it turned huge, and pages broken by a release once all in use again. */
 };
 
 struct ebbtide_pool_stats {

@@ -57,6 +57,7 @@ impl Keg {
                 next: g.chunks,
                 huge: thp == os::Thp::Huge,
                 broken: 0,
+                collapsed: 0,
             });
         }
         g.chunks = hdr;

@@ -78,6 +78,7 @@ pub(crate) fn chunk_thp(backed_bytes: usize, process_bytes: usize) -> os::Thp {
 /// Huge pages collapsed per keg per call of [`Keg::collapse_mended`]: a keg crosses
 /// [`HUGE_AFTER`] with 8 chunks (16 pages), [`HUGE_AFTER_IN_LARGE`] with 2.
 pub(super) const CONVERT_MAX: usize = 16;
+const _: () = assert!(CONVERT_MAX <= 32); // `Converted::collapse`'s bits
 
 /// Set when a keg made its older chunks huge ([`Keg::make_older_chunks_huge`]), or found more
 /// pages to collapse than one call takes: the runtime's next pass over the pools collapses them
@@ -112,15 +113,17 @@ impl Converted {
 
     /// Collapses the ranges into huge pages; call it with the keg lock dropped. Items in them
     /// stay where they are and may be used meanwhile (the kernel copies under its locks).
-    /// Returns how many ranges the kernel collapsed.
-    pub(super) fn collapse(&self) -> usize {
-        let mut n = 0;
-        for &(addr, len) in &self.ranges[..self.n] {
+    /// Returns the ranges the kernel collapsed, bit `i` for range `i`.
+    pub(super) fn collapse(&self) -> u32 {
+        let mut done = 0;
+        for (i, &(addr, len)) in self.ranges[..self.n].iter().enumerate() {
             // SAFETY: a range of a chunk of ours (non-null), mapped and `MADV_HUGEPAGE`.
             let at = unsafe { NonNull::new_unchecked(addr as *mut u8) };
-            n += usize::from(os::collapse(at, len));
+            if os::collapse(at, len) {
+                done |= 1 << i;
+            }
         }
-        n
+        done
     }
 }
 
@@ -142,6 +145,8 @@ pub struct HugeCounts {
     pub partly_used: usize,
     /// Of them, pages broken: some of their slabs were given back while the rest stays.
     pub broken: usize,
+    /// Huge pages the keg collapsed, ever ([`Keg::collapse_mended`]).
+    pub collapsed: usize,
 }
 
 /// The slabs of one huge page, by state.
@@ -292,7 +297,19 @@ impl Keg {
                 HUGE_PENDING.store(true, Ordering::Relaxed);
             }
         }
-        conv.collapse()
+        let done = conv.collapse();
+        if done != 0 {
+            let _g = lock(&self.inner);
+            for (i, &(addr, _)) in conv.ranges[..conv.n].iter().enumerate() {
+                if done & (1 << i) != 0 {
+                    let hdr = (addr & !(CHUNK_SIZE - 1)) as *mut ChunkHeader;
+                    // SAFETY: the header of a chunk of this keg (chunks stay while it lives);
+                    // the lock is held.
+                    unsafe { (*hdr).collapsed += 1 };
+                }
+            }
+        }
+        done.count_ones() as usize
     }
 
     /// Releases the part of the newest chunk's huge page not carved yet, if that chunk is
@@ -394,6 +411,8 @@ impl Keg {
         }
         let mut c = g.chunks;
         while !c.is_null() {
+            // SAFETY: `c` is a valid chunk header of this keg; lock held.
+            k.collapsed += unsafe { (*c).collapsed } as usize;
             for h in 0..PAGES_PER_CHUNK {
                 let Some(u) = self.huge_page_use(g, c, h).filter(|u| u.used + u.free > 0) else {
                     continue;
@@ -779,11 +798,14 @@ mod tests {
             unsafe { p.write_bytes(0x6b, 64) };
         }
         let (_, huge_kb) = smaps_of(chunk);
+        let counted = k.huge_pages().collapsed;
+        assert_eq!(counted, collapsed, "the stats count every page collapsed");
         assert_eq!(k.collapse_mended(), 1, "the first page, whole again");
         let (_, now_kb) = smaps_of(chunk);
         assert_eq!(now_kb, huge_kb + 2048, "one more huge page in the mapping");
         // SAFETY: items of ours, written above.
         assert!(again.iter().all(|&p| unsafe { *p.add(63) } == 0x6b));
+        assert_eq!(k.huge_pages().collapsed, counted + 1);
         assert_eq!(k.collapse_mended(), 0, "nothing broken any more");
         k.validate().unwrap();
     }

@@ -102,6 +102,9 @@ struct ChunkHeader {
     /// Bit `h`: huge page `h` was broken (slabs of it given back while others stayed) and is
     /// not known to be whole again (`huge.rs`, `collapse_mended`). Lock held.
     broken: u8,
+    /// Huge pages of this chunk the keg collapsed, ever (the stats' `huge_collapsed`: a
+    /// per-chunk count, as the zone object has no room left). Lock held.
+    collapsed: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<ChunkHeader>() <= CHUNK_HEADER);

@@ -62,6 +62,8 @@ pub struct ZoneSnapshot {
     pub huge_partly_used: u64,
     pub huge_broken: u64,
     pub huge_released: u64,
+    /// Huge pages the zone's keg collapsed (`MADV_COLLAPSE`), ever.
+    pub huge_collapsed: u64,
     /// Page pools: `max_buffer_pages`; `u64::MAX` for plain zones.
     pub pool_max_buffer_pages: u64,
     /// Σ over CPUs of each stack's capacity now (items; 0 while caching is off).
@@ -226,6 +228,7 @@ impl ZoneInner {
             huge_partly_used: hp.partly_used as u64,
             huge_broken: hp.broken as u64,
             huge_released: kc.huge_released,
+            huge_collapsed: hp.collapsed as u64,
             pool_max_buffer_pages: match self.pool_max.load(Ordering::Relaxed) {
                 usize::MAX => u64::MAX,
                 n => n as u64,

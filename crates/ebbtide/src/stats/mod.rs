@@ -543,6 +543,7 @@ stats_group! {
         huge_partly_used: U64, Gauge, Pages, "HPART", "Of huge_pages, those partly used: some of their slabs hold items, some do not.";
         huge_broken: U64, Gauge, Pages, "HBROKEN", "Of huge_pages, those broken: some of their slabs were given back (the kernel split the huge page) while the rest stays.";
         huge_released: U64, Counter, Pages, "", "Huge pages given back whole (one MADV_DONTNEED of 2 MiB, no split) since the zone was created.";
+        huge_collapsed: U64, Counter, Pages, "", "Huge pages the zone collapsed (MADV_COLLAPSE, on the reclaim thread) since it was created: its older chunks when it turned huge, and pages broken by a release once all in use again.";
     }
 }
 
@@ -697,6 +698,7 @@ impl Snapshot {
                 huge_partly_used: 3,
                 huge_broken: 1,
                 huge_released: 40,
+                huge_collapsed: 16,
             }
         };
         Snapshot {

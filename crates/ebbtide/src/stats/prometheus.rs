@@ -892,6 +892,7 @@ mod tests {
                 "ebbtide_zone_huge_partly_used_pages",
                 "ebbtide_zone_huge_broken_pages",
                 "ebbtide_zone_huge_released_pages_total",
+                "ebbtide_zone_huge_collapsed_pages_total",
             ]
         );
         let pool = names("pool", PoolStats::fields());

@@ -56,6 +56,8 @@ fn a_dense_zone_shows_its_huge_pages_and_gives_them_back_whole() {
         in_huge >= small + 14 * 2048,
         "{small} kB, then {in_huge} kB"
     );
+    let collapsed = zone_stats(name).huge_collapsed;
+    assert!(collapsed >= 14, "huge_collapsed {collapsed}");
     // The kernel may fall back to small pages when it has no free huge page; a machine that has
     // memory to spare (every one this runs on) backs most of them.
     assert!(
