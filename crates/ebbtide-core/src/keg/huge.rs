@@ -78,7 +78,7 @@ pub(crate) fn chunk_thp(backed_bytes: usize, process_bytes: usize) -> os::Thp {
 /// Huge pages collapsed per keg per call of [`Keg::collapse_mended`]: a keg crosses
 /// [`HUGE_AFTER`] with 8 chunks (16 pages), [`HUGE_AFTER_IN_LARGE`] with 2.
 pub(super) const CONVERT_MAX: usize = 16;
-const _: () = assert!(CONVERT_MAX <= 32); // `Converted::collapse`'s bits
+const _: () = assert!(CONVERT_MAX <= 32); // `ToCollapse::collapse`'s bits
 
 /// Set when a keg made its older chunks huge ([`Keg::make_older_chunks_huge`]), or found more
 /// pages to collapse than one call takes: the runtime's next pass over the pools collapses them
@@ -89,14 +89,14 @@ pub(crate) static HUGE_PENDING: core::sync::atomic::AtomicBool =
 
 /// The huge pages [`Keg::collapse_mended`] collapses once the keg lock is dropped (a copy of
 /// 2 MiB each: not under the lock).
-pub(super) struct Converted {
+pub(super) struct ToCollapse {
     ranges: [(usize, usize); CONVERT_MAX],
     n: usize,
 }
 
-impl Converted {
-    pub(super) fn new() -> Converted {
-        Converted {
+impl ToCollapse {
+    pub(super) fn new() -> ToCollapse {
+        ToCollapse {
             ranges: [(0, 0); CONVERT_MAX],
             n: 0,
         }
@@ -268,7 +268,7 @@ impl Keg {
     /// (more left: [`HUGE_PENDING`] set again), the copies with the lock dropped; call it when
     /// calm (a collapse takes a free huge page). Returns the pages collapsed.
     pub(crate) fn collapse_mended(&self) -> usize {
-        let mut conv = Converted::new();
+        let mut conv = ToCollapse::new();
         {
             let g = lock(&self.inner);
             if g.huge_chunks == 0 {
