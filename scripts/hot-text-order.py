@@ -35,6 +35,7 @@ name) keep their place at the head of the list.
 
 usage: scripts/hot-text-order.py [LIB]   (default: cargo build --release -p ebbtide-malloc's)
 needs: root (tracefs uprobes), binutils, cc, python3 (/usr/bin/python3 is traced too).
+Takes about 22 minutes on a shared 2-vCPU host (every probed call traps into the kernel).
 Writes the new list over crates/ebbtide-malloc/hot-text.txt; rebuild and check with
 `cargo test --release -p ebbtide-malloc --test all hot_text::`.
 """
