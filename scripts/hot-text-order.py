@@ -3,9 +3,11 @@
 
 The kernel maps a library's text in 64 KiB windows around the pages a process touches
 (fault-around), so what a short program runs should sit in as few windows as possible at the
-front of the hot functions. This script measures it: a uprobe on every function of `.text.warm`
-(the hot functions after the entry points, which stay first), each program of a fixed set run
-once with the library preloaded, and the first hit of each function noted with its time. Then:
+front of the hot functions. This script measures it: a uprobe on every function of the
+executable segment after the entry points (`.text.warm`, the hot functions after the entry
+points, which stay first, and `.text`, where the linker puts what the list does not name), each
+program of a fixed set run once with the library preloaded, and the first hit of each function
+noted with its time. Then:
 
 1. the functions run by the short programs (SHORT below: start-up, a few allocations, the
    runtime thread's first periodic passes; all of them end within about 0.4 s), by the earliest
@@ -14,15 +16,26 @@ once with the library preloaded, and the first hit of each function noted with i
    time;
 3. the functions no traced program ran, in the list's present order.
 
+A function some program ran that no line of the list matches (new code on the start path, a
+function a change no longer inlines, drop glue of a new type) gets a line of its own, placed
+like the others by when it first ran: a list ordered by this script names everything the
+traced programs run, not only what an earlier list named (left outside, each such function
+kept one more window resident in every program that ran it, wherever the linker put it in
+`.text`). Functions of the library that are not Rust's (the unwinder's C code) cannot be
+named by the list's section patterns; those that ran are printed, not added.
+
 The list holds names in the form that survives a toolchain change (scripts/hot-text-names.py:
 no hash, `Cs*_` for std's crate disambiguators), each a pattern `NAME*` for the linker; a name
 with several instances (generic functions: one `RawVec::grow_one` per element type) takes its
 place by the earliest of them (a line per instance would need the instance's hash, which a
-toolchain change makes match nothing, and a stale line fails the release link). The C and C++
-entry points (the lines before the first Rust name) keep their place at the head of the list.
+toolchain change makes match nothing, and a stale line fails the release link). A line that an
+earlier line covers after the reordering (`NAME*` matching it) is dropped, as
+scripts/hot-text-names.py drops it. The C and C++ entry points (the lines before the first Rust
+name) keep their place at the head of the list.
 
 usage: scripts/hot-text-order.py [LIB]   (default: cargo build --release -p ebbtide-malloc's)
 needs: root (tracefs uprobes), binutils, cc, python3 (/usr/bin/python3 is traced too).
+Takes about 22 minutes on a shared 2-vCPU host (every probed call traps into the kernel).
 Writes the new list over crates/ebbtide-malloc/hot-text.txt; rebuild and check with
 `cargo test --release -p ebbtide-malloc --test all hot_text::`.
 """
@@ -70,25 +83,35 @@ def remove_probes():
 
 
 def functions(lib):
-    """(address, size, name) of every function in .text.warm, one per address."""
-    out = subprocess.run(['readelf', '-SW', lib], capture_output=True, text=True,
+    """(address, file offset, size, name, listed) of every function of the executable segment
+    after the entry points (`.text.warm`, where `listed` is true, and `.text`), one per
+    address."""
+    out = subprocess.run(['readelf', '-lSW', lib], capture_output=True, text=True,
                          check=True).stdout
-    m = re.search(r'\.text\.warm\s+PROGBITS\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)', out)
-    if not m:
-        sys.exit(f'hot-text-order.py: {lib} has no .text.warm section (built with '
-                 'EBBTIDE_HOT_TEXT=off, or before the split?)')
-    lo = int(m.group(1), 16)
-    hi = lo + int(m.group(2), 16)
+    ranges = {}
+    for sec in ('.text.warm', '.text'):
+        m = re.search(r'\s' + re.escape(sec) + r'\s+PROGBITS\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)',
+                      out)
+        if not m:
+            sys.exit(f'hot-text-order.py: {lib} has no {sec} section (built with '
+                     'EBBTIDE_HOT_TEXT=off, or before the split?)')
+        ranges[sec] = (int(m.group(1), 16), int(m.group(1), 16) + int(m.group(2), 16))
+    # The executable segment's file offset against its address (a uprobe takes the offset).
+    seg = next(l.split() for l in out.splitlines()
+               if l.split()[:1] == ['LOAD'] and 'E' in ''.join(l.split()[6:-1]))
+    delta = int(seg[1], 16) - int(seg[2], 16)
     seen, funcs = set(), []
     nm = subprocess.run(['nm', '-S', '--defined-only', lib], capture_output=True, text=True,
                         check=True).stdout
     for line in sorted(nm.splitlines()):
         p = line.split()
-        if len(p) == 4 and p[2] in 'tT':
-            a = int(p[0], 16)
-            if lo <= a < hi and a not in seen:
-                seen.add(a)
-                funcs.append((a, int(p[1], 16), p[3]))
+        if len(p) != 4 or p[2] not in 'tT' or p[3].startswith('__ebbtide_hot_text_'):
+            continue
+        a = int(p[0], 16)
+        sec = next((s for s, (lo, hi) in ranges.items() if lo <= a < hi), None)
+        if sec and a not in seen:
+            seen.add(a)
+            funcs.append((a, a + delta, int(p[1], 16), p[3], sec == '.text.warm'))
     return funcs
 
 
@@ -142,9 +165,11 @@ def programs(work):
     return progs
 
 
-def reorder(funcs, first, used_short, text):
+def reorder(funcs, first, text):
     """The list with its Rust lines in the order `first` (function index -> key, smaller
-    first) gives."""
+    first) gives, a line added for each Rust function in `first` that no line matches; and the
+    names of the other functions in `first` that no line matches and that are outside
+    `.text.warm` (which cannot be listed)."""
     lines = text.split('\n')
     head, pats = [], []
     for line in lines:
@@ -155,13 +180,23 @@ def reorder(funcs, first, used_short, text):
             # and such comments are dropped.
             pats.append(line.strip())
     nentry = next(k for k, p in enumerate(pats) if p.startswith(('_ZN', '_R')))
-    owner = {}
-    for i, (_, _, name) in enumerate(funcs):
-        for k, p in enumerate(pats):
-            # As the linker matches the line's pattern `NAME*`: the first line wins.
-            if fnmatch.fnmatchcase(name, p + '*'):
-                owner[i] = k
-                break
+    regex = [re.compile(fnmatch.translate(p + '*')) for p in pats]
+    owner, unlisted = {}, []
+    for i, (_, _, _, name, listed) in enumerate(funcs):
+        # As the linker matches the line's pattern `NAME*`: the first line wins.
+        k = next((k for k, r in enumerate(regex) if r.match(name)), None)
+        if k is not None:
+            owner[i] = k
+        elif i in first:
+            robust = names.robust(name)
+            if robust.startswith(('_ZN', '_R')):
+                # A new line (or the one an earlier new instance of it made).
+                if robust not in pats:
+                    pats.append(robust)
+                    regex.append(re.compile(fnmatch.translate(robust + '*')))
+                owner[i] = pats.index(robust)
+            elif not listed:
+                unlisted.append(name)
     never = float('inf')
     items = []
     for k in range(nentry, len(pats)):
@@ -169,7 +204,8 @@ def reorder(funcs, first, used_short, text):
         items.append((min([first.get(i, never) for i in inst] or [never]), k, pats[k]))
     items.sort(key=lambda x: (x[0], x[1]))
     body = pats[:nentry] + [x[2] for x in items]
-    return '\n'.join(head) + '\n' + '\n'.join(body) + '\n'
+    # A line an added one now covers (it comes first) would match nothing: dropped.
+    return names.convert('\n'.join(head) + '\n' + '\n'.join(body) + '\n'), unlisted
 
 
 def main():
@@ -188,8 +224,8 @@ def main():
     n = len(funcs)
     remove_probes()  # those a run that was killed may have left
     try:
-        for i, (a, _, _) in enumerate(funcs):
-            tracefs_write('uprobe_events', f'p:{GROUP}/f{i} {lib}:{a:#x}', append=True)
+        for i, (_, offset, _, _, _) in enumerate(funcs):
+            tracefs_write('uprobe_events', f'p:{GROUP}/f{i} {lib}:{offset:#x}', append=True)
         tracefs_write('buffer_size_kb', '131072')
         runs = {}
         for name, cmd in programs(work).items():
@@ -210,13 +246,18 @@ def main():
     with open(LIST) as f:
         text = f.read()
     # Names of an earlier form (hashes) in the robust one before the new order is made.
-    new = reorder(funcs, first, short, names.convert(text))
+    old = set(l.strip() for l in names.convert(text).split('\n'))
+    new, unlisted = reorder(funcs, first, names.convert(text))
     with open(LIST, 'w') as f:
         f.write(new)
-    size = sum(s for i, (_, s, _) in enumerate(funcs) if i in short)
+    for name in [l for l in new.split('\n') if l.strip() and l.strip() not in old]:
+        print(f'added: {name}', file=sys.stderr)
+    for name in unlisted:
+        print(f'ran, outside the hot functions, not a Rust name (not listed): {name}',
+              file=sys.stderr)
+    size = sum(f[2] for i, f in enumerate(funcs) if i in short)
     print(f'hot-text.txt reordered: the short programs run {len(short)} functions '
-          f'({size // 1024} KiB) of .text.warm', file=sys.stderr)
-
+          f'({size // 1024} KiB) after the entry points', file=sys.stderr)
 
 if __name__ == '__main__':
     main()

@@ -5,9 +5,11 @@
 # under `perf record -e exceptions:page_fault_user`, and every instruction fetch that faulted a
 # page of the library outside them is a function to add to hot-text.txt (the first call
 # into each 64 KiB window of the text faults; the kernel maps the rest of the window with it).
-# Faults in the 64 KiB windows that the hot functions overlap are not counted. Add the names
-# printed (in the form hot-text.txt holds, scripts/hot-text-names.py), rebuild, run again until only functions that few
-# programs run are left.
+# Faults in the 64 KiB windows that the hot functions overlap are not counted. A quick check
+# (about 20 s): scripts/hot-text-order.py finds every such function at once (a uprobe on each,
+# about 20 min on 2 vCPUs) and adds and places them; by hand, add the names printed (in the
+# form hot-text.txt holds, scripts/hot-text-names.py), rebuild, run again until only functions
+# that few programs run are left.
 #
 # usage: scripts/hot-text.sh [LIB]   (default: cargo build --release -p ebbtide-malloc's)
 # needs: perf, root (or perf_event_paranoid <= 1), python3, binutils; the suite's C driver is
