@@ -271,14 +271,24 @@ fn a_preloaded_program_keeps_less_than_half_of_the_text_resident() {
 #[test]
 fn a_short_program_keeps_the_first_windows_of_the_text() {
     let _turn = crate::serial::turn(module_path!());
-    let Some((rss, _)) = text_of_sleep(Duration::from_millis(350)) else {
-        return;
-    };
-    eprintln!("sleep, 350 ms in: {rss} kB of the library's text resident");
+    // Up to three runs, the fewest resident pages counting: in the full workspace run under
+    // load one run in several read 256 kB while the same build read 128 kB alone; a list that
+    // lacks what `sleep` runs reads 256 kB in every run.
+    let mut rss = u64::MAX;
+    for _ in 0..3 {
+        let Some((r, _)) = text_of_sleep(Duration::from_millis(350)) else {
+            return;
+        };
+        eprintln!("sleep, 350 ms in: {r} kB of the library's text resident");
+        rss = rss.min(r);
+        if rss <= 3 * 64 {
+            break;
+        }
+    }
     assert!(
         rss <= 3 * 64,
-        "{rss} kB of the library's text resident in `sleep` after 350 ms (at most 3 windows of \
-         64 KiB expected): what short programs run is no longer at the front of hot-text.txt, or \
+        "{rss} kB of the library's text resident in `sleep` after 350 ms, the fewest of three \
+         runs (at most 3 windows of 64 KiB expected): what short programs run is no longer at the front of hot-text.txt, or \
          not in it (scripts/hot-text-order.py adds and orders it; scripts/hot-text.sh lists \
          what faulted outside the hot functions)"
     );
