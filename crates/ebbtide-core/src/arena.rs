@@ -109,6 +109,20 @@ pub(crate) const CHUNK_STEP: usize = 256 << 10;
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
 const _: () = assert!(CHUNK_SIZE.is_multiple_of(HUGE_PAGE) && HUGE_PAGE.is_multiple_of(CHUNK_STEP));
 
+/// Marks a huge chunk (mapped whole): its first huge page `MADV_NOHUGEPAGE` — it holds the slab
+/// descriptors, so a huge page there could only go back by a partial `MADV_DONTNEED`, which
+/// drops the RSS but leaves the memory cgroup charged until the kernel splits the page (a
+/// `malloc_trim` of 80 MiB of 40-byte objects left 49 MiB charged against 12) — and its second
+/// `MADV_HUGEPAGE`. Before the first touch of either.
+pub(crate) fn mark_huge_chunk(chunk: usize) {
+    // SAFETY: a chunk of the arena (non-null), mapped whole.
+    let at = unsafe { NonNull::new_unchecked(chunk as *mut u8) };
+    os::set_thp(at, HUGE_PAGE, os::Thp::Never);
+    // SAFETY: as above; the second half of the chunk.
+    let half = unsafe { NonNull::new_unchecked((chunk + HUGE_PAGE) as *mut u8) };
+    os::set_thp(half, CHUNK_SIZE - HUGE_PAGE, os::Thp::Huge);
+}
+
 /// Bytes of a chunk map entry.
 const ENTRY: usize = core::mem::size_of::<MapEntry>();
 
@@ -301,6 +315,9 @@ impl Arena {
             let at =
                 unsafe { NonNull::new_unchecked((self.base + (idx << CHUNK_SHIFT)) as *mut u8) };
             os::set_thp(at, mapped, thp);
+            if thp == os::Thp::Huge {
+                mark_huge_chunk(at.as_ptr() as usize);
+            }
             idx
         } else {
             let idx = self.map_new_chunk(nchunks)?;
@@ -399,16 +416,6 @@ impl Arena {
         if want <= have {
             return Ok(());
         }
-        if thp == os::Thp::Huge && have > 0 {
-            // What was mapped before the owner's policy was known (`map_new_chunk`'s first
-            // step, a previous owner's steps) is marked too.
-            // SAFETY: the chunk's mapped start, ours.
-            os::set_thp(
-                unsafe { NonNull::new_unchecked(chunk as *mut u8) },
-                have,
-                thp,
-            );
-        }
         // SAFETY: [chunk + have, chunk + want) is a page-aligned piece of the chunk, which is
         // ours (handed out by this arena); nothing of ours is mapped there (`mapped` says how
         // far the chunk's mapping reaches).
@@ -426,6 +433,9 @@ impl Arena {
             });
         }
         e.mapped.store(want as u64, Ordering::Relaxed);
+        if thp == os::Thp::Huge {
+            mark_huge_chunk(chunk);
+        }
         Ok(())
     }
 

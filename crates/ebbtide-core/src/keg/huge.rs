@@ -58,6 +58,9 @@ pub const HUGE_PROCESS: usize = 256 << 20;
 
 /// Huge pages per chunk.
 pub(crate) const PAGES_PER_CHUNK: usize = CHUNK_SIZE / HUGE_PAGE;
+/// The first of them that is huge: the first holds the descriptors and stays on 4 KiB pages
+/// (`arena::mark_huge_chunk` says why).
+pub(crate) const FIRST_HUGE: usize = 1;
 const _: () = assert!(CHUNK_SIZE.is_multiple_of(HUGE_PAGE));
 
 /// The huge page policy of the next chunk of a keg holding `backed_bytes` of backed slabs, in a
@@ -182,14 +185,17 @@ impl PageUse {
 }
 
 impl Keg {
-    /// Whether slab `s` (a valid meta of this keg) lies in huge pages: its chunk is huge.
+    /// Whether slab `s` (a valid meta of this keg) overlaps its huge chunk's huge page.
     #[inline]
     pub(super) fn in_huge(&self, s: *mut SlabMeta) -> bool {
         let hdr = (s as usize & !(CHUNK_SIZE - 1)) as *const ChunkHeader;
+        let chunk = hdr as usize;
         // SAFETY: a slab's descriptor lies in its chunk's metadata area, after the header the
         // keg wrote when it took the chunk (`grow`); its `huge` changes only under the keg
         // lock, which the callers hold.
-        unsafe { (*hdr).huge }
+        unsafe {
+            (*hdr).huge && self.slab_base(s) + self.geo.slab_size > chunk + FIRST_HUGE * HUGE_PAGE
+        }
     }
 
     /// Makes the keg's chunks huge when it becomes dense (its first huge chunk, `grow`): each
@@ -228,14 +234,12 @@ impl Keg {
                     .map_through(chunk, chunk + CHUNK_SIZE, os::Thp::Huge)
                     .is_ok()
             {
-                // SAFETY: the chunk is ours and mapped whole (just above).
-                let at = unsafe { NonNull::new_unchecked(chunk as *mut u8) };
-                os::set_thp(at, CHUNK_SIZE, os::Thp::Huge);
+                crate::arena::mark_huge_chunk(chunk);
                 // SAFETY: as above; `huge` and `broken` change here under the lock (`huge`
                 // only false to true).
                 unsafe {
                     (*c).huge = true;
-                    (*c).broken = (1 << PAGES_PER_CHUNK) - 1;
+                    (*c).broken = ((1 << PAGES_PER_CHUNK) - 1) & !((1 << FIRST_HUGE) - 1);
                 }
                 g.huge_chunks += 1;
                 g.nfree_huge += free;
@@ -254,7 +258,7 @@ impl Keg {
         let (a, len) = self.release_span(s);
         let (first, last) = ((a - chunk) / HUGE_PAGE, (a + len - 1 - chunk) / HUGE_PAGE);
         let hdr = chunk as *mut ChunkHeader;
-        for h in first..=last {
+        for h in first.max(FIRST_HUGE)..=last {
             // SAFETY: the chunk's header, written by `grow`; the caller holds the lock, under
             // which `broken` changes.
             unsafe { (*hdr).broken |= 1 << h };
@@ -279,7 +283,7 @@ impl Keg {
                 let chunk = c as usize;
                 // SAFETY: `c` is a valid chunk header of this keg; lock held.
                 let broken = unsafe { (*c).broken };
-                for h in 0..PAGES_PER_CHUNK {
+                for h in FIRST_HUGE..PAGES_PER_CHUNK {
                     if broken & (1 << h) == 0 || conv.full() {
                         continue;
                     }
@@ -327,7 +331,8 @@ impl Keg {
         let carved = self.geo.slabs_per_chunk - g.uncarved;
         let from = self.geo.first_slab + (carved << self.geo.slab_shift);
         let to = os::round_up(from, HUGE_PAGE).min(CHUNK_SIZE);
-        if to > from {
+        // Only a huge page backs what was not carved (the first stays on 4 KiB pages).
+        if to > from && from >= FIRST_HUGE * HUGE_PAGE {
             // SAFETY: the chunk's header; lock held (`broken` changes under it).
             unsafe { (*c).broken |= 1 << (from / HUGE_PAGE) };
             // SAFETY: the chunk's range past its last carved slab, up to the end of that slab's
@@ -413,7 +418,7 @@ impl Keg {
         while !c.is_null() {
             // SAFETY: `c` is a valid chunk header of this keg; lock held.
             k.collapsed += unsafe { (*c).collapsed } as usize;
-            for h in 0..PAGES_PER_CHUNK {
+            for h in FIRST_HUGE..PAGES_PER_CHUNK {
                 let Some(u) = self.huge_page_use(g, c, h).filter(|u| u.used + u.free > 0) else {
                     continue;
                 };
@@ -451,7 +456,7 @@ impl Keg {
         let mut c = g.chunks;
         while !c.is_null() {
             let chunk = c as usize;
-            for h in 0..PAGES_PER_CHUNK {
+            for h in FIRST_HUGE..PAGES_PER_CHUNK {
                 match self.huge_page_use(&g, c, h) {
                     None => {}
                     Some(u) if taken >= to_release || !u.whole_free() => {
@@ -584,21 +589,28 @@ mod tests {
         let c = k.validate().unwrap();
         assert!(c.huge_chunks >= 11, "{c:?}");
         assert_eq!(c.huge_chunks, c.chunks, "{c:?}");
-        assert!(v
-            .iter()
-            .all(|&p| k.in_huge(k.locate(p as usize).ok().unwrap().slab)));
-        for p in [v[0], *v.last().unwrap()] {
-            let (flags, _) = smaps_of(p as usize);
-            assert!(
-                flags.split(' ').any(|f| f == "hg"),
-                "MADV_HUGEPAGE: {flags}"
-            );
+        // In each chunk the second half is huge, the first (the descriptors) is not.
+        let second = |p: *mut u8| p as usize & (CHUNK_SIZE - 1) >= HUGE_PAGE;
+        for &p in &v {
+            let in_huge = k.in_huge(k.locate(p as usize).ok().unwrap().slab);
+            assert!(!second(p) || in_huge, "{p:?}");
         }
-        let stats = k.huge_pages();
-        // Both huge pages of every huge chunk: the newest chunk's second only once its slabs
-        // reach it.
+        let hi = *v.iter().find(|&&p| second(p)).unwrap();
+        let (flags, _) = smaps_of(hi as usize);
         assert!(
-            stats.pages + 1 >= 2 * c.huge_chunks && stats.pages <= 2 * c.huge_chunks,
+            flags.split(' ').any(|f| f == "hg"),
+            "MADV_HUGEPAGE: {flags}"
+        );
+        let lo = *v.iter().find(|&&p| !second(p)).unwrap();
+        let (flags, _) = smaps_of(lo as usize);
+        assert!(
+            flags.split(' ').any(|f| f == "nh"),
+            "MADV_NOHUGEPAGE: {flags}"
+        );
+        let stats = k.huge_pages();
+        // The huge page of every huge chunk: the newest chunk's only once its slabs reach it.
+        assert!(
+            stats.pages + 1 >= c.huge_chunks && stats.pages <= c.huge_chunks,
             "{stats:?}"
         );
         assert_eq!(stats.broken, 0, "{stats:?}");
@@ -756,7 +768,7 @@ mod tests {
         let (k, v) = dense_keg((HUGE_AFTER + (12 << 20)) / 64);
         // The older chunks, made huge when the keg became dense, collapsed (16 pages a call).
         let chunk = v[0] as usize & !(CHUNK_SIZE - 1);
-        let (_, before_kb) = smaps_of(chunk);
+        let (_, before_kb) = smaps_of(chunk + HUGE_PAGE);
         let mut collapsed = 0;
         loop {
             let n = k.collapse_mended();
@@ -766,27 +778,28 @@ mod tests {
             collapsed += n;
         }
         assert!(
-            collapsed >= 16,
+            collapsed >= 8,
             "{collapsed} pages of the older chunks collapsed"
         );
-        let (_, after_kb) = smaps_of(chunk);
-        // The oldest chunk's mapping (it may hold more chunks): both its pages huge now.
-        assert!(
-            after_kb > before_kb && after_kb >= 4096,
-            "{before_kb} kB, then {after_kb} kB"
-        );
-        // The oldest chunk: all its items back and released, breaking its first page (the
-        // descriptors) and its second whole.
+        let (_, after_kb) = smaps_of(chunk + HUGE_PAGE);
+        // The oldest chunk's mapping (it may hold more chunks): its huge page huge now.
+        assert!(after_kb >= 2048, "{before_kb} kB, then {after_kb} kB");
+        // The oldest chunk: all its items but one in its huge page back and released,
+        // breaking that page.
+        let kept = *v
+            .iter()
+            .find(|&&p| p as usize & !(CHUNK_SIZE - 1) == chunk && p as usize - chunk >= HUGE_PAGE)
+            .unwrap();
         let mine: Vec<*mut u8> = v
             .iter()
             .copied()
-            .filter(|&p| p as usize & !(CHUNK_SIZE - 1) == chunk)
+            .filter(|&p| p as usize & !(CHUNK_SIZE - 1) == chunk && p != kept)
             .collect();
         k.take_back(&mine, &mut Disposal::keep(), None::<fn(*mut u8)>, |_, _| {
             panic!("invalid")
         });
         k.release_free(0, &mut Disposal::keep());
-        assert!(k.huge_pages().pages == 2 * k.validate().unwrap().huge_chunks - 2);
+        assert!(k.huge_pages().broken >= 1);
         // Taken again (clean slabs before new ones: this chunk's), the first page faults in
         // 4 KiB pages, the second as a huge page.
         let again = crate::keg::tests::import_n(&k, mine.len());
@@ -797,11 +810,11 @@ mod tests {
             // SAFETY: an item of ours, 64 bytes.
             unsafe { p.write_bytes(0x6b, 64) };
         }
-        let (_, huge_kb) = smaps_of(chunk);
+        let (_, huge_kb) = smaps_of(chunk + HUGE_PAGE);
         let counted = k.huge_pages().collapsed;
         assert_eq!(counted, collapsed, "the stats count every page collapsed");
-        assert_eq!(k.collapse_mended(), 1, "the first page, whole again");
-        let (_, now_kb) = smaps_of(chunk);
+        assert_eq!(k.collapse_mended(), 1, "its huge page, whole again");
+        let (_, now_kb) = smaps_of(chunk + HUGE_PAGE);
         assert_eq!(now_kb, huge_kb + 2048, "one more huge page in the mapping");
         // SAFETY: items of ours, written above.
         assert!(again.iter().all(|&p| unsafe { *p.add(63) } == 0x6b));
