@@ -63,10 +63,9 @@
 //! **Huge pages per chunk** (docs/design/thp-policy.md, docs/design/hugepage-heap.md): a chunk
 //! is `MADV_NOHUGEPAGE` unless its keg asks for [`os::Thp::Huge`] when it takes it: a keg
 //! touches a chunk sparsely (the header, a slab or two) until it is dense, and on THP `always`
-//! each first touch of a 2 MiB stretch would fault in 2 MiB. A dense keg's chunk is
-//! `MADV_HUGEPAGE` whole, mapped in one step, so the first touch of each half faults in one huge
-//! page, on `madvise` hosts too (the keg gives back the colour pages of the first with slab 0,
-//! `keg/huge.rs`). A
+//! each first touch of a 2 MiB stretch would fault in 2 MiB. A dense keg's chunk is mapped
+//! whole in one step, its second half `MADV_HUGEPAGE` (the first touch faults in one huge page,
+//! on `madvise` hosts too) and its first `MADV_NOHUGEPAGE` ([`mark_huge_chunk`] says why). A
 //! chunk freed by a destroyed zone is released whole and goes on the free list for reuse; its
 //! next owner's policy is applied to what it has mapped when it is handed out again.
 

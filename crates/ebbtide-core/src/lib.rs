@@ -149,10 +149,10 @@
 //! ([`reclaim::respond`]).
 //!
 //! **Huge pages** (`keg/huge.rs`, Temeraire's rule): a keg that holds 32 MiB of slabs takes its
-//! next chunks as two huge pages (`MADV_HUGEPAGE`, fewer TLB misses for a program's many small
-//! objects); every release gives whole free huge pages back first (one 2 MiB `MADV_DONTNEED`, no
-//! split), then the free slabs outside huge pages, and breaks huge pages (always the one holding
-//! a chunk's slab descriptors) last — under
+//! chunks' second halves as huge pages (`MADV_HUGEPAGE`, fewer TLB misses for a program's many
+//! small objects); every release gives whole free huge pages back first (one 2 MiB
+//! `MADV_DONTNEED`, no split), then the free slabs outside huge pages, and breaks huge pages
+//! last — under
 //! pressure or a reclaim as needed, in a calm pass only while the huge pages are less than half
 //! used beyond recent demand. Huge chunks' free slabs never go lazily (`MADV_FREE` of part of a
 //! huge page splits it).

@@ -2,22 +2,21 @@
 //! 2 MiB pages may go back whole, how many an idle trim may break, and what the stats count.
 //!
 //! ```text
-//!  chunk (4 MiB) of a dense keg: two huge pages, MADV_HUGEPAGE, mapped in one step
+//!  chunk (4 MiB) of a dense keg, mapped in one step
 //!  | meta | colour | slab | slab | ... | slab |slab| slab | ... | slab | tail |
-//!  └──────────── huge page 0 ───────────────┴────────── huge page 1 ─────────┘
-//!    holds the slab descriptors: never goes      goes back whole (one MADV_DONTNEED of
-//!    back whole; its slabs go by breaking it,    2 MiB, with the tail no slab holds) once
-//!    the colour pages with slab 0                 every slab in it is free
+//!  └──── first half: MADV_NOHUGEPAGE ───────┴── huge page: MADV_HUGEPAGE ────┘
+//!    the slab descriptors (a huge page here     goes back whole (one MADV_DONTNEED of
+//!    could go back only in part: the memory     2 MiB, with the tail no slab holds) once
+//!    cgroup stays charged until a split)         every slab in it is free
 //! ```
 //!
 //! **Which chunks.** A zone's keg's chunks are `MADV_NOHUGEPAGE` until it is dense (the
 //! allocator's bucket kegs, which no program walks, stay so): once it holds
-//! [`HUGE_AFTER`] of backed slabs, each chunk it takes is `MADV_HUGEPAGE` whole
-//! ([`chunk_thp`], pure), so its slabs fault in as huge pages on `madvise` and `always` hosts
-//! alike (Temeraire's gain: fewer TLB misses for the program's small objects). Every slab of a
-//! huge chunk is *in a huge page*. Page 0 also backs the colour pages (`carve.rs`), which no
-//! slab uses: they go back with slab 0 ([`Keg::release_span`]), so a drained chunk keeps only
-//! its descriptors. A small program's kegs never get there: it stays as small as with no huge
+//! [`HUGE_AFTER`] of backed slabs, each chunk it takes has its second half `MADV_HUGEPAGE`
+//! ([`chunk_thp`], pure), and its older chunks' halves are made huge too
+//! ([`Keg::make_older_chunks_huge`]), so half its slabs sit in huge pages on `madvise` and
+//! `always` hosts alike (Temeraire's gain: fewer TLB misses for the program's small objects). A
+//! slab *in the huge page* is one that overlaps it. A small program's kegs never get there: it stays as small as with no huge
 //! page at all (docs/design/thp-policy.md).
 //!
 //! **Give-back order.** Whole free huge pages first (no split, microseconds a page), then the
