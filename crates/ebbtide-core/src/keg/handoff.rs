@@ -94,19 +94,16 @@ impl Keg {
         d.slabs[..d.n].sort_unstable_by_key(|&s| self.slab_base(s));
         let mut i = 0;
         while i < d.n {
-            // Adjacent slabs (emptied in address order by a drain) go back in one call, from
-            // the first one's span (`release_span`: slab 0's colour pages too).
+            // Adjacent slabs (emptied in address order by a drain) go back in one call.
             let start = self.slab_base(d.slabs[i]);
-            let (from, _) = self.release_span(d.slabs[i]);
             let mut len = self.geo.slab_size;
             while i + 1 < d.n && self.slab_base(d.slabs[i + 1]) == start + len {
                 len += self.geo.slab_size;
                 i += 1;
             }
             // SAFETY: the slabs are ours, entirely free, and on no list (`ninflight`): nothing
-            // hands them out or frees into them until they are back on a list; the colour pages
-            // before slab 0 are used by nothing.
-            unsafe { os::release(NonNull::new_unchecked(from as *mut u8), start + len - from) };
+            // hands them out or frees into them until they are back on a list.
+            unsafe { os::release(NonNull::new_unchecked(start as *mut u8), len) };
             i += 1;
         }
         let mut g = lock(&self.inner);
@@ -252,8 +249,7 @@ impl Keg {
                     if sess.active() {
                         // SAFETY: `s` is entirely free and now on no list; lock held.
                         unsafe { self.to_releasing(&mut g, s) };
-                        let (addr, len) = self.release_span(s);
-                        sess.add(addr, len);
+                        sess.add(self.slab_base(s), self.geo.slab_size);
                         if sess.has_overflow() {
                             drop(g);
                             sess.release_overflow();

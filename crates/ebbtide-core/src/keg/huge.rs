@@ -254,7 +254,7 @@ impl Keg {
     /// Lock held.
     pub(super) fn mark_broken(&self, s: *mut SlabMeta) {
         let chunk = s as usize & !(CHUNK_SIZE - 1);
-        let (a, len) = self.release_span(s);
+        let (a, len) = (self.slab_base(s), self.geo.slab_size);
         let (first, last) = ((a - chunk) / HUGE_PAGE, (a + len - 1 - chunk) / HUGE_PAGE);
         let hdr = chunk as *mut ChunkHeader;
         for h in first.max(FIRST_HUGE)..=last {
@@ -338,22 +338,6 @@ impl Keg {
             // huge page (or the chunk): mapped (a huge chunk is mapped whole), never handed out,
             // and no carve reaches it while the lock is held.
             unsafe { os::release(NonNull::new_unchecked((chunk + from) as *mut u8), to - from) };
-        }
-    }
-
-    /// The range whose pages go back when slab `s` (a valid meta of this keg) is released: the
-    /// slab's, and for slab 0 of a huge chunk the colour pages before it too (backed by huge
-    /// page 0 and used by nothing: a drained chunk keeps only its descriptors). Releasing them
-    /// again later is harmless: nothing touches them.
-    #[inline]
-    pub(super) fn release_span(&self, s: *mut SlabMeta) -> (usize, usize) {
-        let base = self.slab_base(s);
-        // SAFETY: `s` is a valid meta (callers hold the lock or own the slab).
-        if unsafe { (*s).index } == 0 && self.in_huge(s) {
-            let colour = colour_of(self.tag) * os::page_size();
-            (base - colour, self.geo.slab_size + colour)
-        } else {
-            (base, self.geo.slab_size)
         }
     }
 
@@ -746,7 +730,7 @@ mod tests {
             // page being carved also backed its slabs not carved yet: they went too.)
             if unsafe { (*ch).huge } {
                 huge += 1;
-                // Page 0 backed the colour pages with the descriptors; slab 0 took them along.
+                // The first half, 4 KiB pages: only its descriptors stay.
                 assert_eq!(
                     crate::keg::tests::resident_pages(chunk + meta_end, CHUNK_SIZE - meta_end),
                     0,
