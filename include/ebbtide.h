@@ -243,7 +243,7 @@ struct ebbtide_zone_stats {
 	uint64_t lock_wait_ns_stash;	/* counter, nanoseconds: Time the waits of lock_waits_stash spent blocked. */
 	uint64_t remote_frees;	/* counter, events: Items freed on one CPU and allocated on another through the depot: the items of buckets one CPU's full cache flushed that another CPU's empty cache took (a program's producer/consumer traffic; a free into the freeing CPU's own cache costs no lock and is not counted). */
 	uint64_t remote_buckets;	/* counter, events: The depot buckets that carried remote_frees from one CPU to another. */
-	uint64_t huge_pages;	/* gauge, pages: Huge pages (2 MiB) of this zone's slabs that hold memory: a zone holding 32 MiB of slabs turns the second half of its 4 MiB chunks into a MADV_HUGEPAGE page (fewer TLB misses). */
+	uint64_t huge_pages;	/* gauge, pages: Huge pages (2 MiB) of this zone's slabs that hold memory: a zone holding 32 MiB of slabs turns its 4 MiB chunks into two MADV_HUGEPAGE pages each (fewer TLB misses). */
 	uint64_t huge_partly_used;	/* gauge, pages: Of huge_pages, those partly used: some of their slabs hold items, some do not. */
 	uint64_t huge_broken;	/* gauge, pages: Of huge_pages, those broken: some of their slabs were given back (the kernel split the huge page) while the rest stays. */
 	uint64_t huge_released;	/* counter, pages: Huge pages given back whole (one MADV_DONTNEED of 2 MiB, no split) since the zone was created. */

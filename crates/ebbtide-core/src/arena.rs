@@ -64,8 +64,9 @@
 //! is `MADV_NOHUGEPAGE` unless its keg asks for [`os::Thp::Huge`] when it takes it: a keg
 //! touches a chunk sparsely (the header, a slab or two) until it is dense, and on THP `always`
 //! each first touch of a 2 MiB stretch would fault in 2 MiB. A dense keg's chunk is mapped
-//! whole in one step, its second half `MADV_HUGEPAGE` (the first touch faults in one huge page,
-//! on `madvise` hosts too) and its first `MADV_NOHUGEPAGE` ([`mark_huge_chunk`] says why). A
+//! whole in one step and `MADV_HUGEPAGE` (the first touch of each half faults in one huge
+//! page, on `madvise` hosts too), the mark noted in its entry, so that a release of part of one
+//! of its huge pages splits it first ([`Arena::release_pages`]). A
 //! chunk freed by a destroyed zone is released whole and goes on the free list for reuse; its
 //! next owner's policy is applied to what it has mapped when it is handed out again.
 
@@ -108,19 +109,10 @@ pub(crate) const CHUNK_STEP: usize = 256 << 10;
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
 const _: () = assert!(CHUNK_SIZE.is_multiple_of(HUGE_PAGE) && HUGE_PAGE.is_multiple_of(CHUNK_STEP));
 
-/// Marks a huge chunk (mapped whole): its first huge page `MADV_NOHUGEPAGE` — it holds the slab
-/// descriptors, so a huge page there could only go back by a partial `MADV_DONTNEED`, which
-/// drops the RSS but leaves the memory cgroup charged until the kernel splits the page (a
-/// `malloc_trim` of 80 MiB of 40-byte objects left 49 MiB charged against 12) — and its second
-/// `MADV_HUGEPAGE`. Before the first touch of either.
-pub(crate) fn mark_huge_chunk(chunk: usize) {
-    // SAFETY: a chunk of the arena (non-null), mapped whole.
-    let at = unsafe { NonNull::new_unchecked(chunk as *mut u8) };
-    os::set_thp(at, HUGE_PAGE, os::Thp::Never);
-    // SAFETY: as above; the second half of the chunk.
-    let half = unsafe { NonNull::new_unchecked((chunk + HUGE_PAGE) as *mut u8) };
-    os::set_thp(half, CHUNK_SIZE - HUGE_PAGE, os::Thp::Huge);
-}
+/// The bit of an entry's `mapped` word that marks a huge chunk: set by [`Arena::map_through`]
+/// with [`os::Thp::Huge`] (never cleared while the chunk has its owner), cleared when the chunk
+/// is freed. The word without it is the bytes mapped.
+const HUGE_MARK: u64 = 1 << 63;
 
 /// Bytes of a chunk map entry.
 const ENTRY: usize = core::mem::size_of::<MapEntry>();
@@ -152,9 +144,10 @@ pub(crate) struct MapEntry {
     pub(crate) tag: AtomicU64,
     pub(crate) hint: AtomicU64,
     pub(crate) start: AtomicU64,
-    /// Bytes of the chunk mapped, from its start ([`Arena::map_through`]); 0 for a chunk never
-    /// handed out. Written by the chunk's one owner (under its keg's lock) or by `alloc_chunk`
-    /// (under the arena's mutex) before the tag is published.
+    /// Bytes of the chunk mapped, from its start ([`Arena::map_through`]), with [`HUGE_MARK`]
+    /// for a huge chunk; 0 for a chunk never handed out. Written by the chunk's one owner (under
+    /// its keg's lock) or by `alloc_chunk` and `free_chunk` (under the arena's mutex, the chunk
+    /// unowned).
     pub(crate) mapped: AtomicU64,
 }
 
@@ -309,14 +302,11 @@ impl Arena {
             debug_assert!(e & 1 == 1);
             free.head = (e >> 1) as usize;
             // The new owner's policy on what the last one mapped (given back whole, untouched).
-            let mapped = self.map_entry(idx).mapped.load(Ordering::Relaxed) as usize;
+            let mapped = (self.map_entry(idx).mapped.load(Ordering::Relaxed) & !HUGE_MARK) as usize;
             // SAFETY: a chunk of the span, mapped through `mapped` bytes (its entry says so).
             let at =
                 unsafe { NonNull::new_unchecked((self.base + (idx << CHUNK_SHIFT)) as *mut u8) };
             os::set_thp(at, mapped, thp);
-            if thp == os::Thp::Huge {
-                mark_huge_chunk(at.as_ptr() as usize);
-            }
             idx
         } else {
             let idx = self.map_new_chunk(nchunks)?;
@@ -405,7 +395,13 @@ impl Arena {
         let e = self.map_entry((chunk - self.base) >> CHUNK_SHIFT);
         // Relaxed: the chunk's one owner (or `alloc_chunk` before it publishes the chunk) is
         // the only writer, serialised by its lock; see the field's docs.
-        let have = e.mapped.load(Ordering::Relaxed) as usize;
+        let word = e.mapped.load(Ordering::Relaxed);
+        let have = (word & !HUGE_MARK) as usize;
+        let mark = if thp == os::Thp::Huge {
+            HUGE_MARK
+        } else {
+            word & HUGE_MARK
+        };
         // A huge chunk whole: a huge page backs only an aligned 2 MiB all mapped with the mark.
         let want = if thp == os::Thp::Huge {
             CHUNK_SIZE
@@ -413,7 +409,19 @@ impl Arena {
             os::round_up(end - chunk, CHUNK_STEP).min(CHUNK_SIZE)
         };
         if want <= have {
+            // Relaxed: as the load above.
+            e.mapped.store(have as u64 | mark, Ordering::Relaxed);
             return Ok(());
+        }
+        if thp == os::Thp::Huge && have > 0 {
+            // What was mapped before the owner's policy was known (`map_new_chunk`'s first
+            // step, a previous owner's steps) is marked too.
+            // SAFETY: the chunk's mapped start, ours.
+            os::set_thp(
+                unsafe { NonNull::new_unchecked(chunk as *mut u8) },
+                have,
+                thp,
+            );
         }
         // SAFETY: [chunk + have, chunk + want) is a page-aligned piece of the chunk, which is
         // ours (handed out by this arena); nothing of ours is mapped there (`mapped` says how
@@ -431,10 +439,7 @@ impl Arena {
                 errno: libc::ENOMEM,
             });
         }
-        e.mapped.store(want as u64, Ordering::Relaxed);
-        if thp == os::Thp::Huge {
-            mark_huge_chunk(chunk);
-        }
+        e.mapped.store(want as u64 | mark, Ordering::Relaxed);
         Ok(())
     }
 
@@ -442,9 +447,49 @@ impl Arena {
     /// its owner under its lock ([`Arena::map_through`]), which the caller holds.
     pub(crate) fn mapped_bytes(&self, chunk: usize) -> usize {
         // Relaxed: as in `map_through`, the owner's lock orders it.
-        self.map_entry((chunk - self.base) >> CHUNK_SHIFT)
+        (self
+            .map_entry((chunk - self.base) >> CHUNK_SHIFT)
             .mapped
-            .load(Ordering::Relaxed) as usize
+            .load(Ordering::Relaxed)
+            & !HUGE_MARK) as usize
+    }
+
+    /// Gives back `[addr, addr + len)` (page aligned, inside one chunk, holding nothing anyone
+    /// uses). In a huge chunk each huge page the range covers only in part is split first
+    /// ([`os::split_huge`]), so the part given back leaves the memory cgroup's charge now, not
+    /// when the kernel gets round to splitting the page; a page the range covers whole goes back
+    /// as a huge page. A page split before (a broken one) costs the one `madvise` more.
+    ///
+    /// # Safety
+    /// As [`os::release`]: the range is mapped memory of the caller's chunk and unused.
+    pub(crate) unsafe fn release_pages(&self, addr: usize, len: usize) {
+        let chunk = addr & !(CHUNK_SIZE - 1);
+        debug_assert!(len > 0 && addr + len <= chunk + CHUNK_SIZE);
+        // Relaxed: the mark is set under the owner's lock before any slab of a huge page is
+        // carved from it and cleared only once the owner gave the chunk back; a caller that
+        // released a slab reads its owner's mark or (for a chunk just made huge by
+        // `make_older_chunks_huge`, whose pages are still 4 KiB) an older one, and then only
+        // skips a split that would have had nothing to split.
+        let huge = self
+            .map_entry((chunk - self.base) >> CHUNK_SHIFT)
+            .mapped
+            .load(Ordering::Relaxed)
+            & HUGE_MARK
+            != 0;
+        if huge {
+            let end = addr + len;
+            let mut h = addr & !(HUGE_PAGE - 1);
+            while h < end {
+                let from = addr.max(h);
+                if from != h || end < h + HUGE_PAGE {
+                    // SAFETY: `from` is a page of the range (non-null, mapped, unused).
+                    os::split_huge(unsafe { NonNull::new_unchecked(from as *mut u8) });
+                }
+                h += HUGE_PAGE;
+            }
+        }
+        // SAFETY: the caller's guarantee.
+        unsafe { os::release(NonNull::new_unchecked(addr as *mut u8), len) };
     }
 
     /// Takes a chunk back: its pages are given back to the OS and it goes on the free list.
@@ -453,11 +498,15 @@ impl Arena {
     /// `chunk` must have come from [`Arena::alloc_chunk`] and nothing may use it any more.
     pub(crate) unsafe fn free_chunk(&self, chunk: NonNull<u8>) {
         let idx = (chunk.as_ptr() as usize - self.base) >> CHUNK_SHIFT;
-        let mapped = self.map_entry(idx).mapped.load(Ordering::Relaxed) as usize;
+        let mapped = (self.map_entry(idx).mapped.load(Ordering::Relaxed) & !HUGE_MARK) as usize;
         // SAFETY: the caller guarantees the chunk is ours and unused; its first `mapped` bytes
         // are mapped.
         unsafe { os::release(chunk, mapped) };
         let mut free = crate::sync::lock(&self.free);
+        // Relaxed: the chunk is unowned; its next owner reads the word under this mutex.
+        self.map_entry(idx)
+            .mapped
+            .store(mapped as u64, Ordering::Relaxed);
         // The hint first: a free chunk matches no zone's stacks (a zone made later may get a
         // destroyed zone's stacks' address).
         let e = self.map_entry(idx);

@@ -29,7 +29,7 @@
 //!              └ chunks ── 4 MiB pieces of one arena span, mapped as used;   arena.rs
 //!                          tagged in a chunk map: any pointer to its keg, O(1)
 //!                          (and to its zone's per-CPU stacks: the keg's hint);
-//!                          a dense keg's second halves are huge pages        keg/huge.rs
+//!                          a dense keg's chunks are huge pages               keg/huge.rs
 //!                 └ OS  ── mmap/mprotect/madvise/membarrier/dlsym/atfork,      os.rs
 //!                          write(2), the clock (one time base; fake in tests)
 //! ```
@@ -149,10 +149,11 @@
 //! ([`reclaim::respond`]).
 //!
 //! **Huge pages** (`keg/huge.rs`, Temeraire's rule): a keg that holds 32 MiB of slabs takes its
-//! chunks' second halves as huge pages (`MADV_HUGEPAGE`, fewer TLB misses for a program's many
-//! small objects); every release gives whole free huge pages back first (one 2 MiB
-//! `MADV_DONTNEED`, no split), then the free slabs outside huge pages, and breaks huge pages
-//! last — under
+//! next chunks as two huge pages (`MADV_HUGEPAGE`, fewer TLB misses for a program's many small
+//! objects); every release gives whole free huge pages back first (one 2 MiB `MADV_DONTNEED`, no
+//! split), then the free slabs outside huge pages, and breaks huge pages (always the one holding
+//! a chunk's slab descriptors) last, splitting each first so that the memory cgroup's charge
+//! drops with the RSS — under
 //! pressure or a reclaim as needed, in a calm pass only while the huge pages are less than half
 //! used beyond recent demand. Huge chunks' free slabs never go lazily (`MADV_FREE` of part of a
 //! huge page splits it).

@@ -548,6 +548,25 @@ pub unsafe fn release(ptr: NonNull<u8>, len: usize) {
     debug_assert_eq!(r, 0, "madvise(MADV_DONTNEED) failed");
 }
 
+/// `MADV_COLD` (Linux 5.4; not in every libc crate target's constants).
+const MADV_COLD: libc::c_int = 20;
+
+/// Splits the transparent huge page holding the page at `ptr` (page aligned, mapped) into 4 KiB
+/// pages now, so that a `MADV_DONTNEED` of part of it frees and uncharges that part at once.
+/// Without the split the kernel only queues a partly unmapped huge page for a split under
+/// memory pressure, and until then the memory cgroup stays charged the whole 2 MiB (a
+/// `malloc_trim` of 80 MiB of 40-byte objects: RSS 11 MiB, 49 MiB charged). `MADV_COLD` of a
+/// range that covers part of a huge page splits it (`madvise_cold_or_pageout_pte_range`), then
+/// moves the page at `ptr` to the inactive list: the caller releases that page next, or it is one
+/// it can spare the nudge. Nothing on a 4 KiB page, a page shared with a forked child (the
+/// kernel does not split those), a kernel before 5.4 (`EINVAL`) or one that could not lock the
+/// page: the split then waits for the kernel, as before.
+pub fn split_huge(ptr: NonNull<u8>) {
+    // SAFETY: MADV_COLD changes no contents (it only ages pages); on a range that is not mapped
+    // it fails and changes nothing.
+    unsafe { libc::madvise(ptr.as_ptr().cast(), page_size(), MADV_COLD) };
+}
+
 /// Offers the pages of `[ptr, ptr+len)` to the kernel with `MADV_FREE`: they stay mapped and
 /// charged (RSS, cgroup usage) until the kernel needs memory and takes them; a write before
 /// that keeps the page and costs no fault, after it the page faults in zeroed. Returns false

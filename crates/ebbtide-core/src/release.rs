@@ -109,12 +109,27 @@ fn claim() -> Option<(usize, usize)> {
     }
 }
 
+/// Gives a run of a chunk's pages back through the arena, which splits the huge pages the run
+/// covers in part (`Arena::release_pages`).
+///
+/// # Safety
+/// As [`os::release`]: slabs of an arena chunk, page aligned, unused.
+unsafe fn release_pages(addr: usize, len: usize) {
+    match crate::arena::get() {
+        // SAFETY: the caller's guarantee.
+        Ok(a) => unsafe { a.release_pages(addr, len) },
+        // No arena, no chunk: unreachable for a run of slabs, released plainly all the same.
+        // SAFETY: the caller's guarantee.
+        Err(_) => unsafe { os::release(NonNull::new_unchecked(addr as *mut u8), len) },
+    }
+}
+
 /// Gives one claimed run back and counts it done.
 fn release_run(addr: usize, len: usize) {
     // SAFETY: runs are only posted by a session for slabs it took off every list of their keg
     // under the keg lock: committed memory of ours that holds no live item and that nothing
     // hands out until the session has seen this run done.
-    unsafe { os::release(NonNull::new_unchecked(addr as *mut u8), len) };
+    unsafe { release_pages(addr, len) };
     // Release: the session's Acquire load of DONE sees the madvise finished before it lets the
     // slabs be allocated again.
     DONE.fetch_add(1, Ordering::Release);
@@ -307,7 +322,7 @@ impl Session {
             // SAFETY: each run is whole slabs an enlisted keg took off every list under its lock
             // (on its `releasing` list, `Clean`): committed memory of ours holding no live item,
             // which nothing hands out until this session completes that keg.
-            unsafe { os::release(NonNull::new_unchecked(a as *mut u8), l) };
+            unsafe { release_pages(a, l) };
         }
         self.noverflow = 0;
     }

@@ -5,8 +5,8 @@
 use super::*;
 
 /// Distinct page colours of slab 0 (see [`colour_of`]): 64 pages. 16 colours gained a third
-/// of what 64 did and 128 no more than 64 (`docs/design/keg-records.md`, "Slab colours"): fewer
-/// skipped pages, fewer slabs lost at a chunk's end.
+/// of what 64 did and 128 no more than 64 (`docs/design/keg-records.md`, "Slab colours"); each
+/// colour page is memory in a huge chunk (`huge.rs`), so no more than that.
 pub(crate) const COLOURS: usize = 64;
 
 /// How many pages past its metadata slab 0 of every chunk of the keg with `tag` starts, pure.
@@ -19,9 +19,9 @@ pub(crate) const COLOURS: usize = 64;
 /// most accesses (measured: `docs/design/keg-records.md`, "Slab colours"). Bonwick's slab allocator colours slabs
 /// by cache lines for the same reason within a cache; here the unit is the page and the
 /// structure the TLB. Consecutive tags are 37 pages apart (37 is prime to 64, so the first 64
-/// kegs all differ). The cost is address space only: the skipped pages are never touched (in a
-/// huge chunk too: its first half stays on 4 KiB pages, `arena::mark_huge_chunk`), and a chunk
-/// holds fewer slabs when the last no longer fits.
+/// kegs all differ). The cost is address space only — the skipped pages are never touched,
+/// and a chunk holds fewer slabs when the last no longer fits — except in a huge chunk, whose
+/// first huge page backs them until slab 0 goes back (`huge.rs`).
 pub(crate) fn colour_of(tag: u64) -> usize {
     ((tag >> 1) as usize).wrapping_mul(37) % COLOURS
 }

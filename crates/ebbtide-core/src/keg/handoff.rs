@@ -88,22 +88,25 @@ impl Keg {
             // SAFETY: a run of slabs of ours, entirely free, `Clean` and on no list (chained in
             // `d`, `release_whole_pages`), perhaps with the chunk's tail that no slab holds:
             // nothing hands them out or frees into them meanwhile.
-            unsafe { os::release(NonNull::new_unchecked(addr as *mut u8), len) };
+            unsafe { self.arena.release_pages(addr, len) };
         }
         // Address order, so that adjacent slabs go back in one call whatever order they came in.
         d.slabs[..d.n].sort_unstable_by_key(|&s| self.slab_base(s));
         let mut i = 0;
         while i < d.n {
-            // Adjacent slabs (emptied in address order by a drain) go back in one call.
+            // Adjacent slabs (emptied in address order by a drain) go back in one call, from
+            // the first one's span (`release_span`: slab 0's colour pages too).
             let start = self.slab_base(d.slabs[i]);
+            let (from, _) = self.release_span(d.slabs[i]);
             let mut len = self.geo.slab_size;
             while i + 1 < d.n && self.slab_base(d.slabs[i + 1]) == start + len {
                 len += self.geo.slab_size;
                 i += 1;
             }
             // SAFETY: the slabs are ours, entirely free, and on no list (`ninflight`): nothing
-            // hands them out or frees into them until they are back on a list.
-            unsafe { os::release(NonNull::new_unchecked(start as *mut u8), len) };
+            // hands them out or frees into them until they are back on a list; the colour pages
+            // before slab 0 are used by nothing.
+            unsafe { self.arena.release_pages(from, start + len - from) };
             i += 1;
         }
         let mut g = lock(&self.inner);
@@ -249,7 +252,8 @@ impl Keg {
                     if sess.active() {
                         // SAFETY: `s` is entirely free and now on no list; lock held.
                         unsafe { self.to_releasing(&mut g, s) };
-                        sess.add(self.slab_base(s), self.geo.slab_size);
+                        let (addr, len) = self.release_span(s);
+                        sess.add(addr, len);
                         if sess.has_overflow() {
                             drop(g);
                             sess.release_overflow();

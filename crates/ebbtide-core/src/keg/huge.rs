@@ -2,22 +2,27 @@
 //! 2 MiB pages may go back whole, how many an idle trim may break, and what the stats count.
 //!
 //! ```text
-//!  chunk (4 MiB) of a dense keg, mapped in one step
+//!  chunk (4 MiB) of a dense keg, mapped in one step, MADV_HUGEPAGE
 //!  | meta | colour | slab | slab | ... | slab |slab| slab | ... | slab | tail |
-//!  └──── first half: MADV_NOHUGEPAGE ───────┴── huge page: MADV_HUGEPAGE ────┘
-//!    the slab descriptors (a huge page here     goes back whole (one MADV_DONTNEED of
-//!    could go back only in part: the memory     2 MiB, with the tail no slab holds) once
-//!    cgroup stays charged until a split)         every slab in it is free
+//!  └──────────── huge page 0 ───────────────┴──────── huge page 1 ───────────┘
+//!    holds the descriptors: goes back only      goes back whole (one MADV_DONTNEED of
+//!    by its slabs, split first (below)          2 MiB, with the tail no slab holds) once
+//!                                               every slab in it is free
 //! ```
 //!
 //! **Which chunks.** A zone's keg's chunks are `MADV_NOHUGEPAGE` until it is dense (the
 //! allocator's bucket kegs, which no program walks, stay so): once it holds
-//! [`HUGE_AFTER`] of backed slabs, each chunk it takes has its second half `MADV_HUGEPAGE`
-//! ([`chunk_thp`], pure), and its older chunks' halves are made huge too
-//! ([`Keg::make_older_chunks_huge`]), so half its slabs sit in huge pages on `madvise` and
-//! `always` hosts alike (Temeraire's gain: fewer TLB misses for the program's small objects). A
-//! slab *in the huge page* is one that overlaps it. A small program's kegs never get there: it stays as small as with no huge
-//! page at all (docs/design/thp-policy.md).
+//! [`HUGE_AFTER`] of backed slabs, each chunk it takes is `MADV_HUGEPAGE` ([`chunk_thp`],
+//! pure), and its older chunks are made huge too ([`Keg::make_older_chunks_huge`]), so its
+//! slabs sit in huge pages on `madvise` and `always` hosts alike (Temeraire's gain: fewer TLB
+//! misses for the program's small objects). A small program's kegs never get there: it stays as
+//! small as with no huge page at all (docs/design/thp-policy.md).
+//!
+//! **A page given back in part is split first** (`Arena::release_pages`, `os::split_huge`): a
+//! partial `MADV_DONTNEED` of a huge page drops the RSS at once but leaves the memory cgroup
+//! charged the whole 2 MiB until the kernel splits the page under pressure; split first, the
+//! part given back is uncharged at once (`python3`'s million 40-byte objects after
+//! `malloc_trim`: 5 MiB charged, 46 without the split).
 //!
 //! **Give-back order.** Whole free huge pages first (no split, microseconds a page), then the
 //! free slabs outside huge pages, then — breaking huge pages — the free slabs in them
@@ -57,9 +62,6 @@ pub const HUGE_PROCESS: usize = 256 << 20;
 
 /// Huge pages per chunk.
 pub(crate) const PAGES_PER_CHUNK: usize = CHUNK_SIZE / HUGE_PAGE;
-/// The first of them that is huge: the first holds the descriptors and stays on 4 KiB pages
-/// (`arena::mark_huge_chunk` says why).
-pub(crate) const FIRST_HUGE: usize = 1;
 const _: () = assert!(CHUNK_SIZE.is_multiple_of(HUGE_PAGE));
 
 /// The huge page policy of the next chunk of a keg holding `backed_bytes` of backed slabs, in a
@@ -184,17 +186,14 @@ impl PageUse {
 }
 
 impl Keg {
-    /// Whether slab `s` (a valid meta of this keg) overlaps its huge chunk's huge page.
+    /// Whether slab `s` (a valid meta of this keg) lies in huge pages: its chunk is huge.
     #[inline]
     pub(super) fn in_huge(&self, s: *mut SlabMeta) -> bool {
         let hdr = (s as usize & !(CHUNK_SIZE - 1)) as *const ChunkHeader;
-        let chunk = hdr as usize;
         // SAFETY: a slab's descriptor lies in its chunk's metadata area, after the header the
         // keg wrote when it took the chunk (`grow`); its `huge` changes only under the keg
         // lock, which the callers hold.
-        unsafe {
-            (*hdr).huge && self.slab_base(s) + self.geo.slab_size > chunk + FIRST_HUGE * HUGE_PAGE
-        }
+        unsafe { (*hdr).huge }
     }
 
     /// Makes the keg's chunks huge when it becomes dense (its first huge chunk, `grow`): each
@@ -233,12 +232,14 @@ impl Keg {
                     .map_through(chunk, chunk + CHUNK_SIZE, os::Thp::Huge)
                     .is_ok()
             {
-                crate::arena::mark_huge_chunk(chunk);
+                // SAFETY: the chunk is ours and mapped whole (just above).
+                let at = unsafe { NonNull::new_unchecked(chunk as *mut u8) };
+                os::set_thp(at, CHUNK_SIZE, os::Thp::Huge);
                 // SAFETY: as above; `huge` and `broken` change here under the lock (`huge`
                 // only false to true).
                 unsafe {
                     (*c).huge = true;
-                    (*c).broken = ((1 << PAGES_PER_CHUNK) - 1) & !((1 << FIRST_HUGE) - 1);
+                    (*c).broken = (1 << PAGES_PER_CHUNK) - 1;
                 }
                 g.huge_chunks += 1;
                 g.nfree_huge += free;
@@ -254,10 +255,10 @@ impl Keg {
     /// Lock held.
     pub(super) fn mark_broken(&self, s: *mut SlabMeta) {
         let chunk = s as usize & !(CHUNK_SIZE - 1);
-        let (a, len) = (self.slab_base(s), self.geo.slab_size);
+        let (a, len) = self.release_span(s);
         let (first, last) = ((a - chunk) / HUGE_PAGE, (a + len - 1 - chunk) / HUGE_PAGE);
         let hdr = chunk as *mut ChunkHeader;
-        for h in first.max(FIRST_HUGE)..=last {
+        for h in first..=last {
             // SAFETY: the chunk's header, written by `grow`; the caller holds the lock, under
             // which `broken` changes.
             unsafe { (*hdr).broken |= 1 << h };
@@ -282,7 +283,7 @@ impl Keg {
                 let chunk = c as usize;
                 // SAFETY: `c` is a valid chunk header of this keg; lock held.
                 let broken = unsafe { (*c).broken };
-                for h in FIRST_HUGE..PAGES_PER_CHUNK {
+                for h in 0..PAGES_PER_CHUNK {
                     if broken & (1 << h) == 0 || conv.full() {
                         continue;
                     }
@@ -330,14 +331,30 @@ impl Keg {
         let carved = self.geo.slabs_per_chunk - g.uncarved;
         let from = self.geo.first_slab + (carved << self.geo.slab_shift);
         let to = os::round_up(from, HUGE_PAGE).min(CHUNK_SIZE);
-        // Only a huge page backs what was not carved (the first stays on 4 KiB pages).
-        if to > from && from >= FIRST_HUGE * HUGE_PAGE {
+        if to > from {
             // SAFETY: the chunk's header; lock held (`broken` changes under it).
             unsafe { (*c).broken |= 1 << (from / HUGE_PAGE) };
             // SAFETY: the chunk's range past its last carved slab, up to the end of that slab's
             // huge page (or the chunk): mapped (a huge chunk is mapped whole), never handed out,
-            // and no carve reaches it while the lock is held.
-            unsafe { os::release(NonNull::new_unchecked((chunk + from) as *mut u8), to - from) };
+            // and no carve reaches it while the lock is held. (The page's split, if it is one
+            // part of a huge page, costs the lock a copy of nothing: tens of microseconds.)
+            unsafe { self.arena.release_pages(chunk + from, to - from) };
+        }
+    }
+
+    /// The range whose pages go back when slab `s` (a valid meta of this keg) is released: the
+    /// slab's, and for slab 0 of a huge chunk the colour pages before it too (backed by huge
+    /// page 0 and used by nothing: a drained chunk keeps only its descriptors). Releasing them
+    /// again later is harmless: nothing touches them.
+    #[inline]
+    pub(super) fn release_span(&self, s: *mut SlabMeta) -> (usize, usize) {
+        let base = self.slab_base(s);
+        // SAFETY: `s` is a valid meta (callers hold the lock or own the slab).
+        if unsafe { (*s).index } == 0 && self.in_huge(s) {
+            let colour = colour_of(self.tag) * os::page_size();
+            (base - colour, self.geo.slab_size + colour)
+        } else {
+            (base, self.geo.slab_size)
         }
     }
 
@@ -401,7 +418,7 @@ impl Keg {
         while !c.is_null() {
             // SAFETY: `c` is a valid chunk header of this keg; lock held.
             k.collapsed += unsafe { (*c).collapsed } as usize;
-            for h in FIRST_HUGE..PAGES_PER_CHUNK {
+            for h in 0..PAGES_PER_CHUNK {
                 let Some(u) = self.huge_page_use(g, c, h).filter(|u| u.used + u.free > 0) else {
                     continue;
                 };
@@ -439,7 +456,7 @@ impl Keg {
         let mut c = g.chunks;
         while !c.is_null() {
             let chunk = c as usize;
-            for h in FIRST_HUGE..PAGES_PER_CHUNK {
+            for h in 0..PAGES_PER_CHUNK {
                 match self.huge_page_use(&g, c, h) {
                     None => {}
                     Some(u) if taken >= to_release || !u.whole_free() => {
@@ -572,28 +589,21 @@ mod tests {
         let c = k.validate().unwrap();
         assert!(c.huge_chunks >= 11, "{c:?}");
         assert_eq!(c.huge_chunks, c.chunks, "{c:?}");
-        // In each chunk the second half is huge, the first (the descriptors) is not.
-        let second = |p: *mut u8| p as usize & (CHUNK_SIZE - 1) >= HUGE_PAGE;
-        for &p in &v {
-            let in_huge = k.in_huge(k.locate(p as usize).ok().unwrap().slab);
-            assert!(!second(p) || in_huge, "{p:?}");
+        assert!(v
+            .iter()
+            .all(|&p| k.in_huge(k.locate(p as usize).ok().unwrap().slab)));
+        for p in [v[0], *v.last().unwrap()] {
+            let (flags, _) = smaps_of(p as usize);
+            assert!(
+                flags.split(' ').any(|f| f == "hg"),
+                "MADV_HUGEPAGE: {flags}"
+            );
         }
-        let hi = *v.iter().find(|&&p| second(p)).unwrap();
-        let (flags, _) = smaps_of(hi as usize);
-        assert!(
-            flags.split(' ').any(|f| f == "hg"),
-            "MADV_HUGEPAGE: {flags}"
-        );
-        let lo = *v.iter().find(|&&p| !second(p)).unwrap();
-        let (flags, _) = smaps_of(lo as usize);
-        assert!(
-            flags.split(' ').any(|f| f == "nh"),
-            "MADV_NOHUGEPAGE: {flags}"
-        );
         let stats = k.huge_pages();
-        // The huge page of every huge chunk: the newest chunk's only once its slabs reach it.
+        // Both huge pages of every huge chunk: the newest chunk's second only once its slabs
+        // reach it.
         assert!(
-            stats.pages + 1 >= c.huge_chunks && stats.pages <= c.huge_chunks,
+            stats.pages + 1 >= 2 * c.huge_chunks && stats.pages <= 2 * c.huge_chunks,
             "{stats:?}"
         );
         assert_eq!(stats.broken, 0, "{stats:?}");
@@ -730,7 +740,7 @@ mod tests {
             // page being carved also backed its slabs not carved yet: they went too.)
             if unsafe { (*ch).huge } {
                 huge += 1;
-                // The first half, 4 KiB pages: only its descriptors stay.
+                // Page 0 backed the colour pages with the descriptors; slab 0 took them along.
                 assert_eq!(
                     crate::keg::tests::resident_pages(chunk + meta_end, CHUNK_SIZE - meta_end),
                     0,
@@ -751,7 +761,7 @@ mod tests {
         let (k, v) = dense_keg((HUGE_AFTER + (12 << 20)) / 64);
         // The older chunks, made huge when the keg became dense, collapsed (16 pages a call).
         let chunk = v[0] as usize & !(CHUNK_SIZE - 1);
-        let (_, before_kb) = smaps_of(chunk + HUGE_PAGE);
+        let (_, before_kb) = smaps_of(chunk);
         let mut collapsed = 0;
         loop {
             let n = k.collapse_mended();
@@ -761,28 +771,27 @@ mod tests {
             collapsed += n;
         }
         assert!(
-            collapsed >= 8,
+            collapsed >= 16,
             "{collapsed} pages of the older chunks collapsed"
         );
-        let (_, after_kb) = smaps_of(chunk + HUGE_PAGE);
-        // The oldest chunk's mapping (it may hold more chunks): its huge page huge now.
-        assert!(after_kb >= 2048, "{before_kb} kB, then {after_kb} kB");
-        // The oldest chunk: all its items but one in its huge page back and released,
-        // breaking that page.
-        let kept = *v
-            .iter()
-            .find(|&&p| p as usize & !(CHUNK_SIZE - 1) == chunk && p as usize - chunk >= HUGE_PAGE)
-            .unwrap();
+        let (_, after_kb) = smaps_of(chunk);
+        // The oldest chunk's mapping (it may hold more chunks): both its pages huge now.
+        assert!(
+            after_kb > before_kb && after_kb >= 4096,
+            "{before_kb} kB, then {after_kb} kB"
+        );
+        // The oldest chunk: all its items back and released, breaking its first page (the
+        // descriptors) and its second whole.
         let mine: Vec<*mut u8> = v
             .iter()
             .copied()
-            .filter(|&p| p as usize & !(CHUNK_SIZE - 1) == chunk && p != kept)
+            .filter(|&p| p as usize & !(CHUNK_SIZE - 1) == chunk)
             .collect();
         k.take_back(&mine, &mut Disposal::keep(), None::<fn(*mut u8)>, |_, _| {
             panic!("invalid")
         });
         k.release_free(0, &mut Disposal::keep());
-        assert!(k.huge_pages().broken >= 1);
+        assert!(k.huge_pages().pages == 2 * k.validate().unwrap().huge_chunks - 2);
         // Taken again (clean slabs before new ones: this chunk's), the first page faults in
         // 4 KiB pages, the second as a huge page.
         let again = crate::keg::tests::import_n(&k, mine.len());
@@ -793,11 +802,11 @@ mod tests {
             // SAFETY: an item of ours, 64 bytes.
             unsafe { p.write_bytes(0x6b, 64) };
         }
-        let (_, huge_kb) = smaps_of(chunk + HUGE_PAGE);
+        let (_, huge_kb) = smaps_of(chunk);
         let counted = k.huge_pages().collapsed;
         assert_eq!(counted, collapsed, "the stats count every page collapsed");
-        assert_eq!(k.collapse_mended(), 1, "its huge page, whole again");
-        let (_, now_kb) = smaps_of(chunk + HUGE_PAGE);
+        assert_eq!(k.collapse_mended(), 1, "the first page, whole again");
+        let (_, now_kb) = smaps_of(chunk);
         assert_eq!(now_kb, huge_kb + 2048, "one more huge page in the mapping");
         // SAFETY: items of ours, written above.
         assert!(again.iter().all(|&p| unsafe { *p.add(63) } == 0x6b));

@@ -539,7 +539,7 @@ stats_group! {
             = z.stash_waits.wait_ns;
         remote_frees: U64, Counter, Events, "REMOTE", "Items freed on one CPU and allocated on another through the depot: the items of buckets one CPU's full cache flushed that another CPU's empty cache took (a program's producer/consumer traffic; a free into the freeing CPU's own cache costs no lock and is not counted).";
         remote_buckets: U64, Counter, Events, "", "The depot buckets that carried remote_frees from one CPU to another.";
-        huge_pages: U64, Gauge, Pages, "HUGE", "Huge pages (2 MiB) of this zone's slabs that hold memory: a zone holding 32 MiB of slabs turns the second half of its 4 MiB chunks into a MADV_HUGEPAGE page (fewer TLB misses).";
+        huge_pages: U64, Gauge, Pages, "HUGE", "Huge pages (2 MiB) of this zone's slabs that hold memory: a zone holding 32 MiB of slabs turns its 4 MiB chunks into two MADV_HUGEPAGE pages each (fewer TLB misses).";
         huge_partly_used: U64, Gauge, Pages, "HPART", "Of huge_pages, those partly used: some of their slabs hold items, some do not.";
         huge_broken: U64, Gauge, Pages, "HBROKEN", "Of huge_pages, those broken: some of their slabs were given back (the kernel split the huge page) while the rest stays.";
         huge_released: U64, Counter, Pages, "", "Huge pages given back whole (one MADV_DONTNEED of 2 MiB, no split) since the zone was created.";
