@@ -567,6 +567,30 @@ pub fn split_huge(ptr: NonNull<u8>) {
     unsafe { libc::madvise(ptr.as_ptr().cast(), page_size(), MADV_COLD) };
 }
 
+/// Whether the page at `addr` (mapped and touched) is part of a transparent huge page, read from
+/// `/proc/self/pagemap` and `/proc/kpageflags` (`KPF_THP`); `None` where they cannot be read or
+/// the page is not present (the frame numbers are shown to root only). For tests and
+/// diagnostics: a page of a huge page broken by a partial release stays part of it until the
+/// huge page is split ([`split_huge`]).
+pub fn page_in_thp(addr: usize) -> Option<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let word = |path: &str, index: u64| -> Option<u64> {
+        let mut f = std::fs::File::open(path).ok()?;
+        f.seek(SeekFrom::Start(index * 8)).ok()?;
+        let mut b = [0u8; 8];
+        f.read_exact(&mut b).ok()?;
+        Some(u64::from_le_bytes(b))
+    };
+    let entry = word("/proc/self/pagemap", (addr / page_size()) as u64)?;
+    // Bit 63: present; bits 0-54: the frame number (0 when hidden).
+    let pfn = entry & ((1 << 55) - 1);
+    if entry & (1 << 63) == 0 || pfn == 0 {
+        return None;
+    }
+    const KPF_THP: u64 = 1 << 22;
+    Some(word("/proc/kpageflags", pfn)? & KPF_THP != 0)
+}
+
 /// Offers the pages of `[ptr, ptr+len)` to the kernel with `MADV_FREE`: they stay mapped and
 /// charged (RSS, cgroup usage) until the kernel needs memory and takes them; a write before
 /// that keeps the page and costs no fault, after it the page faults in zeroed. Returns false

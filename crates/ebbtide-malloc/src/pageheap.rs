@@ -492,12 +492,21 @@ impl PageHeap {
     }
 
     /// Gives back the dirty run `r` (in no region wholly free): the huge regions it touches
-    /// are broken, and their free pages that the split leaves mapped as small pages (clean
-    /// runs a collapse filled in, what lies above `top`) go back with it.
+    /// are broken — split first (`os::split_huge`: the part given back is uncharged from the
+    /// memory cgroup at once, not when the kernel splits the page) — and their free pages that
+    /// the split leaves mapped as small pages (clean runs a collapse filled in, what lies above
+    /// `top`) go back with it.
     fn clean_part(&mut self, r: Run) -> usize {
         let i = self.lower(r.addr);
         debug_assert_eq!(self.at(i), r);
         self.remove(i);
+        for k in self.regions.index(r.addr)..self.regions.index(r.end() - 1) + 1 {
+            if self.regions.is_huge(k) {
+                let at = r.addr.max(self.regions.start(k));
+                // SAFETY: a page of the run (non-null, mapped, a free run's).
+                ebbtide_core::os::split_huge(unsafe { NonNull::new_unchecked(at as *mut u8) });
+            }
+        }
         release(r.addr, r.len);
         self.add(r.addr, r.len, false, 0);
         self.regions.count_given_back(0, r.len);
@@ -906,6 +915,9 @@ fn release(addr: usize, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The system's THP mode.
+    const THP: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
 
     const K: usize = 1024;
     const M: usize = 1024 * 1024;
@@ -1351,8 +1363,26 @@ mod tests {
         );
         assert_eq!(k.huge, 1, "region 1 given back whole is no longer huge");
         h.validate().unwrap();
+        // Region 0 faulted in as a huge page (root reads the frames' flags; THP on).
+        let thp = ebbtide_core::os::page_in_thp(a);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0
+            && !std::fs::read_to_string(THP).is_ok_and(|m| m.contains("[never]"))
+        {
+            assert_eq!(thp, Some(true), "region 0 in a huge page");
+        }
         // Under a drain the part goes too, breaking region 0's huge page.
         assert_eq!(h.release_older_than(u64::MAX), M / 2);
+        if thp == Some(true) {
+            // Split before its part went: the block is on pages of its own, the part given
+            // back uncharged at once (not charged as part of a huge page until the kernel
+            // splits it).
+            assert_eq!(
+                ebbtide_core::os::page_in_thp(a),
+                Some(false),
+                "region 0 split"
+            );
+        }
         let k = h.region_counts();
         assert_eq!(
             (k.part_bytes, k.breaks, k.huge, k.broken),

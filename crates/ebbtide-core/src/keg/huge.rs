@@ -563,6 +563,29 @@ mod tests {
     }
 
     /// A keg of 64-byte items with `n` items handed out and written; the items.
+    /// The keg's chunks (lock taken).
+    fn chunks_of(k: &Keg) -> Vec<usize> {
+        let g = lock(&k.inner);
+        let mut v = Vec::new();
+        let mut c = g.chunks;
+        while !c.is_null() {
+            v.push(c as usize);
+            // SAFETY: a valid chunk header of this keg; lock held.
+            c = unsafe { (*c).next };
+        }
+        v
+    }
+
+    /// Root: the frames' flags are readable (`os::page_in_thp`); others skip those checks.
+    fn root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        let r = unsafe { libc::geteuid() } == 0;
+        if !r {
+            eprintln!("not root: the huge page splits are not checked");
+        }
+        r
+    }
+
     fn dense_keg(n: usize) -> (Keg, Vec<*mut u8>) {
         // A zone's keg (a hint: no zone reads it here), the kind that goes huge, with colour
         // pages (a keg's colour comes from its tag: the next keg's differs).
@@ -724,11 +747,34 @@ mod tests {
         let ps = os::page_size();
         let meta_end = k.geo.first_slab - colour_of(k.tag) * ps;
         assert!(meta_end < k.geo.first_slab, "a keg with colour pages");
+        // The chunks taken huge (faulted in as huge pages; root reads the frames' flags).
+        let taken_huge: Vec<usize> = chunks_of(&k)
+            .into_iter()
+            .filter(|&c| os::page_in_thp(c) == Some(true))
+            .collect();
+        if root() {
+            assert!(
+                taken_huge.len() >= 3,
+                "{} chunks in huge pages",
+                taken_huge.len()
+            );
+        }
         k.take_back(&v, &mut Disposal::keep(), None::<fn(*mut u8)>, |_, _| {
             panic!("invalid")
         });
         // A drain: every free slab goes, huge pages broken as needed.
         k.release_free(0, &mut Disposal::keep());
+        // Each one's first huge page, given back but for its descriptors, was split before:
+        // the descriptors are a page of their own, the rest freed (and uncharged) at once —
+        // not a part of a huge page that the memory cgroup is charged for until the kernel
+        // splits it.
+        for &c in &taken_huge {
+            assert_eq!(
+                os::page_in_thp(c),
+                Some(false),
+                "chunk {c:#x}'s descriptors"
+            );
+        }
         let c = k.validate().unwrap();
         assert_eq!((c.free_slabs, c.backed_slabs), (0, 0), "{c:?}");
         let g = lock(&k.inner);
