@@ -60,7 +60,8 @@
 //! By hugepage: the regions that hold no block go back first, whole (their dirty runs' parts
 //! turn clean, one `MADV_DONTNEED` per stretch of them frees each huge page without splitting
 //! it; they are `MADV_NOHUGEPAGE` again), then the rest of the runs, in part of a region (a
-//! huge one is **broken**: the kernel splits its page, its free pages go back with it, and it
+//! huge one is **broken**: split first (`os::split_huge`, so the memory cgroup is uncharged at
+//! once), its free pages go back with it, and it
 //! is `MADV_NOHUGEPAGE` until dense again). The idle pass breaks a huge region only for what
 //! the working set does not cover ([`regions::break_when_idle`]); pressure, drains and the
 //! limit at free break as needed. The limit at each free takes the oldest runs first, whole
