@@ -827,6 +827,62 @@ mod tests {
         );
     }
 
+    /// A huge chunk's mark, and what `release_pages` does with it: a range that covers part of
+    /// a huge page splits that page (each of the two when it crosses the middle), one that covers
+    /// a huge page whole leaves the other alone; a chunk given back loses the mark.
+    #[test]
+    fn a_release_in_part_of_a_huge_page_splits_it() {
+        let a = get().unwrap();
+        let ps = os::page_size();
+        let c = a
+            .alloc_chunk(a.new_tag(), 0x7000, ps, os::Thp::Huge)
+            .unwrap();
+        let chunk = c.as_ptr() as usize;
+        let huge = |at: usize| {
+            a.map_entry((at - a.base) >> CHUNK_SHIFT)
+                .mapped
+                .load(Ordering::Relaxed)
+                & HUGE_MARK
+                != 0
+        };
+        assert!(huge(chunk), "marked by map_through with Thp::Huge");
+        assert_eq!(
+            a.mapped_bytes(chunk),
+            CHUNK_SIZE,
+            "mapped whole, the mark apart"
+        );
+        // SAFETY: the chunk is ours, mapped whole; both huge pages touched.
+        unsafe { c.as_ptr().write_bytes(1, CHUNK_SIZE) };
+        let thp = |at: usize| os::page_in_thp(at);
+        // SAFETY: geteuid has no preconditions.
+        let checkable = unsafe { libc::geteuid() } == 0
+            && std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+                .is_ok_and(|m| !m.contains("[never]"));
+        if checkable {
+            assert_eq!(
+                (thp(chunk), thp(chunk + HUGE_PAGE)),
+                (Some(true), Some(true))
+            );
+        } else {
+            eprintln!("not root or THP off: the splits are not checked");
+        }
+        // The middle 8 pages: the last 4 of page 0, the first 4 of page 1.
+        // SAFETY: pages of our chunk, holding nothing anyone uses.
+        unsafe { a.release_pages(chunk + HUGE_PAGE - 4 * ps, 8 * ps) };
+        if checkable {
+            assert_eq!(thp(chunk), Some(false), "page 0 split");
+            assert_eq!(thp(chunk + CHUNK_SIZE - ps), Some(false), "page 1 split");
+        }
+        // SAFETY: as above.
+        let kept = unsafe { *(chunk as *const u8).add(HUGE_PAGE - 5 * ps) };
+        assert_eq!(kept, 1, "the pages around the range keep their contents");
+        // SAFETY: as above; read back as zeros.
+        assert_eq!(unsafe { *(chunk as *const u8).add(HUGE_PAGE) }, 0);
+        // SAFETY: c came from alloc_chunk and is unused.
+        unsafe { a.free_chunk(c) };
+        assert!(!huge(chunk), "the mark goes with the owner");
+    }
+
     /// A chunk handed out carries its first slab's address as its start word; given back, 0.
     #[test]
     fn a_chunk_carries_its_start_word_until_given_back() {
