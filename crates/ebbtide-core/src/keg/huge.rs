@@ -843,7 +843,11 @@ mod tests {
             panic!("invalid")
         });
         k.release_free(0, &mut Disposal::keep());
-        assert_eq!(k.huge_pages().pages, pages - 2, "the oldest chunk's two pages");
+        assert_eq!(
+            k.huge_pages().pages,
+            pages - 2,
+            "the oldest chunk's two pages"
+        );
         // Taken again (clean slabs before new ones: this chunk's), the first page faults in
         // 4 KiB pages, the second as a huge page.
         let again = crate::keg::tests::import_n(&k, mine.len());
