@@ -409,8 +409,11 @@ impl Arena {
             os::round_up(end - chunk, CHUNK_STEP).min(CHUNK_SIZE)
         };
         if want <= have {
-            // Relaxed: as the load above.
-            e.mapped.store(have as u64 | mark, Ordering::Relaxed);
+            if mark != word & HUGE_MARK {
+                // A chunk mapped whole before it became huge (`make_older_chunks_huge`).
+                // Relaxed: as the load above.
+                e.mapped.store(have as u64 | mark, Ordering::Relaxed);
+            }
             return Ok(());
         }
         if thp == os::Thp::Huge && have > 0 {
