@@ -165,6 +165,43 @@ fn guest_is_a_stock_cgroup_v2_kernel_and_jobs_run_as_root_or_a_user() {
     );
 }
 
+/// A trim is uncharged from the memory cgroup at once on the stock kernel too (cgroup v2,
+/// `memory.current`): python3 (`PYTHONMALLOC=malloc`, the malloc preloaded) frees a million
+/// 40-byte objects, whose size class sat in huge pages, and calls `malloc_trim(0)`; what it gave
+/// back leaves the cgroup's charge then, not when the kernel splits the huge pages it broke
+/// (`tests/guest/trim_charge.py`; the host's test on v1: the malloc's `huge_classes.rs`).
+#[test]
+fn a_trimmed_python_is_uncharged_from_its_v2_cgroup() {
+    let _quiet = beside();
+    let t = "a_trimmed_python_is_uncharged_from_its_v2_cgroup";
+    let (lib, _) = host_binaries();
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/trim_charge.py");
+    let Some(o) = run(
+        t,
+        Job::new(format!(
+            "exec /usr/bin/python3 -u {} {}\n",
+            driver.display(),
+            lib.display()
+        ))
+        .limit(Duration::from_secs(120)),
+    ) else {
+        return;
+    };
+    o.success(t);
+    let v = values(&o);
+    eprintln!("{t}:\n{}", o.stdout);
+    let (start, full, trimmed) = (int(&v, "START"), int(&v, "FULL"), int(&v, "TRIMMED"));
+    assert!(full >= start + 64, "the objects were charged: {v:?}");
+    assert!(
+        int(&v, "HUGE") >= 32,
+        "the class in huge pages (THP madvise): {v:?}"
+    );
+    assert!(
+        (trimmed - start) * 4 <= full - start,
+        "more than a quarter of what the trim gave back still charged: {v:?}"
+    );
+}
+
 /// Sizes of the cache scenario: the service's dropped cache and the neighbour together exceed
 /// `memory.high`; either alone does not.
 fn cache_args(name: &str, service: &str) -> Vec<String> {
