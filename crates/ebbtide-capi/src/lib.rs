@@ -1201,19 +1201,27 @@ mod tests {
         assert!(!fast_handle(checked) && !fast_handle(zeroed));
         assert!(!fast_handle(ptr::null()));
         for z in [plain, checked, zeroed] {
-            // SAFETY: live zones; each item freed once, then the invalid frees are refused.
+            // No pass of the runtime's (a resize trimming the fresh stack, an idle drain) may
+            // move `a` off the stack's top between the two frees: the second would then look
+            // like a first (the test failed once so in a loaded full run).
+            ebbtide_core::reclaim::without_reclaims(|| {
+                // SAFETY: live zones; each item freed once, then the invalid frees are refused.
+                unsafe {
+                    assert_eq!(ebb_zone_item_size(z), 48);
+                    let a = ebb_zone_alloc(z);
+                    let b = ebb_zone_alloc(z);
+                    assert!(!a.is_null() && !b.is_null() && a != b);
+                    a.cast::<u8>().write_bytes(0x5a, 48);
+                    ebb_zone_free(z, a);
+                    let before = ebb_invalid_frees();
+                    ebb_zone_free(z, a); // immediate double free: the top of the stack (or checked)
+                    ebb_zone_free(z, b.cast::<u8>().add(8).cast()); // not an item start
+                    assert_eq!(ebb_invalid_frees(), before + 2, "both refused");
+                    ebb_zone_free(z, b);
+                }
+            });
+            // SAFETY: a live zone, every item back.
             unsafe {
-                assert_eq!(ebb_zone_item_size(z), 48);
-                let a = ebb_zone_alloc(z);
-                let b = ebb_zone_alloc(z);
-                assert!(!a.is_null() && !b.is_null() && a != b);
-                a.cast::<u8>().write_bytes(0x5a, 48);
-                ebb_zone_free(z, a);
-                let before = ebb_invalid_frees();
-                ebb_zone_free(z, a); // immediate double free: the top of the stack (or checked)
-                ebb_zone_free(z, b.cast::<u8>().add(8).cast()); // not an item start
-                assert_eq!(ebb_invalid_frees(), before + 2, "both refused");
-                ebb_zone_free(z, b);
                 assert_eq!(ebb_zone_destroy(z), 0);
                 assert_eq!(ebb_zone_destroy(z), -1, "a double destroy is refused");
             }
@@ -1251,12 +1259,15 @@ mod tests {
                 before + 2,
                 "each refused by the other zone"
             );
-            // Both still their zones' own: freed there, then handed out again.
-            ebb_zone_free(a, pa);
-            ebb_zone_free(b, pb);
-            assert_eq!(ebb_invalid_frees(), before + 2);
-            assert_eq!(ebb_zone_alloc(a), pa, "a's stack top");
-            assert_eq!(ebb_zone_alloc(b), pb, "b's stack top");
+            // Both still their zones' own: freed there, then handed out again (no pass of the
+            // runtime's moving them off their stacks' tops in between).
+            ebbtide_core::reclaim::without_reclaims(|| {
+                ebb_zone_free(a, pa);
+                ebb_zone_free(b, pb);
+                assert_eq!(ebb_invalid_frees(), before + 2);
+                assert_eq!(ebb_zone_alloc(a), pa, "a's stack top");
+                assert_eq!(ebb_zone_alloc(b), pb, "b's stack top");
+            });
             ebb_zone_free(a, pa);
             ebb_zone_free(b, pb);
             assert_eq!(ebb_zone_destroy(b), 0);

@@ -128,6 +128,21 @@ pub fn squeeze(duration_ns: u64) -> usize {
     })
 }
 
+/// Runs `f` with every pass over the caches held off (the runtime's periodic, resize and
+/// pressure passes, and any reclaim on another thread, wait for it: `f` runs as the one reclaim
+/// in progress), so no pass moves an item between two of `f`'s operations. For tests whose
+/// check is about the top of a CPU's stack; `f` must not wait for another thread that could
+/// be waiting to reclaim, nor create or destroy a zone (a reclaim inside `f` returns at once).
+#[doc(hidden)]
+pub fn without_reclaims<R>(f: impl FnOnce() -> R) -> R {
+    let mut f = Some(f);
+    match exclusive(|| (f.take().unwrap())()) {
+        Some(r) => r,
+        // Already inside a reclaim on this thread: nothing else runs one meanwhile.
+        None => (f.take().unwrap())(),
+    }
+}
+
 /// Reclaims from one zone.
 fn reclaim_zone(z: &ZoneInner, req: Request) -> usize {
     exclusive(|| {
