@@ -12,8 +12,8 @@
 
 use crate::{fast_handle, zone_alloc_guarded, zone_free_guarded, zone_free_missed, EbbZone, FAST};
 use core::ffi::c_void;
-use ebbtide_rt::zone::{FastFree, Plain};
-use ebbtide_rt::Zone;
+use ebbtide::zone::{FastFree, Plain};
+use ebbtide::Zone;
 
 /// The zone object of a handle whose bit 0 is set ([`fast_handle`]): minus one, which the
 /// compiler folds into the displacements of the fields' loads.

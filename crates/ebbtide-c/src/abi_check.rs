@@ -4,7 +4,7 @@
 //! Symbols are checked against the built library in `tests/c_tests.rs`.
 
 use super::*;
-use ebbtide_rt::stats::{PoolStatsC, SourceStatsC};
+use ebbtide::stats::{PoolStatsC, SourceStatsC};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -30,7 +30,7 @@ fn header_stats_block() {
     let text = std::fs::read_to_string(&path).unwrap();
     let start = text.find(BEGIN).expect("BEGIN marker in ebbtide.h") + BEGIN.len();
     let end = text.find(END).expect("END marker in ebbtide.h");
-    let want = ebbtide_rt::stats::c_header();
+    let want = ebbtide::stats::c_header();
     if text[start..end] != want {
         if std::env::var_os("EBBTIDE_BLESS").is_some() {
             let new = format!("{}{}{}", &text[..start], want, &text[end..]);
@@ -73,12 +73,9 @@ fn expected() -> Vec<String> {
         ("EBB_LOWMEM_MAX", EBB_LOWMEM_MAX as i64),
         (
             "EBBTIDE_STATS_VERSION",
-            ebbtide_rt::stats::STATS_VERSION.into(),
+            ebbtide::stats::STATS_VERSION.into(),
         ),
-        (
-            "EBBTIDE_STATS_TEXT_LEN",
-            ebbtide_rt::stats::C_TEXT_LEN as i64,
-        ),
+        ("EBBTIDE_STATS_TEXT_LEN", ebbtide::stats::C_TEXT_LEN as i64),
     ];
     for (n, v) in consts {
         out.push(format!("const {n} {v}"));
