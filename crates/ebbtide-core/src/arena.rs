@@ -151,6 +151,20 @@ pub(crate) struct MapEntry {
     pub(crate) mapped: AtomicU64,
 }
 
+impl MapEntry {
+    /// The `mapped` word's bytes (without [`HUGE_MARK`]). Relaxed: the chunk's owner (or the
+    /// arena's mutex, for an unowned chunk) orders the writes; see the field's docs.
+    fn mapped_bytes(&self) -> usize {
+        (self.mapped.load(Ordering::Relaxed) & !HUGE_MARK) as usize
+    }
+
+    /// Whether the `mapped` word carries [`HUGE_MARK`]. Relaxed: read as a hint by a releasing
+    /// thread (`Arena::release_pages` says why a stale value is harmless).
+    fn is_huge(&self) -> bool {
+        self.mapped.load(Ordering::Relaxed) & HUGE_MARK != 0
+    }
+}
+
 // SAFETY: `map` points to a mapping owned by the arena for the life of the process; it is only
 // accessed through atomics.
 unsafe impl Send for Arena {}
@@ -302,7 +316,7 @@ impl Arena {
             debug_assert!(e & 1 == 1);
             free.head = (e >> 1) as usize;
             // The new owner's policy on what the last one mapped (given back whole, untouched).
-            let mapped = (self.map_entry(idx).mapped.load(Ordering::Relaxed) & !HUGE_MARK) as usize;
+            let mapped = self.map_entry(idx).mapped_bytes();
             // SAFETY: a chunk of the span, mapped through `mapped` bytes (its entry says so).
             let at =
                 unsafe { NonNull::new_unchecked((self.base + (idx << CHUNK_SHIFT)) as *mut u8) };
@@ -449,12 +463,8 @@ impl Arena {
     /// Bytes of the chunk at `chunk` (one of this arena's) mapped from its start: written only by
     /// its owner under its lock ([`Arena::map_through`]), which the caller holds.
     pub(crate) fn mapped_bytes(&self, chunk: usize) -> usize {
-        // Relaxed: as in `map_through`, the owner's lock orders it.
-        (self
-            .map_entry((chunk - self.base) >> CHUNK_SHIFT)
-            .mapped
-            .load(Ordering::Relaxed)
-            & !HUGE_MARK) as usize
+        self.map_entry((chunk - self.base) >> CHUNK_SHIFT)
+            .mapped_bytes()
     }
 
     /// Gives back `[addr, addr + len)` (page aligned, inside one chunk, holding nothing anyone
@@ -468,18 +478,12 @@ impl Arena {
     pub(crate) unsafe fn release_pages(&self, addr: usize, len: usize) {
         let chunk = addr & !(CHUNK_SIZE - 1);
         debug_assert!(len > 0 && addr + len <= chunk + CHUNK_SIZE);
-        // Relaxed: the mark is set under the owner's lock before any slab of a huge page is
-        // carved from it and cleared only once the owner gave the chunk back; a caller that
-        // released a slab reads its owner's mark or (for a chunk just made huge by
-        // `make_older_chunks_huge`, whose pages are still 4 KiB) an older one, and then only
-        // skips a split that would have had nothing to split.
-        let huge = self
-            .map_entry((chunk - self.base) >> CHUNK_SHIFT)
-            .mapped
-            .load(Ordering::Relaxed)
-            & HUGE_MARK
-            != 0;
-        if huge {
+        // The mark is set under the owner's lock before any slab of a huge page is carved from
+        // it and cleared only once the owner gave the chunk back; a caller that released a slab
+        // reads its owner's mark or (for a chunk just made huge by `make_older_chunks_huge`,
+        // whose pages are still 4 KiB) an older one, and then only skips a split that would have
+        // had nothing to split.
+        if self.map_entry((chunk - self.base) >> CHUNK_SHIFT).is_huge() {
             let end = addr + len;
             let mut h = addr & !(HUGE_PAGE - 1);
             while h < end {
@@ -501,7 +505,7 @@ impl Arena {
     /// `chunk` must have come from [`Arena::alloc_chunk`] and nothing may use it any more.
     pub(crate) unsafe fn free_chunk(&self, chunk: NonNull<u8>) {
         let idx = (chunk.as_ptr() as usize - self.base) >> CHUNK_SHIFT;
-        let mapped = (self.map_entry(idx).mapped.load(Ordering::Relaxed) & !HUGE_MARK) as usize;
+        let mapped = self.map_entry(idx).mapped_bytes();
         // SAFETY: the caller guarantees the chunk is ours and unused; its first `mapped` bytes
         // are mapped.
         unsafe { os::release(chunk, mapped) };
@@ -841,13 +845,7 @@ mod tests {
             .alloc_chunk(a.new_tag(), 0x7000, ps, os::Thp::Huge)
             .unwrap();
         let chunk = c.as_ptr() as usize;
-        let huge = |at: usize| {
-            a.map_entry((at - a.base) >> CHUNK_SHIFT)
-                .mapped
-                .load(Ordering::Relaxed)
-                & HUGE_MARK
-                != 0
-        };
+        let huge = |at: usize| a.map_entry((at - a.base) >> CHUNK_SHIFT).is_huge();
         assert!(huge(chunk), "marked by map_through with Thp::Huge");
         assert_eq!(
             a.mapped_bytes(chunk),
