@@ -855,10 +855,7 @@ mod tests {
         // SAFETY: the chunk is ours, mapped whole; both huge pages touched.
         unsafe { c.as_ptr().write_bytes(1, CHUNK_SIZE) };
         let thp = |at: usize| os::page_in_thp(at);
-        // SAFETY: geteuid has no preconditions.
-        let checkable = unsafe { libc::geteuid() } == 0
-            && std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-                .is_ok_and(|m| !m.contains("[never]"));
+        let checkable = os::thp_observable();
         if checkable {
             assert_eq!(
                 (thp(chunk), thp(chunk + HUGE_PAGE)),

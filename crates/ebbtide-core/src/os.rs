@@ -591,6 +591,16 @@ pub fn page_in_thp(addr: usize) -> Option<bool> {
     Some(word("/proc/kpageflags", pfn)? & KPF_THP != 0)
 }
 
+/// Whether [`page_in_thp`] can show a huge page here: root (the frames' flags are readable)
+/// and THP not `never` (a `MADV_HUGEPAGE` range can be backed by huge pages). For tests of the
+/// splits, which skip those checks elsewhere.
+pub fn thp_observable() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|m| !m.contains("[never]"))
+}
+
 /// Offers the pages of `[ptr, ptr+len)` to the kernel with `MADV_FREE`: they stay mapped and
 /// charged (RSS, cgroup usage) until the kernel needs memory and takes them; a write before
 /// that keeps the page and costs no fault, after it the page faults in zeroed. Returns false

@@ -917,9 +917,6 @@ fn release(addr: usize, len: usize) {
 mod tests {
     use super::*;
 
-    /// The system's THP mode.
-    const THP: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
-
     const K: usize = 1024;
     const M: usize = 1024 * 1024;
 
@@ -1366,10 +1363,7 @@ mod tests {
         h.validate().unwrap();
         // Region 0 faulted in as a huge page (root reads the frames' flags; THP on).
         let thp = ebbtide_core::os::page_in_thp(a);
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0
-            && !std::fs::read_to_string(THP).is_ok_and(|m| m.contains("[never]"))
-        {
+        if ebbtide_core::os::thp_observable() {
             assert_eq!(thp, Some(true), "region 0 in a huge page");
         }
         // Under a drain the part goes too, breaking region 0's huge page.

@@ -579,14 +579,11 @@ mod tests {
     /// Root on a system with THP on: the frames' flags are readable (`os::page_in_thp`) and
     /// the huge chunks are huge pages; elsewhere the split checks are skipped, saying so.
     fn root() -> bool {
-        // SAFETY: geteuid has no preconditions.
-        let r = unsafe { libc::geteuid() } == 0;
-        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-            .is_ok_and(|m| !m.contains("[never]"));
-        if !(r && thp) {
+        let r = os::thp_observable();
+        if !r {
             eprintln!("not root or THP off: the huge page splits are not checked");
         }
-        r && thp
+        r
     }
 
     fn dense_keg(n: usize) -> (Keg, Vec<*mut u8>) {
