@@ -22,6 +22,11 @@ pub(super) fn apply(a: &Actions, epoch: u64, now: Instant) {
     if IN_APPLY.with(|f| f.get()) {
         return apply_locked(a, now);
     }
+    // Inside the fork gate while APPLY is held: a fork waits until it is free, so a child
+    // never inherits it held by a thread it does not have (its `notify` and its own reclaim
+    // thread then waited on it for ever: `reclaimer.rs`, process_exit_never_waits...). The
+    // gate nests (the core's reclaim entry points below enter it again).
+    let _inside = ebbtide_core::forkgate::enter();
     let _g = lock(&APPLY);
     // Relaxed suffices: the epoch is written under the policy lock, which the Normal's own apply
     // took (and released) before it took APPLY; whoever holds APPLY after it sees the bump.
