@@ -18,7 +18,14 @@
 //! the Low threshold is free, `min_interval_ms` (10 ms) at the Critical threshold, and in
 //! between the **cube** of the position: the rate rises steeply near the limit (defaults: 123 ms
 //! at 22 % free, 33 ms at 15 %, 18 ms at 12 %), so a cache regrowing toward the limit is seen
-//! within milliseconds, not a second. A Low level is reported when it changes and then again
+//! within milliseconds, not a second. The interval is also bounded by the **runway**
+//! ([`runway_interval`]): the time in which usage growing at `growth_per_s` (256 MiB/s), or at
+//! the rate seen since the previous reading if that is faster, would use up half of the bytes
+//! left before the Critical threshold. A share of the limit says nothing about how fast a
+//! neighbour can fill what is left: in a small group (112 MiB, half free) a neighbour faulting
+//! at 100 MiB/s reaches `memory.max` within a second, between two polls at the share's pace,
+//! and at `memory.max` only the `events` source is left, racing the kernel's OOM killer (the
+//! VM test `memory_max_reached_no_oom_kill_for_ebbtide` lost that race one run in a few). A Low level is reported when it changes and then again
 //! every `repeat_ms` (500 ms) while it lasts, so the policy's level hold stays fresh without a
 //! storm; the pace follows the tightest reading of the last one to two `max_interval_ms`
 //! ([`pace_free`]), because usage swings fast: right after a squeeze the group is far from its
@@ -64,6 +71,9 @@ pub struct HeadroomConfig {
     pub max_interval_ms: u64,
     /// Re-report a persisting non-Normal level this often. Default [`HeadroomConfig::DEFAULT_REPEAT_MS`].
     pub repeat_ms: u64,
+    /// Bytes per second the usage is assumed able to grow between two polls ([`runway_interval`]);
+    /// 0 = only the growth seen. Default [`HeadroomConfig::DEFAULT_GROWTH_PER_S`].
+    pub growth_per_s: u64,
 }
 
 impl HeadroomConfig {
@@ -81,6 +91,11 @@ impl HeadroomConfig {
     pub const DEFAULT_MAX_INTERVAL_MS: u64 = 1000;
     /// Default interval at which a persisting level is reported again, ms.
     pub const DEFAULT_REPEAT_MS: u64 = 500;
+    /// Default growth rate the poll pace assumes, bytes per second: a few page-faulting threads
+    /// of a neighbour (one thread faults 1-4 GiB/s natively), scaled down to what a poll can
+    /// still catch without polling an idle group fast (50 MiB to the Critical threshold: a poll
+    /// every 98 ms; 512 MiB: every second).
+    pub const DEFAULT_GROWTH_PER_S: u64 = 256 << 20;
 }
 
 impl Default for HeadroomConfig {
@@ -93,6 +108,7 @@ impl Default for HeadroomConfig {
             min_interval_ms: HeadroomConfig::DEFAULT_MIN_INTERVAL_MS,
             max_interval_ms: HeadroomConfig::DEFAULT_MAX_INTERVAL_MS,
             repeat_ms: HeadroomConfig::DEFAULT_REPEAT_MS,
+            growth_per_s: HeadroomConfig::DEFAULT_GROWTH_PER_S,
         }
     }
 }
@@ -136,6 +152,38 @@ pub fn poll_interval(free: f64, cfg: &HeadroomConfig) -> Duration {
         lo + (hi - lo) * x * x * x
     };
     Duration::from_micros((ms * 1000.0) as u64)
+}
+
+/// The runway bound on the poll interval: the time in which usage growing at `rate` bytes per
+/// second would use up half of the bytes left between `usage` and the Critical threshold, so at
+/// least one more poll comes before the group gets there; at least `min_interval_ms`; `None`
+/// when nothing grows (`rate` 0). Halving leaves the reaction (a squeeze) as much time as the
+/// poll. Pure.
+pub fn runway_interval(
+    usage: u64,
+    limit: u64,
+    rate: f64,
+    cfg: &HeadroomConfig,
+) -> Option<Duration> {
+    if rate <= 0.0 || !rate.is_finite() {
+        return None;
+    }
+    let critical_at = limit as f64 * (1.0 - cfg.critical_free);
+    let runway = (critical_at - usage as f64).max(0.0);
+    let ms = (runway / 2.0 / rate * 1000.0).max(cfg.min_interval_ms as f64);
+    Some(Duration::from_micros((ms.min(1e12) * 1000.0) as u64))
+}
+
+/// The growth rate the pace assumes, bytes per second: the larger of `growth_per_s` and the
+/// growth from `prev` to `usage` over `elapsed` (a shrinking usage, or no time passed, counts as
+/// none seen). Pure.
+pub fn pace_rate(prev: u64, usage: u64, elapsed: Duration, cfg: &HeadroomConfig) -> f64 {
+    let seen = if elapsed.is_zero() {
+        0.0
+    } else {
+        usage.saturating_sub(prev) as f64 / elapsed.as_secs_f64()
+    };
+    seen.max(cfg.growth_per_s as f64)
 }
 
 /// The free fraction that sets the poll pace: the lowest of `now_free` and the lows of the current
@@ -290,6 +338,8 @@ pub struct HeadroomSource {
     /// Bytes of the usage that are not pressure (the library's lazily freed pages).
     exclude: Option<super::budget::HeldBytes>,
     pace: PaceWindow,
+    /// When `last_reading` was read (`None` until the first poll), for the growth rate.
+    last_at: Option<Instant>,
 }
 
 impl std::fmt::Debug for HeadroomSource {
@@ -349,6 +399,7 @@ impl HeadroomSource {
             follow_own: false,
             exclude: None,
             pace: PaceWindow::default(),
+            last_at: None,
         })
     }
 
@@ -378,13 +429,22 @@ impl HeadroomSource {
         let Some(limit) = limit else {
             // Limit removed at run time: no pressure from here; keep polling slowly.
             self.last_reading = (usage, u64::MAX);
+            self.last_at = Some(now);
             self.next = now + Duration::from_millis(self.cfg.max_interval_ms);
             return Ok(Level::Normal);
         };
+        let prev = self
+            .last_at
+            .map(|t| (self.last_reading.0, now.saturating_duration_since(t)));
         self.last_reading = (usage, limit);
+        self.last_at = Some(now);
         let window = Duration::from_millis(self.cfg.max_interval_ms.max(self.cfg.min_interval_ms));
         let pace = pace_free(free_fraction(usage, limit), &mut self.pace, now, window);
-        self.next = now + poll_interval(pace, &self.cfg);
+        let (before, elapsed) = prev.unwrap_or((usage, Duration::ZERO));
+        let rate = pace_rate(before, usage, elapsed, &self.cfg);
+        let share = poll_interval(pace, &self.cfg);
+        self.next =
+            now + runway_interval(usage, limit, rate, &self.cfg).map_or(share, |r| r.min(share));
         Ok(headroom_level(usage, limit, &self.cfg))
     }
 }
@@ -397,7 +457,7 @@ impl Source for HeadroomSource {
     fn describe(&self) -> String {
         let c = &self.cfg;
         format!(
-            "{}: usage {} of limit {}; Low < {:.0}% free, Moderate < {:.0}%, Critical < {:.0}%; poll {}..{} ms",
+            "{}: usage {} of limit {}; Low < {:.0}% free, Moderate < {:.0}%, Critical < {:.0}%; poll {}..{} ms, paced for growth of {} MiB/s",
             self.files.dir().display(),
             self.last_reading.0,
             self.last_reading.1,
@@ -405,7 +465,8 @@ impl Source for HeadroomSource {
             c.moderate_free * 100.0,
             c.critical_free * 100.0,
             c.min_interval_ms,
-            c.max_interval_ms
+            c.max_interval_ms,
+            c.growth_per_s >> 20
         )
     }
 
@@ -506,6 +567,50 @@ mod tests {
             assert!(d <= prev, "monotonic");
             prev = d;
         }
+    }
+
+    #[test]
+    fn runway_bounds_the_interval_by_bytes_left() {
+        let c = HeadroomConfig::default();
+        let mib = 1u64 << 20;
+        let rate = c.growth_per_s as f64;
+        // 112 MiB limit, 56 MiB used: 50.4 MiB to the Critical threshold, half of it at
+        // 256 MiB/s is 98 ms, where the share (50 % free) alone gives a second.
+        let r = runway_interval(56 * mib, 112 * mib, rate, &c).unwrap();
+        assert_eq!(r.as_millis(), 98, "{r:?}");
+        assert_eq!(poll_interval(0.5, &c), Duration::from_millis(1000));
+        // A big group far from its limit: the runway is seconds, the share's pace rules.
+        let r = runway_interval(4096 * mib, 8192 * mib, rate, &c).unwrap();
+        assert!(r > Duration::from_secs(7), "{r:?}");
+        // At or past the Critical threshold: the shortest interval.
+        assert_eq!(
+            runway_interval(110 * mib, 112 * mib, rate, &c),
+            Some(Duration::from_millis(10))
+        );
+        assert_eq!(
+            runway_interval(200 * mib, 112 * mib, rate, &c),
+            Some(Duration::from_millis(10))
+        );
+        // Nothing growing and nothing assumed: no bound.
+        assert_eq!(runway_interval(56 * mib, 112 * mib, 0.0, &c), None);
+    }
+
+    #[test]
+    fn pace_rate_is_the_faster_of_assumed_and_seen_growth() {
+        let c = HeadroomConfig::default();
+        let mib = 1u64 << 20;
+        let ms = Duration::from_millis;
+        assert_eq!(pace_rate(0, 0, ms(100), &c), c.growth_per_s as f64);
+        // 100 MiB in 100 ms: 1 GiB/s seen.
+        assert_eq!(pace_rate(0, 100 * mib, ms(100), &c), (1000 * mib) as f64);
+        // Shrinking usage or no time passed: nothing seen.
+        assert_eq!(pace_rate(100 * mib, 0, ms(100), &c), c.growth_per_s as f64);
+        assert_eq!(pace_rate(0, 100 * mib, ms(0), &c), c.growth_per_s as f64);
+        let none = HeadroomConfig {
+            growth_per_s: 0,
+            ..c
+        };
+        assert_eq!(pace_rate(5, 5, ms(100), &none), 0.0);
     }
 
     #[test]
@@ -611,6 +716,55 @@ mod file_tests {
             e.to_string().contains("memory.current") && e.to_string().contains("bogus"),
             "{e}"
         );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The source paces a small group by the bytes left, and faster once it sees fast growth.
+    #[test]
+    fn a_small_group_half_free_is_polled_within_its_runway() {
+        let d = scratch("runway");
+        let mib = 1u64 << 20;
+        let w = |n: &str, v: u64| std::fs::write(d.join(n), format!("{v}\n")).unwrap();
+        w("memory.current", 56 * mib);
+        std::fs::write(d.join("memory.high"), "max\n").unwrap();
+        w("memory.max", 112 * mib);
+        let c = HeadroomConfig::default();
+        let t0 = Instant::now();
+        let mut s = HeadroomSource::open(MemoryFiles::V2(d.clone()), c, t0).unwrap();
+        // The first reading counts as tight ([`pace_free`]); one window later the share (50 %
+        // free) alone would wait a second, the runway (50.4 MiB at 256 MiB/s, halved) 98 ms.
+        assert_eq!(s.on_ready(Readiness::TIMER, t0).unwrap(), Outcome::Quiet);
+        let t1 = t0 + Duration::from_millis(1100);
+        assert_eq!(s.on_ready(Readiness::TIMER, t1).unwrap(), Outcome::Quiet);
+        assert_eq!(poll_interval(0.5, &c), Duration::from_millis(1000));
+        let first = s.next_poll(t1).unwrap() - t1;
+        assert_eq!(first.as_millis(), 98, "{first:?}");
+        // 40 MiB more 50 ms later (800 MiB/s seen): 10.4 MiB of runway halved at that rate is
+        // 6.5 ms, so the floor (10 ms), where the assumed rate would give 20 ms.
+        let t2 = t1 + Duration::from_millis(50);
+        w("memory.current", 96 * mib);
+        assert_eq!(
+            s.on_ready(Readiness::TIMER, t2).unwrap(),
+            Outcome::Event(Level::Low)
+        );
+        let second = s.next_poll(t2).unwrap() - t2;
+        assert_eq!(second, Duration::from_millis(10), "{second:?}");
+        assert_eq!(
+            runway_interval(96 * mib, 112 * mib, c.growth_per_s as f64, &c)
+                .unwrap()
+                .as_millis(),
+            20
+        );
+        // Without the assumed growth and with none seen, the share paces alone again.
+        let quiet = HeadroomConfig {
+            growth_per_s: 0,
+            ..c
+        };
+        let mut q = HeadroomSource::open(MemoryFiles::V2(d.clone()), quiet, t0).unwrap();
+        w("memory.current", 56 * mib);
+        q.on_ready(Readiness::TIMER, t0).unwrap();
+        q.on_ready(Readiness::TIMER, t1).unwrap();
+        assert_eq!(q.next_poll(t1), Some(t1 + Duration::from_millis(1000)));
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -95,7 +95,10 @@ pub use budget::{budget_level, BudgetConfig, BudgetSource, HeldBytes};
 pub use cgroup::CgroupPaths;
 pub use cgroup_v1_event::{V1Level, V1LevelConfig, V1LevelSource, V1Mode};
 pub use detect::{detect, detect_with, DetectConfig, Detected, MemoryEventsConfig};
-pub use headroom::{headroom_level, poll_interval, HeadroomConfig, HeadroomSource, MemoryFiles};
+pub use headroom::{
+    headroom_level, pace_rate, poll_interval, runway_interval, HeadroomConfig, HeadroomSource,
+    MemoryFiles,
+};
 pub use inject::Injector;
 pub use level::{Level, ParseLevelError};
 pub use memory_events::MemoryEventsSource;

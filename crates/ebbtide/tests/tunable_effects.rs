@@ -11,8 +11,8 @@
 #[path = "support/skip.rs"]
 mod skip;
 use ebbtide::pressure::{
-    detect, headroom_level, poll_interval, HeadroomSource, Level, MemoryFiles, Outcome, Policy,
-    Readiness, Source, SourceKind,
+    detect, headroom_level, poll_interval, runway_interval, HeadroomSource, Level, MemoryFiles,
+    Outcome, Policy, Readiness, Source, SourceKind,
 };
 use ebbtide::{options, reclaimer};
 use std::path::Path;
@@ -143,6 +143,11 @@ const EFFECTS: &[(&str, &str, &str)] = &[
     ),
     (
         "headroom_repeat_ms",
+        "crates/ebbtide/tests/tunable_effects.rs",
+        "headroom_tunables_change_the_source",
+    ),
+    (
+        "headroom_growth_bytes",
         "crates/ebbtide/tests/tunable_effects.rs",
         "headroom_tunables_change_the_source",
     ),
@@ -407,6 +412,19 @@ fn headroom_tunables_change_the_source() {
         with(&[("headroom_max_interval_ms", "4000")], || interval(1.0)),
         Duration::from_millis(4000)
     );
+    // growth_per_s: the runway bound (112 MiB limit, half used: 98 ms at 256 MiB/s; 1 GiB/s
+    // makes it a quarter of that; 0 leaves no bound while nothing is seen growing).
+    let mib = 1u64 << 20;
+    let runway = || {
+        let cfg = reclaimer::detect_config().headroom;
+        runway_interval(56 * mib, 112 * mib, cfg.growth_per_s as f64, &cfg)
+    };
+    assert_eq!(runway(), Some(Duration::from_micros(98_437)));
+    assert_eq!(
+        with(&[("headroom_growth_bytes", "1G")], runway),
+        Some(Duration::from_micros(24_609))
+    );
+    assert_eq!(with(&[("headroom_growth_bytes", "0")], runway), None);
     // repeat_ms: a persisting Low (15 % free) is reported again only after repeat_ms.
     let reported_again_after_100ms = || {
         cg.set(85);

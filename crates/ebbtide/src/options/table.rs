@@ -456,8 +456,9 @@ tunables! {
         level: Testing,
         summary: "headroom poll interval at (and below) the Critical threshold",
         doc: "The headroom source reads the cgroup's usage this often once the free share is at \
-              headroom_critical_pct; the interval grows linearly with the free share up to \
-              headroom_max_interval_ms at twice headroom_low_pct.",
+              headroom_critical_pct; the interval grows with the cube of the free share up to \
+              headroom_max_interval_ms at twice headroom_low_pct, and is never longer than the \
+              runway bound of headroom_growth_bytes.",
     },
     /// Headroom poll interval far from the limit.
     HeadroomMaxIntervalMs {
@@ -471,6 +472,22 @@ tunables! {
         doc: "The longest headroom poll interval, used far from the limit (and while the cgroup \
               has no limit, to notice a new one). A value below headroom_min_interval_ms is \
               raised to it.",
+    },
+    /// Growth rate the headroom poll pace assumes.
+    HeadroomGrowthBytes {
+        name: "headroom_growth_bytes",
+        kind: Kind::Bytes,
+        default: HeadroomConfig::DEFAULT_GROWTH_PER_S,
+        range: 0 => 1 << 40,
+        runtime: true,
+        level: Testing,
+        summary: "bytes per second the headroom source assumes the cgroup's usage can grow by (a rate)",
+        doc: "The headroom source polls again before usage growing at this rate (or at the rate \
+              it saw since its previous reading, if faster) could use up half of what is left \
+              below the Critical threshold, however large the free share: a small group \
+              (112 MiB, half free) is read every 98 ms, not every second, because a neighbour \
+              faulting at 100 MiB/s would reach memory.max between two polls at the share's \
+              pace. 0 paces by the growth seen alone. Accepts K/M/G/T suffixes (binary).",
     },
     /// Repeat of a persisting headroom level.
     HeadroomRepeatMs {

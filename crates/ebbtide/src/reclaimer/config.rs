@@ -40,6 +40,7 @@ pub fn detect_config() -> DetectConfig {
     cfg.headroom.min_interval_ms = options::get_u64(Tunable::HeadroomMinIntervalMs);
     cfg.headroom.max_interval_ms = options::get_u64(Tunable::HeadroomMaxIntervalMs);
     cfg.headroom.repeat_ms = options::get_u64(Tunable::HeadroomRepeatMs);
+    cfg.headroom.growth_per_s = options::get_u64(Tunable::HeadroomGrowthBytes);
     // The cgroup's usage counts our MADV_FREE'd pages until the kernel takes them, which it does
     // first and without I/O: not pressure. Pages still settling are not excluded: the kernel can
     // only swap those (measured: excluding them let the quick blkback run reach its limit at
@@ -74,6 +75,7 @@ pub(super) const SOURCE_TUNABLES: &[Tunable] = &[
     Tunable::HeadroomMinIntervalMs,
     Tunable::HeadroomMaxIntervalMs,
     Tunable::HeadroomRepeatMs,
+    Tunable::HeadroomGrowthBytes,
     Tunable::MaxCachedBytes,
 ];
 

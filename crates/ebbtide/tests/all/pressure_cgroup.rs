@@ -7,7 +7,7 @@ mod pressure_support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use ebbtide::pressure::headroom::headroom_level;
+use ebbtide::pressure::headroom::{headroom_level, runway_interval};
 use ebbtide::pressure::{
     HeadroomConfig, HeadroomSource, Level, MemoryFiles, Source, SourceKind, V1Level, V1LevelSource,
     V1Mode, Watcher,
@@ -129,7 +129,9 @@ fn headroom_levels_as_usage_approaches_limit() {
     let mut w = Watcher::from_sources(vec![Box::new(src)]).unwrap();
     // Empty cgroup: far from the limit, no event. The pace starts tight (nothing is known of the
     // last window) and follows the tightest reading of the last one to two windows
-    // (`headroom::pace_free`): after one window of far readings the interval is the long one.
+    // (`headroom::pace_free`): after one window of far readings the share's interval is the long
+    // one, and the runway's bound rules (`headroom::runway_interval`: 121.6 MiB to the Critical
+    // threshold at 256 MiB/s, halved, 237 ms), not the share's second.
     assert!(w.wait(Some(Duration::from_millis(50))).unwrap().is_empty());
     let np = w.next_poll(Instant::now()).unwrap();
     assert!(
@@ -141,9 +143,28 @@ fn headroom_levels_as_usage_approaches_limit() {
         .unwrap()
         .is_empty());
     let np = w.next_poll(Instant::now()).unwrap();
+    let runway = runway_interval(cg.usage(), limit, cfg.growth_per_s as f64, &cfg).unwrap();
     assert!(
-        np > Instant::now() + Duration::from_millis(500),
-        "polls slowly far from the limit"
+        runway > Duration::from_millis(200) && runway < Duration::from_millis(cfg.max_interval_ms),
+        "{runway:?}"
+    );
+    let left = np.saturating_duration_since(Instant::now());
+    assert!(
+        left <= runway + Duration::from_millis(5),
+        "next in {left:?}, runway {runway:?}"
+    );
+    // Just past that poll, the next one is a runway away.
+    assert!(w
+        .wait(Some(left + Duration::from_millis(3)))
+        .unwrap()
+        .is_empty());
+    let left = w
+        .next_poll(Instant::now())
+        .unwrap()
+        .saturating_duration_since(Instant::now());
+    assert!(
+        left > runway / 2 && left <= runway + Duration::from_millis(5),
+        "polls at the runway's pace far from the limit: next in {left:?}, runway {runway:?}"
     );
 
     let mut hog = Hog::spawn(&cg.dir);
