@@ -285,8 +285,8 @@ static LIVE_ZONES: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
 /// Invalid frees seen through this API (also counted per zone by the core).
 static INVALID_FREES: AtomicU64 = AtomicU64::new(0);
 
-fn live_zones() -> std::sync::MutexGuard<'static, BTreeSet<usize>> {
-    ebbtide::lock(&LIVE_ZONES)
+fn live_zones() -> ebbtide::Gated<'static, BTreeSet<usize>> {
+    ebbtide::lock_gated(&LIVE_ZONES)
 }
 
 /// Borrows the zone behind a handle without taking ownership.
@@ -653,8 +653,8 @@ pub enum EbbPool {}
 /// Live pool handles created through this API: `ebb_pool_destroy` refuses anything else.
 static LIVE_POOLS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
 
-fn live_pools() -> std::sync::MutexGuard<'static, BTreeSet<usize>> {
-    ebbtide::lock(&LIVE_POOLS)
+fn live_pools() -> ebbtide::Gated<'static, BTreeSet<usize>> {
+    ebbtide::lock_gated(&LIVE_POOLS)
 }
 
 /// The pool behind a handle.
@@ -918,8 +918,8 @@ pub const EBB_LOWMEM_MAX: usize = 16;
 /// Handlers registered through this API: the C handle is the index here.
 static LOWMEM: Mutex<[Option<HandlerId>; EBB_LOWMEM_MAX]> = Mutex::new([None; EBB_LOWMEM_MAX]);
 
-fn lowmem() -> std::sync::MutexGuard<'static, [Option<HandlerId>; EBB_LOWMEM_MAX]> {
-    ebbtide::lock(&LOWMEM)
+fn lowmem() -> ebbtide::Gated<'static, [Option<HandlerId>; EBB_LOWMEM_MAX]> {
+    ebbtide::lock_gated(&LOWMEM)
 }
 
 /// Registers `f(level, arg)`, called when pressure rises or the allocator is about to reclaim

@@ -85,6 +85,44 @@ pub fn enter() -> Inside {
     Inside(())
 }
 
+/// A process-wide lock of a runtime held inside the gate ([`lock_gated`]): the guard first, then
+/// the gate, are released when dropped (fields drop in order).
+pub struct Gated<'a, T> {
+    guard: crate::sync::MutexGuard<'a, T>,
+    _inside: Inside,
+}
+
+impl<T> core::ops::Deref for Gated<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> core::ops::DerefMut for Gated<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+/// Takes `m` (as [`crate::lock`]) inside the gate, so a fork waits until it is free: for a
+/// runtime's process-wide lock that a forked child takes again (the reclaimer's tables, the
+/// control socket's state, the C API's registries). Taken outside, a child forked while another
+/// thread held it inherits it held by a thread it does not have, and its first use waits for
+/// ever. Every site of such a lock must use this (one site outside the gate holding it while it
+/// allocates could wait on a pending fork that waits on a thread here), and no critical section
+/// may wait for another thread (a join) while holding it.
+#[inline]
+pub fn lock_gated<L: crate::Lock + ?Sized>(m: &L) -> Gated<'_, L::Data> {
+    let inside = enter();
+    Gated {
+        guard: crate::lock(m),
+        _inside: inside,
+    }
+}
+
 /// Leaves the gate (the outermost entry's count).
 #[inline]
 fn leave() {

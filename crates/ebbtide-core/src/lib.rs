@@ -271,6 +271,7 @@ pub use typed::{TypedZone, ZBox};
 pub use zone::{LimitMode, Zone, ZoneFlags, ZoneOptions, ZoneSnapshot};
 
 #[cfg(not(loom))]
+pub use forkgate::{lock_gated, Gated};
 pub use sync::{lock, Lock};
 
 /// How the per-CPU caches synchronise in this process (rseq, or locked as a fallback).

@@ -49,6 +49,12 @@
 //! | options registry locks | `options` | values (committed in batches) and change callbacks; callbacks run after the lock is dropped |
 //! | control server state | `control` | the listener and connections; its thread takes no allocator lock |
 //!
+//! Each is taken inside the core's fork gate (`ebbtide::lock_gated`; `APPLY` by its own
+//! `forkgate::enter`), as are the control socket's event ring and the C API's registries: a
+//! fork waits until they are free, so a child never inherits one held by a thread it does not
+//! have (`tests/reclaimer.rs`,
+//! `a_child_forked_while_another_thread_holds_a_runtime_lock_takes_it_again`).
+//!
 //! Below all of these: the core's locks (reclaim mutex → registry → zone limit / header → depot
 //! → keg → arena), see [`ebbtide_core`].
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -67,9 +73,9 @@ pub use ebbtide_core::{
 };
 
 pub use ebbtide_core::{
-    lock, AllocError, ConfigError, CreateError, InvalidFree, InvalidKind, LimitMode, PagePool,
-    PcpuMode, PoolSnapshot, Request, TypedZone, ZBox, Zone, ZoneBusy, ZoneFlags, ZoneOptions,
-    ZoneSnapshot,
+    lock, lock_gated, AllocError, ConfigError, CreateError, Gated, InvalidFree, InvalidKind,
+    LimitMode, PagePool, PcpuMode, PoolSnapshot, Request, TypedZone, ZBox, Zone, ZoneBusy,
+    ZoneFlags, ZoneOptions, ZoneSnapshot,
 };
 
 /// Memory pressure: the signals and the policy ([`ebbtide_pressure`]), and the process-wide

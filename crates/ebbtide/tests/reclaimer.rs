@@ -282,3 +282,69 @@ fn process_exit_never_waits_for_the_reclaim_thread() {
         "status {status:#x}"
     );
 }
+
+/// A child forked while another thread holds one of the runtime's process-wide locks (the
+/// reclaimer's shared state, its handler table, the control socket's event ring, the options
+/// registry's write lock) takes them
+/// again: they are held only inside the fork gate (`ebbtide::lock_gated`), so a fork waits until
+/// they are free. Taken outside it, a child inherited whichever was held at the fork, by a
+/// thread it does not have, and waited on it for ever.
+#[test]
+fn a_child_forked_while_another_thread_holds_a_runtime_lock_takes_it_again() {
+    let _s = serial();
+    let _z = Zone::new(ZoneOptions::new("rt-fork-locks", 64)).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let holder = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = std::hint::black_box(ebbtide::reclaimer::pressure_state());
+                ebbtide::control::events::record("test", "holding the ring");
+                // The options registry's write lock (the value it already has: nothing changes).
+                options::set("headroom_repeat_ms", "500").unwrap();
+                if pressure::register_lowmem_handler(fork_handler) {
+                    pressure::unregister_lowmem_handler(fork_handler);
+                }
+            }
+        })
+    };
+    for round in 0..300 {
+        // SAFETY: fork in a test; the child takes the runtime's locks and exits at once.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let _ = ebbtide::reclaimer::pressure_state();
+            ebbtide::control::events::record("test", "in the child");
+            options::set("headroom_repeat_ms", "500").unwrap();
+            if pressure::register_lowmem_handler(fork_handler) {
+                pressure::unregister_lowmem_handler(fork_handler);
+            }
+            // SAFETY: ends the child without running the parent's exit handlers.
+            unsafe { libc::_exit(0) };
+        }
+        let t = Instant::now();
+        let mut status = 0;
+        loop {
+            // SAFETY: polling our own child.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(5) {
+                // SAFETY: killing our own child.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                stop.store(true, Ordering::Relaxed);
+                panic!("fork {round}: the child hung on a lock held at the fork");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "fork {round}: status {status:#x}"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    holder.join().unwrap();
+}
+
+fn fork_handler(_: Level) {}

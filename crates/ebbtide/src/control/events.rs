@@ -30,7 +30,7 @@ pub fn record(kind: &str, detail: &str) {
     let line = format!("{} {kind} {detail}", now_unix_ms());
     // The ring is only touched by the control thread and by tests; poisoning cannot leave
     // it inconsistent (a push or pop either happened or did not).
-    let mut r = ebbtide_core::lock(&RING);
+    let mut r = ebbtide_core::lock_gated(&RING);
     if r.len() == KEEP {
         r.pop_front();
     }
@@ -53,7 +53,7 @@ pub fn last_injected() -> Option<Level> {
 /// Write every kept event, oldest first, one a line, into `out` (the ring is read in place:
 /// nothing is allocated unless `out` does).
 pub fn write_text<W: std::fmt::Write>(out: &mut W) -> std::fmt::Result {
-    let r = ebbtide_core::lock(&RING);
+    let r = ebbtide_core::lock_gated(&RING);
     for l in r.iter() {
         out.write_str(l)?;
         out.write_char('\n')?;
@@ -63,7 +63,7 @@ pub fn write_text<W: std::fmt::Write>(out: &mut W) -> std::fmt::Result {
 
 /// All kept events, oldest first, one a line.
 pub fn text() -> String {
-    let r = ebbtide_core::lock(&RING);
+    let r = ebbtide_core::lock_gated(&RING);
     let mut out = String::new();
     for l in r.iter() {
         out.push_str(l);

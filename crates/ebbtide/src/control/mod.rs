@@ -95,7 +95,7 @@ thread_local! {
 }
 
 // The guarded data is replaced whole, never left half-updated: poisoning says nothing.
-use ebbtide_core::lock;
+use ebbtide_core::lock_gated;
 
 /// Subscribe to the `control_socket` tunable (idempotent), and start the server if the
 /// tunable is already on. Called by this module's load-time constructor; public for callers
@@ -178,7 +178,7 @@ fn forget_after_fork(state: &mut Option<Running>) {
 /// it, removes stale sockets of dead processes there, binds `<pid>.sock` with mode 0600 and
 /// starts the control thread. The error names the directory or call that failed.
 pub fn start() -> io::Result<PathBuf> {
-    let mut state = lock(&STATE);
+    let mut state = lock_gated(&STATE);
     forget_after_fork(&mut state);
     if let Some(r) = state.as_ref() {
         return Ok(r.path.clone());
@@ -244,7 +244,7 @@ pub fn start() -> io::Result<PathBuf> {
         let _ = std::fs::remove_file(&sock);
         io::Error::new(e.kind(), format!("cannot start the control thread: {e}"))
     })?;
-    *lock(&EXIT_PATH) = Some((pid, sock.clone()));
+    *lock_gated(&EXIT_PATH) = Some((pid, sock.clone()));
     events::record("start", &format!("serving {}", sock.display()));
     *state = Some(Running {
         pid,
@@ -263,7 +263,7 @@ pub fn start() -> io::Result<PathBuf> {
 /// us while we wait for it.
 pub fn stop() {
     let (path, thread) = {
-        let mut state = lock(&STATE);
+        let mut state = lock_gated(&STATE);
         forget_after_fork(&mut state);
         let Some(r) = state.take() else {
             return;
@@ -274,7 +274,7 @@ pub fn stop() {
         // Removed now, under the lock, so that a server started after the lock is released
         // (same pid, same path) keeps its socket and its exit cleanup.
         let _ = std::fs::remove_file(&r.path);
-        let mut exit = lock(&EXIT_PATH);
+        let mut exit = lock_gated(&EXIT_PATH);
         if exit.as_ref().is_some_and(|(_, p)| p == &r.path) {
             *exit = None;
         }
@@ -292,7 +292,7 @@ pub fn stop() {
 
 /// The socket being served by this process, if any.
 pub fn socket_path() -> Option<PathBuf> {
-    let mut state = lock(&STATE);
+    let mut state = lock_gated(&STATE);
     forget_after_fork(&mut state);
     state.as_ref().map(|r| r.path.clone())
 }
@@ -350,7 +350,7 @@ fn restart_after_loss(why: &str) {
     );
     std::thread::sleep(std::time::Duration::from_secs(1));
     {
-        let mut state = lock(&STATE);
+        let mut state = lock_gated(&STATE);
         forget_after_fork(&mut state);
         let ours = state
             .as_ref()

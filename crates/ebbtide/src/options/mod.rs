@@ -245,7 +245,7 @@ impl Registry {
 
     /// Register a change callback (see the module docs).
     pub fn subscribe(&self, f: ChangeCallback) {
-        lock(&self.callbacks).push(f);
+        lock_gated(&self.callbacks).push(f);
     }
 
     /// Set one tunable from text.
@@ -299,7 +299,7 @@ impl Registry {
 
     /// Validate and store a batch: all or nothing.
     fn commit(&self, batch: Vec<Assignment>) -> Result<(), Vec<OptionError>> {
-        let guard = lock(&self.write);
+        let guard = lock_gated(&self.write);
         let mut errors = Vec::new();
         if self.is_frozen() {
             for a in &batch {
@@ -346,7 +346,7 @@ impl Registry {
         // Release pairs with the Acquire loads in `generation` and `snapshot`.
         self.seq.store(seq + 2, Ordering::Release);
         drop(guard);
-        let callbacks: Vec<ChangeCallback> = lock(&self.callbacks).clone();
+        let callbacks: Vec<ChangeCallback> = lock_gated(&self.callbacks).clone();
         for (t, v) in changed {
             for cb in &callbacks {
                 cb(t, v);
@@ -358,7 +358,7 @@ impl Registry {
 
 // A panicking callback or writer leaves consistent data (stores are atomic, the batch was
 // validated first), so poisoning carries no information here: the workspace's one helper.
-use ebbtide_core::lock;
+use ebbtide_core::lock_gated;
 
 fn find(name: &str) -> Result<&'static TunableDef, OptionError> {
     lookup(name.trim()).ok_or_else(|| {

@@ -49,7 +49,7 @@ pub(super) fn apply_locked(a: &Actions, now: Instant) {
     ebbtide_core::lazy::set_pressure(a.level > Level::Normal);
     let new_squeeze = match a.squeeze_until {
         Some(until) if until > now => {
-            let mut last = lock(&SQUEEZE_APPLIED);
+            let mut last = lock_gated(&SQUEEZE_APPLIED);
             if last.is_none_or(|l| until > l) {
                 *last = Some(until);
                 Some(until - now)
@@ -95,5 +95,5 @@ pub(super) fn apply_locked(a: &Actions, now: Instant) {
 
 /// An explicit Normal closed the window: the next window opened is new, whatever its end.
 pub(super) fn forget_squeeze() {
-    *lock(&SQUEEZE_APPLIED) = None;
+    *lock_gated(&SQUEEZE_APPLIED) = None;
 }

@@ -86,7 +86,7 @@ pub fn kind_name(k: SourceKind) -> &'static str {
 /// The reclaim thread's state now.
 pub fn pressure_state() -> PressureState {
     PressureState {
-        statuses: lock(&SHARED).statuses.clone(),
+        statuses: lock_gated(&SHARED).statuses.clone(),
         ..pressure_state_head()
     }
 }
@@ -121,5 +121,5 @@ pub fn pressure_state_head() -> PressureState {
 /// Calls `f` with every source's status, in place (under the state's lock: `f` must be short
 /// and must not wait).
 pub fn with_statuses<R>(f: impl FnOnce(&[SourceStatus]) -> R) -> R {
-    f(&lock(&SHARED).statuses)
+    f(&lock_gated(&SHARED).statuses)
 }

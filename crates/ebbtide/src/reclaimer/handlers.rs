@@ -42,7 +42,7 @@ pub fn register_lowmem_handler(f: fn(Level)) -> bool {
 
 /// Removes a handler registered before; returns whether it was found.
 pub fn unregister_lowmem_handler(f: fn(Level)) -> bool {
-    let mut hs = lock(&HANDLERS);
+    let mut hs = lock_gated(&HANDLERS);
     for h in hs.iter_mut() {
         if h.rust.is_some_and(|g| g as usize == f as usize) {
             *h = Handler {
@@ -70,7 +70,7 @@ pub fn register_lowmem_handler_c(
 
 /// Removes a handler registered with [`register_lowmem_handler_c`].
 pub fn unregister_lowmem_handler_c(id: HandlerId) -> bool {
-    let mut hs = lock(&HANDLERS);
+    let mut hs = lock_gated(&HANDLERS);
     match hs.get_mut(id.0) {
         Some(h) if h.f.is_some() => {
             *h = Handler {
@@ -85,7 +85,7 @@ pub fn unregister_lowmem_handler_c(id: HandlerId) -> bool {
 }
 
 pub(super) fn add_handler(new: Handler) -> Option<HandlerId> {
-    let mut hs = lock(&HANDLERS);
+    let mut hs = lock_gated(&HANDLERS);
     let i = hs.iter().position(|h| h.f.is_none() && h.rust.is_none())?;
     hs[i] = new;
     Some(HandlerId(i))
@@ -93,7 +93,7 @@ pub(super) fn add_handler(new: Handler) -> Option<HandlerId> {
 
 pub(super) fn run_handlers(level: Level) {
     // Copy out so no lock is held while handlers run (they may register or unregister).
-    let hs = *lock(&HANDLERS);
+    let hs = *lock_gated(&HANDLERS);
     for h in hs {
         if let Some(f) = h.rust {
             f(level);

@@ -56,7 +56,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // Every critical section here leaves its data consistent: poisoning carries no information.
-use ebbtide_core::lock;
+use ebbtide_core::{lock, lock_gated};
 
 // The thread's lifecycle flags. STARTED and THREAD_DISABLED are set (Release / AcqRel swap) by
 // the thread that starts or gives up the reclaim thread after it published what goes with them
@@ -76,7 +76,7 @@ static INJECT_PANIC: AtomicBool = AtomicBool::new(false);
 pub fn inject_panic_for_test() {
     // SeqCst: the test hook's flag (see the lifecycle flags above).
     INJECT_PANIC.store(true, Ordering::SeqCst);
-    if let Some((_, inj)) = &lock(&SHARED).injector {
+    if let Some((_, inj)) = &lock_gated(&SHARED).injector {
         inj.inject(Level::Normal);
     }
 }
@@ -124,7 +124,7 @@ pub fn notify(level: Level) {
     // Acquire: pairs with the lifecycle flags' Release stores (see the statics above).
     let gen = FORKS.load(Ordering::Acquire);
     if !THREAD_DISABLED.load(Ordering::Acquire) && STARTED.load(Ordering::Acquire) {
-        let sh = lock(&SHARED);
+        let sh = lock_gated(&SHARED);
         if let Some((g, inj)) = &sh.injector {
             if *g == gen {
                 inj.inject(level);
@@ -144,7 +144,7 @@ pub fn notify(level: Level) {
 /// Runs `f` on the one policy of the process (shared by the thread and the synchronous path, so
 /// the level and the rate limits are the same whoever applies them).
 fn with_policy<R>(f: impl FnOnce(&mut Policy) -> R) -> R {
-    let mut sh = lock(&SHARED);
+    let mut sh = lock_gated(&SHARED);
     let p = sh
         .policy
         .get_or_insert_with(|| Policy::new(policy_config()));

@@ -100,7 +100,7 @@ pub(super) fn start_slow() {
 /// A tunable changed: wake the reclaim thread so that new intervals and thresholds take effect
 /// now, not when the sleep computed from the old ones ends.
 pub(super) fn wake_on_change(_: Tunable, _: u64) {
-    if let Some((_, inj)) = &lock(&SHARED).injector {
+    if let Some((_, inj)) = &lock_gated(&SHARED).injector {
         inj.wake();
     }
 }
@@ -121,14 +121,14 @@ pub(super) fn supervise(gen: u64) {
                     "ebbtide: reclaim thread panicked ({msg}); restart {n}/10"
                 ));
                 // Until the loop is back, notify() applies pressure on the caller's thread.
-                lock(&SHARED).injector = None;
+                lock_gated(&SHARED).injector = None;
                 if n >= 10 {
                     ebbtide_core::error::report(format_args!(
                         "ebbtide: reclaim thread stopped after 10 panics; pressure is handled on notify only"
                     ));
                     THREAD_DISABLED.store(true, Ordering::Release);
                     reclaim::configure_lazy(false, 0, 0); // nothing would decay them any more
-                    lock(&SHARED).injector = None;
+                    lock_gated(&SHARED).injector = None;
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(100));
@@ -151,7 +151,7 @@ pub(super) fn open_watcher(gen: u64) -> Option<Watcher> {
             None
         }
     };
-    let mut sh = lock(&SHARED);
+    let mut sh = lock_gated(&SHARED);
     sh.injector = watcher.as_ref().map(|w| (gen, w.injector()));
     sh.statuses = watcher
         .as_ref()
@@ -209,7 +209,7 @@ pub(super) fn run(gen: u64) {
                         ));
                     }
                     watcher = None;
-                    let mut sh = lock(&SHARED);
+                    let mut sh = lock_gated(&SHARED);
                     sh.injector = None;
                     for s in sh.statuses.iter_mut().filter(|s| s.active) {
                         *s = pressure::SourceStatus::inactive(s.kind, why.clone());
@@ -223,7 +223,7 @@ pub(super) fn run(gen: u64) {
         if let Some(w) = watcher.as_ref() {
             // Copied only when changed: a copy allocates (a string per source), and a sleeping
             // program's counters must not move every wake-up (`docs/design/observer.md`).
-            let mut sh = lock(&SHARED);
+            let mut sh = lock_gated(&SHARED);
             if sh.statuses.as_slice() != w.status() {
                 sh.statuses = w.status().to_vec();
             }
@@ -247,7 +247,7 @@ pub(super) fn run(gen: u64) {
                 // Every other thread has ended: end too, so that the process ends as it would
                 // without us (see `lifetime`).
                 crate::lifetime::unregister_runtime_thread(me);
-                lock(&SHARED).injector = None;
+                lock_gated(&SHARED).injector = None;
                 THREAD_DISABLED.store(true, Ordering::Release);
                 return;
             }
