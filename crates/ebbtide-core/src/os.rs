@@ -507,6 +507,22 @@ pub fn collapse(ptr: NonNull<u8>, len: usize) -> bool {
     unsafe { libc::madvise(ptr.as_ptr().cast(), len, MADV_COLLAPSE) == 0 }
 }
 
+/// Pages of `[ptr, ptr+len)` (page aligned, at most 512 pages: one huge page of 4 KiB pages)
+/// in memory now (`mincore`); `None` if the range is longer or the call fails. What a
+/// [`collapse`] would add: it backs the whole range.
+pub fn resident_pages(ptr: NonNull<u8>, len: usize) -> Option<usize> {
+    const MAX: usize = 512;
+    let n = len.div_ceil(page_size());
+    if n > MAX {
+        return None;
+    }
+    let mut v = [0u8; MAX];
+    // SAFETY: `v` has room for one byte per page of the range (n <= MAX); mincore only reads
+    // the page tables and fails with ENOMEM (changing nothing) on a range not mapped.
+    let r = unsafe { libc::mincore(ptr.as_ptr().cast(), len, v.as_mut_ptr()) };
+    (r == 0).then(|| v[..n].iter().filter(|&&b| b & 1 != 0).count())
+}
+
 /// Marks `[ptr, ptr+len)` `MADV_NOHUGEPAGE` ([`set_thp`] with [`Thp::Never`]): never backed
 /// by transparent huge pages, whatever the system's setting. Call it before the first touch.
 pub fn no_huge_pages(ptr: NonNull<u8>, len: usize) {
