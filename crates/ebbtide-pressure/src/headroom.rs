@@ -25,7 +25,8 @@
 //! neighbour can fill what is left: in a small group (112 MiB, half free) a neighbour faulting
 //! at 100 MiB/s reaches `memory.max` within a second, between two polls at the share's pace,
 //! and at `memory.max` only the `events` source is left, racing the kernel's OOM killer (the
-//! VM test `memory_max_reached_no_oom_kill_for_ebbtide` lost that race one run in a few). A Low level is reported when it changes and then again
+//! VM test `memory_max_reached_no_oom_kill_for_ebbtide` lost that race one run in a few).
+//! A Low level is reported when it changes and then again
 //! every `repeat_ms` (500 ms) while it lasts, so the policy's level hold stays fresh without a
 //! storm; the pace follows the tightest reading of the last one to two `max_interval_ms`
 //! ([`pace_free`]), because usage swings fast: right after a squeeze the group is far from its
@@ -433,15 +434,15 @@ impl HeadroomSource {
             self.next = now + Duration::from_millis(self.cfg.max_interval_ms);
             return Ok(Level::Normal);
         };
-        let prev = self
+        // No time since a first reading: no growth seen.
+        let elapsed = self
             .last_at
-            .map(|t| (self.last_reading.0, now.saturating_duration_since(t)));
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        let rate = pace_rate(self.last_reading.0, usage, elapsed, &self.cfg);
         self.last_reading = (usage, limit);
         self.last_at = Some(now);
         let window = Duration::from_millis(self.cfg.max_interval_ms.max(self.cfg.min_interval_ms));
         let pace = pace_free(free_fraction(usage, limit), &mut self.pace, now, window);
-        let (before, elapsed) = prev.unwrap_or((usage, Duration::ZERO));
-        let rate = pace_rate(before, usage, elapsed, &self.cfg);
         let share = poll_interval(pace, &self.cfg);
         self.next =
             now + runway_interval(usage, limit, rate, &self.cfg).map_or(share, |r| r.min(share));

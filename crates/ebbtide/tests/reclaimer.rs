@@ -248,6 +248,28 @@ fn a_forked_child_allocates_and_starts_its_own_reclaim_thread() {
     z.destroy().map_err(|e| e.1).unwrap();
 }
 
+/// Waits up to `limit` for child `pid` to end and returns its wait status; `None`, the child
+/// killed and reaped, if it had not ended by then.
+fn wait_child(pid: libc::pid_t, limit: Duration) -> Option<i32> {
+    let t = Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: polling our own child.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            return Some(status);
+        }
+        if t.elapsed() > limit {
+            // SAFETY: killing and reaping our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn process_exit_never_waits_for_the_reclaim_thread() {
     let _s = serial();
@@ -262,21 +284,8 @@ fn process_exit_never_waits_for_the_reclaim_thread() {
         // A normal exit (atexit handlers, stdio flush) with the reclaim thread in epoll_wait.
         std::process::exit(0);
     }
-    let t = Instant::now();
-    let mut status = 0;
-    loop {
-        // SAFETY: polling our own child.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if r == pid {
-            break;
-        }
-        if t.elapsed() > Duration::from_secs(5) {
-            // SAFETY: killing our own child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the child did not exit within 5 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let status =
+        wait_child(pid, Duration::from_secs(5)).expect("the child did not exit within 5 s");
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "status {status:#x}"
@@ -285,9 +294,8 @@ fn process_exit_never_waits_for_the_reclaim_thread() {
 
 /// A child forked while another thread holds one of the runtime's process-wide locks (the
 /// reclaimer's shared state, its handler table, the control socket's event ring, the options
-/// registry's write lock) takes them
-/// again: they are held only inside the fork gate (`ebbtide::lock_gated`), so a fork waits until
-/// they are free. Taken outside it, a child inherited whichever was held at the fork, by a
+/// registry's write lock) takes them again: they are held only inside the fork gate
+/// (`ebbtide::lock_gated`), so a fork waits until they are free. Taken outside it, a child inherited whichever was held at the fork, by a
 /// thread it does not have, and waited on it for ever.
 #[test]
 fn a_child_forked_while_another_thread_holds_a_runtime_lock_takes_it_again() {
@@ -322,22 +330,10 @@ fn a_child_forked_while_another_thread_holds_a_runtime_lock_takes_it_again() {
             // SAFETY: ends the child without running the parent's exit handlers.
             unsafe { libc::_exit(0) };
         }
-        let t = Instant::now();
-        let mut status = 0;
-        loop {
-            // SAFETY: polling our own child.
-            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            if r == pid {
-                break;
-            }
-            if t.elapsed() > Duration::from_secs(5) {
-                // SAFETY: killing our own child.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                stop.store(true, Ordering::Relaxed);
-                panic!("fork {round}: the child hung on a lock held at the fork");
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let Some(status) = wait_child(pid, Duration::from_secs(5)) else {
+            stop.store(true, Ordering::Relaxed);
+            panic!("fork {round}: the child hung on a lock held at the fork");
+        };
         assert!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
             "fork {round}: status {status:#x}"

@@ -291,6 +291,7 @@ impl Keg {
             if g.huge_chunks == 0 {
                 return 0;
             }
+            let (ps, colour) = (os::page_size(), colour_of(self.tag));
             let mut c = g.chunks;
             while !c.is_null() && !conv.full() {
                 let chunk = c as usize;
@@ -309,8 +310,7 @@ impl Keg {
                     // SAFETY: a page of a chunk of ours: non-null, mapped (a huge chunk is
                     // mapped whole).
                     let at = unsafe { NonNull::new_unchecked(page as *mut u8) };
-                    let ps = os::page_size();
-                    let ok = collapse_allowance(h == 0, colour_of(self.tag), ps);
+                    let ok = collapse_allowance(h == 0, colour, ps);
                     if os::resident_pages(at, HUGE_PAGE).is_some_and(|r| r + ok < HUGE_PAGE / ps) {
                         continue; // stays broken: a later pass looks again
                     }

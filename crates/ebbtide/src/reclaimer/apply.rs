@@ -26,8 +26,7 @@ pub(super) fn apply(a: &Actions, epoch: u64, now: Instant) {
     // never inherits it held by a thread it does not have (its `notify` and its own reclaim
     // thread then waited on it for ever: `reclaimer.rs`, process_exit_never_waits...). The
     // gate nests (the core's reclaim entry points below enter it again).
-    let _inside = ebbtide_core::forkgate::enter();
-    let _g = lock(&APPLY);
+    let _g = lock_gated(&APPLY);
     // Relaxed suffices: the epoch is written under the policy lock, which the Normal's own apply
     // took (and released) before it took APPLY; whoever holds APPLY after it sees the bump.
     if epoch != POLICY_EPOCH.load(Ordering::Relaxed) {

@@ -56,7 +56,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // Every critical section here leaves its data consistent: poisoning carries no information.
-use ebbtide_core::{lock, lock_gated};
+use ebbtide_core::lock_gated;
 
 // The thread's lifecycle flags. STARTED and THREAD_DISABLED are set (Release / AcqRel swap) by
 // the thread that starts or gives up the reclaim thread after it published what goes with them
