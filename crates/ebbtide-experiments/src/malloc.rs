@@ -986,13 +986,17 @@ pub fn run_malloc_with(opts: &Opts, p: &Params) -> Result<Summary> {
     }
     // A scratch directory for the sockets (short paths: a Unix socket path has 108 bytes).
     let tmp = std::env::temp_dir().join(format!("ebbtide-lab-malloc-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp)
-        .map_err(|e| Error::Other(format!("mkdir {}: {e}", tmp.display())))?;
-    let tmp2 = tmp.clone();
-    let _tmp_token =
-        ebbtide_lab::cleanup::register(format!("remove {}", tmp.display()), move || {
-            let _ = std::fs::remove_dir_all(&tmp2);
-        });
+    let _tmp_token = ebbtide_lab::cleanup::creating(|| {
+        std::fs::create_dir_all(&tmp)
+            .map_err(|e| Error::Other(format!("mkdir {}: {e}", tmp.display())))?;
+        let tmp2 = tmp.clone();
+        Ok::<_, Error>(ebbtide_lab::cleanup::register(
+            format!("remove {}", tmp.display()),
+            move || {
+                let _ = std::fs::remove_dir_all(&tmp2);
+            },
+        ))
+    })?;
     let swap = if root {
         Some(SwapFile::create(p.swap_allowance * 2 + 64 * MIB)?)
     } else {

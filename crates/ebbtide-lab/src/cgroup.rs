@@ -517,6 +517,14 @@ impl Cgroup {
             clean_name
         );
         let dir = h.base_dir.join(&dirname);
+        // Made and registered as one step against a signal's cleanup (see `cleanup::creating`).
+        let mut cg = cleanup::creating(|| Self::make_dirs(h, dir, &dirname))?;
+        cg.apply(spec)?; // on error, `cg` drops and removes the directory
+        Ok(cg)
+    }
+
+    /// Makes the group's directory (and on v1 its PSI twin) and registers their removal.
+    fn make_dirs(h: &MemoryHierarchy, dir: PathBuf, dirname: &str) -> Result<Cgroup> {
         std::fs::create_dir(&dir).map_err(|e| Error::io("mkdir", &dir, e))?;
         let psi_dir = match h.version {
             CgroupVersion::V2 => Some(dir.clone()),
@@ -546,13 +554,11 @@ impl Cgroup {
                 }
             }
         });
-        let mut cg = Cgroup {
+        Ok(Cgroup {
             reader,
             notes: Vec::new(),
             token: Some(token),
-        };
-        cg.apply(spec)?; // on error, `cg` drops and removes the directory
-        Ok(cg)
+        })
     }
 
     fn apply(&mut self, spec: &CgroupSpec) -> Result<()> {
@@ -685,14 +691,16 @@ impl Cgroup {
     /// [`LabChild`] is killed and reaped if it is dropped unwaited.
     pub fn spawn(&self, cmd: &mut Command) -> Result<LabChild> {
         self.configure_command(cmd)?;
-        let child = cmd.spawn().map_err(|e| Error::Command {
-            command: format!("{cmd:?}"),
-            detail: format!(
-                "spawn into cgroup {} failed: {e}",
-                self.reader.dir.display()
-            ),
-        })?;
-        Ok(LabChild::adopt(child))
+        cleanup::creating(|| {
+            let child = cmd.spawn().map_err(|e| Error::Command {
+                command: format!("{cmd:?}"),
+                detail: format!(
+                    "spawn into cgroup {} failed: {e}",
+                    self.reader.dir.display()
+                ),
+            })?;
+            Ok(LabChild::adopt(child))
+        })
     }
 
     /// Pids in the group.

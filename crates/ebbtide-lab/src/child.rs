@@ -23,11 +23,13 @@ pub struct LabChild {
 impl LabChild {
     /// Spawns `cmd`.
     pub fn spawn(cmd: &mut Command) -> Result<LabChild> {
-        let child = cmd.spawn().map_err(|e| Error::Command {
-            command: format!("{cmd:?}"),
-            detail: format!("spawn failed: {e}"),
-        })?;
-        Ok(Self::adopt(child))
+        cleanup::creating(|| {
+            let child = cmd.spawn().map_err(|e| Error::Command {
+                command: format!("{cmd:?}"),
+                detail: format!("spawn failed: {e}"),
+            })?;
+            Ok(Self::adopt(child))
+        })
     }
 
     /// Takes charge of an already spawned child.

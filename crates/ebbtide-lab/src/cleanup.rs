@@ -15,9 +15,16 @@
 //! If an action itself panics, the panic is caught and reported, and the remaining
 //! actions still run.
 //!
+//! A resource is created and registered inside [`creating`], and the signal thread takes the
+//! same lock before [`run_all`] and keeps it until the process has exited: so a resource is
+//! either registered before the cleanup starts (and removed by it) or never created (its
+//! creator waits for the exit). Without it, a Ctrl-C between two steps of an experiment let
+//! the next step create its cgroup after the cleanup had run, and the cgroup outlived the run.
+//!
 //! [`crate::cleanup_leftovers`] (in `leftovers.rs`, above the cgroup and swap modules) is the other half: at start it removes what an earlier run that
 //! was killed with SIGKILL (or lost power) left behind, found by name prefix.
 
+use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, MutexGuard, Once};
 
@@ -45,6 +52,35 @@ fn registry() -> MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Held while a resource is created and registered, and by the signal thread from the start
+/// of its cleanup until the process exits (never given back).
+static CREATING: Mutex<()> = Mutex::new(());
+
+thread_local! {
+    /// Whether this thread is inside [`creating`] (the lock is not re-entrant).
+    static IN_CREATING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `create`, which makes a resource and [`register`]s its cleanup, so that the signal
+/// cleanup either sees the registration or runs before `create` starts — in which case this
+/// call waits for the process to exit and never returns. Nested calls run directly.
+pub fn creating<T>(create: impl FnOnce() -> T) -> T {
+    if IN_CREATING.with(|c| c.get()) {
+        return create();
+    }
+    // Poisoned only by a panic inside `create`, which left nothing half-registered.
+    let _held = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+    IN_CREATING.with(|c| c.set(true));
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            IN_CREATING.with(|c| c.set(false));
+        }
+    }
+    let _reset = Reset;
+    create()
+}
+
 /// Proof that a cleanup action is registered. Dropping it runs the action (if
 /// [`run_all`] has not already done so).
 #[derive(Debug)]
@@ -54,15 +90,21 @@ pub struct CleanupToken {
 }
 
 /// Registers `action` under a human-readable `label` (printed when it runs from a signal or
-/// [`run_all`]).
+/// [`run_all`]). Outside [`creating`] it takes the creation lock itself, so a registration
+/// after a signal's cleanup began waits for the exit instead of being left behind.
 pub fn register(label: impl Into<String>, action: impl FnOnce() + Send + 'static) -> CleanupToken {
+    let label = label.into();
+    creating(move || register_now(label, Box::new(action)))
+}
+
+fn register_now(label: String, action: Action) -> CleanupToken {
     let mut reg = registry();
     let id = reg.next_id;
     reg.next_id += 1;
     reg.entries.push(Entry {
         id,
-        label: label.into(),
-        action: Box::new(action),
+        label,
+        action,
     });
     CleanupToken { id }
 }
@@ -130,6 +172,16 @@ pub fn run_all() -> usize {
     }
 }
 
+/// The cleanup before an exit: waits for a resource being created to be registered, runs
+/// every action, and keeps the creation lock, so nothing is created until the process exits
+/// (any later [`creating`] or [`register`] waits for ever). Only for a path that exits next.
+fn run_all_for_exit() -> usize {
+    let held = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+    std::mem::forget(held);
+    IN_CREATING.with(|c| c.set(true)); // the actions themselves may register
+    run_all()
+}
+
 /// Labels of the actions still registered, oldest first.
 pub fn pending() -> Vec<String> {
     registry().entries.iter().map(|e| e.label.clone()).collect()
@@ -154,7 +206,7 @@ pub fn install_signal_handlers() -> crate::Result<()> {
                         if let Some(sig) = signals.forever().next() {
                             let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
                             eprintln!("ebbtide-lab: {name} received, cleaning up");
-                            let n = run_all();
+                            let n = run_all_for_exit();
                             eprintln!("ebbtide-lab: {n} cleanup action(s) done, exiting");
                             std::process::exit(128 + sig);
                         }
@@ -223,6 +275,62 @@ mod tests {
         let tok = register("test-c", || panic!("boom in cleanup"));
         assert!(tok.run());
         assert!(!pending().iter().any(|l| l == "test-c"));
+    }
+
+    /// In a child process of this test binary (the cleanup before an exit keeps its lock for
+    /// ever): a resource whose creation is under way when the cleanup starts is registered
+    /// and removed by it, and a creation that starts afterwards never happens.
+    #[test]
+    fn the_cleanup_before_exit_waits_for_a_creation_and_blocks_later_ones() {
+        const MODE: &str = "EBBTIDE_LAB_CLEANUP_EXIT_CHILD";
+        if std::env::var_os(MODE).is_some() {
+            let removed = Arc::new(AtomicUsize::new(0));
+            let (started_tx, started_rx) = std::sync::mpsc::channel();
+            let r = removed.clone();
+            let creator = std::thread::spawn(move || {
+                creating(|| {
+                    started_tx.send(()).unwrap();
+                    // The cleanup starts while this resource is half made.
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    let tok = register("half-made", move || {
+                        r.fetch_add(1, Ordering::SeqCst);
+                    });
+                    std::mem::forget(tok);
+                });
+            });
+            started_rx.recv().unwrap();
+            let n = run_all_for_exit();
+            assert!(n >= 1, "the half-made resource was not cleaned up: {n} action(s)");
+            assert_eq!(removed.load(Ordering::SeqCst), 1);
+            creator.join().unwrap();
+            let (made_tx, made_rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let tok = register("too-late", || {});
+                made_tx.send(()).unwrap();
+                std::mem::forget(tok);
+            });
+            let late = made_rx.recv_timeout(std::time::Duration::from_millis(500));
+            assert!(late.is_err(), "a registration after the cleanup went through");
+            println!("cleanup-exit-child-ok");
+            std::process::exit(0);
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "cleanup::tests::the_cleanup_before_exit_waits_for_a_creation_and_blocks_later_ones",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(MODE, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("cleanup-exit-child-ok"),
+            "child: {}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]

@@ -137,7 +137,12 @@ impl SwapFile {
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
-        // Register before the file exists so a failure half-way still removes it.
+        // Register before the file exists so a failure half-way still removes it, all inside
+        // `creating` so a signal's cleanup never runs between the registration and swapon.
+        cleanup::creating(|| Self::make(path, size, priority, &mkswap))
+    }
+
+    fn make(path: PathBuf, size: u64, priority: i16, mkswap: &Path) -> Result<SwapFile> {
         let p2 = path.clone();
         let token = cleanup::register(
             format!("swapoff and delete {}", path.display()),
@@ -153,12 +158,12 @@ impl SwapFile {
             token: Some(token),
         };
         swap.fill(size, true)?;
-        swap.mkswap(&mkswap)?;
+        swap.mkswap(mkswap)?;
         if let Err(e) = swapon(&swap.path, priority) {
             // Some file systems refuse preallocated (unwritten) extents: retry with zeros.
             if e.raw_os_error() == Some(libc::EINVAL) {
                 swap.fill(size, false)?;
-                swap.mkswap(&mkswap)?;
+                swap.mkswap(mkswap)?;
                 swapon(&swap.path, priority)?;
             } else {
                 return Err(e);
