@@ -529,7 +529,7 @@ impl Cgroup {
         let psi_dir = match h.version {
             CgroupVersion::V2 => Some(dir.clone()),
             CgroupVersion::V1 => h.psi_base_dir.as_ref().and_then(|b| {
-                let d = b.join(&dirname);
+                let d = b.join(dirname);
                 match std::fs::create_dir(&d) {
                     Ok(()) => Some(d),
                     Err(e) => {
