@@ -66,9 +66,13 @@ stage "cargo test --workspace" cargo test --workspace --no-fail-fast
 # every unsafe fn its `# Safety` doc. Clippy's default set is not this stage's business (-A), so
 # the two are denied again after it: a later flag wins, and `missing_safety_doc` is a member of
 # clippy::all, which `-A clippy::all` alone would silence.
+#
+# This stage and the next build with the tests' profile (`--profile test`): the build scripts'
+# runs are then the ones `cargo test` made (the bench crate's jemalloc, configured and compiled
+# from C, took 69 s of a CPU each time), not a second set for the dev profile.
 if cargo clippy --version >/dev/null 2>&1; then
   stage "lints (cargo clippy: SAFETY comments, # Safety docs)" \
-    cargo clippy --workspace --all-targets -q -- -A clippy::all \
+    cargo clippy --profile test --workspace --all-targets -q -- -A clippy::all \
     -D clippy::undocumented_unsafe_blocks -D clippy::missing_safety_doc
 elif [ -n "${CI:-}" ]; then
   failed=$((failed + 1))
@@ -79,7 +83,7 @@ else
   echo "lints (cargo clippy): clippy is not installed (rustup component add clippy)" >>"$EBBTIDE_TEST_SKIPS"
 fi
 stage "the README's main command resolves" \
-  cargo run -q -p ebbtide-cli -- lab blkback --help
+  cargo run -q --profile test -p ebbtide-cli -- lab blkback --help
 if [ -f crates/ebbtide-core/tests/loom_pcpu.rs ]; then
   stage "loom model of the per-CPU cache protocol" \
     env RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
