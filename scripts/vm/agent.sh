@@ -12,8 +12,21 @@ if [ "$1" = pid1 ]; then
   mount -t proc proc /proc
   mount -t sysfs sys /sys
   mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
+  # The guest's /tmp and /run are its own (no host socket or leftover is seen in them); the host
+  # paths under them that jobs use (a checkout in /tmp, its target directory: the host passes
+  # them as ebbtide.keep=A:B) are bound aside first and moved back to their paths after.
+  keep=$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^ebbtide\.keep=//p')
+  kept=""
+  i=0
+  for p in $(echo "$keep" | tr ':' ' '); do
+    mkdir -p "/.keep$i" && mount --bind "$p" "/.keep$i" && kept="$kept $i:$p"
+    i=$((i + 1))
+  done
   mount -t tmpfs -o mode=1777 tmpfs /tmp
   mount -t tmpfs -o mode=755 tmpfs /run
+  for e in $kept; do
+    mkdir -p "${e#*:}" && mount --move "/.keep${e%%:*}" "${e#*:}"
+  done
   mkdir -p /dev/pts /dev/shm
   mount -t devpts devpts /dev/pts
   mount -t tmpfs -o mode=1777 tmpfs /dev/shm

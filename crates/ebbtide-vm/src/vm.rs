@@ -130,6 +130,9 @@ impl Vm {
         );
         if cfg.systemd {
             append.push_str(" systemd.show_status=0 systemd.log_level=warning");
+        } else if let Some(keep) = kept_host_paths() {
+            append.push_str(" ebbtide.keep=");
+            append.push_str(&keep);
         }
         if !cfg.append.is_empty() {
             append.push(' ');
@@ -412,4 +415,31 @@ impl Drop for Vm {
         let _ = self.reaper.wait();
         let _ = fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The host paths a job on the host's root uses that the guest's fresh `/tmp` and `/run` would
+/// hide (`scripts/vm/agent.sh` mounts them back): this checkout and the test binary's target
+/// directory when they lie there, `:`-separated; `None` when neither does. A checkout in
+/// `/tmp` (a CI runner's, a user's scratch clone) otherwise found none of its own files in the
+/// guest. A path with a character the kernel's command line or the list cannot carry is left
+/// out (its jobs then fail naming the missing file).
+fn kept_host_paths() -> Option<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = root.canonicalize().unwrap_or(root);
+    // The binary runs from `<target>/<profile>/deps/`.
+    let target = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.ancestors().nth(3).map(Path::to_path_buf))
+        .and_then(|t| t.canonicalize().ok());
+    let hidden = |p: &Path| p.starts_with("/tmp") || p.starts_with("/run");
+    let mut keep: Vec<String> = Vec::new();
+    for p in std::iter::once(root.clone()).chain(target) {
+        let s = p.to_string_lossy().to_string();
+        let carried = !s.chars().any(|c| c.is_whitespace() || c == ':' || c == '"');
+        let covered = keep.iter().any(|k| p.starts_with(k));
+        if hidden(&p) && carried && !covered {
+            keep.push(s);
+        }
+    }
+    (!keep.is_empty()).then(|| keep.join(":"))
 }
