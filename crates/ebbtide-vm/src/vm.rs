@@ -431,9 +431,15 @@ fn kept_host_paths() -> Option<String> {
         .ok()
         .and_then(|e| e.ancestors().nth(3).map(Path::to_path_buf))
         .and_then(|t| t.canonicalize().ok());
+    keep_list(std::iter::once(root).chain(target))
+}
+
+/// [`kept_host_paths`] of these paths, pure: those under `/tmp` or `/run`, none inside one
+/// already listed, none with a blank, `:` or `"`.
+fn keep_list(paths: impl IntoIterator<Item = PathBuf>) -> Option<String> {
     let hidden = |p: &Path| p.starts_with("/tmp") || p.starts_with("/run");
     let mut keep: Vec<String> = Vec::new();
-    for p in std::iter::once(root.clone()).chain(target) {
+    for p in paths {
         let s = p.to_string_lossy().to_string();
         let carried = !s.chars().any(|c| c.is_whitespace() || c == ':' || c == '"');
         let covered = keep.iter().any(|k| p.starts_with(k));
@@ -442,4 +448,20 @@ fn kept_host_paths() -> Option<String> {
         }
     }
     (!keep.is_empty()).then(|| keep.join(":"))
+}
+
+#[cfg(test)]
+mod keep_tests {
+    use super::*;
+
+    #[test]
+    fn only_paths_the_guest_tmp_and_run_hide_are_kept() {
+        let l = |v: &[&str]| keep_list(v.iter().map(PathBuf::from));
+        assert_eq!(l(&["/work/main", "/work/main/target"]), None);
+        assert_eq!(l(&["/tmp/c", "/tmp/c/target"]).as_deref(), Some("/tmp/c"));
+        assert_eq!(l(&["/work/main", "/tmp/t"]).as_deref(), Some("/tmp/t"));
+        assert_eq!(l(&["/tmp/a", "/run/b"]).as_deref(), Some("/tmp/a:/run/b"));
+        assert_eq!(l(&["/tmp/a b", "/tmp/x:y"]), None);
+        assert_eq!(l(&["/tmpfoo"]), None);
+    }
 }
