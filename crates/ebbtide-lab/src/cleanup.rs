@@ -101,11 +101,7 @@ fn register_now(label: String, action: Action) -> CleanupToken {
     let mut reg = registry();
     let id = reg.next_id;
     reg.next_id += 1;
-    reg.entries.push(Entry {
-        id,
-        label,
-        action,
-    });
+    reg.entries.push(Entry { id, label, action });
     CleanupToken { id }
 }
 
@@ -300,7 +296,10 @@ mod tests {
             });
             started_rx.recv().unwrap();
             let n = run_all_for_exit();
-            assert!(n >= 1, "the half-made resource was not cleaned up: {n} action(s)");
+            assert!(
+                n >= 1,
+                "the half-made resource was not cleaned up: {n} action(s)"
+            );
             assert_eq!(removed.load(Ordering::SeqCst), 1);
             creator.join().unwrap();
             let (made_tx, made_rx) = std::sync::mpsc::channel();
@@ -310,7 +309,10 @@ mod tests {
                 std::mem::forget(tok);
             });
             let late = made_rx.recv_timeout(std::time::Duration::from_millis(500));
-            assert!(late.is_err(), "a registration after the cleanup went through");
+            assert!(
+                late.is_err(),
+                "a registration after the cleanup went through"
+            );
             println!("cleanup-exit-child-ok");
             std::process::exit(0);
         }

@@ -324,7 +324,15 @@ fn watch_and_check(pid: u32, what: &str) {
 fn rss_growth_leaves_out_only_collapsed_mappings() {
     let m = |v: &[(&str, u64, u64)]| -> BTreeMap<String, Vma> {
         v.iter()
-            .map(|(k, rss, huge)| (k.to_string(), Vma { rss: *rss, huge: *huge }))
+            .map(|(k, rss, huge)| {
+                (
+                    k.to_string(),
+                    Vma {
+                        rss: *rss,
+                        huge: *huge,
+                    },
+                )
+            })
             .collect()
     };
     let before = m(&[("heap", 1672, 0), ("stack", 100, 0), ("buf", 64, 0)]);
@@ -334,7 +342,10 @@ fn rss_growth_leaves_out_only_collapsed_mappings() {
     let (grown, collapsed) = rss_growth(&before, &after);
     assert_eq!(grown, 140 + 200 - 100 - 64);
     assert_eq!(collapsed.len(), 1);
-    assert!(collapsed[0].starts_with("heap: rss 1672 -> 2048 kB"), "{collapsed:?}");
+    assert!(
+        collapsed[0].starts_with("heap: rss 1672 -> 2048 kB"),
+        "{collapsed:?}"
+    );
     let (grown, collapsed) = rss_growth(&before, &m(&[("heap", 1900, 0)]));
     assert_eq!((grown, collapsed.len()), (1900 - 1672 - 164, 0));
 }
