@@ -272,6 +272,7 @@ pub use zone::{LimitMode, Zone, ZoneFlags, ZoneOptions, ZoneSnapshot};
 
 #[cfg(not(loom))]
 pub use forkgate::{lock_gated, Gated};
+#[cfg(not(loom))]
 pub use sync::{lock, Lock};
 
 /// How the per-CPU caches synchronise in this process (rseq, or locked as a fallback).
