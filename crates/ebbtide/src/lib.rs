@@ -49,8 +49,8 @@
 //! | options registry locks | `options` | values (committed in batches) and change callbacks; callbacks run after the lock is dropped |
 //! | control server state | `control` | the listener and connections; its thread takes no allocator lock |
 //!
-//! Each is taken inside the core's fork gate (`ebbtide::lock_gated`; `APPLY` by its own
-//! `forkgate::enter`), as are the control socket's event ring and the C API's registries: a
+//! Each is taken inside the core's fork gate (`ebbtide::lock_gated`), as are the control
+//! socket's event ring and the C API's registries: a
 //! fork waits until they are free, so a child never inherits one held by a thread it does not
 //! have (`tests/reclaimer.rs`,
 //! `a_child_forked_while_another_thread_holds_a_runtime_lock_takes_it_again`).

@@ -295,8 +295,9 @@ fn process_exit_never_waits_for_the_reclaim_thread() {
 /// A child forked while another thread holds one of the runtime's process-wide locks (the
 /// reclaimer's shared state, its handler table, the control socket's event ring, the options
 /// registry's write lock) takes them again: they are held only inside the fork gate
-/// (`ebbtide::lock_gated`), so a fork waits until they are free. Taken outside it, a child inherited whichever was held at the fork, by a
-/// thread it does not have, and waited on it for ever.
+/// (`ebbtide::lock_gated`), so a fork waits until they are free. Taken outside it, a child
+/// inherited whichever was held at the fork, by a thread it does not have, and waited on it
+/// for ever.
 #[test]
 fn a_child_forked_while_another_thread_holds_a_runtime_lock_takes_it_again() {
     let _s = serial();
@@ -306,13 +307,7 @@ fn a_child_forked_while_another_thread_holds_a_runtime_lock_takes_it_again() {
         let stop = stop.clone();
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let _ = std::hint::black_box(ebbtide::reclaimer::pressure_state());
-                ebbtide::control::events::record("test", "holding the ring");
-                // The options registry's write lock (the value it already has: nothing changes).
-                options::set("headroom_repeat_ms", "500").unwrap();
-                if pressure::register_lowmem_handler(fork_handler) {
-                    pressure::unregister_lowmem_handler(fork_handler);
-                }
+                take_runtime_locks("holding the ring");
             }
         })
     };
@@ -321,12 +316,7 @@ fn a_child_forked_while_another_thread_holds_a_runtime_lock_takes_it_again() {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
         if pid == 0 {
-            let _ = ebbtide::reclaimer::pressure_state();
-            ebbtide::control::events::record("test", "in the child");
-            options::set("headroom_repeat_ms", "500").unwrap();
-            if pressure::register_lowmem_handler(fork_handler) {
-                pressure::unregister_lowmem_handler(fork_handler);
-            }
+            take_runtime_locks("in the child");
             // SAFETY: ends the child without running the parent's exit handlers.
             unsafe { libc::_exit(0) };
         }
@@ -341,6 +331,18 @@ fn a_child_forked_while_another_thread_holds_a_runtime_lock_takes_it_again() {
     }
     stop.store(true, Ordering::Relaxed);
     holder.join().unwrap();
+}
+
+/// Takes four of the runtime's process-wide locks in turn: the reclaimer's shared state, the
+/// control socket's event ring (recording `what`), the options registry's write lock (setting
+/// the value it already has: nothing changes) and the handler table.
+fn take_runtime_locks(what: &str) {
+    let _ = std::hint::black_box(ebbtide::reclaimer::pressure_state());
+    ebbtide::control::events::record("test", what);
+    options::set("headroom_repeat_ms", "500").unwrap();
+    if pressure::register_lowmem_handler(fork_handler) {
+        pressure::unregister_lowmem_handler(fork_handler);
+    }
 }
 
 fn fork_handler(_: Level) {}
