@@ -1,9 +1,9 @@
 //! The arena: one reservation of address space, cut into 4 MiB chunks that kegs own.
 //!
 //! ```text
-//!  arena base (CHUNK_SIZE aligned)                                    base + len
-//!  | chunk map | chunk 1 | chunk 2 | ...                     | chunk n-1 |
-//!                  ^ owned by a keg: its slab metadata at the start, slabs after it
+//!  arena base (CHUNK_SIZE aligned)                                         base + len
+//!  | chunk map | descriptor span | chunk k | chunk k+1 | ...            | chunk n-1 |
+//!                 | 256 KiB per chunk: header, slab descriptors |   ^ owned by a keg: slabs only
 //!  chunk map: the arena's first chunk(s), one 32-byte entry per chunk (the map's own entries
 //!  read 0), readable for every chunk (committed at once, its pages zero-filled as touched):
 //!    tag word:
@@ -36,6 +36,20 @@
 //! same, so that no reader of the hint alone could take it for a later zone's (a zone made later
 //! may get a destroyed zone's stacks' address).
 //!
+//! **The descriptor span** (docs/design/side-descriptors.md): every chunk has
+//! [`DESC_STRIDE`] bytes of address space in a span after the map, at
+//! [`Arena::desc_of`] (the chunk's offset in the arena divided by 16), for its keg's header and
+//! slab descriptors; a chunk holds slabs only. So every 2 MiB of a huge chunk can go back whole
+//! (a descriptor in a huge page kept that page from going back but by splitting it: 37–78 ms per
+//! GiB given back against 2–3), and no write past an item's end reaches a descriptor. A chunk's
+//! area is mapped when the chunk is handed out, as far as its owner's descriptors reach
+//! ([`Arena::map_desc_through`], in steps of [`DESC_STEP`]: one for most classes; all of them,
+//! as a free into a slab never carved reads its descriptor), `MADV_NOHUGEPAGE` (a keg writes its
+//! descriptors as it carves: the pages it never writes stay unbacked), its extent in the entry's
+//! `mapped` word; a chunk given back has its descriptors given back with it, so they read as
+//! zeros to the next owner. An address in the span (or the map) is nobody's: its chunk entries
+//! read 0.
+//!
 //! **The map at the base**: the base and the length alone find an address's entry
 //! ([`map_entry_in`]: `off = addr - base`, outside iff `off >= len`, the entry at
 //! `base + 32 * (off >> CHUNK_SHIFT)`), so a `free` reads two words, not a third for the map's
@@ -50,7 +64,8 @@
 //! with [`os::reserve_span`] (far from other mappings), then everything of it but the map is unmapped at once; a chunk is
 //! mapped ([`os::map_at`]) when first handed out and never unmapped: giving memory back is
 //! done per slab with `MADV_DONTNEED` (see [`crate::os`]). Within a chunk too, only what its
-//! keg uses is mapped: the metadata area when the chunk is handed out, then the slabs in steps
+//! keg uses is mapped: its descriptors (in the descriptor span) and the pages before its first
+//! slab when the chunk is handed out, then the slabs in steps
 //! of [`CHUNK_STEP`] as the keg carves them ([`Arena::map_through`]; the entry's `mapped`
 //! word says how far), so a size class that holds a few items costs 256 KiB of address space,
 //! not 4 MiB. So `RLIMIT_AS` counts the chunks in
@@ -111,8 +126,25 @@ const _: () = assert!(CHUNK_SIZE.is_multiple_of(HUGE_PAGE) && HUGE_PAGE.is_multi
 
 /// The bit of an entry's `mapped` word that marks a huge chunk: set by [`Arena::map_through`]
 /// with [`os::Thp::Huge`] (never cleared while the chunk has its owner), cleared when the chunk
-/// is freed. The word without it is the bytes mapped.
+/// is freed. The word's low 32 bits are the chunk's bytes mapped, bits 32–62 its descriptor
+/// area's ([`DESC_MAPPED_SHIFT`]).
 const HUGE_MARK: u64 = 1 << 63;
+
+/// Where an entry's `mapped` word keeps the bytes of the chunk's descriptor area mapped.
+const DESC_MAPPED_SHIFT: u32 = 32;
+/// The chunk's own bytes mapped, in an entry's `mapped` word.
+const CHUNK_MAPPED: u64 = (1 << DESC_MAPPED_SHIFT) - 1;
+
+/// Bytes of address space per chunk in the descriptor span (module docs): its keg's header and
+/// slab descriptors (at most 160 KiB: 8-byte items, `slab::Geometry`). A sixteenth of a chunk,
+/// so a chunk's area is its offset in the arena divided by 16.
+pub(crate) const DESC_STRIDE: usize = CHUNK_SIZE >> DESC_SHIFT;
+/// log2 of `CHUNK_SIZE / DESC_STRIDE`.
+pub(crate) const DESC_SHIFT: usize = 4;
+/// A chunk's descriptor area is mapped in steps of this many bytes
+/// ([`Arena::map_desc_through`]): one step holds a 64-byte class's descriptors.
+pub(crate) const DESC_STEP: usize = 64 << 10;
+const _: () = assert!(DESC_STRIDE.is_multiple_of(DESC_STEP) && (CHUNK_SIZE as u64) < CHUNK_MAPPED);
 
 /// Bytes of a chunk map entry.
 const ENTRY: usize = core::mem::size_of::<MapEntry>();
@@ -122,6 +154,9 @@ pub(crate) struct Arena {
     pub(crate) len: usize,
     /// One entry per chunk (see the module docs).
     pub(crate) map: *const MapEntry,
+    /// The descriptor span's start (module docs): chunk `i`'s area is `DESC_STRIDE * i` bytes
+    /// in.
+    desc: usize,
     /// Chunks below this index have been handed out at least once (and are mapped) or were
     /// taken by another mapping (skipped, their entries 0).
     bump: AtomicUsize,
@@ -144,18 +179,24 @@ pub(crate) struct MapEntry {
     pub(crate) tag: AtomicU64,
     pub(crate) hint: AtomicU64,
     pub(crate) start: AtomicU64,
-    /// Bytes of the chunk mapped, from its start ([`Arena::map_through`]), with [`HUGE_MARK`]
-    /// for a huge chunk; 0 for a chunk never handed out. Written by the chunk's one owner (under
-    /// its keg's lock) or by `alloc_chunk` and `free_chunk` (under the arena's mutex, the chunk
-    /// unowned).
+    /// Bytes of the chunk mapped, from its start ([`Arena::map_through`]), and of its
+    /// descriptor area ([`Arena::map_desc_through`], above [`DESC_MAPPED_SHIFT`]), with
+    /// [`HUGE_MARK`] for a huge chunk; 0 for a chunk never handed out. Written by the chunk's one
+    /// owner (under its keg's lock) or by `alloc_chunk` and `free_chunk` (under the arena's
+    /// mutex, the chunk unowned).
     pub(crate) mapped: AtomicU64,
 }
 
 impl MapEntry {
-    /// The `mapped` word's bytes (without [`HUGE_MARK`]). Relaxed: the chunk's owner (or the
-    /// arena's mutex, for an unowned chunk) orders the writes; see the field's docs.
+    /// The `mapped` word's bytes of the chunk. Relaxed: the chunk's owner (or the arena's
+    /// mutex, for an unowned chunk) orders the writes; see the field's docs.
     fn mapped_bytes(&self) -> usize {
-        (self.mapped.load(Ordering::Relaxed) & !HUGE_MARK) as usize
+        (self.mapped.load(Ordering::Relaxed) & CHUNK_MAPPED) as usize
+    }
+
+    /// The `mapped` word's bytes of the descriptor area. Relaxed: as [`MapEntry::mapped_bytes`].
+    fn desc_bytes(&self) -> usize {
+        ((self.mapped.load(Ordering::Relaxed) & !HUGE_MARK) >> DESC_MAPPED_SHIFT) as usize
     }
 
     /// Whether the `mapped` word carries [`HUGE_MARK`]. Relaxed: read as a hint by a releasing
@@ -224,7 +265,9 @@ impl Arena {
         let map_len = os::round_up(nchunks * ENTRY, os::page_size());
         // The map in the first chunks, never handed out (`bump` starts after them).
         let map_chunks = map_len.div_ceil(CHUNK_SIZE);
-        debug_assert!(map_chunks < nchunks);
+        // The descriptor span after it (module docs), never handed out either.
+        let desc_chunks = (nchunks * DESC_STRIDE).div_ceil(CHUNK_SIZE);
+        debug_assert!(map_chunks + desc_chunks < nchunks);
         // SAFETY: the first `map_len` bytes of our fresh reservation, page aligned.
         if let Err(e) = unsafe { os::commit(base, map_len) } {
             // SAFETY: `base` is the reservation made above, unused.
@@ -243,7 +286,8 @@ impl Arena {
             base: base.as_ptr() as usize,
             len,
             map: base.as_ptr().cast(),
-            bump: AtomicUsize::new(map_chunks),
+            desc: base.as_ptr() as usize + map_chunks * CHUNK_SIZE,
+            bump: AtomicUsize::new(map_chunks + desc_chunks),
             free: crate::contention::ARENA.mutex(FreeList {
                 head: 0,
                 map_page: usize::MAX,
@@ -290,16 +334,19 @@ impl Arena {
 
     /// Hands a chunk to the keg with `tag` and `hint` whose first slab lies `first_slab` bytes
     /// into a chunk (see the module docs), mapped through its first `first_slab` bytes at least
-    /// (the keg maps its slabs with [`Arena::map_through`] before carving them), with the huge
-    /// page policy `thp` (module docs). The chunk's memory reads as zeros.
+    /// (the keg maps its slabs with [`Arena::map_through`] before carving them) and its
+    /// descriptor area through `desc_bytes` at least, with the huge page policy `thp` (module
+    /// docs). The chunk's memory and its descriptor area
+    /// read as zeros.
     pub(crate) fn alloc_chunk(
         &self,
         tag: u64,
         hint: u64,
         first_slab: usize,
+        desc_bytes: usize,
         thp: os::Thp,
     ) -> Result<NonNull<u8>, OsError> {
-        debug_assert!(first_slab > 0 && first_slab < CHUNK_SIZE);
+        debug_assert!(first_slab < CHUNK_SIZE && desc_bytes > 0 && desc_bytes <= DESC_STRIDE);
         debug_assert!(tag != 0 && tag & 1 == 0);
         // Injected failures hit every chunk acquisition, also a reused chunk that needs no commit.
         if os::fault::should_fail() {
@@ -334,9 +381,12 @@ impl Arena {
             idx
         };
         let chunk = self.base + (idx << CHUNK_SHIFT);
-        // The owner's metadata area (its first `first_slab` bytes) mapped before it is handed
-        // out; a chunk back from the free list keeps what it had mapped.
-        if let Err(e) = self.map_through(chunk, chunk + first_slab, thp) {
+        // The owner's colour pages (its first `first_slab` bytes, at least a page: a huge
+        // chunk whole) and the first of its descriptors mapped before it is handed out; a chunk
+        // back from the free list keeps what it had mapped.
+        let end = chunk + first_slab.max(os::page_size());
+        let mapped = self.map_through(chunk, end, thp);
+        if let Err(e) = mapped.and_then(|()| self.map_desc_through(chunk, desc_bytes)) {
             // Back on the free list, as it was (a new chunk: its first step mapped, unowned).
             // Release: as in `free_chunk` (hint and start word are 0: never set, or cleared).
             self.entry(idx)
@@ -410,7 +460,8 @@ impl Arena {
         // Relaxed: the chunk's one owner (or `alloc_chunk` before it publishes the chunk) is
         // the only writer, serialised by its lock; see the field's docs.
         let word = e.mapped.load(Ordering::Relaxed);
-        let have = (word & !HUGE_MARK) as usize;
+        let have = (word & CHUNK_MAPPED) as usize;
+        let desc = word & !HUGE_MARK & !CHUNK_MAPPED;
         let mark = if thp == os::Thp::Huge {
             HUGE_MARK
         } else {
@@ -426,7 +477,7 @@ impl Arena {
             if mark != word & HUGE_MARK {
                 // A chunk mapped whole before it became huge (`make_older_chunks_huge`).
                 // Relaxed: as the load above.
-                e.mapped.store(have as u64 | mark, Ordering::Relaxed);
+                e.mapped.store(have as u64 | desc | mark, Ordering::Relaxed);
             }
             return Ok(());
         }
@@ -456,7 +507,7 @@ impl Arena {
                 errno: libc::ENOMEM,
             });
         }
-        e.mapped.store(want as u64 | mark, Ordering::Relaxed);
+        e.mapped.store(want as u64 | desc | mark, Ordering::Relaxed);
         Ok(())
     }
 
@@ -465,6 +516,63 @@ impl Arena {
     pub(crate) fn mapped_bytes(&self, chunk: usize) -> usize {
         self.map_entry((chunk - self.base) >> CHUNK_SHIFT)
             .mapped_bytes()
+    }
+
+    /// Bytes of the descriptor area of the chunk at `chunk` (one of this arena's) mapped:
+    /// written only when the chunk is handed out or given back, which its owner's lock (held by
+    /// the caller) orders.
+    pub(crate) fn desc_mapped_bytes(&self, chunk: usize) -> usize {
+        self.map_entry((chunk - self.base) >> CHUNK_SHIFT)
+            .desc_bytes()
+    }
+
+    /// The descriptor area of the chunk at `chunk` (one of this arena's, chunk aligned):
+    /// [`DESC_STRIDE`] bytes, [`DESC_STRIDE`] aligned (module docs). Pure arithmetic.
+    #[inline]
+    pub(crate) fn desc_of(&self, chunk: usize) -> usize {
+        self.desc + ((chunk - self.base) >> DESC_SHIFT)
+    }
+
+    /// The chunk whose descriptor area holds `addr` (the inverse of [`Arena::desc_of`]).
+    #[inline]
+    pub(crate) fn chunk_of_desc(&self, addr: usize) -> usize {
+        self.base + (((addr - self.desc) & !(DESC_STRIDE - 1)) << DESC_SHIFT)
+    }
+
+    /// Maps the descriptor area of the chunk at `chunk` (one of this arena's, being handed
+    /// out) through its first `bytes` at least, in steps of [`DESC_STEP`], `MADV_NOHUGEPAGE`
+    /// (module docs). Errors as [`Arena::map_through`].
+    fn map_desc_through(&self, chunk: usize, bytes: usize) -> Result<(), OsError> {
+        debug_assert!(bytes > 0 && bytes <= DESC_STRIDE);
+        let e = self.map_entry((chunk - self.base) >> CHUNK_SHIFT);
+        let have = e.desc_bytes();
+        if bytes <= have {
+            return Ok(());
+        }
+        let want = os::round_up(bytes, DESC_STEP).min(DESC_STRIDE);
+        let area = self.desc_of(chunk);
+        // SAFETY: [area + have, area + want) is a page-aligned piece of the chunk's descriptor
+        // area, which is ours (the chunk is handed out by this arena, the span unmapped by
+        // `reserve`); nothing of ours is mapped there (`mapped` says how far it reaches).
+        let r = unsafe {
+            os::map_at(
+                NonNull::new_unchecked((area + have) as *mut u8),
+                want - have,
+                os::Thp::Never,
+            )?
+        };
+        if r == os::MapAt::Taken {
+            return Err(OsError {
+                call: "arena descriptors (their next pages taken by another mapping)",
+                errno: libc::ENOMEM,
+            });
+        }
+        // Relaxed: as in `map_through` (the chunk's one owner writes the word).
+        let word = e.mapped.load(Ordering::Relaxed);
+        let keep = word & (HUGE_MARK | CHUNK_MAPPED);
+        e.mapped
+            .store(keep | (want as u64) << DESC_MAPPED_SHIFT, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Gives back `[addr, addr + len)` (page aligned, inside one chunk, holding nothing anyone
@@ -505,15 +613,26 @@ impl Arena {
     /// `chunk` must have come from [`Arena::alloc_chunk`] and nothing may use it any more.
     pub(crate) unsafe fn free_chunk(&self, chunk: NonNull<u8>) {
         let idx = (chunk.as_ptr() as usize - self.base) >> CHUNK_SHIFT;
-        let mapped = self.map_entry(idx).mapped_bytes();
+        let (mapped, desc) = (
+            self.map_entry(idx).mapped_bytes(),
+            self.map_entry(idx).desc_bytes(),
+        );
         // SAFETY: the caller guarantees the chunk is ours and unused; its first `mapped` bytes
-        // are mapped.
-        unsafe { os::release(chunk, mapped) };
+        // are mapped, and its descriptor area's first `desc` (its own, read by nobody now).
+        unsafe {
+            os::release(chunk, mapped);
+            if desc > 0 {
+                let area = self.desc_of(chunk.as_ptr() as usize);
+                os::release(NonNull::new_unchecked(area as *mut u8), desc);
+            }
+        }
         let mut free = crate::sync::lock(&self.free);
-        // Relaxed: the chunk is unowned; its next owner reads the word under this mutex.
-        self.map_entry(idx)
-            .mapped
-            .store(mapped as u64, Ordering::Relaxed);
+        // Relaxed: the chunk is unowned; its next owner reads the word under this mutex. The
+        // huge mark goes; what is mapped stays.
+        self.map_entry(idx).mapped.store(
+            mapped as u64 | (desc as u64) << DESC_MAPPED_SHIFT,
+            Ordering::Relaxed,
+        );
         // The hint first: a free chunk matches no zone's stacks (a zone made later may get a
         // destroyed zone's stacks' address).
         let e = self.map_entry(idx);
@@ -622,7 +741,9 @@ mod tests {
         let t1 = a.new_tag();
         let t2 = a.new_tag();
         assert!(t1 != t2 && t1 & 1 == 0 && t2 & 1 == 0);
-        let c1 = a.alloc_chunk(t1, 0x1000, 4096, os::Thp::Never).unwrap();
+        let c1 = a
+            .alloc_chunk(t1, 0x1000, 4096, 4096, os::Thp::Never)
+            .unwrap();
         assert_eq!(c1.as_ptr() as usize % CHUNK_SIZE, 0);
         assert_eq!(a.tag_of(c1.as_ptr() as usize + 12345), t1);
         assert_eq!(a.tag_of(0x1000), 0, "outside the arena");
@@ -645,7 +766,7 @@ mod tests {
             ChunkOwner::default(),
             "nor their hints"
         );
-        let c2 = a.alloc_chunk(t2, 0, 4096, os::Thp::Never).unwrap();
+        let c2 = a.alloc_chunk(t2, 0, 4096, 4096, os::Thp::Never).unwrap();
         assert_eq!(a.tag_of(c2.as_ptr() as usize), t2);
         // SAFETY: c2 came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c2) };
@@ -680,7 +801,9 @@ mod tests {
         );
         assert_eq!(owner_entry(a.base + 64), ChunkOwner::default());
         let t = a.new_tag();
-        let c = a.alloc_chunk(t, 0x2000, 4096, os::Thp::Never).unwrap();
+        let c = a
+            .alloc_chunk(t, 0x2000, 4096, 4096, os::Thp::Never)
+            .unwrap();
         let addr = c.as_ptr() as usize;
         assert!(
             addr >= a.base + CHUNK_SIZE,
@@ -717,7 +840,7 @@ mod tests {
     fn a_free_chunk_has_no_hint() {
         let a = get().unwrap();
         let c = a
-            .alloc_chunk(a.new_tag(), 0x3000, 4096, os::Thp::Never)
+            .alloc_chunk(a.new_tag(), 0x3000, 4096, 4096, os::Thp::Never)
             .unwrap();
         // SAFETY: the arena's base and length.
         let e = unsafe { map_entry_in(a.base, a.len, c.as_ptr() as usize + 5) }.unwrap();
@@ -775,7 +898,7 @@ mod tests {
                 got.len() < 64,
                 "the bump pointer never passed the foreign chunk"
             );
-            got.push(a.alloc_chunk(t, 0x5000, ps, os::Thp::Never).unwrap());
+            got.push(a.alloc_chunk(t, 0x5000, ps, 4096, os::Thp::Never).unwrap());
         }
         assert_eq!(a.tag_of(foreign), 0, "nobody's");
         assert_eq!(owner_entry(foreign + 8), ChunkOwner::default());
@@ -797,7 +920,7 @@ mod tests {
         }
     }
 
-    /// A chunk is mapped through its metadata when handed out, then in steps as its owner asks
+    /// A chunk is mapped through its first slab's start when handed out, then in steps as its owner asks
     /// ([`Arena::map_through`]); what lies beyond is not mapped, and a chunk given back and
     /// handed out again keeps its mapping.
     #[test]
@@ -808,14 +931,26 @@ mod tests {
             // SAFETY: msync on an unmapped range only reports ENOMEM.
             unsafe { libc::msync(p as *mut libc::c_void, ps, libc::MS_ASYNC) == 0 }
         };
-        let first = CHUNK_STEP + 3 * ps; // a metadata area beyond the first step
-        let c = a
-            .alloc_chunk(a.new_tag(), 0x6000, first, os::Thp::Never)
-            .unwrap();
+        let first = CHUNK_STEP + 3 * ps; // a first slab beyond the first step
+                                         // A chunk nobody mapped further before (other tests give back chunks mapped whole).
+        let mut held = Vec::new();
+        let c = loop {
+            let c = a
+                .alloc_chunk(a.new_tag(), 0x6000, first, 4096, os::Thp::Never)
+                .unwrap();
+            if a.mapped_bytes(c.as_ptr() as usize) == 2 * CHUNK_STEP {
+                break c;
+            }
+            held.push(c);
+        };
+        for h in held {
+            // SAFETY: `h` came from alloc_chunk and is unused.
+            unsafe { a.free_chunk(h) };
+        }
         let chunk = c.as_ptr() as usize;
         assert!(
             mapped(chunk) && mapped(chunk + first - ps),
-            "the metadata area"
+            "the pages before the first slab"
         );
         assert!(mapped(chunk + 2 * CHUNK_STEP - ps), "in whole steps");
         assert!(!mapped(chunk + 2 * CHUNK_STEP), "nothing beyond");
@@ -834,6 +969,59 @@ mod tests {
         );
     }
 
+    /// A chunk's descriptor area (module docs, "The descriptor span"): in the span after the
+    /// map, one [`DESC_STRIDE`] per chunk, found from the chunk and back; mapped from the first
+    /// step the owner asks for, in steps, no further; nobody's in the chunk map; zero again
+    /// for the next owner of a chunk given back, and its extent kept apart from the chunk's own
+    /// and from the huge mark.
+    #[test]
+    fn a_chunk_has_its_descriptor_area_in_the_span() {
+        let a = get().unwrap();
+        let ps = os::page_size();
+        let mapped = |p: usize| {
+            // SAFETY: msync on an unmapped range only reports ENOMEM.
+            unsafe { libc::msync(p as *mut libc::c_void, ps, libc::MS_ASYNC) == 0 }
+        };
+        let t = a.new_tag();
+        let c = a.alloc_chunk(t, 0x8000, 0, 100, os::Thp::Huge).unwrap();
+        let chunk = c.as_ptr() as usize;
+        let d = a.desc_of(chunk);
+        assert!(
+            d > a.base && d + DESC_STRIDE <= chunk,
+            "in the span, below the chunks"
+        );
+        assert_eq!(d % DESC_STRIDE, 0);
+        assert_eq!(d - a.desc, ((chunk - a.base) >> CHUNK_SHIFT) * DESC_STRIDE);
+        for x in [d, d + 64, d + DESC_STRIDE - 1] {
+            assert_eq!(a.chunk_of_desc(x), chunk);
+        }
+        assert_eq!(a.chunk_of_desc(d + DESC_STRIDE), chunk + CHUNK_SIZE);
+        assert_eq!(a.tag_of(d), 0, "the span is nobody's");
+        assert_eq!(owner_entry(d + 8), ChunkOwner::default());
+        assert!(
+            mapped(d + DESC_STEP - ps) && !mapped(d + DESC_STEP),
+            "one step"
+        );
+        // SAFETY: the chunk's descriptor area, mapped through its first step; ours. (Word 5:
+        // past any keg's header, before its descriptors: no other test's keg that gets the
+        // chunk next writes it.)
+        unsafe { (d as *mut u64).add(5).write(0xdead) };
+        a.map_desc_through(chunk, DESC_STEP + 1).unwrap();
+        assert!(mapped(d + 2 * DESC_STEP - ps) && !mapped(d + 2 * DESC_STEP));
+        a.map_desc_through(chunk, 10).unwrap(); // already: nothing to do
+        assert_eq!(a.mapped_bytes(chunk), CHUNK_SIZE, "the chunk's own extent");
+        assert!(a.map_entry((chunk - a.base) >> CHUNK_SHIFT).is_huge());
+        assert_eq!(
+            a.map_entry((chunk - a.base) >> CHUNK_SHIFT).desc_bytes(),
+            2 * DESC_STEP
+        );
+        // SAFETY: c came from alloc_chunk and is unused.
+        unsafe { a.free_chunk(c) };
+        // SAFETY: its descriptor area stays mapped (two steps), whoever owns the chunk next.
+        assert_eq!(unsafe { (d as *const u64).add(5).read() }, 0, "zero again");
+        assert!(mapped(d + 2 * DESC_STEP - ps), "the mapping stays");
+    }
+
     /// A huge chunk's mark, and what `release_pages` does with it: a range that covers part of
     /// a huge page splits that page (each of the two when it crosses the middle), one that covers
     /// a huge page whole leaves the other alone; a chunk given back loses the mark.
@@ -842,7 +1030,7 @@ mod tests {
         let a = get().unwrap();
         let ps = os::page_size();
         let c = a
-            .alloc_chunk(a.new_tag(), 0x7000, ps, os::Thp::Huge)
+            .alloc_chunk(a.new_tag(), 0x7000, ps, 4096, os::Thp::Huge)
             .unwrap();
         let chunk = c.as_ptr() as usize;
         let huge = |at: usize| a.map_entry((at - a.base) >> CHUNK_SHIFT).is_huge();
@@ -887,7 +1075,7 @@ mod tests {
         let a = get().unwrap();
         let t = a.new_tag();
         let c = a
-            .alloc_chunk(t, 0x4000, 3 * crate::os::page_size(), os::Thp::Never)
+            .alloc_chunk(t, 0x4000, 3 * crate::os::page_size(), 4096, os::Thp::Never)
             .unwrap();
         let chunk = c.as_ptr() as usize;
         // SAFETY: the arena's base and length.

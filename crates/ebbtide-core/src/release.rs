@@ -109,6 +109,43 @@ fn claim() -> Option<(usize, usize)> {
     }
 }
 
+/// Sets bits `[first, end)` of a page bitmap, a word at a time.
+fn set_pages(bits: &mut [u64], first: usize, end: usize) {
+    let mut pg = first;
+    while pg < end {
+        let (w, b) = (pg / 64, pg % 64);
+        let k = (64 - b).min(end - pg);
+        bits[w] |= (u64::MAX >> (64 - k)) << b;
+        pg += k;
+    }
+}
+
+/// The first run of set bits of a page bitmap at or after bit `from` and below `npg` (a
+/// multiple of 64), as `[start, end)`; `None` when there is none. A word at a time: `>>`
+/// brings in zeros, so a word's count of ones stops at its top.
+fn next_run(bits: &[u64], from: usize, npg: usize) -> Option<(usize, usize)> {
+    let mut pg = from;
+    while pg < npg {
+        let rest = bits[pg / 64] >> (pg % 64);
+        if rest == 0 {
+            pg = (pg / 64 + 1) * 64; // the rest of this word is clear
+            continue;
+        }
+        pg += rest.trailing_zeros() as usize;
+        let start = pg;
+        while pg < npg {
+            let b = pg % 64;
+            let ones = (bits[pg / 64] >> b).trailing_ones() as usize;
+            pg += ones;
+            if b + ones < 64 {
+                break;
+            }
+        }
+        return Some((start, pg));
+    }
+    None
+}
+
 /// Gives a run of a chunk's pages back through the arena, which splits the huge pages the run
 /// covers in part (`Arena::release_pages`).
 ///
@@ -397,10 +434,7 @@ impl Session {
         };
         let p = &mut self.pending[i];
         p.stamp = self.clock;
-        let first = (addr - chunk) / ps;
-        for pg in first..first + len / ps {
-            p.bits[pg / 64] |= 1 << (pg % 64);
-        }
+        set_pages(&mut p.bits, (addr - chunk) / ps, (addr - chunk + len) / ps);
         p.npages += len / ps;
         if p.npages * ps >= MAX_RUN {
             self.flush(i);
@@ -418,22 +452,10 @@ impl Session {
         self.pending[i].bits = [0; CHUNK_PAGES_MAX / 64];
         let ps = os::page_size();
         let npg = CHUNK_SIZE / ps;
-        let bit = |pg: usize| p.bits[pg / 64] & (1 << (pg % 64)) != 0;
         let mut pg = 0;
-        while pg < npg {
-            if p.bits[pg / 64] >> (pg % 64) == 0 {
-                pg = (pg / 64 + 1) * 64; // the rest of this word is clear
-                continue;
-            }
-            if !bit(pg) {
-                pg += 1;
-                continue;
-            }
-            let start = pg;
-            while pg < npg && bit(pg) {
-                pg += 1;
-            }
-            let (a, l) = (p.chunk + start * ps, (pg - start) * ps);
+        while let Some((start, end)) = next_run(&p.bits, pg, npg) {
+            pg = end;
+            let (a, l) = (p.chunk + start * ps, (end - start) * ps);
             if !post(a, l) {
                 // Callers drain the overflow after every `add`, and one flush yields at most
                 // OVERFLOW runs, so there is room.
@@ -558,6 +580,60 @@ mod tests {
         let c = k.validate().unwrap();
         assert_eq!((c.backed_slabs, c.releasing_slabs), (0, 0));
         k.destroy().unwrap();
+    }
+
+    /// The page bitmap's runs, set and found a word at a time, against a bit-by-bit model.
+    #[test]
+    fn page_runs_match_a_bit_by_bit_model() {
+        const NPG: usize = 1024;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for round in 0..500 {
+            let mut bits = [0u64; NPG / 64];
+            let mut model = [false; NPG];
+            for _ in 0..rnd(12) {
+                let first = rnd(NPG);
+                let len = [1, 63, 64, 65, 200, NPG][rnd(6)].min(NPG - first);
+                set_pages(&mut bits, first, first + len);
+                model[first..first + len].iter_mut().for_each(|b| *b = true);
+            }
+            if round == 0 {
+                set_pages(&mut bits, 0, NPG);
+                model = [true; NPG];
+            }
+            for (i, &m) in model.iter().enumerate() {
+                assert_eq!(
+                    bits[i / 64] >> (i % 64) & 1 == 1,
+                    m,
+                    "round {round} bit {i}"
+                );
+            }
+            let mut want = vec![];
+            let mut i = 0;
+            while i < NPG {
+                if model[i] {
+                    let s = i;
+                    while i < NPG && model[i] {
+                        i += 1;
+                    }
+                    want.push((s, i));
+                } else {
+                    i += 1;
+                }
+            }
+            let mut got = vec![];
+            let mut pg = 0;
+            while let Some((s, e)) = next_run(&bits, pg, NPG) {
+                got.push((s, e));
+                pg = e;
+            }
+            assert_eq!(got, want, "round {round}");
+        }
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! Slabs: runs of pages cut into items, described by metadata kept at the start of their chunk.
+//! Slabs: runs of pages cut into items, described by metadata kept in their chunk's descriptor
+//! area (`arena.rs`, "The descriptor span").
 //!
 //! ```text
-//!  chunk (4 MiB) = | ChunkHeader | SlabMeta[0] .. SlabMeta[n-1] | pad | colour | slab 0 | ...
-//!  SlabMeta      = links (partial/free/clean list) | nfree | state | free bitmap | live bitmap
+//!  chunk (4 MiB)          = | colour | slab 0 | slab 1 | ... | slab n-1 | tail |
+//!  its descriptor area    = | ChunkHeader | SlabMeta[0] .. SlabMeta[n-1] |      (256 KiB apart)
+//!  SlabMeta               = links (partial/free/clean list) | nfree | state | free bitmap | live bitmap
 //! ```
 //!
 //! The colour is a keg's number of untouched pages before slab 0 (`keg::colour_of`): it keeps
@@ -19,7 +21,7 @@
 //!   backed until the kernel takes them (not counted as backed); every other state's are.
 //! * in checked mode, `live` bits are a subset of the items not in the free bitmap.
 
-use crate::arena::CHUNK_SIZE;
+use crate::arena::{CHUNK_SIZE, DESC_STRIDE};
 use crate::os;
 
 /// Slab states.
@@ -58,7 +60,7 @@ pub(crate) struct SlabMeta {
 pub(crate) const META_FIXED: usize = 32;
 const _: () = assert!(core::mem::size_of::<SlabMeta>() <= META_FIXED);
 
-/// Size of the chunk header before the slab metadata array.
+/// Size of the chunk header before the slab metadata array (in the chunk's descriptor area).
 pub(crate) const CHUNK_HEADER: usize = 64;
 
 /// The geometry of a keg's slabs, computed once from the item size.
@@ -84,7 +86,7 @@ pub(crate) struct Geometry {
     pub(crate) meta_size: usize,
     /// Slabs per chunk.
     pub(crate) slabs_per_chunk: usize,
-    /// Offset of slab 0 from the chunk start (page aligned).
+    /// Offset of slab 0 from the chunk start (page aligned): the keg's colour pages.
     pub(crate) first_slab: usize,
 }
 
@@ -122,11 +124,8 @@ impl Geometry {
         let items_per_slab = slab_size / item_size;
         let words = items_per_slab.div_ceil(64);
         let meta_size = META_FIXED + 16 * words;
-        let mut n = CHUNK_SIZE / slab_size;
-        let first = |n: usize| os::round_up(CHUNK_HEADER + n * meta_size, ps);
-        while n > 0 && first(n) + n * slab_size > CHUNK_SIZE {
-            n -= 1;
-        }
+        // The descriptors fit their area: 8-byte items, the most, take 160 KiB of 256.
+        let n = (CHUNK_SIZE / slab_size).min((DESC_STRIDE - CHUNK_HEADER) / meta_size);
         Geometry {
             item_size,
             slab_size,
@@ -137,7 +136,7 @@ impl Geometry {
             words,
             meta_size,
             slabs_per_chunk: n,
-            first_slab: first(n),
+            first_slab: 0,
         }
     }
 
@@ -161,10 +160,10 @@ impl Geometry {
     }
 
     /// UMA's efficiency: item bytes per byte of memory used for a slab, in percent (metadata
-    /// counted).
+    /// counted: its descriptor, its share of the chunk's header and colour pages).
     pub(crate) fn efficiency_pct(&self) -> f64 {
-        let per_slab =
-            self.slab_size as f64 + (self.first_slab as f64 / self.slabs_per_chunk as f64);
+        let shared = (CHUNK_HEADER + self.first_slab) as f64 / self.slabs_per_chunk as f64;
+        let per_slab = (self.slab_size + self.meta_size) as f64 + shared;
         100.0 * (self.items_per_slab * self.item_size) as f64 / per_slab
     }
 }
@@ -220,9 +219,14 @@ mod tests {
         for size in (8..5000).step_by(8) {
             let g = Geometry::for_item(size);
             assert!(g.items_per_slab >= 1 && g.slabs_per_chunk >= 1, "{size}");
+            assert_eq!(
+                g.slabs_per_chunk * g.slab_size,
+                CHUNK_SIZE,
+                "{size}: uncoloured, slabs fill the chunk (no descriptor in it)"
+            );
             assert!(
-                g.first_slab + g.slabs_per_chunk * g.slab_size <= CHUNK_SIZE,
-                "{size}"
+                CHUNK_HEADER + g.slabs_per_chunk * g.meta_size <= DESC_STRIDE,
+                "{size}: the descriptors fit their area"
             );
             assert!(g.efficiency_pct() > 85.0, "{size}: {}", g.efficiency_pct());
         }

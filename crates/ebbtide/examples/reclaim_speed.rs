@@ -13,7 +13,8 @@
 //! cache sat in 2 MiB pages (a dense zone's chunks are huge, `keg/huge.rs`); the bare figures
 //! are for 4 KiB and for 2 MiB pages.
 //!
-//! `cargo run --release -p ebbtide --example reclaim_speed [MIB] [REPS]`
+//! `cargo run --release -p ebbtide --example reclaim_speed [MIB] [REPS]` (the environment's
+//! `RECLAIM_SPEED_SIZES=64,4096` measures only those item sizes)
 
 use ebbtide::{Request, Zone, ZoneOptions};
 use std::time::Instant;
@@ -69,7 +70,12 @@ fn main() {
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let gib = (1u64 << 30) as f64;
-    for size in [64usize, 256, 4096] {
+    // `RECLAIM_SPEED_SIZES=4096` (comma-separated) measures only those item sizes.
+    let sizes: Vec<usize> = std::env::var("RECLAIM_SPEED_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![64, 256, 4096]);
+    for size in sizes {
         let z = Zone::new(ZoneOptions::new(&format!("speed-{size}"), size)).unwrap();
         let n = (mib << 20) / size;
         let (mut per_item_gib, mut per_all_gib, mut bare) = (Vec::new(), Vec::new(), Vec::new());

@@ -94,7 +94,13 @@ fn pipeline_keeps_the_reserve_and_inactive_session_keeps_everything() {
 
 #[test]
 fn bad_pointers_inside_a_bulk_release_are_reported_not_applied() {
-    let k = Keg::new(64, 0).unwrap();
+    // A keg with colour pages (63 in 64 are), below its slab 0: no item's.
+    let k = loop {
+        let k = Keg::new(64, 0).unwrap();
+        if k.geo.first_slab > 0 {
+            break k;
+        }
+    };
     let other = Keg::new(64, 0).unwrap();
     let v = import_n(&k, 64 * 3);
     let w = import_n(&other, 1);
@@ -113,7 +119,7 @@ fn bad_pointers_inside_a_bulk_release_are_reported_not_applied() {
         v[64], // next slab
         v[0],  // double free, back in the first slab
         v[65],
-        (v[0] as usize & !(CHUNK_SIZE - 1)) as *mut u8, // the chunk header
+        (v[0] as usize & !(CHUNK_SIZE - 1)) as *mut u8, // a colour page
         v[66],
     ];
     let mut bad = vec![];

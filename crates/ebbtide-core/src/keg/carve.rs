@@ -9,7 +9,7 @@ use super::*;
 /// colour page is memory in a huge chunk (`huge.rs`), so no more than that.
 pub(crate) const COLOURS: usize = 64;
 
-/// How many pages past its metadata slab 0 of every chunk of the keg with `tag` starts, pure.
+/// How many pages into every chunk of the keg with `tag` its slab 0 starts, pure.
 ///
 /// Chunks are 4 MiB aligned, so without it the first slabs of every keg start at (nearly) the
 /// same offset in their chunks, and the pages a program uses most — the first slabs of each
@@ -41,16 +41,20 @@ impl Keg {
         } else {
             os::Thp::Never
         };
-        let chunk = self
-            .arena
-            .alloc_chunk(self.tag, self.chunk_hint, self.geo.first_slab, thp)?;
+        let chunk = self.arena.alloc_chunk(
+            self.tag,
+            self.chunk_hint,
+            self.geo.first_slab,
+            self.meta_touched(self.geo.slabs_per_chunk),
+            thp,
+        )?;
         if thp == os::Thp::Huge && g.huge_chunks == 0 {
             // Dense from now: the older chunks go huge too (`huge.rs`).
             self.make_older_chunks_huge(g);
         }
-        let hdr = chunk.as_ptr() as *mut ChunkHeader;
-        // SAFETY: the chunk is committed, zeroed and ours; the header lies in its first
-        // `first_slab` bytes, which no item overlaps.
+        let hdr = self.header(chunk.as_ptr() as usize);
+        // SAFETY: the chunk is ours, its descriptor area mapped whole (every descriptor's
+        // bytes) and zero; no item lies there.
         unsafe {
             hdr.write(ChunkHeader {
                 keg: self,
@@ -58,6 +62,7 @@ impl Keg {
                 huge: thp == os::Thp::Huge,
                 broken: 0,
                 collapsed: 0,
+                nfree: 0,
             });
         }
         g.chunks = hdr;
@@ -92,10 +97,10 @@ impl Keg {
     pub(super) unsafe fn carve(&self, g: &mut KegInner) -> *mut SlabMeta {
         debug_assert!(g.uncarved > 0 && !g.chunks.is_null());
         let i = self.geo.slabs_per_chunk - g.uncarved;
-        let s = self.meta(g.chunks as usize, i);
+        let s = self.meta(self.chunk_at(g.chunks), i);
         // SAFETY: slab `i` of the newest chunk was never carved: its descriptor lies in the
-        // chunk's metadata area (i < slabs_per_chunk), is zero and referenced by nothing; the
-        // lock is held.
+        // chunk's descriptor area (i < slabs_per_chunk), mapped whole by `grow`, zero and
+        // referenced by nothing; the lock is held.
         unsafe {
             s.write(SlabMeta {
                 next: ptr::null_mut(),
@@ -191,9 +196,9 @@ impl Keg {
                         }
                     }
                     // The slab's pages mapped before it is carved (arena.rs, address space on
-                    // demand).
+                    // demand; its descriptor was mapped with the chunk).
                     let i = self.geo.slabs_per_chunk - g.uncarved;
-                    let chunk = g.chunks as usize;
+                    let chunk = self.chunk_at(g.chunks);
                     let end = chunk + self.geo.first_slab + ((i + 1) << self.geo.slab_shift);
                     // SAFETY: the newest chunk's header, written by `grow`; lock held.
                     let thp = if unsafe { (*g.chunks).huge } {

@@ -403,6 +403,7 @@ impl Keg {
                     list_push(&mut g.free, s);
                     g.nfree_slabs += 1;
                     g.nfree_huge += u32::from(huge);
+                    (*Keg::header_of(s)).nfree += 1;
                 }
                 cur.state = (*s).state;
             }
@@ -417,7 +418,11 @@ impl Keg {
     /// `s` is a valid meta of this keg on the free list; `g` is this keg's locked state.
     pub(super) unsafe fn unlist_free(&self, g: &mut KegInner, s: *mut SlabMeta) {
         // SAFETY: caller's guarantee.
-        unsafe { list_remove(&mut g.free, s) };
+        // SAFETY: caller's guarantee; the header of `s`'s chunk, written by `grow`.
+        unsafe {
+            list_remove(&mut g.free, s);
+            (*Keg::header_of(s)).nfree -= 1;
+        }
         g.nfree_slabs -= 1;
         g.nfree_huge -= u32::from(self.in_huge(s));
     }

@@ -225,7 +225,7 @@ impl Keg {
             }
             let mut c = g.chunks;
             while !c.is_null() && budget > 0 {
-                let chunk = c as usize;
+                let chunk = self.chunk_at(c);
                 // SAFETY: `c` is a valid chunk header of this keg (chunks stay on the list
                 // while the keg lives, across the lock drops below); lock held.
                 if huge && !unsafe { (*c).huge } {

@@ -3,11 +3,12 @@
 //!
 //! ```text
 //!  chunk (4 MiB) of a dense keg, mapped in one step, MADV_HUGEPAGE
-//!  | meta | colour | slab | slab | ... | slab |slab| slab | ... | slab | tail |
-//!  └──────────── huge page 0 ───────────────┴──────── huge page 1 ───────────┘
-//!    holds the descriptors: goes back only      goes back whole (one MADV_DONTNEED of
-//!    by its slabs, split first (below)          2 MiB, with the tail no slab holds) once
-//!                                               every slab in it is free
+//!  | colour | slab | slab | ... | slab |slab| slab | ... | slab | tail |
+//!  └──────────── huge page 0 ──────────┴──────── huge page 1 ───────────┘
+//!    each goes back whole (one MADV_DONTNEED of 2 MiB, with the colour pages or the tail no
+//!    slab holds) once every slab inside it is free; the chunk whole (4 MiB, the slab across
+//!    the border too) once all its slabs are. Its descriptors lie outside it (`arena.rs`, "The
+//!    descriptor span"), so no page of it holds anything but slabs.
 //! ```
 //!
 //! **Which chunks.** A zone's keg's chunks are `MADV_NOHUGEPAGE` until it is dense (the
@@ -24,7 +25,8 @@
 //! part given back is uncharged at once (`python3`'s million 40-byte objects after
 //! `malloc_trim`: 5 MiB charged, 46 without the split).
 //!
-//! **Give-back order.** Whole free huge pages first (no split, microseconds a page), then the
+//! **Give-back order.** Whole free chunks and huge pages first (no split, microseconds a page),
+//! then the
 //! free slabs outside huge pages, then — breaking huge pages — the free slabs in them
 //! ([`Keg::release_free`]'s three passes, `handoff.rs`). Under pressure, a squeeze, a reclaim or
 //! a drain (the decision's `breaks`) every free slab may go; in a calm pass a partly used huge
@@ -37,8 +39,10 @@
 //! a slab emptied into a huge page waits on the free list for the reclaim's
 //! [`Keg::release_free`], which takes whole pages first.
 //!
-//! **Counting.** `nfree_huge` (free slabs in huge pages) changes under the keg lock wherever a
-//! slab enters or leaves the free list; [`Keg::validate`] recounts it. The stats' huge page
+//! **Counting.** `nfree_huge` (free slabs in huge pages) and each chunk header's `nfree` (its
+//! slabs on the free list: all of them, and the chunk goes back whole without a walk over its
+//! descriptors) change under the keg lock wherever a slab enters or leaves the free list;
+//! [`Keg::validate`] recounts them. The stats' huge page
 //! counts are a walk over the huge chunks' slab descriptors when asked ([`Keg::huge_counts`]).
 
 use super::*;
@@ -179,20 +183,15 @@ pub(super) struct PageUse {
     pub(super) uncarved: usize,
     /// Slabs entirely inside the page: `[inside.0, inside.1)`.
     pub(super) inside: (usize, usize),
-    /// Whether the page holds the chunk's metadata (then it never goes back whole).
-    pub(super) meta: bool,
 }
 
 impl PageUse {
-    /// The page may go back whole: no metadata, no slab overlapping it holding an item, and
-    /// every slab inside it free (so taken off the free list, they are all of it the release
-    /// touches; a page with a clean, lazy or never carved slab inside was broken or is not yet
-    /// full, and goes by its slabs).
+    /// The page may go back whole: no slab overlapping it holding an item, and every slab
+    /// inside it free (so taken off the free list, they are all of it the release touches; a
+    /// page with a clean, lazy or never carved slab inside was broken or is not yet full, and
+    /// goes by its slabs).
     pub(super) fn whole_free(&self) -> bool {
-        !self.meta
-            && self.used == 0
-            && self.free_inside > 0
-            && self.free_inside == self.inside.1 - self.inside.0
+        self.used == 0 && self.free_inside > 0 && self.free_inside == self.inside.1 - self.inside.0
     }
 }
 
@@ -200,8 +199,8 @@ impl Keg {
     /// Whether slab `s` (a valid meta of this keg) lies in huge pages: its chunk is huge.
     #[inline]
     pub(super) fn in_huge(&self, s: *mut SlabMeta) -> bool {
-        let hdr = (s as usize & !(CHUNK_SIZE - 1)) as *const ChunkHeader;
-        // SAFETY: a slab's descriptor lies in its chunk's metadata area, after the header the
+        let hdr = Keg::header_of(s);
+        // SAFETY: a slab's descriptor lies in its chunk's descriptor area, after the header the
         // keg wrote when it took the chunk (`grow`); its `huge` changes only under the keg
         // lock, which the callers hold.
         unsafe { (*hdr).huge }
@@ -219,7 +218,7 @@ impl Keg {
     pub(super) fn make_older_chunks_huge(&self, g: &mut KegInner) {
         let mut c = g.chunks;
         while !c.is_null() {
-            let chunk = c as usize;
+            let chunk = self.chunk_at(c);
             let carved = self.carved(g, c);
             let mut free = 0;
             let mut backed = carved == self.geo.slabs_per_chunk;
@@ -265,10 +264,10 @@ impl Keg {
     /// huge pages it overlaps are broken until [`Keg::collapse_mended`] finds them whole again.
     /// Lock held.
     pub(super) fn mark_broken(&self, s: *mut SlabMeta) {
-        let chunk = s as usize & !(CHUNK_SIZE - 1);
+        let chunk = self.arena.chunk_of_desc(s as usize);
         let (a, len) = self.release_span(s);
         let (first, last) = ((a - chunk) / HUGE_PAGE, (a + len - 1 - chunk) / HUGE_PAGE);
-        let hdr = chunk as *mut ChunkHeader;
+        let hdr = Keg::header_of(s);
         for h in first..=last {
             // SAFETY: the chunk's header, written by `grow`; the caller holds the lock, under
             // which `broken` changes.
@@ -294,7 +293,7 @@ impl Keg {
             let (ps, colour) = (os::page_size(), colour_of(self.tag));
             let mut c = g.chunks;
             while !c.is_null() && !conv.full() {
-                let chunk = c as usize;
+                let chunk = self.chunk_at(c);
                 // SAFETY: `c` is a valid chunk header of this keg; lock held.
                 let broken = unsafe { (*c).broken };
                 for h in 0..PAGES_PER_CHUNK {
@@ -330,7 +329,7 @@ impl Keg {
             let _g = lock(&self.inner);
             for (i, &(addr, _)) in conv.ranges[..conv.n].iter().enumerate() {
                 if done & (1 << i) != 0 {
-                    let hdr = (addr & !(CHUNK_SIZE - 1)) as *mut ChunkHeader;
+                    let hdr = self.header(addr & !(CHUNK_SIZE - 1));
                     // SAFETY: the header of a chunk of this keg (chunks stay while it lives);
                     // the lock is held.
                     unsafe { (*hdr).collapsed += 1 };
@@ -351,7 +350,7 @@ impl Keg {
         if c.is_null() || g.uncarved == 0 || !unsafe { (*c).huge } {
             return;
         }
-        let chunk = c as usize;
+        let chunk = self.chunk_at(c);
         let carved = self.geo.slabs_per_chunk - g.uncarved;
         let from = self.geo.first_slab + (carved << self.geo.slab_shift);
         let to = os::round_up(from, HUGE_PAGE).min(CHUNK_SIZE);
@@ -368,8 +367,8 @@ impl Keg {
 
     /// The range whose pages go back when slab `s` (a valid meta of this keg) is released: the
     /// slab's, and for slab 0 of a huge chunk the colour pages before it too (backed by huge
-    /// page 0 and used by nothing: a drained chunk keeps only its descriptors). Releasing them
-    /// again later is harmless: nothing touches them.
+    /// page 0 and used by nothing). Releasing them again later is harmless: nothing touches
+    /// them.
     #[inline]
     pub(super) fn release_span(&self, s: *mut SlabMeta) -> (usize, usize) {
         let base = self.slab_base(s);
@@ -395,7 +394,6 @@ impl Keg {
         let in_hi = (b.saturating_sub(first) >> shift).min(n);
         let mut u = PageUse {
             inside: (in_lo, in_hi.max(in_lo)),
-            meta: a < first,
             ..PageUse::default()
         };
         for i in lo..hi {
@@ -428,8 +426,9 @@ impl Keg {
         if !unsafe { (*c).huge } {
             return None;
         }
-        debug_assert_eq!(self.arena.mapped_bytes(c as usize), CHUNK_SIZE);
-        Some(self.page_use(c as usize, self.carved(g, c), h))
+        let chunk = self.chunk_at(c);
+        debug_assert_eq!(self.arena.mapped_bytes(chunk), CHUNK_SIZE);
+        Some(self.page_use(chunk, self.carved(g, c), h))
     }
 
     /// The huge page counts of the stats: a walk over the huge chunks' descriptors (lock held).
@@ -464,7 +463,8 @@ impl Keg {
     /// Pass 0 of a release: the free slabs of every whole free huge page (at most `to_release`
     /// slabs' worth, and at least one page when any is due) go off the free list and into `d`'s
     /// pages to release (or the session's), one run per page: the whole page where its slabs
-    /// tile it (counted in `huge_released`).
+    /// tile it (counted in `huge_released`), and a chunk whose slabs are all free (at least half
+    /// a chunk due) as one run of both pages, the slabs straddling the pages' border with them.
     /// Returns the lock and the bytes counted as released now; adds to `left`
     /// the free slabs of huge pages left partly used and the slabs those pages hold (what
     /// [`idle_breaks`] weighs).
@@ -477,9 +477,29 @@ impl Keg {
         left: &mut (usize, usize),
     ) -> (crate::sync::MutexGuard<'g, KegInner>, usize) {
         let (mut taken, mut released) = (0, 0);
+        let (first, shift, n) = (
+            self.geo.first_slab,
+            self.geo.slab_shift,
+            self.geo.slabs_per_chunk,
+        );
         let mut c = g.chunks;
         while !c.is_null() {
-            let chunk = c as usize;
+            let chunk = self.chunk_at(c);
+            // SAFETY: `c` is a valid chunk header of this keg; lock held.
+            let (huge, nfree) = unsafe { ((*c).huge, (*c).nfree as usize) };
+            if huge && nfree == n && to_release - taken.min(to_release) >= n / 2 {
+                // Every slab carved and free: the chunk whole, its colour pages and tail with it
+                // (no slab's).
+                let (g2, bytes) = self.release_run(g, chunk, (0, n), (chunk, CHUNK_SIZE), sess, d);
+                g = g2;
+                g.huge_released += PAGES_PER_CHUNK as u32;
+                taken += n;
+                released += bytes;
+                // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list while
+                // it lives, also across the lock drops in `release_run`); lock held.
+                c = unsafe { (*c).next };
+                continue;
+            }
             for h in 0..PAGES_PER_CHUNK {
                 match self.huge_page_use(&g, c, h) {
                     None => {}
@@ -493,62 +513,86 @@ impl Keg {
                     }
                     Some(u) => {
                         // Whole free: every slab inside it is carved and free (`whole_free`).
-                        for i in u.inside.0..u.inside.1 {
-                            let s = self.meta(chunk, i);
-                            taken += 1;
-                            // SAFETY: `s` is a carved slab of this chunk on the free list (the
-                            // page is whole free); lock held.
-                            unsafe { self.unlist_free(&mut g, s) };
-                            if sess.active() {
-                                // SAFETY: `s` is entirely free and now on no list; lock held.
-                                unsafe { self.to_releasing(&mut g, s) };
-                            } else {
-                                // SAFETY: `s` is entirely free and now on no list; lock held.
-                                // Chained through `next` (it is on no list) until its page is gone.
-                                unsafe {
-                                    self.to_inflight(&mut g, s);
-                                    (*s).next = d.chained;
-                                }
-                                d.chained = s;
-                                d.nchained += 1;
-                                released += self.geo.slab_size;
-                            }
-                        }
-                        // The run of the page's slabs, all taken off the free list above, and the
-                        // chunk's tail after its last slab (no slab's: nothing ever hands it out): the
-                        // whole page where the slabs start on it (4 KiB slabs always), so the kernel
-                        // frees the huge page without splitting it.
-                        let addr =
-                            chunk + self.geo.first_slab + (u.inside.0 << self.geo.slab_shift);
-                        let end = if u.inside.1 == self.geo.slabs_per_chunk {
+                        // The run of the page's slabs, with the colour pages before slab 0 and
+                        // the chunk's tail after its last slab (no slab's: nothing ever hands
+                        // them out): the whole page where the slabs start and end on its borders
+                        // (4 KiB slabs always), so the kernel frees the huge page without
+                        // splitting it.
+                        let addr = if u.inside.0 == 0 {
+                            chunk
+                        } else {
+                            chunk + first + (u.inside.0 << shift)
+                        };
+                        let end = if u.inside.1 == n {
                             chunk + (h + 1) * HUGE_PAGE
                         } else {
-                            chunk + self.geo.first_slab + (u.inside.1 << self.geo.slab_shift)
+                            chunk + first + (u.inside.1 << shift)
                         };
-                        let len = end - addr;
-                        if len == HUGE_PAGE {
+                        let (g2, bytes) =
+                            self.release_run(g, chunk, u.inside, (addr, end - addr), sess, d);
+                        g = g2;
+                        if end - addr == HUGE_PAGE {
                             g.huge_released += 1;
                         }
-                        if sess.active() {
-                            sess.add(addr, len);
-                            if sess.has_overflow() {
-                                drop(g);
-                                sess.release_overflow();
-                                g = lock(&self.inner);
-                            }
-                        } else {
-                            d.pages[d.npages] = (addr, len);
-                            d.npages += 1;
-                            if d.full() {
-                                g = self.release_deferred(g, d);
-                            }
-                        }
+                        taken += u.inside.1 - u.inside.0;
+                        released += bytes;
                     }
                 }
             }
             // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list while it
             // lives, also across the lock drops above); lock held.
             c = unsafe { (*c).next };
+        }
+        (g, released)
+    }
+
+    /// Takes slabs `[slabs.0, slabs.1)` of `chunk` (carved, free, on the free list) off the free
+    /// list and gives back `range` (`(addr, len)`: their pages, with pages of the chunk no slab
+    /// holds), through the session when one is active, else through `d`. Returns the lock
+    /// (dropped and taken again when a batch is full) and the bytes counted as released now.
+    fn release_run<'g>(
+        &'g self,
+        mut g: crate::sync::MutexGuard<'g, KegInner>,
+        chunk: usize,
+        slabs: (usize, usize),
+        (addr, len): (usize, usize),
+        sess: &mut Session,
+        d: &mut Deferred,
+    ) -> (crate::sync::MutexGuard<'g, KegInner>, usize) {
+        let mut released = 0;
+        for i in slabs.0..slabs.1 {
+            let s = self.meta(chunk, i);
+            // SAFETY: `s` is a carved slab of this chunk on the free list (the caller's
+            // guarantee); lock held.
+            unsafe { self.unlist_free(&mut g, s) };
+            if sess.active() {
+                // SAFETY: `s` is entirely free and now on no list; lock held.
+                unsafe { self.to_releasing(&mut g, s) };
+            } else {
+                // SAFETY: `s` is entirely free and now on no list; lock held. Chained through
+                // `next` (it is on no list) until its page is gone.
+                unsafe {
+                    self.to_inflight(&mut g, s);
+                    (*s).next = d.chained;
+                }
+                d.chained = s;
+                d.nchained += 1;
+                released += self.geo.slab_size;
+            }
+        }
+        if sess.active() {
+            sess.add(addr, len);
+            if sess.has_overflow() {
+                drop(g);
+                sess.release_overflow();
+                g = lock(&self.inner);
+            }
+        } else {
+            d.pages[d.npages] = (addr, len);
+            d.npages += 1;
+            if d.full() {
+                g = self.release_deferred(g, d);
+            }
         }
         (g, released)
     }
@@ -593,7 +637,7 @@ mod tests {
         let mut v = Vec::new();
         let mut c = g.chunks;
         while !c.is_null() {
-            v.push(c as usize);
+            v.push(k.chunk_at(c));
             // SAFETY: a valid chunk header of this keg; lock held.
             c = unsafe { (*c).next };
         }
@@ -659,8 +703,8 @@ mod tests {
         k.take_back(&v, &mut d, None::<fn(*mut u8)>, |_, _| panic!("invalid"));
         let c = k.validate().unwrap();
         assert_eq!(c.items_out, 0);
-        // The pages that may go back whole: the second huge page of each huge chunk whose slabs
-        // were all carved (the newest chunk's may not be); never the first (the descriptors).
+        // The pages that may go back whole: both huge pages of each huge chunk whose slabs were
+        // all carved (the newest chunk's may not be): the descriptors lie in no chunk.
         let whole = {
             let g = lock(&k.inner);
             let mut n = 0;
@@ -669,9 +713,9 @@ mod tests {
                 // SAFETY: a valid chunk header of this keg; lock held.
                 if unsafe { (*ch).huge } {
                     let carved = k.carved(&g, ch);
-                    let u = k.page_use(ch as usize, carved, 1);
-                    n += usize::from(u.whole_free());
-                    assert!(!k.page_use(ch as usize, carved, 0).whole_free(), "metadata");
+                    for h in 0..PAGES_PER_CHUNK {
+                        n += usize::from(k.page_use(k.chunk_at(ch), carved, h).whole_free());
+                    }
                 }
                 // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list
                 // while it lives); lock held.
@@ -679,9 +723,12 @@ mod tests {
             }
             n
         };
-        assert!(whole + 1 >= c.huge_chunks && whole > 0, "{whole} of {c:?}");
-        // A calm release: every second huge page goes back whole, the first ones (no item in
-        // them) by their slabs.
+        assert!(
+            whole + 2 >= 2 * c.huge_chunks && whole > 0,
+            "{whole} of {c:?}"
+        );
+        // A calm release: every huge page goes back whole (no item in them), the newest
+        // chunk's uncarved part apart.
         let mut calm = Disposal::keep();
         calm.breaks = false;
         let bytes = k.release_free(0, &mut calm);
@@ -765,12 +812,12 @@ mod tests {
         k.destroy().unwrap();
     }
 
+    /// A drained huge chunk goes back whole, both its huge pages as huge pages (no split: its
+    /// descriptors lie in the descriptor span, `arena.rs`), colour pages and all; taken again,
+    /// it faults in as huge pages again.
     #[test]
-    fn a_drained_huge_chunk_keeps_only_its_descriptors() {
+    fn a_drained_huge_chunk_goes_back_whole() {
         let (k, v) = dense_keg((HUGE_AFTER + (12 << 20)) / 64);
-        let ps = os::page_size();
-        let meta_end = k.geo.first_slab - colour_of(k.tag) * ps;
-        assert!(meta_end < k.geo.first_slab, "a keg with colour pages");
         // The chunks taken huge (faulted in as huge pages; root reads the frames' flags).
         let taken_huge: Vec<usize> = chunks_of(&k)
             .into_iter()
@@ -786,43 +833,68 @@ mod tests {
         k.take_back(&v, &mut Disposal::keep(), None::<fn(*mut u8)>, |_, _| {
             panic!("invalid")
         });
-        // A drain: every free slab goes, huge pages broken as needed.
+        // A drain: every free slab goes.
+        let before = k.validate().unwrap();
         k.release_free(0, &mut Disposal::keep());
-        // Each one's first huge page, given back but for its descriptors, was split before:
-        // the descriptors are a page of their own, the rest freed (and uncharged) at once —
-        // not a part of a huge page that the memory cgroup is charged for until the kernel
-        // splits it.
-        for &c in &taken_huge {
-            assert_eq!(
-                os::page_in_thp(c),
-                Some(false),
-                "chunk {c:#x}'s descriptors"
-            );
-        }
         let c = k.validate().unwrap();
         assert_eq!((c.free_slabs, c.backed_slabs), (0, 0), "{c:?}");
+        // Every chunk all carved went back as its two huge pages (the newest chunk's carved
+        // pages one by one).
+        assert!(
+            c.huge_released as usize + 2 >= 2 * before.huge_chunks,
+            "{before:?} then {c:?}"
+        );
+        assert_eq!(k.huge_pages().broken, 0, "none split");
         let g = lock(&k.inner);
         let mut ch = g.chunks;
         let mut huge = 0;
         while !ch.is_null() {
-            let chunk = ch as usize;
-            // SAFETY: a valid chunk header of this keg; lock held. (The newest chunk's huge
-            // page being carved also backed its slabs not carved yet: they went too.)
+            let chunk = k.chunk_at(ch);
+            // SAFETY: a valid chunk header of this keg; lock held.
             if unsafe { (*ch).huge } {
                 huge += 1;
-                // Page 0 backed the colour pages with the descriptors; slab 0 took them along.
                 assert_eq!(
-                    crate::keg::tests::resident_pages(chunk + meta_end, CHUNK_SIZE - meta_end),
+                    crate::keg::tests::resident_pages(chunk, CHUNK_SIZE),
                     0,
-                    "a huge chunk's pages after its descriptors"
+                    "huge chunk {chunk:#x}: nothing left, the colour pages neither"
                 );
-                assert!(crate::keg::tests::resident_pages(chunk, meta_end) > 0);
+                assert!(
+                    crate::keg::tests::resident_pages(k.arena.desc_of(chunk), os::page_size()) > 0,
+                    "its descriptors stay"
+                );
             }
             // SAFETY: as above.
             ch = unsafe { (*ch).next };
         }
         assert!(huge >= 11);
         drop(g);
+        // Taken again and written: the chunks fault in huge pages again, none left in 4 KiB
+        // pages by a split (but the newest, carved in part: its carved slabs went one by one).
+        let again = crate::keg::tests::import_n(&k, v.len());
+        for &p in &again {
+            // SAFETY: an item of ours, 64 bytes.
+            unsafe { p.write_bytes(0x6b, 64) };
+        }
+        let newest = chunks_of(&k)[0];
+        for &c in taken_huge.iter().filter(|&&c| c != newest) {
+            assert_eq!(
+                os::page_in_thp(c + HUGE_PAGE),
+                Some(true),
+                "{c:#x}'s second page"
+            );
+            assert_eq!(
+                os::page_in_thp(c + colour_of(k.tag) * os::page_size()),
+                Some(true),
+                "{c:#x}'s first page"
+            );
+        }
+        k.take_back(
+            &again,
+            &mut Disposal::keep(),
+            None::<fn(*mut u8)>,
+            |_, _| panic!("invalid"),
+        );
+        k.validate().unwrap();
         k.destroy().unwrap();
     }
 
@@ -850,31 +922,29 @@ mod tests {
             after_kb > before_kb && after_kb >= 4096,
             "{before_kb} kB, then {after_kb} kB"
         );
-        // The oldest chunk: all its items back and released, breaking its first page (the
-        // descriptors) and its second whole.
+        // The oldest chunk's first page: its items back but for one slab's, and released under
+        // pressure: the page is broken (its other slabs given back while that one stays).
+        let kept_slab = v[0] as usize & !(k.geo.slab_size - 1);
         let mine: Vec<*mut u8> = v
             .iter()
             .copied()
-            .filter(|&p| p as usize & !(CHUNK_SIZE - 1) == chunk)
+            .filter(|&p| {
+                let a = p as usize;
+                a >= chunk && a < chunk + HUGE_PAGE && a & !(k.geo.slab_size - 1) != kept_slab
+            })
             .collect();
-        // (Whether the newest chunk's second page holds memory yet depends on the keg's colour,
-        // which depends on how many kegs the process made before: counted, not assumed.)
         let pages = k.huge_pages().pages;
         k.take_back(&mine, &mut Disposal::keep(), None::<fn(*mut u8)>, |_, _| {
             panic!("invalid")
         });
         k.release_free(0, &mut Disposal::keep());
-        assert_eq!(
-            k.huge_pages().pages,
-            pages - 2,
-            "the oldest chunk's two pages"
-        );
-        // Taken again (clean slabs before new ones: this chunk's), the first page faults in
-        // 4 KiB pages, the second as a huge page.
+        assert_eq!(k.huge_pages().pages, pages, "the page still holds memory");
+        assert_eq!(k.huge_pages().broken, 1, "and is broken");
+        // Taken again (clean slabs before new ones: this page's), it faults in 4 KiB pages.
         let again = crate::keg::tests::import_n(&k, mine.len());
         assert!(again
             .iter()
-            .all(|&p| p as usize & !(CHUNK_SIZE - 1) == chunk));
+            .all(|&p| p as usize >= chunk && (p as usize) < chunk + HUGE_PAGE));
         // Taken but not yet written: whole by the keg's count, but its 4 KiB pages are not in
         // memory, and a collapse would back them all: left broken for a later pass.
         assert_eq!(k.collapse_mended(), 0, "an absent page is not collapsed");

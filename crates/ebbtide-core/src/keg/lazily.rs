@@ -71,7 +71,7 @@ impl Keg {
         }
         let mut c = g.chunks;
         while !c.is_null() && to_move > 0 {
-            let chunk = c as usize;
+            let chunk = self.chunk_at(c);
             let carved = self.carved(&g, c);
             let mut run: Option<(usize, usize)> = None; // (first slab, count)
             for i in 0..=carved {

@@ -29,9 +29,9 @@
 //! arrives: a chunk of 4 KiB slabs has about a thousand slab descriptors, and writing them all
 //! makes a program that uses many size classes a little touch pages of descriptors it never
 //! needs (`docs/design/carve-on-first-use.md`). Only the newest chunk has never-used slabs,
-//! always its last `uncarved`; their descriptors are still the chunk's zero pages, which read as
-//! a `Clean` slab with no free item, so a free into one is refused like a free into any clean
-//! slab.
+//! always its last `uncarved`; their descriptors are still zero (mapped with the chunk, in its
+//! descriptor area: `arena.rs`), which reads as a `Clean` slab with no free item, so a free into
+//! one is refused like a free into any clean slab.
 //!
 //! Files, one concern each: [`lists`] (the intrusive slab lists), [`carve`] (chunks, carving,
 //! import), [`cursor`] (taking items back, with its cursor over the current slab), [`excess`]
@@ -105,6 +105,10 @@ struct ChunkHeader {
     /// Huge pages of this chunk the keg collapsed, ever (the stats' `huge_collapsed`: a
     /// per-chunk count, as the zone object has no room left). Lock held.
     collapsed: u32,
+    /// Slabs of this chunk on the free list: all of them, and the chunk may go back whole
+    /// without a look at each (`huge.rs`, `release_whole_pages`). Changes where `nfree_slabs`
+    /// does, under the lock.
+    nfree: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<ChunkHeader>() <= CHUNK_HEADER);
@@ -311,14 +315,34 @@ impl Keg {
         usize::try_from(cap).unwrap_or(usize::MAX).max(1)
     }
 
+    /// The descriptor of slab `i` of the chunk at `chunk` (in its descriptor area, `arena.rs`).
     #[inline]
     pub(super) fn meta(&self, chunk: usize, i: usize) -> *mut SlabMeta {
-        (chunk + CHUNK_HEADER + i * self.geo.meta_size) as *mut SlabMeta
+        (self.arena.desc_of(chunk) + CHUNK_HEADER + i * self.geo.meta_size) as *mut SlabMeta
+    }
+
+    /// The header of the chunk at `chunk` (one of this keg's), at its descriptor area's start.
+    #[inline]
+    fn header(&self, chunk: usize) -> *mut ChunkHeader {
+        self.arena.desc_of(chunk) as *mut ChunkHeader
+    }
+
+    /// The chunk whose header is `c`.
+    #[inline]
+    fn chunk_at(&self, c: *const ChunkHeader) -> usize {
+        self.arena.chunk_of_desc(c as usize)
+    }
+
+    /// The header of the chunk of the slab `s` describes (a valid meta of this keg): the start
+    /// of the descriptor area `s` lies in.
+    #[inline]
+    fn header_of(s: *const SlabMeta) -> *mut ChunkHeader {
+        (s as usize & !(arena::DESC_STRIDE - 1)) as *mut ChunkHeader
     }
 
     #[inline]
     pub(super) fn slab_base(&self, s: *mut SlabMeta) -> usize {
-        let chunk = s as usize & !(CHUNK_SIZE - 1);
+        let chunk = self.arena.chunk_of_desc(s as usize);
         // SAFETY: `s` is a valid meta (callers hold the lock or own the slab).
         let idx = unsafe { (*s).index } as usize;
         chunk + self.geo.first_slab + (idx << self.geo.slab_shift)
@@ -439,11 +463,14 @@ impl Keg {
         let mut c = g.chunks;
         while !c.is_null() {
             let touched = self.meta_touched(self.carved(&g, c));
-            // SAFETY: `c` is a valid chunk header; we read `next` before the chunk is freed, and
-            // nothing uses the chunk any more (no items out).
+            // SAFETY: `c` is a valid chunk header; we read `next` before the chunk (and its
+            // descriptor area, which holds the header) is freed, and nothing uses the chunk any
+            // more (no items out).
             unsafe {
                 let next = (*c).next;
-                self.arena.free_chunk(NonNull::new_unchecked(c as *mut u8));
+                let chunk = self.chunk_at(c);
+                self.arena
+                    .free_chunk(NonNull::new_unchecked(chunk as *mut u8));
                 os::sub_metadata(touched);
                 c = next;
             }

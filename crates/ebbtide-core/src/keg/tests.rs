@@ -213,18 +213,27 @@ fn kegs_made_one_after_another_start_their_slabs_on_different_pages() {
 #[test]
 fn slab_metadata_is_written_as_slabs_are_first_used() {
     let ps = os::page_size();
-    // 16-byte items: 4 KiB slabs, about a thousand descriptors of 48 bytes (12 pages).
+    // 16-byte items: 4 KiB slabs, a thousand descriptors of 96 bytes (24 pages) in the
+    // chunk's descriptor area (`arena.rs`), none in the chunk.
     let k = Keg::new(16, 0).unwrap();
     let g = k.geo;
-    assert!(g.first_slab >= 8 * ps, "{g:?}");
+    assert_eq!(g.meta_size, 96, "{g:?}");
+    assert!(g.slabs_per_chunk > CHUNK_SIZE / ps - COLOURS, "{g:?}");
     let mut v = vec![ptr::null_mut(); 3 * g.items_per_slab];
     assert_eq!(k.import(&mut v).unwrap(), v.len());
     let chunk = v[0] as usize & !(CHUNK_SIZE - 1);
+    let desc = k.arena.desc_of(chunk);
+    let desc_resident = || resident_pages(desc, k.arena.desc_mapped_bytes(chunk));
+    assert_eq!(desc_resident(), 1, "three slabs: one page of descriptors");
     assert_eq!(
-        resident_pages(chunk, g.first_slab),
-        1,
-        "three slabs: one page of metadata"
+        k.arena.desc_mapped_bytes(chunk),
+        os::round_up(
+            CHUNK_HEADER + g.slabs_per_chunk * g.meta_size,
+            crate::arena::DESC_STEP
+        ),
+        "mapped whole with the chunk (a free into a slab never carved reads its descriptor)"
     );
+    assert_eq!(resident_pages(chunk, g.first_slab), 0, "the colour pages");
     let c = k.validate().unwrap();
     assert_eq!(c.backed_slabs, 3);
     assert_eq!(
@@ -255,10 +264,11 @@ fn slab_metadata_is_written_as_slabs_are_first_used() {
     let c = k.validate().unwrap();
     assert_eq!((c.chunks, c.backed_slabs), (2, g.slabs_per_chunk + 1));
     let meta_pages = os::round_up(CHUNK_HEADER + g.slabs_per_chunk * g.meta_size, ps) / ps;
+    assert_eq!(desc_resident(), meta_pages, "every descriptor written");
     assert_eq!(
         resident_pages(chunk, g.first_slab),
-        meta_pages,
-        "every descriptor written, the colour's pages never touched"
+        0,
+        "the colour's pages never touched"
     );
     take_back(&k, &all, false, |_| {}, |_, _| panic!("valid"));
     assert_eq!(

@@ -16,7 +16,7 @@ impl Keg {
         let mut nchunks = 0;
         while !c.is_null() {
             nchunks += 1;
-            let chunk = c as usize;
+            let chunk = self.chunk_at(c);
             // SAFETY: valid chunk header; lock held.
             let huge = unsafe { (*c).huge };
             nhuge += usize::from(huge);
@@ -24,9 +24,17 @@ impl Keg {
                 return Err(format!("chunk {chunk:#x} is not tagged with this keg"));
             }
             let carved = self.carved(&g, c);
+            // Every descriptor readable: a free into a slab never carved reads one.
+            let desc_mapped = self.arena.desc_mapped_bytes(chunk);
+            if desc_mapped < CHUNK_HEADER + self.geo.slabs_per_chunk * self.geo.meta_size {
+                return Err(format!(
+                    "chunk {chunk:#x}: descriptors mapped through {desc_mapped} bytes only"
+                ));
+            }
             for i in carved..self.geo.slabs_per_chunk {
                 let s = self.meta(chunk, i) as *const u8;
-                // SAFETY: inside the chunk's metadata area (i < slabs_per_chunk); lock held.
+                // SAFETY: inside the chunk's descriptor area (i < slabs_per_chunk), mapped
+                // (just checked); lock held.
                 let zero = unsafe {
                     core::slice::from_raw_parts(s, self.geo.meta_size)
                         .iter()
@@ -39,6 +47,7 @@ impl Keg {
                 }
                 nc += 1;
             }
+            let nf_before = nf;
             for i in 0..carved {
                 let s = self.meta(chunk, i);
                 // SAFETY: valid meta; lock held.
@@ -92,6 +101,14 @@ impl Keg {
                         "slab {i} of chunk {chunk:#x}: state {state:?} with nfree {nfree}"
                     ));
                 }
+            }
+            // SAFETY: valid chunk header; lock held.
+            let counted = unsafe { (*c).nfree } as usize;
+            if counted != nf - nf_before {
+                return Err(format!(
+                    "chunk {chunk:#x}: {counted} free slabs counted, {} found",
+                    nf - nf_before
+                ));
             }
             // SAFETY: valid chunk header; lock held.
             c = unsafe { (*c).next };
