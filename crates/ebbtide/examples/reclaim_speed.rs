@@ -2,6 +2,11 @@
 //! then one DRAIN_CPU; prints the time per GiB given back, against the bare MADV_DONTNEED of the
 //! same amount of touched memory measured in the same run. Medians of `REPS` repetitions.
 //!
+//! Two places the cache can sit ("cache in" column): the zone's **depot** (a zone with per-CPU
+//! caches: the freed items wait in buckets, and the drain first puts every one back in its slab)
+//! and its **slabs** (a `NOBUCKET` zone: every free went to its slab at once, so the cache is
+//! free slabs, in whole huge pages for a dense zone, and the drain only gives pages back).
+//!
 //! Two denominators: the zone's own slab bytes given back (the cached items: `MIB` MiB for these
 //! item sizes, which fill their slabs exactly) — the figure the target is about — and every byte
 //! the call reports, which also counts the bucket objects that held the cached pointers (about
@@ -16,7 +21,7 @@
 //! `cargo run --release -p ebbtide --example reclaim_speed [MIB] [REPS]` (the environment's
 //! `RECLAIM_SPEED_SIZES=64,4096` measures only those item sizes)
 
-use ebbtide::{Request, Zone, ZoneOptions};
+use ebbtide::{Request, Zone, ZoneFlags, ZoneOptions};
 use std::time::Instant;
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -66,17 +71,22 @@ fn main() {
         .unwrap_or(5);
     let _ = ebbtide::options::set("reclaim_thread", "false");
     println!(
-        "| item size | cached MiB | in huge pages MiB | ms per GiB of cached items (median of {reps}) | ms per GiB of all bytes returned | bucket MiB returned | RSS drop MiB | bare MADV_DONTNEED ms/GiB, 4 KiB / 2 MiB pages | ratio (items) to 4 KiB / 2 MiB |"
+        "| item size | cache in | cached MiB | in huge pages MiB | ms per GiB of cached items (median of {reps}) | ms per GiB of all bytes returned | bucket MiB returned | RSS drop MiB | bare MADV_DONTNEED ms/GiB, 4 KiB / 2 MiB pages | ratio (items) to 4 KiB / 2 MiB |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let gib = (1u64 << 30) as f64;
     // `RECLAIM_SPEED_SIZES=4096` (comma-separated) measures only those item sizes.
     let sizes: Vec<usize> = std::env::var("RECLAIM_SPEED_SIZES")
         .ok()
         .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![64, 256, 4096]);
-    for size in sizes {
-        let z = Zone::new(ZoneOptions::new(&format!("speed-{size}"), size)).unwrap();
+    for (size, slabs) in sizes.iter().flat_map(|&s| [(s, false), (s, true)]) {
+        let (name, flags) = if slabs {
+            (format!("speed-{size}-slabs"), ZoneFlags::NOBUCKET)
+        } else {
+            (format!("speed-{size}"), ZoneFlags::default())
+        };
+        let z = Zone::new(ZoneOptions::new(&name, size).flags(flags)).unwrap();
         let n = (mib << 20) / size;
         let (mut per_item_gib, mut per_all_gib, mut bare) = (Vec::new(), Vec::new(), Vec::new());
         let (mut bucket_mib, mut rss_drop_mib) = (Vec::new(), Vec::new());
@@ -110,7 +120,8 @@ fn main() {
         }
         let (o, b, bh) = (median(per_item_gib), median(bare), median(bare_huge));
         println!(
-            "| {size} | {mib} | {:.0} | {o:.1} | {:.1} | {:.0} | {:.0} | {b:.1} / {bh:.1} | {:.2} / {:.2} |",
+            "| {size} | {} | {mib} | {:.0} | {o:.1} | {:.1} | {:.0} | {:.0} | {b:.1} / {bh:.1} | {:.2} / {:.2} |",
+            if slabs { "slabs" } else { "depot" },
             median(huge_mib),
             median(per_all_gib),
             median(bucket_mib),
