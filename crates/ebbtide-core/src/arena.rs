@@ -575,8 +575,9 @@ impl Arena {
         Ok(())
     }
 
-    /// Gives back `[addr, addr + len)` (page aligned, inside one chunk, holding nothing anyone
-    /// uses). In a huge chunk each huge page the range covers only in part is split first
+    /// Gives back `[addr, addr + len)` (page aligned, inside one chunk or across adjacent
+    /// chunks of this arena, each mapped there, holding nothing anyone uses), in one
+    /// `madvise`. In a huge chunk each huge page the range covers only in part is split first
     /// ([`os::split_huge`]), so the part given back leaves the memory cgroup's charge now, not
     /// when the kernel gets round to splitting the page; a page the range covers whole goes back
     /// as a huge page. A page split before (a broken one) costs the one `madvise` more.
@@ -584,24 +585,28 @@ impl Arena {
     /// # Safety
     /// As [`os::release`]: the range is mapped memory of the caller's chunk and unused.
     pub(crate) unsafe fn release_pages(&self, addr: usize, len: usize) {
-        let chunk = addr & !(CHUNK_SIZE - 1);
-        debug_assert!(len > 0 && addr + len <= chunk + CHUNK_SIZE);
-        // The mark is set under the owner's lock before any slab of a huge page is carved from
-        // it and cleared only once the owner gave the chunk back; a caller that released a slab
-        // reads its owner's mark or (for a chunk just made huge by `make_older_chunks_huge`,
-        // whose pages are still 4 KiB) an older one, and then only skips a split that would have
-        // had nothing to split.
-        if self.map_entry((chunk - self.base) >> CHUNK_SHIFT).is_huge() {
-            let end = addr + len;
-            let mut h = addr & !(HUGE_PAGE - 1);
-            while h < end {
-                let from = addr.max(h);
-                if from != h || end < h + HUGE_PAGE {
-                    // SAFETY: `from` is a page of the range (non-null, mapped, unused).
-                    os::split_huge(unsafe { NonNull::new_unchecked(from as *mut u8) });
+        let end = addr + len;
+        debug_assert!(len > 0 && addr >= self.base && end <= self.base + self.len);
+        let mut chunk = addr & !(CHUNK_SIZE - 1);
+        while chunk < end {
+            // The mark is set under the owner's lock before any slab of a huge page is carved
+            // from it and cleared only once the owner gave the chunk back; a caller that
+            // released a slab reads its owner's mark or (for a chunk just made huge by
+            // `make_older_chunks_huge`, whose pages are still 4 KiB) an older one, and then only
+            // skips a split that would have had nothing to split.
+            if self.map_entry((chunk - self.base) >> CHUNK_SHIFT).is_huge() {
+                let (from, to) = (addr.max(chunk), end.min(chunk + CHUNK_SIZE));
+                let mut h = from & !(HUGE_PAGE - 1);
+                while h < to {
+                    let part = from.max(h);
+                    if part != h || to < h + HUGE_PAGE {
+                        // SAFETY: `part` is a page of the range (non-null, mapped, unused).
+                        os::split_huge(unsafe { NonNull::new_unchecked(part as *mut u8) });
+                    }
+                    h += HUGE_PAGE;
                 }
-                h += HUGE_PAGE;
             }
+            chunk += CHUNK_SIZE;
         }
         // SAFETY: the caller's guarantee.
         unsafe { os::release(NonNull::new_unchecked(addr as *mut u8), len) };
@@ -1067,6 +1072,63 @@ mod tests {
         // SAFETY: c came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c) };
         assert!(!huge(chunk), "the mark goes with the owner");
+    }
+
+    /// One release across two adjacent huge chunks: the huge pages it covers in part, in both
+    /// chunks, are split; those it covers whole go whole; the rest keeps its contents.
+    #[test]
+    fn a_release_across_adjacent_chunks_splits_each_part() {
+        let a = get().unwrap();
+        let ps = os::page_size();
+        let mut held: Vec<NonNull<u8>> = Vec::new();
+        let (c1, c2) = loop {
+            let c = a
+                .alloc_chunk(a.new_tag(), 0x9000, ps, 4096, os::Thp::Huge)
+                .unwrap();
+            if let Some(&prev) = held.last() {
+                if c.as_ptr() as usize == prev.as_ptr() as usize + CHUNK_SIZE {
+                    held.pop();
+                    break (prev, c);
+                }
+            }
+            assert!(held.len() < 64, "no two adjacent chunks");
+            held.push(c);
+        };
+        for h in held {
+            // SAFETY: `h` came from alloc_chunk and is unused.
+            unsafe { a.free_chunk(h) };
+        }
+        let (x, y) = (c1.as_ptr() as usize, c2.as_ptr() as usize);
+        // SAFETY: both chunks are ours, mapped whole; every page touched.
+        unsafe {
+            c1.as_ptr().write_bytes(1, CHUNK_SIZE);
+            c2.as_ptr().write_bytes(2, CHUNK_SIZE);
+        }
+        // The last 4 pages of c1, c2's first huge page whole and 4 pages of its second.
+        // SAFETY: pages of our chunks, holding nothing anyone uses.
+        unsafe { a.release_pages(y - 4 * ps, 4 * ps + HUGE_PAGE + 4 * ps) };
+        if os::thp_observable() {
+            assert_eq!(os::page_in_thp(x), Some(true), "c1's first page untouched");
+            assert_eq!(
+                os::page_in_thp(y - 5 * ps),
+                Some(false),
+                "c1's second page split"
+            );
+            assert_eq!(
+                os::page_in_thp(y + CHUNK_SIZE - ps),
+                Some(false),
+                "c2's second split"
+            );
+        }
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(*(y as *const u8).sub(5 * ps), 1, "kept");
+            assert_eq!(*(y as *const u8).sub(4 * ps), 0, "given back");
+            assert_eq!(*(y as *const u8).add(HUGE_PAGE - 1), 0, "given back whole");
+            assert_eq!(*(y as *const u8).add(HUGE_PAGE + 4 * ps), 2, "kept");
+            a.free_chunk(c1);
+            a.free_chunk(c2);
+        }
     }
 
     /// A chunk handed out carries its first slab's address as its start word; given back, 0.

@@ -45,6 +45,11 @@ const RING: usize = 64;
 /// the end. Whole chunks measured better than 1 MiB runs here (fewer `madvise` calls, each with
 /// its fixed cost and TLB flush); the helper still starts within a few chunks of a drain.
 pub(crate) const MAX_RUN: usize = CHUNK_SIZE;
+/// Runs of adjacent chunks (a drain gives back whole chunks of one keg, which lie side by side
+/// in the arena) are posted as one of up to this many bytes: each `madvise` flushes the other
+/// CPUs' TLBs of the process once (an IPI to each), and one per 4 MiB chunk cost the drain of
+/// 1 GiB of free slabs more than the kernel's own work.
+pub(crate) const MAX_COALESCE: usize = 8 * CHUNK_SIZE;
 /// What a session completes at its end: an owner of slabs handed to the session (a keg), which
 /// moves them from its `releasing` list to `clean` once their pages are gone and returns their
 /// bytes. Defined here so that the pipeline sits below the kegs that use it.
@@ -144,6 +149,21 @@ fn next_run(bits: &[u64], from: usize, npg: usize) -> Option<(usize, usize)> {
         return Some((start, pg));
     }
     None
+}
+
+/// The run `held` and `run` (`(addr, len)`) make together when they are adjacent, in either
+/// order, and no longer than [`MAX_COALESCE`]; `None` otherwise (or with nothing held). Pure.
+fn coalesced(held: (usize, usize), run: (usize, usize)) -> Option<(usize, usize)> {
+    let ((h, hl), (a, l)) = (held, run);
+    if hl == 0 || hl + l > MAX_COALESCE {
+        None
+    } else if h + hl == a {
+        Some((h, hl + l))
+    } else if a + l == h {
+        Some((a, hl + l))
+    } else {
+        None
+    }
 }
 
 /// Gives a run of a chunk's pages back through the arena, which splits the huge pages the run
@@ -271,8 +291,9 @@ fn post(addr: usize, len: usize) -> bool {
     true
 }
 
-/// Runs one flush can produce at most (every other page of a chunk).
-const OVERFLOW: usize = CHUNK_PAGES_MAX / 2;
+/// Runs one flush can produce at most (every other page of a chunk), and the held one
+/// ([`Session::emit`]).
+const OVERFLOW: usize = CHUNK_PAGES_MAX / 2 + 1;
 
 /// One reclaim's use of the pipeline. See the module documentation.
 ///
@@ -295,6 +316,9 @@ pub(crate) struct Session {
     /// runs under a keg lock).
     overflow: [(usize, usize); OVERFLOW],
     noverflow: usize,
+    /// The last run flushed, not yet posted: the next one is added to it when adjacent
+    /// ([`MAX_COALESCE`]); `(0, 0)` for none. Posted before the session completes its kegs.
+    held: (usize, usize),
 }
 
 impl Session {
@@ -343,6 +367,7 @@ impl Session {
             keep_reserve: true,
             overflow: [(0, 0); OVERFLOW],
             noverflow: 0,
+            held: (0, 0),
         }
     }
 
@@ -356,9 +381,10 @@ impl Session {
     /// Gives back the runs that found the ring full, on this thread. Call with no keg lock held.
     pub(crate) fn release_overflow(&mut self) {
         for &(a, l) in &self.overflow[..self.noverflow] {
-            // SAFETY: each run is whole slabs an enlisted keg took off every list under its lock
-            // (on its `releasing` list, `Clean`): committed memory of ours holding no live item,
-            // which nothing hands out until this session completes that keg.
+            // SAFETY: each run is whole slabs enlisted kegs took off every list under their
+            // locks (on their `releasing` lists, `Clean`), perhaps across adjacent chunks and
+            // with pages of them no slab holds: committed memory of ours holding no live item,
+            // which nothing hands out until this session completes those kegs.
             unsafe { release_pages(a, l) };
         }
         self.noverflow = 0;
@@ -455,13 +481,29 @@ impl Session {
         let mut pg = 0;
         while let Some((start, end)) = next_run(&p.bits, pg, npg) {
             pg = end;
-            let (a, l) = (p.chunk + start * ps, (end - start) * ps);
-            if !post(a, l) {
-                // Callers drain the overflow after every `add`, and one flush yields at most
-                // OVERFLOW runs, so there is room.
-                self.overflow[self.noverflow] = (a, l);
-                self.noverflow += 1;
-            }
+            self.emit(p.chunk + start * ps, (end - start) * ps);
+        }
+    }
+
+    /// Adds the run `[a, a + l)` to the held one when they are adjacent (in either order, up to
+    /// [`MAX_COALESCE`]), else posts the held run and holds this one.
+    fn emit(&mut self, a: usize, l: usize) {
+        if let Some(m) = coalesced(self.held, (a, l)) {
+            self.held = m;
+            return;
+        }
+        self.post_held();
+        self.held = (a, l);
+    }
+
+    /// Posts the held run, if any.
+    fn post_held(&mut self) {
+        let (a, l) = core::mem::take(&mut self.held);
+        if l > 0 && !post(a, l) {
+            // Callers drain the overflow after every `add`, and one flush yields at most
+            // OVERFLOW runs (the held one with them), so there is room.
+            self.overflow[self.noverflow] = (a, l);
+            self.noverflow += 1;
         }
     }
 
@@ -473,6 +515,8 @@ impl Session {
             // kegs are told their slabs are clean. (No keg lock is held here.)
             self.release_overflow();
         }
+        self.post_held();
+        self.release_overflow();
         while let Some((a, l)) = claim() {
             release_run(a, l);
         }
@@ -580,6 +624,27 @@ mod tests {
         let c = k.validate().unwrap();
         assert_eq!((c.backed_slabs, c.releasing_slabs), (0, 0));
         k.destroy().unwrap();
+    }
+
+    /// Adjacent runs coalesce in either order up to `MAX_COALESCE`; apart, overlapping or with
+    /// nothing held they do not.
+    #[test]
+    fn adjacent_runs_coalesce_up_to_the_limit() {
+        let c = CHUNK_SIZE;
+        assert_eq!(coalesced((0, 0), (c, c)), None, "nothing held");
+        assert_eq!(coalesced((c, c), (2 * c, c)), Some((c, 2 * c)), "above");
+        assert_eq!(coalesced((2 * c, c), (c, c)), Some((c, 2 * c)), "below");
+        assert_eq!(coalesced((c, c), (3 * c, c)), None, "a gap");
+        assert_eq!(coalesced((c, c), (c + 4096, c)), None, "overlapping");
+        assert_eq!(
+            coalesced((c, MAX_COALESCE - 4096), (c + MAX_COALESCE - 4096, 4096)),
+            Some((c, MAX_COALESCE))
+        );
+        assert_eq!(
+            coalesced((c, MAX_COALESCE), (c + MAX_COALESCE, 4096)),
+            None,
+            "the limit"
+        );
     }
 
     /// The page bitmap's runs, set and found a word at a time, against a bit-by-bit model.
