@@ -24,7 +24,8 @@
 //!    │                     (caps that may follow reuse, with the keg's)        reuse.rs
 //!    │    └ buckets     ── arrays of item pointers from internal kegs          bucket.rs
 //!    └─ keg             ── slabs on partial / free / lazy / clean lists        keg/, lazy.rs
-//!         └ slabs       ── runs of pages cut into items; metadata off-page;    slab.rs
+//!         └ slabs       ── runs of pages cut into items; metadata off-page,    slab.rs
+//!                          in the arena's descriptor span, not in the chunk
 //!                          slab 0 coloured per keg (out of one TLB set)
 //!              └ chunks ── 4 MiB pieces of one arena span, mapped as used;   arena.rs
 //!                          tagged in a chunk map: any pointer to its keg, O(1)
@@ -150,10 +151,10 @@
 //!
 //! **Huge pages** (`keg/huge.rs`, Temeraire's rule): a keg that holds 32 MiB of slabs takes its
 //! next chunks as two huge pages (`MADV_HUGEPAGE`, fewer TLB misses for a program's many small
-//! objects); every release gives whole free huge pages back first (one 2 MiB `MADV_DONTNEED`, no
-//! split), then the free slabs outside huge pages, and breaks huge pages (always the one holding
-//! a chunk's slab descriptors) last, splitting each first so that the memory cgroup's charge
-//! drops with the RSS — under
+//! objects); every release gives whole free chunks and huge pages back first (a chunk holds
+//! slabs only, its descriptors lie in the arena's descriptor span; one `MADV_DONTNEED` of 2 MiB
+//! or more, no split), then the free slabs outside huge pages, and breaks huge pages last,
+//! splitting each first so that the memory cgroup's charge drops with the RSS — under
 //! pressure or a reclaim as needed, in a calm pass only while the huge pages are less than half
 //! used beyond recent demand. Huge chunks' free slabs never go lazily (`MADV_FREE` of part of a
 //! huge page splits it).

@@ -26,8 +26,7 @@
 //! `malloc_trim`: 5 MiB charged, 46 without the split).
 //!
 //! **Give-back order.** Whole free chunks and huge pages first (no split, microseconds a page),
-//! then the
-//! free slabs outside huge pages, then — breaking huge pages — the free slabs in them
+//! then the free slabs outside huge pages, then — breaking huge pages — the free slabs in them
 //! ([`Keg::release_free`]'s three passes, `handoff.rs`). Under pressure, a squeeze, a reclaim or
 //! a drain (the decision's `breaks`) every free slab may go; in a calm pass a partly used huge
 //! page is broken only beyond [`idle_breaks`]: its free slabs are where the keg's next
@@ -42,8 +41,8 @@
 //! **Counting.** `nfree_huge` (free slabs in huge pages) and each chunk header's `nfree` (its
 //! slabs on the free list: all of them, and the chunk goes back whole without a walk over its
 //! descriptors) change under the keg lock wherever a slab enters or leaves the free list;
-//! [`Keg::validate`] recounts them. The stats' huge page
-//! counts are a walk over the huge chunks' slab descriptors when asked ([`Keg::huge_counts`]).
+//! [`Keg::validate`] recounts them. The stats' huge page counts are a walk over the huge chunks'
+//! slab descriptors when asked ([`Keg::huge_counts`]).
 
 use super::*;
 use crate::arena::HUGE_PAGE;
