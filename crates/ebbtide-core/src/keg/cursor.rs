@@ -361,17 +361,24 @@ impl Keg {
             cur.nfree += 1;
             cur.pending += 1;
             w.out.valid += 1;
+            // A full slab this item empties (one item a slab: 2 KiB and larger classes) goes
+            // from full to free without a stop on the partial list.
+            let emptied_full = cur.state == SlabState::Full && cur.nfree == ips;
             if cur.state == SlabState::Full {
                 (*s).state = SlabState::Partial;
                 cur.state = SlabState::Partial;
                 g.nfull -= 1;
-                g.npartial += 1;
-                list_push(&mut g.partial, s);
+                if !emptied_full {
+                    g.npartial += 1;
+                    list_push(&mut g.partial, s);
+                }
             }
             if cur.nfree == ips {
                 cur.sync(g);
-                list_remove(&mut g.partial, s);
-                g.npartial -= 1;
+                if !emptied_full {
+                    list_remove(&mut g.partial, s);
+                    g.npartial -= 1;
+                }
                 // Beyond the cap: back at once, unless the excess may wait (`EXCESS_DELAY_MS`:
                 // then onto the free list, and `take_back`'s end decides).
                 // A slab in a huge page goes onto the free list, beyond the cap or in a
