@@ -136,7 +136,7 @@ const DESC_MAPPED_SHIFT: u32 = 32;
 const CHUNK_MAPPED: u64 = (1 << DESC_MAPPED_SHIFT) - 1;
 
 /// Bytes of address space per chunk in the descriptor span (module docs): its keg's header and
-/// slab descriptors (at most 160 KiB: 8-byte items, `slab::Geometry`). A sixteenth of a chunk,
+/// slab descriptors (at most 160 KiB: 8-byte items in checked mode, `slab::Geometry`). A sixteenth of a chunk,
 /// so a chunk's area is its offset in the arena divided by 16.
 pub(crate) const DESC_STRIDE: usize = CHUNK_SIZE >> DESC_SHIFT;
 /// log2 of `CHUNK_SIZE / DESC_STRIDE`.

@@ -4,7 +4,8 @@
 //! ```text
 //!  chunk (4 MiB)          = | colour | slab 0 | slab 1 | ... | slab n-1 | tail |
 //!  its descriptor area    = | ChunkHeader | SlabMeta[0] .. SlabMeta[n-1] |      (256 KiB apart)
-//!  SlabMeta               = links (partial/free/clean list) | nfree | state | free bitmap | live bitmap
+//!  SlabMeta               = links (partial/free/clean list) | nfree | state | free bitmap
+//!                           [| live bitmap: checked kegs only]
 //! ```
 //!
 //! The colour is a keg's number of untouched pages before slab 0 (`keg::colour_of`): it keeps
@@ -82,8 +83,11 @@ pub(crate) struct Geometry {
     pub(crate) item_magic: u64,
     /// u64 words per bitmap.
     pub(crate) words: usize,
-    /// Bytes per SlabMeta including both bitmaps.
+    /// Bytes per SlabMeta including its bitmaps: the free bitmap, and the live one in a
+    /// checked keg ([`Geometry::with_live_bits`]).
     pub(crate) meta_size: usize,
+    /// The descriptors carry the live bitmap (checked mode).
+    pub(crate) live: bool,
     /// Slabs per chunk.
     pub(crate) slabs_per_chunk: usize,
     /// Offset of slab 0 from the chunk start (page aligned): the keg's colour pages.
@@ -123,8 +127,9 @@ impl Geometry {
         let slab_size = best.1;
         let items_per_slab = slab_size / item_size;
         let words = items_per_slab.div_ceil(64);
-        let meta_size = META_FIXED + 16 * words;
-        // The descriptors fit their area: 8-byte items, the most, take 160 KiB of 256.
+        let meta_size = META_FIXED + 8 * words;
+        // The descriptors fit their area: 8-byte items, the most, take 96 KiB of 256 (160 with
+        // the live bitmap).
         let n = (CHUNK_SIZE / slab_size).min((DESC_STRIDE - CHUNK_HEADER) / meta_size);
         Geometry {
             item_size,
@@ -135,9 +140,25 @@ impl Geometry {
             item_magic: (u64::MAX / item_size as u64).wrapping_add(1),
             words,
             meta_size,
+            live: false,
             slabs_per_chunk: n,
             first_slab: 0,
         }
+    }
+
+    /// This geometry with the live bitmap in every descriptor (a checked keg: checked mode
+    /// marks each item handed out there, `Keg::mark_live`); unchecked kegs' descriptors are
+    /// that much smaller (a third for 8- and 16-byte items). The slabs still fit: 8-byte items'
+    /// descriptors take 160 KiB of the 256 with it.
+    pub(crate) fn with_live_bits(mut self) -> Geometry {
+        if !self.live {
+            self.live = true;
+            self.meta_size += 8 * self.words;
+            self.slabs_per_chunk = self
+                .slabs_per_chunk
+                .min((DESC_STRIDE - CHUNK_HEADER) / self.meta_size);
+        }
+        self
     }
 
     /// This geometry with slab 0 moved `colour` pages further into the chunk (`keg::colour_of`;
@@ -179,10 +200,11 @@ impl SlabMeta {
         unsafe { (this as *mut u8).add(META_FIXED).cast() }
     }
 
-    /// The live bitmap (checked mode: 1 = handed out to a user).
+    /// The live bitmap (checked mode: 1 = handed out to a user); only in a geometry
+    /// [`Geometry::with_live_bits`].
     ///
     /// # Safety
-    /// As [`SlabMeta::free_bits`].
+    /// As [`SlabMeta::free_bits`], in a geometry with the live bitmap (`live`).
     #[inline]
     pub(crate) unsafe fn live_bits(this: *mut SlabMeta, words: usize) -> *mut u64 {
         // SAFETY: the live bitmap follows the free bitmap (caller's guarantee).
@@ -257,6 +279,23 @@ mod tests {
                 let c0 = g.coloured(0);
                 assert_eq!(c0, g);
             }
+        }
+    }
+
+    /// The live bitmap only where asked for: a descriptor grows by one bitmap, the slabs per
+    /// chunk stay, and it is idempotent.
+    #[test]
+    fn the_live_bitmap_is_in_checked_geometries_only() {
+        for size in [8, 16, 64, 100, 4096, MAX_ITEM_SIZE] {
+            let g = Geometry::for_item(size).coloured(37);
+            assert!(!g.live);
+            assert_eq!(g.meta_size, META_FIXED + 8 * g.words, "{size}");
+            let l = g.with_live_bits();
+            assert!(l.live);
+            assert_eq!(l.meta_size, META_FIXED + 16 * g.words, "{size}");
+            assert_eq!(l.slabs_per_chunk, g.slabs_per_chunk, "{size}");
+            assert!(CHUNK_HEADER + l.slabs_per_chunk * l.meta_size <= DESC_STRIDE);
+            assert_eq!(l.with_live_bits(), l);
         }
     }
 

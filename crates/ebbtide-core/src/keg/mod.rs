@@ -280,6 +280,14 @@ impl Keg {
         })
     }
 
+    /// Gives every descriptor the live bitmap of checked mode ([`Keg::mark_live`]); before the
+    /// keg's first chunk.
+    pub(crate) fn with_live_bits(mut self) -> Keg {
+        debug_assert!(lock(&self.inner).chunks.is_null());
+        self.geo = self.geo.with_live_bits();
+        self
+    }
+
     /// Sets the hint written beside the tag of each chunk the keg will own (before its first).
     pub(crate) fn with_chunk_hint(mut self, hint: u64) -> Keg {
         self.chunk_hint = hint;
@@ -480,7 +488,9 @@ impl Keg {
     }
 
     /// Checked mode: marks the item live (handed to a user). Returns false if it already was.
+    /// The keg has the live bitmap ([`Keg::with_live_bits`]).
     pub(crate) fn mark_live(&self, loc: ItemLoc) -> bool {
+        assert!(self.geo.live, "mark_live on a keg without the live bitmap");
         let (w, b) = (loc.index / 64, loc.index % 64);
         // SAFETY: `loc` came from `locate` on this keg, so the meta is valid; the live bitmap is
         // only accessed atomically.
@@ -493,8 +503,9 @@ impl Keg {
     }
 
     /// Checked mode: marks the item no longer live. Returns false if it was not live (a double
-    /// free or a pointer never handed out).
+    /// free or a pointer never handed out). The keg has the live bitmap.
     pub(crate) fn mark_dead(&self, loc: ItemLoc) -> bool {
+        assert!(self.geo.live, "mark_dead on a keg without the live bitmap");
         let (w, b) = (loc.index / 64, loc.index % 64);
         // SAFETY: as in `mark_live`.
         let word =

@@ -38,6 +38,10 @@ impl Zone {
         if let Some(floor) = o.reuse_floor_bytes {
             keg = keg.reuse_floor(floor);
         }
+        let checked = o.flags.contains(ZoneFlags::CHECKED) || crate::runtime::checked_by_default();
+        if checked {
+            keg = keg.with_live_bits();
+        }
         let geo = keg.geo;
         if o.bucket_items > BUCKET_MAX {
             return Err(ConfigError::BadBucket {
@@ -63,7 +67,7 @@ impl Zone {
         if o.dtor.is_some() {
             careful |= C_DTOR;
         }
-        if o.flags.contains(ZoneFlags::CHECKED) || crate::runtime::checked_by_default() {
+        if checked {
             careful |= C_CHECKED;
         }
         if o.flags.contains(ZoneFlags::ZERO) {
