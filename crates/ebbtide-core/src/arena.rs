@@ -134,6 +134,8 @@ const HUGE_MARK: u64 = 1 << 63;
 const DESC_MAPPED_SHIFT: u32 = 32;
 /// The chunk's own bytes mapped, in an entry's `mapped` word.
 const CHUNK_MAPPED: u64 = (1 << DESC_MAPPED_SHIFT) - 1;
+/// The descriptor area's bytes mapped, in an entry's `mapped` word (shifted).
+const DESC_MAPPED: u64 = !HUGE_MARK & !CHUNK_MAPPED;
 
 /// Bytes of address space per chunk in the descriptor span (module docs): its keg's header and
 /// slab descriptors (at most 160 KiB: 8-byte items in checked mode, `slab::Geometry`). A sixteenth of a chunk,
@@ -196,7 +198,7 @@ impl MapEntry {
 
     /// The `mapped` word's bytes of the descriptor area. Relaxed: as [`MapEntry::mapped_bytes`].
     fn desc_bytes(&self) -> usize {
-        ((self.mapped.load(Ordering::Relaxed) & !HUGE_MARK) >> DESC_MAPPED_SHIFT) as usize
+        ((self.mapped.load(Ordering::Relaxed) & DESC_MAPPED) >> DESC_MAPPED_SHIFT) as usize
     }
 
     /// Whether the `mapped` word carries [`HUGE_MARK`]. Relaxed: read as a hint by a releasing
@@ -336,8 +338,7 @@ impl Arena {
     /// into a chunk (see the module docs), mapped through its first `first_slab` bytes at least
     /// (the keg maps its slabs with [`Arena::map_through`] before carving them) and its
     /// descriptor area through `desc_bytes` at least, with the huge page policy `thp` (module
-    /// docs). The chunk's memory and its descriptor area
-    /// read as zeros.
+    /// docs). The chunk's memory and its descriptor area read as zeros.
     pub(crate) fn alloc_chunk(
         &self,
         tag: u64,
@@ -461,7 +462,7 @@ impl Arena {
         // the only writer, serialised by its lock; see the field's docs.
         let word = e.mapped.load(Ordering::Relaxed);
         let have = (word & CHUNK_MAPPED) as usize;
-        let desc = word & !HUGE_MARK & !CHUNK_MAPPED;
+        let desc = word & DESC_MAPPED;
         let mark = if thp == os::Thp::Huge {
             HUGE_MARK
         } else {
@@ -569,7 +570,7 @@ impl Arena {
         }
         // Relaxed: as in `map_through` (the chunk's one owner writes the word).
         let word = e.mapped.load(Ordering::Relaxed);
-        let keep = word & (HUGE_MARK | CHUNK_MAPPED);
+        let keep = word & !DESC_MAPPED;
         e.mapped
             .store(keep | (want as u64) << DESC_MAPPED_SHIFT, Ordering::Relaxed);
         Ok(())
@@ -740,6 +741,12 @@ pub(crate) unsafe fn map_entry_in(
 mod tests {
     use super::*;
 
+    /// Whether the page at `p` is mapped (by anyone).
+    fn is_mapped(p: usize) -> bool {
+        // SAFETY: msync on an unmapped range only reports ENOMEM.
+        unsafe { libc::msync(p as *mut libc::c_void, os::page_size(), libc::MS_ASYNC) == 0 }
+    }
+
     #[test]
     fn chunks_are_tagged_and_reused() {
         let a = get().unwrap();
@@ -886,9 +893,10 @@ mod tests {
             let idx = a.bump.load(Ordering::Relaxed);
             assert!(idx < a.len >> CHUNK_SHIFT, "span exhausted");
             let p = a.base + (idx << CHUNK_SHIFT);
-            // SAFETY: msync on an unmapped range only reports ENOMEM.
-            let r = unsafe { libc::msync(p as *mut libc::c_void, ps, libc::MS_ASYNC) };
-            assert_eq!(r, -1, "the next chunk of the span is not mapped yet");
+            assert!(
+                !is_mapped(p),
+                "the next chunk of the span is not mapped yet"
+            );
             // SAFETY: the chunk is unmapped (above); a page of someone else's there.
             let r =
                 unsafe { os::map_at(NonNull::new_unchecked(p as *mut u8), ps, os::Thp::Eligible) };
@@ -932,12 +940,9 @@ mod tests {
     fn a_chunk_is_mapped_in_steps_as_its_owner_asks() {
         let a = get().unwrap();
         let ps = os::page_size();
-        let mapped = |p: usize| {
-            // SAFETY: msync on an unmapped range only reports ENOMEM.
-            unsafe { libc::msync(p as *mut libc::c_void, ps, libc::MS_ASYNC) == 0 }
-        };
-        let first = CHUNK_STEP + 3 * ps; // a first slab beyond the first step
-                                         // A chunk nobody mapped further before (other tests give back chunks mapped whole).
+        // A first slab beyond the first step, in a chunk nobody mapped further before (other
+        // tests give back chunks mapped whole).
+        let first = CHUNK_STEP + 3 * ps;
         let mut held = Vec::new();
         let c = loop {
             let c = a
@@ -954,22 +959,22 @@ mod tests {
         }
         let chunk = c.as_ptr() as usize;
         assert!(
-            mapped(chunk) && mapped(chunk + first - ps),
+            is_mapped(chunk) && is_mapped(chunk + first - ps),
             "the pages before the first slab"
         );
-        assert!(mapped(chunk + 2 * CHUNK_STEP - ps), "in whole steps");
-        assert!(!mapped(chunk + 2 * CHUNK_STEP), "nothing beyond");
+        assert!(is_mapped(chunk + 2 * CHUNK_STEP - ps), "in whole steps");
+        assert!(!is_mapped(chunk + 2 * CHUNK_STEP), "nothing beyond");
         a.map_through(chunk, chunk + 2 * CHUNK_STEP + 1, os::Thp::Never)
             .unwrap();
-        assert!(mapped(chunk + 3 * CHUNK_STEP - ps) && !mapped(chunk + 3 * CHUNK_STEP));
+        assert!(is_mapped(chunk + 3 * CHUNK_STEP - ps) && !is_mapped(chunk + 3 * CHUNK_STEP));
         a.map_through(chunk, chunk + ps, os::Thp::Never).unwrap(); // already: nothing to do
         a.map_through(chunk, chunk + CHUNK_SIZE, os::Thp::Never)
             .unwrap();
-        assert!(mapped(chunk + CHUNK_SIZE - ps), "all of it");
+        assert!(is_mapped(chunk + CHUNK_SIZE - ps), "all of it");
         // SAFETY: c came from alloc_chunk and is unused.
         unsafe { a.free_chunk(c) };
         assert!(
-            mapped(chunk + CHUNK_SIZE - ps),
+            is_mapped(chunk + CHUNK_SIZE - ps),
             "a chunk given back stays mapped"
         );
     }
@@ -983,10 +988,6 @@ mod tests {
     fn a_chunk_has_its_descriptor_area_in_the_span() {
         let a = get().unwrap();
         let ps = os::page_size();
-        let mapped = |p: usize| {
-            // SAFETY: msync on an unmapped range only reports ENOMEM.
-            unsafe { libc::msync(p as *mut libc::c_void, ps, libc::MS_ASYNC) == 0 }
-        };
         let t = a.new_tag();
         let c = a.alloc_chunk(t, 0x8000, 0, 100, os::Thp::Huge).unwrap();
         let chunk = c.as_ptr() as usize;
@@ -1004,7 +1005,7 @@ mod tests {
         assert_eq!(a.tag_of(d), 0, "the span is nobody's");
         assert_eq!(owner_entry(d + 8), ChunkOwner::default());
         assert!(
-            mapped(d + DESC_STEP - ps) && !mapped(d + DESC_STEP),
+            is_mapped(d + DESC_STEP - ps) && !is_mapped(d + DESC_STEP),
             "one step"
         );
         // SAFETY: the chunk's descriptor area, mapped through its first step; ours. (Word 5:
@@ -1012,7 +1013,7 @@ mod tests {
         // chunk next writes it.)
         unsafe { (d as *mut u64).add(5).write(0xdead) };
         a.map_desc_through(chunk, DESC_STEP + 1).unwrap();
-        assert!(mapped(d + 2 * DESC_STEP - ps) && !mapped(d + 2 * DESC_STEP));
+        assert!(is_mapped(d + 2 * DESC_STEP - ps) && !is_mapped(d + 2 * DESC_STEP));
         a.map_desc_through(chunk, 10).unwrap(); // already: nothing to do
         assert_eq!(a.mapped_bytes(chunk), CHUNK_SIZE, "the chunk's own extent");
         assert!(a.map_entry((chunk - a.base) >> CHUNK_SHIFT).is_huge());
@@ -1024,7 +1025,7 @@ mod tests {
         unsafe { a.free_chunk(c) };
         // SAFETY: its descriptor area stays mapped (two steps), whoever owns the chunk next.
         assert_eq!(unsafe { (d as *const u64).add(5).read() }, 0, "zero again");
-        assert!(mapped(d + 2 * DESC_STEP - ps), "the mapping stays");
+        assert!(is_mapped(d + 2 * DESC_STEP - ps), "the mapping stays");
     }
 
     /// A huge chunk's mark, and what `release_pages` does with it: a range that covers part of

@@ -153,7 +153,7 @@ fn next_run(bits: &[u64], from: usize, npg: usize) -> Option<(usize, usize)> {
 
 /// The run `held` and `run` (`(addr, len)`) make together when they are adjacent, in either
 /// order, and no longer than [`MAX_COALESCE`]; `None` otherwise (or with nothing held). Pure.
-fn coalesced(held: (usize, usize), run: (usize, usize)) -> Option<(usize, usize)> {
+pub(crate) fn coalesced(held: (usize, usize), run: (usize, usize)) -> Option<(usize, usize)> {
     let ((h, hl), (a, l)) = (held, run);
     if hl == 0 || hl + l > MAX_COALESCE {
         None

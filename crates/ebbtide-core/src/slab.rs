@@ -64,6 +64,11 @@ const _: () = assert!(core::mem::size_of::<SlabMeta>() <= META_FIXED);
 /// Size of the chunk header before the slab metadata array (in the chunk's descriptor area).
 pub(crate) const CHUNK_HEADER: usize = 64;
 
+/// How many descriptors of `meta_size` bytes a chunk's descriptor area holds after its header.
+const fn descriptors_fitting(meta_size: usize) -> usize {
+    (DESC_STRIDE - CHUNK_HEADER) / meta_size
+}
+
 /// The geometry of a keg's slabs, computed once from the item size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Geometry {
@@ -130,7 +135,7 @@ impl Geometry {
         let meta_size = META_FIXED + 8 * words;
         // The descriptors fit their area: 8-byte items, the most, take 96 KiB of 256 (160 with
         // the live bitmap).
-        let n = (CHUNK_SIZE / slab_size).min((DESC_STRIDE - CHUNK_HEADER) / meta_size);
+        let n = (CHUNK_SIZE / slab_size).min(descriptors_fitting(meta_size));
         Geometry {
             item_size,
             slab_size,
@@ -156,7 +161,7 @@ impl Geometry {
             self.meta_size += 8 * self.words;
             self.slabs_per_chunk = self
                 .slabs_per_chunk
-                .min((DESC_STRIDE - CHUNK_HEADER) / self.meta_size);
+                .min(descriptors_fitting(self.meta_size));
         }
         self
     }

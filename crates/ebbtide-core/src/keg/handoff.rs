@@ -90,14 +90,15 @@ impl Keg {
         pages.sort_unstable_by_key(|&(addr, _)| addr);
         let mut i = 0;
         while i < pages.len() {
-            let (addr, mut len) = pages[i];
-            while i + 1 < pages.len()
-                && pages[i + 1].0 == addr + len
-                && len + pages[i + 1].1 <= crate::release::MAX_COALESCE
+            let mut run = pages[i];
+            while let Some(m) = pages
+                .get(i + 1)
+                .and_then(|&next| crate::release::coalesced(run, next))
             {
-                len += pages[i + 1].1;
+                run = m;
                 i += 1;
             }
+            let (addr, len) = run;
             // SAFETY: runs of slabs of ours, entirely free, `Clean` and on no list (chained in
             // `d`, `release_whole_pages`), perhaps with pages of their chunks no slab holds
             // (colour, tail): nothing hands them out or frees into them meanwhile.

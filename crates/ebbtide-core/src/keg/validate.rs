@@ -26,7 +26,7 @@ impl Keg {
             let carved = self.carved(&g, c);
             // Every descriptor readable: a free into a slab never carved reads one.
             let desc_mapped = self.arena.desc_mapped_bytes(chunk);
-            if desc_mapped < CHUNK_HEADER + self.geo.slabs_per_chunk * self.geo.meta_size {
+            if desc_mapped < self.meta_touched(self.geo.slabs_per_chunk) {
                 return Err(format!(
                     "chunk {chunk:#x}: descriptors mapped through {desc_mapped} bytes only"
                 ));
