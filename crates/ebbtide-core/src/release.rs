@@ -570,16 +570,8 @@ impl Drop for Session {
 mod tests {
     use super::*;
     use crate::disposal::Disposal;
+    use crate::keg::tests::{import_n, xorshift};
     use crate::keg::Keg;
-
-    fn import_n(k: &Keg, n: usize) -> Vec<*mut u8> {
-        let mut v = vec![core::ptr::null_mut(); n];
-        let mut got = 0;
-        while got < n {
-            got += k.import(&mut v[got..]).unwrap();
-        }
-        v
-    }
 
     fn release_all(k: &Keg, v: &[*mut u8], s: &mut Session) {
         k.take_back(
@@ -651,13 +643,8 @@ mod tests {
     #[test]
     fn page_runs_match_a_bit_by_bit_model() {
         const NPG: usize = 1024;
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
+        let mut rnd = |n: usize| (next() % n as u64) as usize;
         for round in 0..500 {
             let mut bits = [0u64; NPG / 64];
             let mut model = [false; NPG];

@@ -1,5 +1,5 @@
 //! The bulk release path (`take_back`'s cursor and fast path) and the release pipeline.
-use super::tests::{import_n, resident_pages, take_back};
+use super::tests::{import_n, resident_pages, take_back, xorshift};
 use super::*;
 use crate::release::Session;
 
@@ -180,13 +180,7 @@ fn bad_pointers_inside_a_bulk_release_are_reported_not_applied() {
 /// bitmap words, item sizes with and without a fast path) against a shadow set.
 #[test]
 fn bulk_release_matches_a_shadow_model() {
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     for &size in &[16usize, 64, 96, 256, 4096] {
         let k = Keg::new(size, 1).unwrap();
         let mut out: Vec<*mut u8> = import_n(&k, 3000);

@@ -518,4 +518,4 @@ impl Keg {
 #[cfg(test)]
 mod bulk_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -18,8 +18,18 @@ pub(super) fn take_back(
     k.take_back(items, &mut d, Some(fini), invalid).bytes
 }
 
+/// A xorshift64 generator from `seed` (not 0): the tests' reproducible random numbers.
+pub(crate) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
 /// `n` items imported from `k`, in as many calls as it takes.
-pub(super) fn import_n(k: &Keg, n: usize) -> Vec<*mut u8> {
+pub(crate) fn import_n(k: &Keg, n: usize) -> Vec<*mut u8> {
     let mut v = vec![ptr::null_mut(); n];
     let mut got = 0;
     while got < n {
