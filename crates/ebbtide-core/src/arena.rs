@@ -43,7 +43,7 @@
 //! (a descriptor in a huge page kept that page from going back but by splitting it: 37–78 ms per
 //! GiB given back against 2–3), and no write past an item's end reaches a descriptor. A chunk's
 //! area is mapped when the chunk is handed out, as far as its owner's descriptors reach
-//! ([`Arena::map_desc_through`], in steps of [`DESC_STEP`]: one for most classes; all of them,
+//! ([`Arena::map_desc_through`], in steps of [`DESC_STEP`], all of them,
 //! as a free into a slab never carved reads its descriptor), `MADV_NOHUGEPAGE` (a keg writes its
 //! descriptors as it carves: the pages it never writes stay unbacked), its extent in the entry's
 //! `mapped` word; a chunk given back has its descriptors given back with it, so they read as
@@ -144,8 +144,10 @@ pub(crate) const DESC_STRIDE: usize = CHUNK_SIZE >> DESC_SHIFT;
 /// log2 of `CHUNK_SIZE / DESC_STRIDE`.
 pub(crate) const DESC_SHIFT: usize = 4;
 /// A chunk's descriptor area is mapped in steps of this many bytes
-/// ([`Arena::map_desc_through`]): one step holds a 64-byte class's descriptors.
-pub(crate) const DESC_STEP: usize = 64 << 10;
+/// ([`Arena::map_desc_through`]): four pages, as far as a class's descriptors reach (64 KiB
+/// for the classes of one-page slabs, a page or two for most larger ones), since every mapped
+/// byte counts against `RLIMIT_AS` (a small program uses some sixty classes).
+pub(crate) const DESC_STEP: usize = 16 << 10;
 const _: () = assert!(DESC_STRIDE.is_multiple_of(DESC_STEP) && (CHUNK_SIZE as u64) < CHUNK_MAPPED);
 
 /// Bytes of a chunk map entry.
@@ -255,16 +257,18 @@ pub(crate) fn get() -> Result<&'static Arena, OsError> {
 impl Arena {
     fn reserve() -> Result<Arena, OsError> {
         let (ram, swap) = os::memory_and_swap();
+        let map_len_of = |len: usize| os::round_up((len >> CHUNK_SHIFT) * ENTRY, os::page_size());
         let mut len = span_for(ram, swap);
         let base = loop {
-            match os::reserve_span(len, CHUNK_SIZE) {
+            // (Under an address-space limit, only the map is mapped: `os::reserve_span`.)
+            match os::reserve_span(len, CHUNK_SIZE, map_len_of(len)) {
                 Ok(p) => break p,
                 Err(e) if len <= ARENA_MIN => return Err(e),
                 Err(_) => len /= 2,
             }
         };
         let nchunks = len >> CHUNK_SHIFT;
-        let map_len = os::round_up(nchunks * ENTRY, os::page_size());
+        let map_len = map_len_of(len);
         // The map in the first chunks, never handed out (`bump` starts after them).
         let map_chunks = map_len.div_ceil(CHUNK_SIZE);
         // The descriptor span after it (module docs), never handed out either.

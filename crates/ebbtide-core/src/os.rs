@@ -352,18 +352,93 @@ const SPAN_HINT_SLOTS: usize = 60;
 /// address space down), so that nothing lands in the span's unmapped part in practice (a
 /// piece taken is skipped, `map_at`). mimalloc aims its segments at 2–4 TiB the same way.
 /// Where the slot is not free, the kernel's choice.
-pub fn reserve_span(len: usize, align: usize) -> Result<NonNull<u8>, OsError> {
+///
+/// The whole `len` is reserved (proof that the stretch is free now), except under an
+/// address-space limit (`RLIMIT_AS`) too low to hold it: every byte of a `PROT_NONE`
+/// reservation counts against the limit, though the callers keep only the span's first
+/// `hold` bytes mapped. Then only those are mapped, exactly at the start of a free slot
+/// ([`place_span`]), and the span is presumed free as it is in practice; `Err` where no slot
+/// takes even them.
+pub fn reserve_span(len: usize, align: usize, hold: usize) -> Result<NonNull<u8>, OsError> {
+    debug_assert!(len <= 1 << 40 && align <= 1 << 40 && hold <= len);
+    match reserve_near(span_hint(0), len, align) {
+        Err(e) if e.errno == libc::ENOMEM && address_space_limited() => place_span(hold, e),
+        r => r,
+    }
+}
+
+/// The start of a random 1 TiB slot in 4..64 TiB ([`reserve_span`]), the `n`th draw.
+fn span_hint(n: u64) -> usize {
     let mut r = [0u8; 8];
     // SAFETY: getrandom writes at most 8 bytes into the buffer; it never blocks with
     // GRND_NONBLOCK (and then the clock stands in).
-    let n = unsafe { libc::getrandom(r.as_mut_ptr().cast(), 8, libc::GRND_NONBLOCK) };
-    let x = if n == 8 {
+    let got = unsafe { libc::getrandom(r.as_mut_ptr().cast(), 8, libc::GRND_NONBLOCK) };
+    let x = if got == 8 {
         u64::from_ne_bytes(r)
     } else {
-        now_ns().wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        now_ns().wrapping_add(n).wrapping_mul(0x9E37_79B9_7F4A_7C15)
     };
-    let hint = SPAN_HINT_LO + ((x as usize % SPAN_HINT_SLOTS) << 40);
-    reserve_near(hint, len, align)
+    SPAN_HINT_LO + ((x as usize % SPAN_HINT_SLOTS) << 40)
+}
+
+/// Whether `RLIMIT_AS` is finite.
+fn address_space_limited() -> bool {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) == 0 && r.rlim_cur != libc::RLIM_INFINITY }
+}
+
+/// Tries a slot that [`reserve_span`]'s full reservation cannot take under `RLIMIT_AS`.
+const PLACE_TRIES: u64 = 8;
+
+/// [`reserve_span`] under an address-space limit: `hold` bytes (at least a page) mapped
+/// `PROT_NONE` exactly at the start of a random slot that nothing occupies
+/// (`MAP_FIXED_NOREPLACE`; a slot whose start is taken — the other span, a `MAP_FIXED` user —
+/// is passed over). A slot start is 1 TiB aligned, so every alignment a span asks holds.
+/// `first` is the full reservation's error, returned if no slot is found.
+fn place_span(hold: usize, first: OsError) -> Result<NonNull<u8>, OsError> {
+    let hold = round_up(hold.max(1), page_size());
+    for n in 0..PLACE_TRIES {
+        let slot = span_hint(n);
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
+        let p = unsafe {
+            libc::mmap(
+                slot as *mut libc::c_void,
+                hold,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_NORESERVE
+                    | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            if errno() == libc::EEXIST {
+                continue;
+            }
+            // The limit cannot take even `hold`.
+            return Err(OsError {
+                call: "mmap(PROT_NONE span start)",
+                errno: errno(),
+            });
+        }
+        if p as usize != slot {
+            // A kernel without MAP_FIXED_NOREPLACE placed it elsewhere: no span there.
+            // SAFETY: the mapping just made, unused.
+            unsafe { libc::munmap(p, hold) };
+            return Err(first);
+        }
+        // SAFETY: non-null, the mapping just made.
+        let r = unsafe { NonNull::new_unchecked(p.cast::<u8>()) };
+        no_huge_pages(r, hold);
+        return Ok(r);
+    }
+    Err(first)
 }
 
 fn reserve_near(hint: usize, len: usize, align: usize) -> Result<NonNull<u8>, OsError> {
@@ -972,7 +1047,7 @@ mod tests {
     fn map_at_and_the_huge_page_marks() {
         let ps = page_size();
         let never = |a: usize| vm_flags(a).split_whitespace().any(|f| f == "nh");
-        let span = reserve_span(64 * ps, ps).unwrap();
+        let span = reserve_span(64 * ps, ps, 0).unwrap();
         assert!(never(span.as_ptr() as usize), "a reservation");
         // SAFETY: the reservation just made, unused; its place is ours.
         unsafe { unmap(span, 64 * ps) };

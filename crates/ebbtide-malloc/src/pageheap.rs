@@ -230,8 +230,8 @@ impl PageHeap {
             // Tried again on the next request.
             return false;
         };
-        // Under an address-space limit set before start the span found is at most what is
-        // left of the limit; the heap then stops where the limit does.
+        // Under an address-space limit too low to reserve the span, it is placed unreserved
+        // (`reserve_span`); the heap stops where the limit does (`map_at` fails).
         let mut len = self.reserve_len;
         let base = loop {
             if len < RESERVE_MIN.min(self.reserve_len) {
@@ -241,7 +241,7 @@ impl PageHeap {
                 return false;
             }
             // Aligned to a region: region i is one huge page's worth of the span.
-            match ebbtide_core::os::reserve_span(len, REGION) {
+            match ebbtide_core::os::reserve_span(len, REGION, 0) {
                 Ok(p) => break p,
                 Err(_) => len /= 2,
             }

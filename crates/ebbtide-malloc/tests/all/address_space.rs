@@ -25,6 +25,24 @@ struct Outcome {
     after_free: String,
 }
 
+/// `c` starts with `RLIMIT_AS` at `mib` MiB.
+fn limit_before_start(c: &mut std::process::Command, mib: u64) {
+    let limit = (mib << 20) as libc::rlim_t;
+    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+    unsafe {
+        c.pre_exec(move || {
+            let r = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 fn run(exe: &std::path::Path, when: &str, preload: bool) -> Outcome {
     let mut c = command(exe);
     c.args([LIMIT_MIB.to_string().as_str(), when]);
@@ -32,20 +50,7 @@ fn run(exe: &std::path::Path, when: &str, preload: bool) -> Outcome {
         c.env("LD_PRELOAD", lib());
     }
     if when == "before" {
-        let limit = (LIMIT_MIB << 20) as libc::rlim_t;
-        // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
-        unsafe {
-            c.pre_exec(move || {
-                let r = libc::rlimit {
-                    rlim_cur: limit,
-                    rlim_max: limit,
-                };
-                if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        limit_before_start(&mut c, LIMIT_MIB);
     }
     let out = c.output().expect("run rlimit_as_lowered");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -109,4 +114,41 @@ fn a_limit_lowered_after_start_is_honoured_as_under_glibc() {
 fn a_limit_set_before_start_is_honoured_as_under_glibc() {
     let _turn = crate::serial::turn(module_path!());
     check("before");
+}
+
+/// A limit under which the arena's whole span cannot be reserved: `rlimit_as_classes` (three
+/// blocks of each of ~90 sizes, 8 bytes to 32 KiB, 1.6 MiB in all) needs ~35 MiB of address
+/// space under ebbtide (a chunk's first step and descriptors per class) against ~8 under glibc.
+const TIGHT_MIB: u64 = 48;
+
+/// Under a tight limit set before start, a program that uses every size class runs as under
+/// glibc: the arena keeps its full span, of which only the map is mapped
+/// (`os::reserve_span`); before, the span shrank to what the limit could hold reserved, a
+/// chunk per class ran out after a dozen classes, and `ls` failed under `ulimit -v 100000`.
+#[test]
+fn a_tight_limit_set_before_start_serves_every_size_class() {
+    let _turn = crate::serial::turn(module_path!());
+    let Some(exe) = compile(
+        &program("rlimit_as_classes.c"),
+        &scratch("rlimit-as-classes"),
+        &[],
+    ) else {
+        return;
+    };
+    for preload in [false, true] {
+        let mut c = command(&exe);
+        if preload {
+            c.env("LD_PRELOAD", lib());
+        }
+        limit_before_start(&mut c, TIGHT_MIB);
+        let out = c.output().expect("run rlimit_as_classes");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let who = if preload { "ebbtide" } else { "glibc" };
+        assert!(
+            out.status.success() && text.starts_with("classes ok"),
+            "{who} under RLIMIT_AS {TIGHT_MIB} MiB: {}: {text}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
