@@ -266,8 +266,14 @@ fn end_to_end() {
     );
     assert_eq!(series.marks.len(), 2);
     let peak = series.peak_cgroup_usage().unwrap();
-    assert!(peak > 32 * MIB && peak <= 64 * MIB, "peak usage {peak}");
-    assert!(cg.peak().unwrap().unwrap() <= 64 * MIB);
+    // The limit holds, but for what the kernel charges past it (a charge it must not fail is
+    // forced over the limit: 29 pages in one run of three here, kernel 6.18, cgroup v1).
+    const FORCED: u64 = MIB;
+    assert!(
+        peak > 32 * MIB && peak <= 64 * MIB + FORCED,
+        "peak usage {peak}"
+    );
+    assert!(cg.peak().unwrap().unwrap() <= 64 * MIB + FORCED);
     assert!(series.peak_rss().unwrap() > 16 * MIB);
     assert!(series
         .samples
