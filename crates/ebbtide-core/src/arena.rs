@@ -65,10 +65,11 @@
 //! mapped ([`os::map_at`]) when first handed out and never unmapped: giving memory back is
 //! done per slab with `MADV_DONTNEED` (see [`crate::os`]). Within a chunk too, only what its
 //! keg uses is mapped: its descriptors (in the descriptor span) and the pages before its first
-//! slab when the chunk is handed out, then the slabs in steps
-//! of [`CHUNK_STEP`] as the keg carves them ([`Arena::map_through`]; the entry's `mapped`
-//! word says how far), so a size class that holds a few items costs 256 KiB of address space,
-//! not 4 MiB. So `RLIMIT_AS` counts the chunks in
+//! slab when the chunk is handed out, then the slabs in steps as the keg carves them
+//! ([`FIRST_STEP`]s through the first [`CHUNK_STEP`], then [`CHUNK_STEP`]s: [`step_end`];
+//! [`Arena::map_through`]; the entry's `mapped` word says how far), so a size class that holds
+//! a few items costs its colour pages and first slab in 64 KiB steps of address space, not
+//! 4 MiB. So `RLIMIT_AS` counts the chunks in
 //! use, not the span: a limit lowered at run time stops the arena where it stands, as it stops
 //! glibc's heap. A chunk of the span that another mapping took meanwhile is skipped: its entry
 //! stays 0 (nobody's), so a pointer into it goes the way of any foreign pointer. The span is
@@ -103,6 +104,17 @@ const SPAN_MIN: usize = 1 << 35;
 /// `ulimit -v` set before start).
 const ARENA_MIN: usize = 1 << 25;
 
+/// How far a chunk is mapped for its first `need` bytes: [`FIRST_STEP`]s through the first
+/// [`CHUNK_STEP`], whole [`CHUNK_STEP`]s beyond (at most the chunk), pure.
+fn step_end(need: usize) -> usize {
+    let step = if need <= CHUNK_STEP {
+        FIRST_STEP
+    } else {
+        CHUNK_STEP
+    };
+    os::round_up(need, step).min(CHUNK_SIZE)
+}
+
 /// The arena's span on a machine with `ram` bytes of memory and `swap` bytes of swap: four
 /// times all that could ever be resident, rounded up to a power of two, within
 /// [`SPAN_MIN`]..=[`SPAN_MAX`] (the largest where the sizes are unknown, 0). Only the map's
@@ -118,11 +130,20 @@ pub(crate) fn span_for(ram: u64, swap: u64) -> usize {
         .clamp(SPAN_MIN, SPAN_MAX)
 }
 /// A chunk is mapped in steps of this many bytes as its owner carves slabs
-/// ([`Arena::map_through`]).
+/// ([`Arena::map_through`]) once it reaches that far; before, in [`FIRST_STEP`]s.
 pub(crate) const CHUNK_STEP: usize = 256 << 10;
+/// A chunk's mapping grows in steps of this many bytes through its first [`CHUNK_STEP`]: a
+/// size class that holds a few items costs its colour pages and first slab rounded up to it,
+/// not a whole step (every mapped byte counts against `RLIMIT_AS`; a small program uses some
+/// sixty classes).
+pub(crate) const FIRST_STEP: usize = 64 << 10;
 /// A huge page (x86-64's and arm64's PMD size with 4 KiB pages): a chunk holds two.
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
-const _: () = assert!(CHUNK_SIZE.is_multiple_of(HUGE_PAGE) && HUGE_PAGE.is_multiple_of(CHUNK_STEP));
+const _: () = assert!(
+    CHUNK_SIZE.is_multiple_of(HUGE_PAGE)
+        && HUGE_PAGE.is_multiple_of(CHUNK_STEP)
+        && CHUNK_STEP.is_multiple_of(FIRST_STEP)
+);
 
 /// The bit of an entry's `mapped` word that marks a huge chunk: set by [`Arena::map_through`]
 /// with [`os::Thp::Huge`] (never cleared while the chunk has its owner), cleared when the chunk
@@ -432,7 +453,7 @@ impl Arena {
             let r = unsafe {
                 os::map_at(
                     NonNull::new_unchecked(p as *mut u8),
-                    CHUNK_STEP,
+                    FIRST_STEP,
                     os::Thp::Never,
                 )?
             };
@@ -440,7 +461,7 @@ impl Arena {
             if r == os::MapAt::Mapped {
                 self.map_entry(idx)
                     .mapped
-                    .store(CHUNK_STEP as u64, Ordering::Relaxed);
+                    .store(FIRST_STEP as u64, Ordering::Relaxed);
                 return Ok(idx);
             }
         }
@@ -476,7 +497,7 @@ impl Arena {
         let want = if thp == os::Thp::Huge {
             CHUNK_SIZE
         } else {
-            os::round_up(end - chunk, CHUNK_STEP).min(CHUNK_SIZE)
+            step_end(end - chunk)
         };
         if want <= have {
             if mark != word & HUGE_MARK {
@@ -923,17 +944,35 @@ mod tests {
         unsafe {
             for c in got {
                 assert_ne!(c.as_ptr() as usize, foreign, "the foreign chunk is skipped");
-                c.as_ptr().add(CHUNK_STEP - 1).write(7);
+                c.as_ptr().add(FIRST_STEP - 1).write(7);
                 assert!(
                     a.map_entry((c.as_ptr() as usize - a.base) >> CHUNK_SHIFT)
                         .mapped
                         .load(Ordering::Relaxed)
-                        >= CHUNK_STEP as u64
+                        >= FIRST_STEP as u64
                 );
                 assert_eq!(a.tag_of(c.as_ptr() as usize), t);
                 a.free_chunk(c);
             }
             os::unmap(NonNull::new_unchecked(foreign as *mut u8), ps);
+        }
+    }
+
+    /// A chunk's mapping grows by 64 KiB through its first 256 KiB, by 256 KiB beyond.
+    #[test]
+    fn the_first_steps_are_small() {
+        let k = 1 << 10;
+        for (need, end) in [
+            (1, 64 * k),
+            (64 * k, 64 * k),
+            (64 * k + 1, 128 * k),
+            (200 * k, 256 * k),
+            (256 * k, 256 * k),
+            (256 * k + 1, 512 * k),
+            (CHUNK_SIZE - 1, CHUNK_SIZE),
+            (CHUNK_SIZE, CHUNK_SIZE),
+        ] {
+            assert_eq!(step_end(need), end, "{need}");
         }
     }
 
