@@ -391,7 +391,7 @@ fn address_space_limited() -> bool {
     unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) == 0 && r.rlim_cur != libc::RLIM_INFINITY }
 }
 
-/// Tries a slot that [`reserve_span`]'s full reservation cannot take under `RLIMIT_AS`.
+/// How many random slots [`place_span`] tries before it gives up.
 const PLACE_TRIES: u64 = 8;
 
 /// [`reserve_span`] under an address-space limit: `hold` bytes (at least a page) mapped
