@@ -54,13 +54,21 @@ pub struct OsError {
 }
 
 impl core::fmt::Display for OsError {
+    /// As `std::io::Error`'s ("Cannot allocate memory (os error 12)"), but with no allocation:
+    /// it is written when memory has run out (`strerror_r` into a buffer on the stack).
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(
-            f,
-            "{} failed: {}",
-            self.call,
-            std::io::Error::from_raw_os_error(self.errno)
-        )
+        let mut buf = [0u8; 128];
+        // SAFETY: strerror_r (the XSI one, the libc crate's binding) writes a NUL-terminated
+        // message of at most `buf.len()` bytes into `buf` ("Unknown error N" for an unknown
+        // number, returning EINVAL), or leaves it as it was.
+        unsafe { libc::strerror_r(self.errno, buf.as_mut_ptr().cast(), buf.len()) };
+        let len = buf.iter().position(|&b| b == 0).unwrap_or(0);
+        match core::str::from_utf8(&buf[..len]) {
+            Ok(msg) if !msg.is_empty() => {
+                write!(f, "{} failed: {msg} (os error {})", self.call, self.errno)
+            }
+            _ => write!(f, "{} failed: os error {}", self.call, self.errno),
+        }
     }
 }
 
@@ -1043,6 +1051,29 @@ mod tests {
     /// `map_at` maps exactly where asked and only there, refuses a place taken, and marks
     /// the range never huge unless asked otherwise; `map`, `remap` and a reservation are never
     /// huge (docs/design/thp-policy.md).
+    /// An error reads as `std::io::Error`'s, written without allocating.
+    #[test]
+    fn an_os_error_reads_as_io_errors_do() {
+        for errno in [libc::ENOMEM, libc::EEXIST, libc::EINVAL] {
+            let e = OsError {
+                call: "mmap",
+                errno,
+            };
+            assert_eq!(
+                e.to_string(),
+                format!("mmap failed: {}", std::io::Error::from_raw_os_error(errno))
+            );
+        }
+        assert_eq!(
+            OsError {
+                call: "x",
+                errno: 99999
+            }
+            .to_string(),
+            format!("x failed: {}", std::io::Error::from_raw_os_error(99999))
+        );
+    }
+
     #[test]
     fn map_at_and_the_huge_page_marks() {
         let ps = page_size();

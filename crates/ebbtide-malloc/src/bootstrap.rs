@@ -1,8 +1,11 @@
 //! Blocks for allocations that re-enter the malloc while it creates a size-class zone on the
-//! same thread (a `dlsym` or the C library allocating under us): a bump allocator over a static
-//! buffer, each block with its size in front. Such blocks are never reused; freeing one is
-//! accepted and does nothing, `realloc` copies out of it. In practice zone creation makes only
-//! system calls, so this is a guard that should stay unused (`used_bytes` says).
+//! same thread (a `dlsym` or the C library allocating under us), and for the library's own
+//! allocations that the heap cannot serve (an `RLIMIT_AS` reached: `heap.rs`
+//! `library_block_or_enomem`, [`ebbtide::LibraryCode`]), which would otherwise end in Rust's
+//! abort: a bump allocator over a static buffer, each block with its size in front. Such blocks
+//! are never reused; freeing one is accepted and does nothing, `realloc` copies out of it. In
+//! practice zone creation makes only system calls and the heap serves the library, so this is
+//! a guard that should stay unused (`used_bytes` says).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicUsize, Ordering};

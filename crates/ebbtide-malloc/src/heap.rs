@@ -524,7 +524,7 @@ pub extern "C" fn alloc_class_slow(c: usize) -> *mut u8 {
                 crate::runtime_start::maybe_start();
                 p.as_ptr()
             }
-            Err(_) => enomem(),
+            Err(_) => library_block_or_enomem(classes::size(c), classes::natural_align(c)),
         },
         Get::Nested => {
             let p = bootstrap::alloc(classes::size(c), classes::natural_align(c));
@@ -534,7 +534,7 @@ pub extern "C" fn alloc_class_slow(c: usize) -> *mut u8 {
                 p
             }
         }
-        Get::Failed => enomem(),
+        Get::Failed => library_block_or_enomem(classes::size(c), classes::natural_align(c)),
     }
 }
 
@@ -544,12 +544,27 @@ fn enomem() -> *mut u8 {
     ptr::null_mut()
 }
 
+/// An allocation the heap could not serve (`RLIMIT_AS` reached, say): a block of the bootstrap
+/// area if the library's own code asked ([`ebbtide::LibraryCode`]: Rust's allocation-error
+/// handler would abort the program for the library's sake), else `ENOMEM` as the program's
+/// requests get.
+#[cold]
+fn library_block_or_enomem(n: usize, align: usize) -> *mut u8 {
+    if align <= 4096 && ebbtide::in_library_code() {
+        let p = bootstrap::alloc(n, align);
+        if !p.is_null() {
+            return p;
+        }
+    }
+    enomem()
+}
+
 #[cold]
 #[inline(never)]
 extern "C" fn alloc_huge(n: usize, align: usize) -> *mut u8 {
     let p = huge::alloc(n, align.max(1));
     if p.is_null() {
-        enomem()
+        library_block_or_enomem(n, align.max(16))
     } else {
         // No lock held here: the runtime may start (`runtime_start.rs`).
         crate::runtime_start::maybe_start();

@@ -77,6 +77,8 @@ pub mod stats;
 pub use global::EbbtideMalloc;
 
 extern "C" fn start() {
+    // Its allocations are the library's own: never an abort for them (`heap.rs`).
+    let _own = ebbtide::LibraryCode::enter();
     fork::register();
     ebbtide_core::outer::register(&huge::HugeCache);
     // Every process of a machine may run with this library (`LD_PRELOAD` in a service's

@@ -100,7 +100,11 @@ fn start_if_due() {
     // SAFETY: pthread_setcancelstate with a valid out-pointer; restored below on this thread.
     unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
     let e = ebbtide_core::os::errno();
-    ebbtide::start_threads();
+    {
+        // The start's allocations are the library's own, on the program's thread (`heap.rs`).
+        let _own = ebbtide::LibraryCode::enter();
+        ebbtide::start_threads();
+    }
     ebbtide_core::os::set_errno(e);
     // SAFETY: pthread_setcancelstate with a state it returned above; a null out-pointer is
     // allowed. The previous state back on this thread.

@@ -98,6 +98,7 @@ pub mod pressure {
     }
 }
 
+pub use lifetime::{in_library_code, LibraryCode};
 pub use pressure::Level;
 
 /// Lazily freed pages (`MADV_FREE` without pressure, decayed to `MADV_DONTNEED`): the core's

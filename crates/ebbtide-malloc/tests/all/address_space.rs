@@ -25,9 +25,9 @@ struct Outcome {
     after_free: String,
 }
 
-/// `c` starts with `RLIMIT_AS` at `mib` MiB.
-fn limit_before_start(c: &mut std::process::Command, mib: u64) {
-    let limit = (mib << 20) as libc::rlim_t;
+/// `c` starts with `RLIMIT_AS` at `kib` KiB.
+fn limit_before_start(c: &mut std::process::Command, kib: u64) {
+    let limit = (kib << 10) as libc::rlim_t;
     // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
     unsafe {
         c.pre_exec(move || {
@@ -50,7 +50,7 @@ fn run(exe: &std::path::Path, when: &str, preload: bool) -> Outcome {
         c.env("LD_PRELOAD", lib());
     }
     if when == "before" {
-        limit_before_start(&mut c, LIMIT_MIB);
+        limit_before_start(&mut c, LIMIT_MIB << 10);
     }
     let out = c.output().expect("run rlimit_as_lowered");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -140,7 +140,7 @@ fn a_tight_limit_set_before_start_serves_every_size_class() {
         if preload {
             c.env("LD_PRELOAD", lib());
         }
-        limit_before_start(&mut c, TIGHT_MIB);
+        limit_before_start(&mut c, TIGHT_MIB << 10);
         let out = c.output().expect("run rlimit_as_classes");
         let text = String::from_utf8_lossy(&out.stdout);
         let who = if preload { "ebbtide" } else { "glibc" };
@@ -151,4 +151,46 @@ fn a_tight_limit_set_before_start_serves_every_size_class() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// Under every limit from one the loader cannot live with to one the program fits in, a
+/// program that handles `malloc`'s NULL ends as it decides, never by an abort of the library's
+/// making: the library's own allocations at load (its options, the report of a zone it cannot
+/// create) take the bootstrap area when the heap cannot serve them (`ebbtide::LibraryCode`),
+/// and an `OsError` is written without allocating. Before, Rust's allocation-error handler
+/// ended the program ("memory allocation of 22 bytes failed", SIGABRT) at 5–6 MiB.
+#[test]
+fn no_abort_for_the_librarys_sake_under_any_limit() {
+    use std::os::unix::process::ExitStatusExt;
+    let _turn = crate::serial::turn(module_path!());
+    let Some(exe) = compile(
+        &program("rlimit_as_classes.c"),
+        &scratch("rlimit-as-no-abort"),
+        &[],
+    ) else {
+        return;
+    };
+    let mut fitted = false;
+    // 128 KiB steps through the first 16 MiB (where the loader and the library's start-up
+    // run out), 1 MiB steps beyond.
+    let limits = (24..128)
+        .map(|k| k * 128)
+        .chain((16..=TIGHT_MIB).map(|m| m << 10));
+    for kib in limits {
+        let mut c = command(&exe);
+        c.env("LD_PRELOAD", lib());
+        limit_before_start(&mut c, kib);
+        let out = c.output().expect("run rlimit_as_classes");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.signal() != Some(libc::SIGABRT) && !stderr.contains("memory allocation of"),
+            "RLIMIT_AS {kib} KiB: {}: {stderr}",
+            out.status
+        );
+        fitted |= out.status.success();
+    }
+    assert!(
+        fitted,
+        "the program never ran whole, even under {TIGHT_MIB} MiB"
+    );
 }
