@@ -25,11 +25,12 @@
 //! invariants) is the documentation of [`ebbtide_core`].
 //!
 //! ## Modules of this crate
-//! Layer order (bottom first): options, lifetime, reclaimer, threads, stats, control, abi.
+//! Layer order (bottom first): options, library_code, lifetime, reclaimer, threads, stats, control, abi.
 //!
 //! | module | what |
 //! |---|---|
 //! | [`options`] | the tunables: one table, environment, run-time changes |
+//! | `library_code` | whose code a thread runs: the library's own allocations never abort ([`LibraryCode`]) |
 //! | [`reclaimer`] | the reclaim thread: pressure sources → policy → reclaim requests |
 //! | `threads` | the runtime's lazily started threads and their one fork handler |
 //! | [`stats`] | statistics defined once: struct, JSON, Prometheus, `vmstat -z` table, C header |
@@ -61,6 +62,7 @@
 
 pub mod abi;
 pub mod control;
+mod library_code;
 mod lifetime;
 pub mod options;
 pub mod reclaimer;
@@ -98,7 +100,7 @@ pub mod pressure {
     }
 }
 
-pub use lifetime::{in_library_code, LibraryCode};
+pub use library_code::{in_library_code, LibraryCode};
 pub use pressure::Level;
 
 /// Lazily freed pages (`MADV_FREE` without pressure, decayed to `MADV_DONTNEED`): the core's

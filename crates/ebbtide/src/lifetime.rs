@@ -25,42 +25,10 @@ pub(crate) fn forget_all_in_child() {
     }
 }
 
-thread_local! {
-    /// How deep this thread is in the library's own code ([`LibraryCode`]); a runtime thread
-    /// is in it for good. (No destructor: a `#[thread_local]` the malloc's failure path can read.)
-    static LIBRARY_CODE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
-/// The calling thread runs the library's own code (its constructor, the runtime's start on a
-/// program's thread, a runtime thread) while this lives: an allocation that the heap cannot
-/// serve there (an `RLIMIT_AS` reached) takes a block of the malloc's bootstrap area instead
-/// of failing, since Rust's allocation-error handler would abort the program for the
-/// library's sake (`ebbtide-malloc`'s `heap.rs`, [`in_library_code`]).
-pub struct LibraryCode(());
-
-impl LibraryCode {
-    /// Enters the library's own code (nests).
-    pub fn enter() -> LibraryCode {
-        LIBRARY_CODE.with(|d| d.set(d.get() + 1));
-        LibraryCode(())
-    }
-}
-
-impl Drop for LibraryCode {
-    fn drop(&mut self) {
-        LIBRARY_CODE.with(|d| d.set(d.get() - 1));
-    }
-}
-
-/// Whether the calling thread is in the library's own code ([`LibraryCode`]).
-pub fn in_library_code() -> bool {
-    LIBRARY_CODE.with(|d| d.get() > 0)
-}
-
 /// Records the calling thread as one of the runtime's (in the library's own code for good,
-/// [`LibraryCode`]); returns its id.
+/// [`crate::library_code`]); returns its id.
 pub(crate) fn register_runtime_thread() -> i32 {
-    LIBRARY_CODE.with(|d| d.set(d.get() + 1));
+    crate::library_code::enter_for_good();
     let me = gettid();
     for t in &RUNTIME_TIDS {
         if t.compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
