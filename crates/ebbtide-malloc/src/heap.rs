@@ -260,8 +260,8 @@ fn zone(c: usize) -> Get {
             static REPORTED: AtomicBool = AtomicBool::new(false);
             if !REPORTED.swap(true, Ordering::Relaxed) {
                 report::line(format_args!(
-                    "cannot create the zone for {}-byte blocks: {e}; such requests fail with \
-                     ENOMEM (reported once)",
+                    "cannot create the zone for {}-byte blocks: {e}; such requests take a \
+                     larger class's free blocks, or fail with ENOMEM (reported once)",
                     classes::size(c)
                 ));
             }
@@ -524,7 +524,7 @@ pub extern "C" fn alloc_class_slow(c: usize) -> *mut u8 {
                 crate::runtime_start::maybe_start();
                 p.as_ptr()
             }
-            Err(_) => library_block_or_enomem(classes::size(c), classes::natural_align(c)),
+            Err(_) => refused(c),
         },
         Get::Nested => {
             let p = bootstrap::alloc(classes::size(c), classes::natural_align(c));
@@ -534,8 +534,33 @@ pub extern "C" fn alloc_class_slow(c: usize) -> *mut u8 {
                 p
             }
         }
-        Get::Failed => library_block_or_enomem(classes::size(c), classes::natural_align(c)),
+        Get::Failed => refused(c),
     }
+}
+
+/// Class `c` cannot serve: its zone could not be made or cannot grow (an `RLIMIT_AS` reached,
+/// a refused mapping). A free item of a larger class that is at least as aligned serves
+/// instead, if one is there: a keg keeps its chunks, so without this the address space one
+/// class holds free could never serve another under the limit (glibc, mimalloc and tcmalloc
+/// reuse it; a program that filled the limit with one size and freed it all got NULL for any
+/// size whose class had no zone yet). Else the library's reserve or `ENOMEM`.
+#[cold]
+#[inline(never)]
+fn refused(c: usize) -> *mut u8 {
+    let align = classes::natural_align(c);
+    for k in c + 1..classes::NCLASSES {
+        let z = ZONES[k].load(Ordering::Acquire);
+        if z.is_null() || classes::natural_align(k) < align {
+            continue;
+        }
+        // SAFETY: a published zone, never destroyed.
+        if let Ok(p) = unsafe { Zone::alloc_raw(z) } {
+            // SAFETY: allocated just now, at least 8 bytes: as in `alloc_class_slow`.
+            unsafe { clear_free_key(p.as_ptr()) };
+            return p.as_ptr();
+        }
+    }
+    library_block_or_enomem(classes::size(c), align)
 }
 
 #[cold]
