@@ -411,40 +411,23 @@ fn place_span(hold: usize, first: OsError) -> Result<NonNull<u8>, OsError> {
     let hold = round_up(hold.max(1), page_size());
     for n in 0..PLACE_TRIES {
         let slot = span_hint(n);
-        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
-        let p = unsafe {
-            libc::mmap(
-                slot as *mut libc::c_void,
+        // SAFETY: the range is nobody's if free (a slot of the spans' region), and nothing
+        // mapped there is replaced.
+        let r = unsafe {
+            map_exactly(
+                slot,
                 hold,
                 libc::PROT_NONE,
-                libc::MAP_PRIVATE
-                    | libc::MAP_ANONYMOUS
-                    | libc::MAP_NORESERVE
-                    | libc::MAP_FIXED_NOREPLACE,
-                -1,
-                0,
-            )
+                libc::MAP_NORESERVE,
+                "mmap(PROT_NONE span start)",
+            )?
         };
-        if p == libc::MAP_FAILED {
-            if errno() == libc::EEXIST {
-                continue;
-            }
-            // The limit cannot take even `hold`.
-            return Err(OsError {
-                call: "mmap(PROT_NONE span start)",
-                errno: errno(),
-            });
+        if r == MapAt::Mapped {
+            // SAFETY: non-null, the mapping just made.
+            let r = unsafe { NonNull::new_unchecked(slot as *mut u8) };
+            no_huge_pages(r, hold);
+            return Ok(r);
         }
-        if p as usize != slot {
-            // A kernel without MAP_FIXED_NOREPLACE placed it elsewhere: no span there.
-            // SAFETY: the mapping just made, unused.
-            unsafe { libc::munmap(p, hold) };
-            return Err(first);
-        }
-        // SAFETY: non-null, the mapping just made.
-        let r = unsafe { NonNull::new_unchecked(p.cast::<u8>()) };
-        no_huge_pages(r, hold);
-        return Ok(r);
     }
     Err(first)
 }
@@ -528,13 +511,43 @@ pub unsafe fn map_at(addr: NonNull<u8>, len: usize, thp: Thp) -> Result<MapAt, O
             errno: libc::ENOMEM,
         });
     }
+    // SAFETY: the caller's range, if free; nothing mapped there is replaced.
+    let r = unsafe {
+        map_exactly(
+            addr.as_ptr() as usize,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            0,
+            "mmap(MAP_FIXED_NOREPLACE)",
+        )?
+    };
+    if r == MapAt::Mapped {
+        set_thp(addr, len, thp);
+    }
+    Ok(r)
+}
+
+/// Maps `[addr, addr+len)` anonymous and private with `prot` (and the `extra` flags), exactly
+/// there and only if nothing is mapped in that range (`MAP_FIXED_NOREPLACE`): [`MapAt::Taken`]
+/// when something is (`EEXIST`), or when a kernel before 4.17 took the address as a hint (that
+/// mapping undone). Any other failure is an error named `call`.
+///
+/// # Safety
+/// `addr` and `len` are page aligned, and the range, if free, is the caller's to map.
+unsafe fn map_exactly(
+    addr: usize,
+    len: usize,
+    prot: libc::c_int,
+    extra: libc::c_int,
+    call: &'static str,
+) -> Result<MapAt, OsError> {
     // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the range is the caller's.
     let p = unsafe {
         libc::mmap(
-            addr.as_ptr().cast(),
+            addr as *mut libc::c_void,
             len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE | extra,
             -1,
             0,
         )
@@ -544,18 +557,14 @@ pub unsafe fn map_at(addr: NonNull<u8>, len: usize, thp: Thp) -> Result<MapAt, O
         if errno == libc::EEXIST {
             return Ok(MapAt::Taken);
         }
-        return Err(OsError {
-            call: "mmap(MAP_FIXED_NOREPLACE)",
-            errno,
-        });
+        return Err(OsError { call, errno });
     }
-    if p != addr.as_ptr().cast() {
+    if p as usize != addr {
         // A kernel without MAP_FIXED_NOREPLACE placed it elsewhere: not ours to keep.
         // SAFETY: the mapping just made, unused.
         unsafe { libc::munmap(p, len) };
         return Ok(MapAt::Taken);
     }
-    set_thp(addr, len, thp);
     Ok(MapAt::Mapped)
 }
 

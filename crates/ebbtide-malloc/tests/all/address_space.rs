@@ -116,6 +116,30 @@ fn a_limit_set_before_start_is_honoured_as_under_glibc() {
     check("before");
 }
 
+/// `exe` (started under `RLIMIT_AS` at `limit_kib` KiB, if given) succeeds and prints a first
+/// line starting `ok` under glibc, and so under ebbtide.
+fn succeeds_as_under_glibc(exe: &std::path::Path, limit_kib: Option<u64>, ok: &str) {
+    for preload in [false, true] {
+        let mut c = command(exe);
+        if preload {
+            c.env("LD_PRELOAD", lib());
+        }
+        if let Some(kib) = limit_kib {
+            limit_before_start(&mut c, kib);
+        }
+        let out = c.output().expect("run the program");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let who = if preload { "ebbtide" } else { "glibc" };
+        assert!(
+            out.status.success() && text.starts_with(ok),
+            "{} under {who}, RLIMIT_AS {limit_kib:?} KiB: {}: {text}{}",
+            exe.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// A limit under which the arena's whole span cannot be reserved: `rlimit_as_classes` (three
 /// blocks of each of ~90 sizes, 8 bytes to 32 KiB, 1.6 MiB in all) needs ~35 MiB of address
 /// space under ebbtide (a chunk's first step and descriptors per class) against ~8 under glibc.
@@ -135,22 +159,7 @@ fn a_tight_limit_set_before_start_serves_every_size_class() {
     ) else {
         return;
     };
-    for preload in [false, true] {
-        let mut c = command(&exe);
-        if preload {
-            c.env("LD_PRELOAD", lib());
-        }
-        limit_before_start(&mut c, TIGHT_MIB << 10);
-        let out = c.output().expect("run rlimit_as_classes");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let who = if preload { "ebbtide" } else { "glibc" };
-        assert!(
-            out.status.success() && text.starts_with("classes ok"),
-            "{who} under RLIMIT_AS {TIGHT_MIB} MiB: {}: {text}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    succeeds_as_under_glibc(&exe, Some(TIGHT_MIB << 10), "classes ok");
 }
 
 /// Under every limit from one the loader cannot live with to one the program fits in, a
@@ -209,19 +218,5 @@ fn memory_freed_by_one_class_serves_the_others_under_the_limit() {
     ) else {
         return;
     };
-    for preload in [false, true] {
-        let mut c = command(&exe);
-        if preload {
-            c.env("LD_PRELOAD", lib());
-        }
-        let out = c.output().expect("run rlimit_as_reuse");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let who = if preload { "ebbtide" } else { "glibc" };
-        assert!(
-            out.status.success() && text.starts_with("reuse ok"),
-            "{who}: {}: {text}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    succeeds_as_under_glibc(&exe, None, "reuse ok");
 }

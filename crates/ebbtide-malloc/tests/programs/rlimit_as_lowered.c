@@ -9,19 +9,9 @@
 #include <string.h>
 #include <sys/resource.h>
 
-static void *thread(void *arg) { return arg; }
+#include "vmsize.h"
 
-static long vmsize_kib(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmSize: %ld", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib;
-}
+static void *thread(void *arg) { return arg; }
 
 int main(int argc, char **argv) {
     if (argc != 3 || (strcmp(argv[2], "after") && strcmp(argv[2], "before"))) {

@@ -7,17 +7,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-static long vmsize_kib(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmSize: %ld", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib;
-}
+#include "vmsize.h"
 
 int main(void) {
     rlim_t limit = ((rlim_t)vmsize_kib() << 10) + ((rlim_t)64 << 20);
