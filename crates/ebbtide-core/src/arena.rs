@@ -643,25 +643,54 @@ impl Arena {
     /// # Safety
     /// `chunk` must have come from [`Arena::alloc_chunk`] and nothing may use it any more.
     pub(crate) unsafe fn free_chunk(&self, chunk: NonNull<u8>) {
+        // SAFETY: the caller's guarantee.
+        unsafe { self.take_chunk_back(chunk, false) };
+    }
+
+    /// [`Arena::free_chunk`], its mapping and its descriptor area's undone (`munmap`): the
+    /// address space goes back too, for any other mapping (the page heap's, a program's) when
+    /// the limit (`RLIMIT_AS`) is reached (`Keg::unmap_empty_chunks`). Its next owner maps it
+    /// again from its start, like a chunk never handed out. Returns the bytes unmapped.
+    ///
+    /// # Safety
+    /// As [`Arena::free_chunk`].
+    pub(crate) unsafe fn unmap_chunk(&self, chunk: NonNull<u8>) -> usize {
+        // SAFETY: the caller's guarantee.
+        unsafe { self.take_chunk_back(chunk, true) }
+    }
+
+    /// [`Arena::free_chunk`] or, if `unmap`, [`Arena::unmap_chunk`]; the bytes unmapped.
+    ///
+    /// # Safety
+    /// As [`Arena::free_chunk`].
+    unsafe fn take_chunk_back(&self, chunk: NonNull<u8>, unmap: bool) -> usize {
         let idx = (chunk.as_ptr() as usize - self.base) >> CHUNK_SHIFT;
         let (mapped, desc) = (
             self.map_entry(idx).mapped_bytes(),
             self.map_entry(idx).desc_bytes(),
         );
+        let area = self.desc_of(chunk.as_ptr() as usize);
         // SAFETY: the caller guarantees the chunk is ours and unused; its first `mapped` bytes
         // are mapped, and its descriptor area's first `desc` (its own, read by nobody now).
         unsafe {
-            os::release(chunk, mapped);
-            if desc > 0 {
-                let area = self.desc_of(chunk.as_ptr() as usize);
-                os::release(NonNull::new_unchecked(area as *mut u8), desc);
+            if unmap {
+                os::unmap(chunk, mapped);
+                if desc > 0 {
+                    os::unmap(NonNull::new_unchecked(area as *mut u8), desc);
+                }
+            } else {
+                os::release(chunk, mapped);
+                if desc > 0 {
+                    os::release(NonNull::new_unchecked(area as *mut u8), desc);
+                }
             }
         }
+        let kept = if unmap { (0, 0) } else { (mapped, desc) };
         let mut free = crate::sync::lock(&self.free);
         // Relaxed: the chunk is unowned; its next owner reads the word under this mutex. The
-        // huge mark goes; what is mapped stays.
+        // huge mark goes; what is mapped stays (nothing, unmapped).
         self.map_entry(idx).mapped.store(
-            mapped as u64 | (desc as u64) << DESC_MAPPED_SHIFT,
+            kept.0 as u64 | (kept.1 as u64) << DESC_MAPPED_SHIFT,
             Ordering::Relaxed,
         );
         // The hint first: a free chunk matches no zone's stacks (a zone made later may get a
@@ -677,6 +706,11 @@ impl Arena {
         self.entry(idx)
             .store(((free.head as u64) << 1) | 1, Ordering::Release);
         free.head = idx + 1;
+        if unmap {
+            mapped + desc
+        } else {
+            0
+        }
     }
 }
 

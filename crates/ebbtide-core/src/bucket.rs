@@ -159,6 +159,15 @@ pub(crate) fn release_bucket_kegs(sess: &mut Session) -> usize {
     }
 }
 
+/// The bucket kegs' empty chunks back to the arena, unmapped (`Keg::unmap_empty_chunks`, after a
+/// refused mapping). Returns the bytes of address space unmapped.
+pub(crate) fn unmap_empty_bucket_chunks() -> usize {
+    match KEGS.get() {
+        Some(Ok(ks)) => ks.iter().map(|k| k.unmap_empty_chunks()).sum(),
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,14 @@ pub trait OuterCache: Sync {
     }
     /// Gives back everything held (drains, DRAIN_CPU, squeeze, buckets off). Returns the bytes.
     fn drain(&self) -> usize;
+    /// A mapping was refused (`RLIMIT_AS` reached, say): gives back everything held, as
+    /// [`OuterCache::drain`], and unmaps the address space that leaves unused, so that any
+    /// other mapping may take it. Returns the bytes unmapped. The default is a drain (nothing
+    /// unmapped).
+    fn unmap_free(&self) -> usize {
+        self.drain();
+        0
+    }
     /// Its huge pages, for the statistics (none by default).
     fn huge_pages(&self) -> HugePages {
         HugePages::default()
@@ -116,6 +124,12 @@ pub(crate) fn trim_all(now_ns: u64) -> usize {
 pub(crate) fn drain_all() -> usize {
     let mut b = 0;
     each(|c| b += c.drain());
+    b
+}
+
+pub(crate) fn unmap_free_all() -> usize {
+    let mut b = 0;
+    each(|c| b += c.unmap_free());
     b
 }
 

@@ -28,7 +28,8 @@ use crate::os;
 use crate::release::Session;
 use crate::sync::{lock, Ordering};
 use crate::zone::{
-    drain_cpu_all, release_lazy_due_locked, release_lazy_locked, Zone, ZoneFlags, ZoneInner,
+    drain_cpu_all, on_map_failure, release_lazy_due_locked, release_lazy_locked, Zone, ZoneFlags,
+    ZoneInner,
 };
 
 /// A reclaim request (the values are the C ABI's `EBB_RECLAIM_*`).
@@ -213,6 +214,16 @@ pub fn reclaim_all(req: Request) -> usize {
             b + sess.finish() + release_lazy_locked(&reg)
         })
         .unwrap_or(0)
+}
+
+/// A mapping outside the zones was refused (a malloc's large block: `RLIMIT_AS` reached, the
+/// map count, the commit limit): what a zone does before it retries its own (DRAIN_CPU of every
+/// zone, then the address space the caches hold free unmapped: empty chunks, the outer caches'
+/// free space), counted as a failed mapping. The caller retries once. Call it with no lock of
+/// the core held.
+pub fn mapping_refused() {
+    let _inside = crate::forkgate::enter();
+    on_map_failure();
 }
 
 /// Sets how free pages leave the caches without pressure (the runtime's `lazy_free`,

@@ -240,7 +240,21 @@ pub fn alloc(n: usize, align: usize) -> *mut u8 {
 /// [`alloc`], and whether the block is all zero pages (fresh from the kernel or given back
 /// since its last use) rather than reused dirty memory.
 pub fn alloc_fresh(n: usize, align: usize) -> (*mut u8, bool) {
-    alloc_in(n, align, true)
+    alloc_or_retry(n, align, true)
+}
+
+/// [`alloc_in`]; when it fails, the caches' free address space goes back (the core's
+/// `mapping_refused`: the size classes' empty chunks, the page heap's free runs and the span
+/// above its top, unmapped) and it tries once more: under `RLIMIT_AS`, memory a program freed
+/// in small blocks then serves a large one, as under glibc. A request no address space could
+/// hold fails at once.
+fn alloc_or_retry(n: usize, align: usize, heap: bool) -> (*mut u8, bool) {
+    let r = alloc_in(n, align, heap);
+    if !r.0.is_null() || n > isize::MAX as usize / 2 {
+        return r;
+    }
+    ebbtide_core::reclaim::mapping_refused();
+    alloc_in(n, align, heap)
 }
 
 /// [`alloc_fresh`], from the page heap only if `heap` (and the block fits it).
@@ -315,7 +329,7 @@ fn alloc_in(n: usize, align: usize, heap: bool) -> (*mut u8, bool) {
 /// A block of at least `n` bytes that is a mapping of its own (for `realloc` beyond
 /// [`REMAP_ABOVE`]), or null.
 pub fn alloc_mapping(n: usize) -> *mut u8 {
-    alloc_in(n, 1, false).0
+    alloc_or_retry(n, 1, false).0
 }
 
 /// Which dirty runs [`release_runs`] releases.
@@ -366,6 +380,14 @@ impl ebbtide_core::outer::OuterCache for HugeCache {
     }
     fn drain(&self) -> usize {
         release_runs(Release::All)
+    }
+    fn unmap_free(&self) -> usize {
+        let _inside = ebbtide_core::forkgate::enter();
+        let mut t = ebbtide_core::lock(&TABLE);
+        t.heap.release_older_than(u64::MAX);
+        let b = t.heap.unmap_above_top();
+        CACHED.store(t.heap.dirty_bytes(), Ordering::Relaxed);
+        b
     }
     fn huge_pages(&self) -> ebbtide_core::outer::HugePages {
         let c = hugepage_counts();

@@ -796,6 +796,33 @@ impl PageHeap {
         self.release_above(before, 0, 0, true)
     }
 
+    /// Unmaps the span above `top` (from the first region boundary at or above it to
+    /// `committed`): address space for other mappings when a mapping was refused
+    /// (`RLIMIT_AS` reached: the caller drained the dirty runs first, so `top` rests on the
+    /// highest block). Its regions hold no block; their huge-page marks go with them. Mapped
+    /// again in [`COMMIT_STEP`]s as `top` grows, as at the start. Returns the bytes unmapped.
+    pub fn unmap_above_top(&mut self) -> usize {
+        if self.base == 0 {
+            return 0;
+        }
+        let from = self.base + (self.top - self.base).next_multiple_of(REGION);
+        if from >= self.committed {
+            return 0;
+        }
+        let (lo, hi) = (
+            self.regions.index(from),
+            self.regions.index(self.committed - 1) + 1,
+        );
+        self.regions.given_back_whole(lo, hi);
+        let len = self.committed - from;
+        // SAFETY: [from, committed) is the heap's mapped part above `top` (page aligned: base
+        // and REGION are), where no block and no free run lies; nothing reads it afterwards
+        // (`contains` ends at the new `committed`).
+        unsafe { ebbtide_core::os::unmap(NonNull::new_unchecked(from as *mut u8), len) };
+        self.committed = from;
+        len
+    }
+
     /// The idle pass: gives back every dirty run last freed into before `before`, whole
     /// regions first, except in huge regions still in use: those only beyond the working set
     /// ([`regions::break_when_idle`], the hysteresis on recent demand: a huge page the heap
@@ -938,6 +965,39 @@ mod tests {
     fn write(addr: usize, len: usize, v: u8) {
         // SAFETY: a block of the heap under test, `len` bytes, handed out to the test.
         unsafe { ptr::write_bytes(addr as *mut u8, v, len) };
+    }
+
+    /// Drained, the span above `top` is unmapped from the region boundary above the highest
+    /// block ([`PageHeap::unmap_above_top`]), and mapped again as `top` grows.
+    #[test]
+    fn the_span_above_top_is_unmapped_and_mapped_again() {
+        let mapped = |p: usize| {
+            // SAFETY: msync on an unmapped range only reports ENOMEM.
+            unsafe { libc::msync(p as *mut libc::c_void, page(), libc::MS_ASYNC) == 0 }
+        };
+        let mut h = heap();
+        let (a, _) = h.alloc(64 * K, page()).unwrap();
+        let (b, _) = h.alloc(5 * M, page()).unwrap();
+        let (c, _) = h.alloc(3 * M, page()).unwrap();
+        write(b, 5 * M, 1);
+        write(c, 3 * M, 2);
+        h.free(c, 3 * M, 1, true);
+        h.free(b, 5 * M, 1, true);
+        h.release_older_than(u64::MAX);
+        h.validate().unwrap();
+        let unmapped = h.unmap_above_top();
+        assert!(unmapped >= 8 * M, "{unmapped} bytes unmapped");
+        assert_eq!(h.unmap_above_top(), 0, "nothing left to unmap");
+        assert!(mapped(a) && !mapped(a + REGION) && !mapped(c));
+        assert!(h.contains(a) && !h.contains(a + REGION));
+        h.validate().unwrap();
+        let (d, zeroed) = h.alloc(6 * M, page()).unwrap();
+        assert!(zeroed);
+        write(d, 6 * M, 3);
+        assert!(mapped(d + 6 * M - page()));
+        h.free(d, 6 * M, 2, true);
+        h.free(a, 64 * K, 2, true);
+        h.validate().unwrap();
     }
 
     /// Only what `top` needs is mapped, in steps of [`COMMIT_STEP`]: the rest of the span is

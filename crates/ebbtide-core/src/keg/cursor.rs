@@ -233,6 +233,9 @@ impl Keg {
                 // SAFETY: the cursor's slab and word are valid metas of this keg; lock held.
                 unsafe { w.cur.sync(&mut g) };
                 w.cur = Cursor::default(); // the slab may change while the lock is dropped
+                                           // And the chunk: an empty one may go back to the arena meanwhile
+                                           // (`empty.rs`), and to another keg.
+                w.our_chunk = usize::MAX;
                 if overflow {
                     drop(g);
                     if let Some(s) = w.session.as_deref_mut() {

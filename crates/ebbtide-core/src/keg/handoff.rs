@@ -241,8 +241,10 @@ impl Keg {
             let mut c = g.chunks;
             while !c.is_null() && budget > 0 {
                 let chunk = self.chunk_at(c);
-                // SAFETY: `c` is a valid chunk header of this keg (chunks stay on the list
-                // while the keg lives, across the lock drops below); lock held.
+                // SAFETY: `c` is a valid chunk header of this keg: a chunk leaves the list
+                // only in `unmap_empty_chunks` (`empty.rs`), which does nothing while a slab
+                // is in flight or releasing, as one of ours is across each lock drop below;
+                // lock held.
                 if huge && !unsafe { (*c).huge } {
                     // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list
                     // while it lives); lock held.

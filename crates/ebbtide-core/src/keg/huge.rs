@@ -327,10 +327,12 @@ impl Keg {
         if done != 0 {
             let _g = lock(&self.inner);
             for (i, &(addr, _)) in conv.ranges[..conv.n].iter().enumerate() {
-                if done & (1 << i) != 0 {
+                // Still ours: an empty chunk may have gone back to the arena, unmapped, while
+                // the lock was dropped (`empty.rs`); under the lock its tag cannot change.
+                if done & (1 << i) != 0 && self.owns(addr) {
                     let hdr = self.header(addr & !(CHUNK_SIZE - 1));
-                    // SAFETY: the header of a chunk of this keg (chunks stay while it lives);
-                    // the lock is held.
+                    // SAFETY: the header of a chunk of this keg (its tag is ours, read under
+                    // the lock that a chunk leaves the keg under); the lock is held.
                     unsafe { (*hdr).collapsed += 1 };
                 }
             }
@@ -494,8 +496,9 @@ impl Keg {
                 g.huge_released += PAGES_PER_CHUNK as u32;
                 taken += n;
                 released += bytes;
-                // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list while
-                // it lives, also across the lock drops in `release_run`); lock held.
+                // SAFETY: `c` is a valid chunk header of this keg: across the lock drops in
+                // `release_run` a slab of ours is in flight or releasing, and no chunk leaves
+                // the list meanwhile (`empty.rs`); lock held.
                 c = unsafe { (*c).next };
                 continue;
             }
@@ -538,8 +541,9 @@ impl Keg {
                     }
                 }
             }
-            // SAFETY: `c` is a valid chunk header of this keg (chunks stay on its list while it
-            // lives, also across the lock drops above); lock held.
+            // SAFETY: `c` is a valid chunk header of this keg: across the lock drops above a
+            // slab of ours is in flight or releasing, and no chunk leaves the list meanwhile
+            // (`empty.rs`); lock held.
             c = unsafe { (*c).next };
         }
         (g, released)

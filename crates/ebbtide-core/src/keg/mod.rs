@@ -37,7 +37,8 @@
 //! import), [`cursor`] (taking items back, with its cursor over the current slab), [`excess`]
 //! (the free-slab cap and its delay, a pure rule of inputs and time), [`lazily`] (the lazy list:
 //! settle, offer, release), [`handoff`] (releasing free slabs: synchronously with the lock
-//! dropped, or handed to a reclaim's session), [`validate`] (the consistency check).
+//! dropped, or handed to a reclaim's session), [`empty`] (empty chunks back to the arena,
+//! unmapped, when a mapping was refused), [`validate`] (the consistency check).
 //!
 //! Counting invariant (checked by [`Keg::validate`]):
 //! `backed_slabs * items_per_slab == items_out + free_items`, where `items_out` are the items
@@ -46,6 +47,7 @@
 
 mod carve;
 mod cursor;
+mod empty;
 mod excess;
 mod handoff;
 mod huge;

@@ -334,11 +334,30 @@ pub(crate) fn drain_cpu_locked(
 }
 
 /// A page mapping failed: synchronous DRAIN_CPU of every zone before the caller retries once
-/// (counted here and reported to the runtime).
+/// (counted here and reported to the runtime), then the address space the caches held free
+/// goes back ([`unmap_free_all`]): a refused mapping is the address space limit (`RLIMIT_AS`),
+/// the map count or the kernel's commit limit, none of which memory given back with
+/// `MADV_DONTNEED` lifts.
 pub(crate) fn on_map_failure() {
     crate::gate::count_map_failure();
     crate::runtime::map_failure();
     drain_cpu_all(true, true);
+    unmap_free_all();
+}
+
+/// Every zone's and bucket keg's empty chunks back to the arena, unmapped
+/// (`Keg::unmap_empty_chunks`), then the outer caches' free address space
+/// ([`crate::outer::OuterCache::unmap_free`]), as the one reclaim in progress. Returns the bytes
+/// of address space unmapped; 0 if this thread is already reclaiming.
+pub(crate) fn unmap_free_all() -> usize {
+    let kegs = crate::gate::exclusive(|| {
+        let reg = crate::registry::lock();
+        let mut b = 0;
+        reg.for_each(|z: &ZoneInner| b += z.keg.unmap_empty_chunks());
+        b + crate::bucket::unmap_empty_bucket_chunks()
+    })
+    .unwrap_or(0);
+    kegs + crate::outer::unmap_free_all()
 }
 
 impl ZoneInner {

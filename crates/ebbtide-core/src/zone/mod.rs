@@ -23,7 +23,8 @@ mod snapshot;
 mod stash;
 
 pub(crate) use drain::{
-    drain_cpu_all, make_room, release_lazy_due_locked, release_lazy_locked, trim_excess_locked,
+    drain_cpu_all, make_room, on_map_failure, release_lazy_due_locked, release_lazy_locked,
+    trim_excess_locked,
 };
 pub use fast::{
     clear_free_key, free_key, AllocMiss, Base, Caller, FastConsts, FastFree, Handle, Plain, Raw,

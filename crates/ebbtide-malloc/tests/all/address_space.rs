@@ -220,3 +220,23 @@ fn memory_freed_by_one_class_serves_the_others_under_the_limit() {
     };
     succeeds_as_under_glibc(&exe, None, "reuse ok");
 }
+
+/// Address space freed in small blocks serves large ones and the other way round under the
+/// limit: `rlimit_as_across` fills its limit with 64-byte blocks, frees them, asks for 4 KiB
+/// and 1 MiB blocks, then fills it with 256 KiB blocks, frees them, asks for 64-byte and 4 KiB
+/// ones; all are served, as under glibc (mimalloc and tcmalloc too; jemalloc fails the 1 MiB
+/// blocks). Before, a keg kept its chunks mapped and the page heap its span: 0 of the 4 KiB
+/// blocks and 11 696 of the 64-byte ones. Now a refused mapping unmaps the empty chunks
+/// (`Keg::unmap_empty_chunks`) and the page heap's span above its top before the retry.
+#[test]
+fn address_space_freed_in_one_size_serves_any_other_under_the_limit() {
+    let _turn = crate::serial::turn(module_path!());
+    let Some(exe) = compile(
+        &program("rlimit_as_across.c"),
+        &scratch("rlimit-as-across"),
+        &[],
+    ) else {
+        return;
+    };
+    succeeds_as_under_glibc(&exe, None, "across ok");
+}
