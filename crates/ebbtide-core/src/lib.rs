@@ -44,7 +44,7 @@
 //! memory-bound program's misses would otherwise wait behind.
 //!
 //! ## Layers
-//! Layer order (bottom first): local, sync, spin, os, contention, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, disposal, keg, bucket, pcpu, depot, zone, outer, reclaim, page_pool, typed.
+//! Layer order (bottom first): local, sync, spin, os, contention, forkgate, wss, reuse, sizing, error, runtime, gate, registry, lazy, arena, slab, release, disposal, keg, bucket, pcpu, depot, outer, zone, reclaim, page_pool, typed.
 //!
 //! Each module names only modules before it in that list (`tests/all/layers.rs` reads the code and
 //! fails on a module that reaches up). The registry is an intrusive list that knows no zone; the
@@ -167,7 +167,7 @@
 //! | limit mutex (per zone) | `zone/limit.rs` | `max_items` sleepers (FIFO tickets); taken alone, never with another core lock held |
 //! | header lock (per zone, per CPU) | `pcpu` | drainers and cap writers; every op in locked mode |
 //! | depot mutex (per zone) | `depot` | buckets and the WSS estimator; `try_lock` failure grows the bucket size |
-//! | keg mutex (per keg) | `keg` | slab lists, bitmaps, counters; innermost; only `fini` runs under it, never `madvise` |
+//! | keg mutex (per keg) | `keg` | slab lists, bitmaps, counters; innermost; only `fini` runs under it, never `madvise` (only `munmap` of its empty chunks after a refused mapping, `keg/empty.rs`, a rare path like a zone's destruction) |
 //! | stash mutex (per page pool) | `zone/stash.rs` | the pages a shrink gave back lazily; a leaf, like the keg's: nothing is taken while it is held |
 //! | arena free-chunk mutex | `arena` | the free chunk list |
 //!
