@@ -27,7 +27,11 @@ fn repo() -> PathBuf {
 fn this_profile() -> &'static str {
     let exe = std::env::current_exe().expect("the test's path");
     // target/<dir>/deps/<test binary>
-    match exe.parent().and_then(Path::parent).and_then(Path::file_name) {
+    match exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+    {
         Some(d) if d == "release" => "release",
         _ => "test",
     }
