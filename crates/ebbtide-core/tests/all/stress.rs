@@ -171,7 +171,7 @@ fn worker(
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The reclaimer's request mix: 0 = reclaim_all(DrainCpu), 1 = Trim, 2 = Drain, 3 = each zone's
-/// periodic pass, 9 = nothing; cycled in order. `STRESS_ONLY=<n>` forces one of them (bisecting).
+/// periodic pass, 4 = a refused mapping's answer (DRAIN_CPU, empty chunks unmapped), 9 = nothing; cycled in order. `STRESS_ONLY=<n>` forces one of them (bisecting).
 fn stress(mix: &[u64]) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let zones: Vec<Zone> = [
@@ -214,6 +214,11 @@ fn stress(mix: &[u64]) {
                     }
                     2 => {
                         ebbtide_core::reclaim::reclaim_all(Request::Drain);
+                    }
+                    4 => {
+                        // What a refused mapping does: DRAIN_CPU, then every empty chunk back
+                        // to the arena, unmapped, while the workers allocate and free.
+                        ebbtide_core::reclaim::mapping_refused();
                     }
                     9 => {}
                     _ => {
@@ -283,6 +288,17 @@ fn stress(mix: &[u64]) {
         assert_eq!(s.used, 0);
         assert!(s.reclaim_drain_cpu + s.reclaim_trim + s.reclaim_drain > 0 || mix == [3]);
     }
+    // An item of each zone, freed: its chunk is empty after the final DrainCpu.
+    let probes: Vec<(usize, u64)> = zones
+        .iter()
+        .map(|z| {
+            let p = z.alloc().unwrap();
+            // SAFETY: just allocated, freed once.
+            unsafe { z.free(p).unwrap() };
+            let at = p.as_ptr() as usize;
+            (at, ebbtide_core::owner_tag(at))
+        })
+        .collect();
     ebbtide_core::reclaim::reclaim_all(Request::DrainCpu);
     for z in zones {
         let c = z.validate().unwrap();
@@ -294,6 +310,23 @@ fn stress(mix: &[u64]) {
         );
         assert_eq!(z.snapshot().mapped_bytes, 0, "zone '{}'", z.name());
     }
+    // Empty now: a refused mapping's answer unmaps every chunk, and the zones grow again.
+    ebbtide_core::reclaim::mapping_refused();
+    for (z, &(probe, tag)) in zones.iter().zip(&probes) {
+        assert_ne!(
+            ebbtide_core::owner_tag(probe),
+            tag,
+            "zone '{}': its empty chunk was not given back",
+            z.name()
+        );
+        let p = z.alloc().expect("alloc after the chunks went back");
+        // SAFETY: an item of this zone, at least 24 bytes; freed once below.
+        unsafe {
+            p.as_ptr().write_bytes(0x5a, z.item_size());
+            z.free(p).unwrap();
+        }
+        z.validate().unwrap();
+    }
 }
 
 /// Cross-thread frees while TRIM, DRAIN and the periodic pass (which drains idle CPUs' stacks)
@@ -304,7 +337,8 @@ fn cross_thread_frees_under_concurrent_trim_drain_periodic() {
     stress(&[1, 2, 3]);
 }
 
-/// The full mix the issue asks for, with concurrent `reclaim_all(DrainCpu)`.
+/// The full mix the issue asks for, with concurrent `reclaim_all(DrainCpu)`, and a refused
+/// mapping's answer (empty chunks unmapped under the workers' feet).
 ///
 /// Regression test: before the load-order fix in `pcpu.rs` (critical sections loaded `word` before
 /// the stop field), this failed in most runs with "item handed out while live" (zone
@@ -313,5 +347,5 @@ fn cross_thread_frees_under_concurrent_trim_drain_periodic() {
 #[test]
 fn cross_thread_frees_under_concurrent_drain_cpu() {
     let _turn = crate::serial::turn(module_path!());
-    stress(&[0, 1, 2, 3]);
+    stress(&[0, 1, 4, 2, 3]);
 }
