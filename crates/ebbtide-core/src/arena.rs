@@ -383,7 +383,8 @@ impl Arena {
         }
         let nchunks = self.len >> CHUNK_SHIFT;
         let mut free = crate::sync::lock(&self.free);
-        let idx = if free.head != 0 {
+        let mut reused = None;
+        while free.head != 0 {
             let idx = free.head - 1;
             let e = self.entry(idx).load(Ordering::Relaxed);
             debug_assert!(e & 1 == 1);
@@ -393,7 +394,36 @@ impl Arena {
             // SAFETY: a chunk of the span, mapped through `mapped` bytes (its entry says so).
             let at =
                 unsafe { NonNull::new_unchecked((self.base + (idx << CHUNK_SHIFT)) as *mut u8) };
-            os::set_thp(at, mapped, thp);
+            if mapped > 0 {
+                os::set_thp(at, mapped, thp);
+                reused = Some(idx);
+                break;
+            }
+            // Unmapped when given back (`unmap_chunk`): its first step mapped again, as a new
+            // chunk's (`map_new_chunk`), unless another mapping took its place meanwhile.
+            // SAFETY: a chunk of the span, ours (free, on no keg), nothing of ours mapped in it.
+            match unsafe { os::map_at(at, FIRST_STEP, os::Thp::Never) } {
+                Ok(os::MapAt::Mapped) => {
+                    // Relaxed: as in `map_new_chunk` (the free mutex is held).
+                    self.map_entry(idx)
+                        .mapped
+                        .store(FIRST_STEP as u64, Ordering::Relaxed);
+                    reused = Some(idx);
+                    break;
+                }
+                // Lost to the arena, as a chunk `map_new_chunk` passes over: off the free list,
+                // owned by nobody (Release: as in `free_chunk`).
+                Ok(os::MapAt::Taken) => self.entry(idx).store(0, Ordering::Release),
+                Err(e) => {
+                    // Back on the free list, as it was (Release: as in `free_chunk`).
+                    self.entry(idx)
+                        .store(((free.head as u64) << 1) | 1, Ordering::Release);
+                    free.head = idx + 1;
+                    return Err(e);
+                }
+            }
+        }
+        let idx = if let Some(idx) = reused {
             idx
         } else {
             let idx = self.map_new_chunk(nchunks)?;
@@ -804,6 +834,61 @@ mod tests {
     fn is_mapped(p: usize) -> bool {
         // SAFETY: msync on an unmapped range only reports ENOMEM.
         unsafe { libc::msync(p as *mut libc::c_void, os::page_size(), libc::MS_ASYNC) == 0 }
+    }
+
+    /// A chunk given back unmapped (`unmap_chunk`) is unmapped, mapped again (zero) for its
+    /// next owner, and passed over when another mapping took its place meanwhile. A private
+    /// arena: no other test takes its chunks.
+    #[test]
+    fn an_unmapped_chunk_is_mapped_again_or_passed_over_when_taken() {
+        let a: &'static Arena = Box::leak(Box::new(Arena::reserve().unwrap()));
+        let t = a.new_tag();
+        let take = || a.alloc_chunk(t, 0, 4096, 4096, os::Thp::Never).unwrap();
+        let (c1, c2) = (take(), take());
+        let (p1, p2) = (c1.as_ptr() as usize, c2.as_ptr() as usize);
+        // SAFETY: the first page of a chunk just taken, mapped (its first step).
+        unsafe { c1.as_ptr().write_bytes(0x77, 4096) };
+        // SAFETY: ours, unused from here.
+        let b = unsafe { a.unmap_chunk(c1) };
+        assert!(b >= FIRST_STEP + DESC_STEP, "{b} bytes unmapped");
+        assert!(!is_mapped(p1) && !is_mapped(a.desc_of(p1)));
+        assert_eq!(a.tag_of(p1), 0);
+        let c3 = take();
+        assert_eq!(c3, c1, "the free chunk first");
+        assert!(is_mapped(p1) && a.mapped_bytes(p1) >= 4096);
+        // SAFETY: its first page, mapped again.
+        assert!(unsafe { core::slice::from_raw_parts(c3.as_ptr(), 4096) }
+            .iter()
+            .all(|&x| x == 0));
+        // SAFETY: both ours, unused from here; c2 last, so first on the free list.
+        unsafe {
+            a.unmap_chunk(c3);
+            a.unmap_chunk(c2);
+        }
+        // Another mapping takes c2's place.
+        // SAFETY: a page nobody maps (c2 was just unmapped); undone below.
+        let foreign = unsafe {
+            libc::mmap(
+                p2 as *mut libc::c_void,
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        assert_eq!(foreign as usize, p2);
+        // SAFETY: the mapping just made.
+        unsafe { (foreign as *mut u8).write(0x42) };
+        let c4 = take();
+        assert_eq!(c4, c1, "c2 passed over, c1 taken");
+        assert_eq!(a.tag_of(p2), 0, "c2 is nobody's");
+        // SAFETY: the foreign mapping, untouched by the arena.
+        assert_eq!(unsafe { (foreign as *const u8).read() }, 0x42);
+        let c5 = take();
+        assert!(c5 != c1 && c5 != c2, "a new chunk next");
+        // SAFETY: the foreign mapping made above.
+        unsafe { libc::munmap(foreign, 4096) };
     }
 
     #[test]

@@ -903,7 +903,18 @@ mod tests {
 
     #[test]
     fn a_broken_huge_page_filled_again_is_collapsed_again() {
-        let (k, v) = dense_keg((HUGE_AFTER + (12 << 20)) / 64);
+        // Items written as they are taken, as a program does: the older chunks' pages fault in
+        // as 4 KiB pages before the keg becomes dense and marks them huge. (Written only after
+        // all were taken, they fault in huge pages at once wherever the kernel has free huge
+        // pages, and nothing is left to collapse.)
+        let (k, mut v) = dense_keg(0);
+        while v.len() < (HUGE_AFTER + (12 << 20)) / 64 {
+            for p in crate::keg::tests::import_n(&k, 4096) {
+                // SAFETY: an item of ours, 64 bytes.
+                unsafe { p.write_bytes(0x5a, 64) };
+                v.push(p);
+            }
+        }
         // The older chunks, made huge when the keg became dense, collapsed (16 pages a call).
         let chunk = v[0] as usize & !(CHUNK_SIZE - 1);
         let (_, before_kb) = smaps_of(chunk);

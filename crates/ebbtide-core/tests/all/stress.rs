@@ -310,8 +310,21 @@ fn stress(mix: &[u64]) {
         );
         assert_eq!(z.snapshot().mapped_bytes, 0, "zone '{}'", z.name());
     }
-    // Empty now: a refused mapping's answer unmaps every chunk, and the zones grow again.
-    ebbtide_core::reclaim::mapping_refused();
+    // Empty now: a refused mapping's answer unmaps every chunk, and the zones grow again. (An
+    // answer is not given again before as long as the last one took has passed: the
+    // reclaimer's last one may be that recent; `zone/drain.rs`, `answer_due`.)
+    let gone = || {
+        probes
+            .iter()
+            .all(|&(p, tag)| ebbtide_core::owner_tag(p) != tag)
+    };
+    for _ in 0..100 {
+        ebbtide_core::reclaim::mapping_refused();
+        if gone() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     for (z, &(probe, tag)) in zones.iter().zip(&probes) {
         assert_ne!(
             ebbtide_core::owner_tag(probe),
