@@ -87,9 +87,20 @@ fn bad_options_name_the_option() {
 fn invalid_frees_are_refused_and_change_nothing() {
     let _turn = crate::serial::turn(module_path!());
     quiet();
-    let z = zone("victim", 64);
+    // A victim whose chunk starts with colour pages, so that the chunk's start is no item (a
+    // zone of colour 0, one in 64 tags, starts its slab 0 there).
+    let (z, a) = loop {
+        let z = zone("victim", 64);
+        let a = z.alloc().unwrap();
+        let chunk = a.as_ptr() as usize & !((4 << 20) - 1);
+        if ebbtide_core::owner_entry(a.as_ptr() as usize).start as usize != chunk {
+            break (z, a);
+        }
+        // SAFETY: the item just allocated, freed once.
+        unsafe { z.free(a).unwrap() };
+        z.destroy().map_err(|e| e.1).unwrap();
+    };
     let other = zone("other", 64);
-    let a = z.alloc().unwrap();
     let b = other.alloc().unwrap();
     let mut local = [0u64; 8];
     let stack_ptr = NonNull::new(local.as_mut_ptr().cast::<u8>()).unwrap();
