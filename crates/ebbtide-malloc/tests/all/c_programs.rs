@@ -103,14 +103,23 @@ fn run(bin: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> Output
     c.output().unwrap()
 }
 
+/// `src` compiled once per process (`cxx`: as C++; `linked`: against the library), into one
+/// scratch folder emptied once: two tests that asked for programs at once emptied the folder
+/// (`scratch`) and compiled to the same path under each other, and one ran its program while
+/// the other's linker was rewriting it ("Permission denied", seen in a full run).
 fn program(src: &str, cxx: bool, linked: bool) -> PathBuf {
-    let d = scratch("bin");
-    let out = d.join(format!(
+    static BUILT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let out = DIR.get_or_init(|| scratch("bin")).join(format!(
         "{}-{}",
         src.replace('.', "_"),
         if linked { "linked" } else { "plain" }
     ));
-    compile(src, &out, cxx, linked);
+    if !built.contains(&out) {
+        compile(src, &out, cxx, linked);
+        built.push(out.clone());
+    }
     out
 }
 
