@@ -119,6 +119,26 @@ pub(crate) fn set_buckets_disabled(off: bool) -> bool {
     BUCKETS_DISABLED.swap(off, Ordering::SeqCst)
 }
 
+/// Set when memory went back to a cache's free space (a slab left entirely free, a large
+/// block freed) since the last answer to a refused mapping: that answer's rate limit does not
+/// apply then (`zone/drain.rs`, `on_map_failure`), so a program that frees and asks again at
+/// once is served.
+static FREED: AtomicBool = AtomicBool::new(false);
+
+/// Notes memory freed into a cache's free space (see [`FREED`]). Relaxed, and a store only when
+/// the flag is clear: a hint read by the next refused mapping, which orders nothing else.
+#[inline]
+pub fn note_freed() {
+    if !FREED.load(Ordering::Relaxed) {
+        FREED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether memory was freed since the last call, and clears the flag (see [`FREED`]).
+pub(crate) fn take_freed() -> bool {
+    FREED.swap(false, Ordering::Relaxed)
+}
+
 /// Counts a failed mapping.
 pub(crate) fn count_map_failure() {
     MAP_FAILURES.fetch_add(1, Ordering::Relaxed);

@@ -17,8 +17,8 @@
 //! request) with at most one pass over the CPUs.
 
 pub use crate::gate::{
-    buckets_enabled, map_failures, renew_squeeze, squeeze_until, squeezed_ns, squeezing,
-    squeezing_now,
+    buckets_enabled, map_failures, note_freed, renew_squeeze, squeeze_until, squeezed_ns,
+    squeezing, squeezing_now,
 };
 
 use crate::bucket;

@@ -246,15 +246,47 @@ pub fn alloc_fresh(n: usize, align: usize) -> (*mut u8, bool) {
 /// [`alloc_in`]; when it fails, the caches' free address space goes back (the core's
 /// `mapping_refused`: the size classes' empty chunks, the page heap's free runs and the span
 /// above its top, unmapped) and it tries once more: under `RLIMIT_AS`, memory a program freed
-/// in small blocks then serves a large one, as under glibc. A request no address space could
-/// hold fails at once.
+/// in small blocks then serves a large one, as under glibc. A request that could never be
+/// mapped ([`could_ever_map`]) fails at once: a program probing with absurd sizes does not
+/// empty every cache each time.
 fn alloc_or_retry(n: usize, align: usize, heap: bool) -> (*mut u8, bool) {
     let r = alloc_in(n, align, heap);
-    if !r.0.is_null() || n > isize::MAX as usize / 2 {
+    if !r.0.is_null() || !could_ever_map(n) {
         return r;
     }
     ebbtide_core::reclaim::mapping_refused();
     alloc_in(n, align, heap)
+}
+
+/// Whether `n` bytes could ever be mapped in this process: no more than `RLIMIT_AS` allows,
+/// nor than memory and swap together (more is what the kernel's overcommit heuristic refuses).
+/// Two system calls, on the failure path only; allocates nothing (this is `malloc`).
+fn could_ever_map(n: usize) -> bool {
+    if n > isize::MAX as usize {
+        return false;
+    }
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct passed, nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut rl) } == 0
+        && rl.rlim_cur != libc::RLIM_INFINITY
+        && n as u64 > rl.rlim_cur
+    {
+        return false;
+    }
+    // SAFETY: an all-zero `sysinfo` is a valid value of the plain C struct.
+    let mut si: libc::sysinfo = unsafe { core::mem::zeroed() };
+    // SAFETY: sysinfo writes the struct passed, nothing else.
+    if unsafe { libc::sysinfo(&mut si) } == 0 {
+        let unit = u64::from(si.mem_unit.max(1));
+        let total = (si.totalram as u64).saturating_add(si.totalswap as u64);
+        if n as u64 > total.saturating_mul(unit) {
+            return false;
+        }
+    }
+    true
 }
 
 /// [`alloc_fresh`], from the page heap only if `heap` (and the block fits it).
@@ -456,6 +488,9 @@ pub fn free(p: usize) -> Freed {
     let (map, len) = (s.map, s.len);
     s.addr = tombstone(p);
     t.live -= 1;
+    // Address space a refused mapping's next answer may give back (the core's rate limit does
+    // not hold it off).
+    ebbtide_core::reclaim::note_freed();
     BYTES.fetch_sub(len, Ordering::Relaxed);
     COUNT.fetch_sub(1, Ordering::Relaxed);
     if t.heap.contains(map) {
@@ -588,4 +623,20 @@ pub fn validate() -> Result<(), String> {
     let _inside = ebbtide_core::forkgate::enter();
     let r = ebbtide_core::lock(&TABLE).heap.validate();
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sizes no limit or memory could hold are not retried; sizes that fit are.
+    #[test]
+    fn only_a_size_that_could_be_mapped_is_retried() {
+        assert!(could_ever_map(1 << 20));
+        assert!(!could_ever_map(usize::MAX));
+        assert!(
+            !could_ever_map(isize::MAX as usize),
+            "beyond memory and swap"
+        );
+    }
 }

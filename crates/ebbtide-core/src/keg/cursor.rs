@@ -378,6 +378,8 @@ impl Keg {
             }
             if cur.nfree == ips {
                 cur.sync(g);
+                // A refused mapping's next answer may find this chunk empty (`gate.rs`).
+                crate::gate::note_freed();
                 if !emptied_full {
                     list_remove(&mut g.partial, s);
                     g.npartial -= 1;

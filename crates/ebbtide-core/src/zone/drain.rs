@@ -339,21 +339,26 @@ pub(crate) fn drain_cpu_locked(
 /// the map count or the kernel's commit limit, none of which memory given back with
 /// `MADV_DONTNEED` lifts.
 ///
-/// At most half the time goes to these answers ([`answer_due`]): a program at its limit asks
-/// again and again (a `malloc` that fails walks the larger classes, each refused), and each
-/// answer walks every zone and CPU. Four threads failing 800 000 `malloc`s took 52 s with an
-/// answer to every one, against 4 s under glibc.
+/// Unless memory was freed since the last answer (a slab left entirely free, a large block
+/// freed: `gate::note_freed`), at most half the time goes to these answers ([`answer_due`]): a
+/// program at its limit asks again and again (a `malloc` that fails walks the larger classes,
+/// each refused), and each answer walks every zone and CPU. Four threads failing 800 000
+/// `malloc`s took 52 s with an answer to every one, against 4 s under glibc. Items freed into
+/// the per-CPU caches are not noted (the free path's cost): a program that frees small blocks
+/// and at once asks for another size may wait for the next answer due.
 pub(crate) fn on_map_failure() {
     crate::gate::count_map_failure();
     crate::runtime::map_failure();
     let now = os::now_ns();
     // Relaxed: a hint of when the last answer ended; two threads that both see one due both
     // answer (the reclaim lock serialises them), which costs time, not correctness.
-    if !answer_due(
-        now,
-        ANSWER_END.load(Ordering::Relaxed),
-        ANSWER_LEN.load(Ordering::Relaxed),
-    ) {
+    if !crate::gate::take_freed()
+        && !answer_due(
+            now,
+            ANSWER_END.load(Ordering::Relaxed),
+            ANSWER_LEN.load(Ordering::Relaxed),
+        )
+    {
         return;
     }
     drain_cpu_all(true, true);
