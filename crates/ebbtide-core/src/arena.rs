@@ -402,12 +402,8 @@ impl Arena {
             // Unmapped when given back (`unmap_chunk`): its first step mapped again, as a new
             // chunk's (`map_new_chunk`), unless another mapping took its place meanwhile.
             // SAFETY: a chunk of the span, ours (free, on no keg), nothing of ours mapped in it.
-            match unsafe { os::map_at(at, FIRST_STEP, os::Thp::Never) } {
+            match unsafe { self.map_first_step(idx) } {
                 Ok(os::MapAt::Mapped) => {
-                    // Relaxed: as in `map_new_chunk` (the free mutex is held).
-                    self.map_entry(idx)
-                        .mapped
-                        .store(FIRST_STEP as u64, Ordering::Relaxed);
                     reused = Some(idx);
                     break;
                 }
@@ -415,10 +411,7 @@ impl Arena {
                 // owned by nobody (Release: as in `free_chunk`).
                 Ok(os::MapAt::Taken) => self.entry(idx).store(0, Ordering::Release),
                 Err(e) => {
-                    // Back on the free list, as it was (Release: as in `free_chunk`).
-                    self.entry(idx)
-                        .store(((free.head as u64) << 1) | 1, Ordering::Release);
-                    free.head = idx + 1;
+                    self.push_free(&mut free, idx);
                     return Err(e);
                 }
             }
@@ -443,11 +436,9 @@ impl Arena {
         let end = chunk + first_slab.max(os::page_size());
         let mapped = self.map_through(chunk, end, thp);
         if let Err(e) = mapped.and_then(|()| self.map_desc_through(chunk, desc_bytes)) {
-            // Back on the free list, as it was (a new chunk: its first step mapped, unowned).
-            // Release: as in `free_chunk` (hint and start word are 0: never set, or cleared).
-            self.entry(idx)
-                .store(((free.head as u64) << 1) | 1, Ordering::Release);
-            free.head = idx + 1;
+            // Back on the free list, as it was (a new chunk: its first step mapped, unowned;
+            // hint and start word are 0: never set, or cleared).
+            self.push_free(&mut free, idx);
             return Err(e);
         }
         let e = self.map_entry(idx);
@@ -476,25 +467,51 @@ impl Arena {
                     errno: libc::ENOMEM,
                 });
             }
-            let p = self.base + (idx << CHUNK_SHIFT);
-            // SAFETY: a chunk of the arena's span, chunk (hence page) aligned, never handed out:
-            // unmapped by `reserve` and mapped by nobody of ours since (`bump` is past every
-            // chunk this arena mapped).
-            let r = unsafe {
-                os::map_at(
-                    NonNull::new_unchecked(p as *mut u8),
-                    FIRST_STEP,
-                    os::Thp::Never,
-                )?
-            };
+            // SAFETY: a chunk of the arena's span never handed out: unmapped by `reserve` and
+            // mapped by nobody of ours since (`bump` is past every chunk this arena mapped).
+            let r = unsafe { self.map_first_step(idx)? };
             self.bump.store(idx + 1, Ordering::Relaxed);
             if r == os::MapAt::Mapped {
-                self.map_entry(idx)
-                    .mapped
-                    .store(FIRST_STEP as u64, Ordering::Relaxed);
                 return Ok(idx);
             }
         }
+    }
+
+    /// Maps the first [`FIRST_STEP`] of chunk `idx` (`MADV_NOHUGEPAGE` until its owner's policy
+    /// is known) and, when that succeeds, records it in the chunk's entry; [`os::MapAt::Taken`]
+    /// when another mapping lies there. The caller holds the free mutex.
+    ///
+    /// # Safety
+    /// Chunk `idx` is of this arena's span, owned by no keg, and nothing of ours is mapped in
+    /// it (never handed out, or unmapped when given back).
+    unsafe fn map_first_step(&self, idx: usize) -> Result<os::MapAt, OsError> {
+        // SAFETY: inside the span, chunk (hence page) aligned, non-null; the caller's guarantee.
+        let r = unsafe {
+            os::map_at(
+                NonNull::new_unchecked((self.base + (idx << CHUNK_SHIFT)) as *mut u8),
+                FIRST_STEP,
+                os::Thp::Never,
+            )?
+        };
+        if r == os::MapAt::Mapped {
+            // Relaxed: the chunk is unowned; its next owner reads the word under the free mutex.
+            self.map_entry(idx)
+                .mapped
+                .store(FIRST_STEP as u64, Ordering::Relaxed);
+        }
+        Ok(r)
+    }
+
+    /// Puts chunk `idx` (unowned, its hint and start word 0) on the free list `free` (the free
+    /// mutex's contents, held).
+    fn push_free(&self, free: &mut FreeList, idx: usize) {
+        // Release: pairs with the Acquire loads in `tag_of` and the fast path's item check; a
+        // reader that sees the "free" mark (odd value) sees the chunk given back (no stale
+        // header can pass for a keg's). The free-list link in the entry itself is read under
+        // the `free` mutex only.
+        self.entry(idx)
+            .store(((free.head as u64) << 1) | 1, Ordering::Release);
+        free.head = idx + 1;
     }
 
     /// Maps the chunk at `chunk` (one of this arena's, handed out or being handed out) from its
@@ -700,19 +717,13 @@ impl Arena {
             self.map_entry(idx).desc_bytes(),
         );
         let area = self.desc_of(chunk.as_ptr() as usize);
+        let give_back: unsafe fn(NonNull<u8>, usize) = if unmap { os::unmap } else { os::release };
         // SAFETY: the caller guarantees the chunk is ours and unused; its first `mapped` bytes
         // are mapped, and its descriptor area's first `desc` (its own, read by nobody now).
         unsafe {
-            if unmap {
-                os::unmap(chunk, mapped);
-                if desc > 0 {
-                    os::unmap(NonNull::new_unchecked(area as *mut u8), desc);
-                }
-            } else {
-                os::release(chunk, mapped);
-                if desc > 0 {
-                    os::release(NonNull::new_unchecked(area as *mut u8), desc);
-                }
+            give_back(chunk, mapped);
+            if desc > 0 {
+                give_back(NonNull::new_unchecked(area as *mut u8), desc);
             }
         }
         let kept = if unmap { (0, 0) } else { (mapped, desc) };
@@ -729,13 +740,7 @@ impl Arena {
         e.hint.store(0, Ordering::Release);
         // Relaxed: read only with an owner's tag, which the store below replaces.
         e.start.store(0, Ordering::Relaxed);
-        // Release: pairs with the Acquire loads in `tag_of` and the fast path's item check; a
-        // reader that sees the "free" mark (odd value) sees the chunk given back (no stale
-        // header can pass for a keg's). The free-list link in the entry itself is read under
-        // the `free` mutex only.
-        self.entry(idx)
-            .store(((free.head as u64) << 1) | 1, Ordering::Release);
-        free.head = idx + 1;
+        self.push_free(&mut free, idx);
         if unmap {
             mapped + desc
         } else {
@@ -827,11 +832,11 @@ pub(crate) unsafe fn map_entry_in(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    /// Whether the page at `p` is mapped (by anyone).
-    fn is_mapped(p: usize) -> bool {
+    /// Whether the page at `p` (page aligned) is mapped (by anyone).
+    pub(crate) fn is_mapped(p: usize) -> bool {
         // SAFETY: msync on an unmapped range only reports ENOMEM.
         unsafe { libc::msync(p as *mut libc::c_void, os::page_size(), libc::MS_ASYNC) == 0 }
     }
