@@ -370,7 +370,7 @@ const SPAN_HINT_SLOTS: usize = 60;
 pub fn reserve_span(len: usize, align: usize, hold: usize) -> Result<NonNull<u8>, OsError> {
     debug_assert!(len <= 1 << 40 && align <= 1 << 40 && hold <= len);
     match reserve_near(span_hint(0), len, align) {
-        Err(e) if e.errno == libc::ENOMEM && address_space_limited() => place_span(hold, e),
+        Err(e) if e.errno == libc::ENOMEM && address_space_limit().is_some() => place_span(hold, e),
         r => r,
     }
 }
@@ -389,14 +389,16 @@ fn span_hint(n: u64) -> usize {
     SPAN_HINT_LO + ((x as usize % SPAN_HINT_SLOTS) << 40)
 }
 
-/// Whether `RLIMIT_AS` is finite.
-fn address_space_limited() -> bool {
+/// The address-space limit (`RLIMIT_AS`'s soft limit) in bytes; `None` when there is none (or
+/// it cannot be read). No allocation.
+pub fn address_space_limit() -> Option<u64> {
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes the struct it is given.
-    unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) == 0 && r.rlim_cur != libc::RLIM_INFINITY }
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
 }
 
 /// How many random slots [`place_span`] tries before it gives up.

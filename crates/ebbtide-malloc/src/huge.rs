@@ -259,34 +259,17 @@ fn alloc_or_retry(n: usize, align: usize, heap: bool) -> (*mut u8, bool) {
 }
 
 /// Whether `n` bytes could ever be mapped in this process: no more than `RLIMIT_AS` allows,
-/// nor than memory and swap together (more is what the kernel's overcommit heuristic refuses).
-/// Two system calls, on the failure path only; allocates nothing (this is `malloc`).
+/// nor than memory and swap together (more is what the kernel's overcommit heuristic refuses;
+/// no bound where they cannot be read). Two system calls, on the failure path only; allocates
+/// nothing (this is `malloc`).
 fn could_ever_map(n: usize) -> bool {
-    if n > isize::MAX as usize {
+    use ebbtide_core::os;
+    let n = n as u64;
+    if n > isize::MAX as u64 || os::address_space_limit().is_some_and(|limit| n > limit) {
         return false;
     }
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct passed, nothing else.
-    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut rl) } == 0
-        && rl.rlim_cur != libc::RLIM_INFINITY
-        && n as u64 > rl.rlim_cur
-    {
-        return false;
-    }
-    // SAFETY: an all-zero `sysinfo` is a valid value of the plain C struct.
-    let mut si: libc::sysinfo = unsafe { core::mem::zeroed() };
-    // SAFETY: sysinfo writes the struct passed, nothing else.
-    if unsafe { libc::sysinfo(&mut si) } == 0 {
-        let unit = u64::from(si.mem_unit.max(1));
-        let total = (si.totalram as u64).saturating_add(si.totalswap as u64);
-        if n as u64 > total.saturating_mul(unit) {
-            return false;
-        }
-    }
-    true
+    let (ram, swap) = os::memory_and_swap();
+    ram == 0 || n <= ram.saturating_add(swap)
 }
 
 /// [`alloc_fresh`], from the page heap only if `heap` (and the block fits it).
@@ -382,19 +365,25 @@ fn release_runs(how: Release) -> usize {
     if empty && !matches!(how, Release::Idle(_)) {
         return 0;
     }
-    let _inside = ebbtide_core::forkgate::enter();
-    let mut t = ebbtide_core::lock(&TABLE);
-    let b = match how {
+    with_heap(|h| match how {
         Release::Idle(before) => {
-            let b = t.heap.release_idle(before);
-            t.heap.end_period();
+            let b = h.release_idle(before);
+            h.end_period();
             b
         }
-        Release::Trim(before) => t.heap.trim(before),
-        Release::All => t.heap.release_older_than(u64::MAX),
-    };
+        Release::Trim(before) => h.trim(before),
+        Release::All => h.release_older_than(u64::MAX),
+    })
+}
+
+/// Runs `f` on the page heap (inside the fork gate, the table locked), then publishes the
+/// dirty bytes it leaves ([`CACHED`]).
+fn with_heap<R>(f: impl FnOnce(&mut PageHeap) -> R) -> R {
+    let _inside = ebbtide_core::forkgate::enter();
+    let mut t = ebbtide_core::lock(&TABLE);
+    let r = f(&mut t.heap);
     CACHED.store(t.heap.dirty_bytes(), Ordering::Relaxed);
-    b
+    r
 }
 
 /// The page heap's dirty runs as the core sees them (see the module docs).
@@ -414,12 +403,10 @@ impl ebbtide_core::outer::OuterCache for HugeCache {
         release_runs(Release::All)
     }
     fn unmap_free(&self) -> usize {
-        let _inside = ebbtide_core::forkgate::enter();
-        let mut t = ebbtide_core::lock(&TABLE);
-        t.heap.release_older_than(u64::MAX);
-        let b = t.heap.unmap_above_top();
-        CACHED.store(t.heap.dirty_bytes(), Ordering::Relaxed);
-        b
+        with_heap(|h| {
+            h.release_older_than(u64::MAX);
+            h.unmap_above_top()
+        })
     }
     fn huge_pages(&self) -> ebbtide_core::outer::HugePages {
         let c = hugepage_counts();

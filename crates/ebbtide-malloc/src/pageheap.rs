@@ -962,6 +962,12 @@ mod tests {
         v.iter().filter(|&&b| b & 1 == 1).count()
     }
 
+    /// Whether the page at `p` is mapped (by anyone).
+    fn mapped(p: usize) -> bool {
+        // SAFETY: msync on an unmapped range only reports ENOMEM.
+        unsafe { libc::msync(p as *mut libc::c_void, page(), libc::MS_ASYNC) == 0 }
+    }
+
     fn write(addr: usize, len: usize, v: u8) {
         // SAFETY: a block of the heap under test, `len` bytes, handed out to the test.
         unsafe { ptr::write_bytes(addr as *mut u8, v, len) };
@@ -971,10 +977,6 @@ mod tests {
     /// block ([`PageHeap::unmap_above_top`]), and mapped again as `top` grows.
     #[test]
     fn the_span_above_top_is_unmapped_and_mapped_again() {
-        let mapped = |p: usize| {
-            // SAFETY: msync on an unmapped range only reports ENOMEM.
-            unsafe { libc::msync(p as *mut libc::c_void, page(), libc::MS_ASYNC) == 0 }
-        };
         let mut h = heap();
         let (a, _) = h.alloc(64 * K, page()).unwrap();
         let (b, _) = h.alloc(5 * M, page()).unwrap();
@@ -1004,10 +1006,6 @@ mod tests {
     /// not, and is not the heap's ([`PageHeap::contains`]).
     #[test]
     fn the_span_is_mapped_as_top_grows() {
-        let mapped = |p: usize| {
-            // SAFETY: msync on an unmapped range only reports ENOMEM.
-            unsafe { libc::msync(p as *mut libc::c_void, page(), libc::MS_ASYNC) == 0 }
-        };
         let mut h = heap();
         let (a, _) = h.alloc(3 * page(), page()).unwrap();
         assert!(mapped(a) && mapped(a + COMMIT_STEP - page()));
