@@ -224,13 +224,8 @@ fn zone(c: usize) -> Get {
         Some(floor) => opts.reuse_floor_bytes(floor),
         None => opts,
     };
-    let opts = opts.without_runtime_hook();
-    // A refused mapping (`RLIMIT_AS` reached, say): the caches' free address space goes back
-    // (empty chunks of other classes, the page heap's free runs), and one more try.
-    let r = Zone::new(opts).or_else(|_| {
-        ebbtide_core::reclaim::mapping_refused();
-        Zone::new(opts)
-    });
+    // (A refused mapping is answered, and the creation tried once more, by `Zone::new`.)
+    let r = Zone::new(opts.without_runtime_hook());
     // CREATING stays set until the result is handled: reporting a failure may allocate, and
     // a nested request must go to the bootstrap area, not wait for the lock this thread holds
     // (under `ulimit -v` it spun forever).

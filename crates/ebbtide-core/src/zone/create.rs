@@ -15,6 +15,20 @@ impl Zone {
         if o.runtime_hook {
             crate::runtime::before_create();
         }
+        // A mapping refused (`RLIMIT_AS` reached, say): answered as a zone's import answers it
+        // (DRAIN_CPU, the caches' free address space unmapped: `drain::on_map_failure`), and
+        // one more try.
+        Zone::create(o).or_else(|e| match e {
+            CreateError::Os(_) => {
+                drain::on_map_failure();
+                Zone::create(o)
+            }
+            e => Err(e),
+        })
+    }
+
+    /// [`Zone::new`] past the runtime's hook, once.
+    fn create(o: ZoneOptions<'_>) -> Result<Zone, CreateError> {
         let item_size = o.item_size()?;
         let name = ZoneName::new(o.name)?;
         if o.flags.0 & !ZoneFlags::ALL != 0 {
