@@ -31,7 +31,7 @@ impl Drop for LibraryCode {
 
 /// A runtime thread: in the library's own code until it ends.
 pub(crate) fn enter_for_good() {
-    LIBRARY_CODE.with(|d| d.set(d.get() + 1));
+    core::mem::forget(LibraryCode::enter());
 }
 
 /// Whether the calling thread is in the library's own code ([`LibraryCode`]).

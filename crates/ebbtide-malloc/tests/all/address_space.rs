@@ -116,9 +116,15 @@ fn a_limit_set_before_start_is_honoured_as_under_glibc() {
     check("before");
 }
 
-/// `exe` (started under `RLIMIT_AS` at `limit_kib` KiB, if given) succeeds and prints a first
-/// line starting `ok` under glibc, and so under ebbtide.
-fn succeeds_as_under_glibc(exe: &std::path::Path, limit_kib: Option<u64>, ok: &str) {
+/// The test program `src` (`tests/programs`, compiled into its own scratch folder), started
+/// under `RLIMIT_AS` at `limit_kib` KiB if given, succeeds and prints a first line starting `ok`
+/// under glibc, and so under ebbtide. Nothing when no compiler is there (`compile` says why).
+fn succeeds_as_under_glibc(src: &str, limit_kib: Option<u64>, ok: &str) {
+    let folder = src.trim_end_matches(".c").replace('_', "-");
+    let Some(exe) = compile(&program(src), &scratch(&folder), &[]) else {
+        return;
+    };
+    let exe = exe.as_path();
     for preload in [false, true] {
         let mut c = command(exe);
         if preload {
@@ -152,14 +158,7 @@ const TIGHT_MIB: u64 = 48;
 #[test]
 fn a_tight_limit_set_before_start_serves_every_size_class() {
     let _turn = crate::serial::turn(module_path!());
-    let Some(exe) = compile(
-        &program("rlimit_as_classes.c"),
-        &scratch("rlimit-as-classes"),
-        &[],
-    ) else {
-        return;
-    };
-    succeeds_as_under_glibc(&exe, Some(TIGHT_MIB << 10), "classes ok");
+    succeeds_as_under_glibc("rlimit_as_classes.c", Some(TIGHT_MIB << 10), "classes ok");
 }
 
 /// Under every limit from one the loader cannot live with to one the program fits in, a
@@ -211,14 +210,7 @@ fn no_abort_for_the_librarys_sake_under_any_limit() {
 #[test]
 fn memory_freed_by_one_class_serves_the_others_under_the_limit() {
     let _turn = crate::serial::turn(module_path!());
-    let Some(exe) = compile(
-        &program("rlimit_as_reuse.c"),
-        &scratch("rlimit-as-reuse"),
-        &[],
-    ) else {
-        return;
-    };
-    succeeds_as_under_glibc(&exe, None, "reuse ok");
+    succeeds_as_under_glibc("rlimit_as_reuse.c", None, "reuse ok");
 }
 
 /// Address space freed in small blocks serves large ones and the other way round under the
@@ -231,12 +223,5 @@ fn memory_freed_by_one_class_serves_the_others_under_the_limit() {
 #[test]
 fn address_space_freed_in_one_size_serves_any_other_under_the_limit() {
     let _turn = crate::serial::turn(module_path!());
-    let Some(exe) = compile(
-        &program("rlimit_as_across.c"),
-        &scratch("rlimit-as-across"),
-        &[],
-    ) else {
-        return;
-    };
-    succeeds_as_under_glibc(&exe, None, "across ok");
+    succeeds_as_under_glibc("rlimit_as_across.c", None, "across ok");
 }

@@ -7,29 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
-#include "vmsize.h"
-
-static size_t fill_and_free(size_t size) {
-    void **kept = 0;
-    size_t n = 0;
-    for (;;) {
-        void **p = malloc(size);
-        if (!p)
-            break;
-        memset(p, 1, size < 4096 ? size : 4096);
-        *p = kept;
-        kept = p;
-        n++;
-    }
-    while (kept) {
-        void **next = *kept;
-        free(kept);
-        kept = next;
-    }
-    return n;
-}
+#include "fill_limit.h"
 
 /* Takes `count` blocks of `size` (each touched), then frees them; 0 if all came. */
 static int take(size_t size, size_t count) {
@@ -56,12 +35,8 @@ static int take(size_t size, size_t count) {
 }
 
 int main(void) {
-    rlim_t limit = ((rlim_t)vmsize_kib() << 10) + ((rlim_t)64 << 20);
-    struct rlimit r = {limit, limit};
-    if (setrlimit(RLIMIT_AS, &r) != 0) {
-        perror("setrlimit");
+    if (limit_to_vmsize_plus(64) != 0)
         return 2;
-    }
     size_t up = fill_and_free(64);
     if (take(4096, 4000) || take(1 << 20, 16))
         return 1;

@@ -5,33 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
-#include "vmsize.h"
+#include "fill_limit.h"
 
 int main(void) {
-    rlim_t limit = ((rlim_t)vmsize_kib() << 10) + ((rlim_t)64 << 20);
-    struct rlimit r = {limit, limit};
-    if (setrlimit(RLIMIT_AS, &r) != 0) {
-        perror("setrlimit");
+    if (limit_to_vmsize_plus(64) != 0)
         return 2;
-    }
-    void **kept = 0;
-    size_t n = 0;
-    for (;;) {
-        void **p = malloc(4096);
-        if (!p)
-            break;
-        memset(p, 1, 4096);
-        *p = kept;
-        kept = p;
-        n++;
-    }
-    while (kept) {
-        void **next = *kept;
-        free(kept);
-        kept = next;
-    }
+    size_t n = fill_and_free(4096);
     static void *again[64];
     size_t k = 0;
     for (size_t s = 8; s <= 2048 && k < 64; s += s / 4 + 8) {

@@ -1,5 +1,5 @@
 /* vmsize_kib(): this process's VmSize in KiB (/proc/self/status), -1 if unknown. Shared by the
- * RLIMIT_AS test programs (rlimit_as_lowered.c, rlimit_as_reuse.c, rlimit_as_across.c). */
+ * RLIMIT_AS test programs (rlimit_as_lowered.c, fill_limit.h). */
 #ifndef EBBTIDE_TEST_VMSIZE_H
 #define EBBTIDE_TEST_VMSIZE_H
 #include <stdio.h>
