@@ -29,11 +29,27 @@ fn source(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Compiles `tests/c/trust/NAME` into a scratch directory of its own.
+/// `tests/c/trust/NAME` compiled once per process (the tests of this module run at once, and
+/// two of them compiling the same program into one folder ran it while the other's linker was
+/// writing it: "Text file busy"), and a scratch folder for the calling test's outputs alone.
 fn build(name: &str, extra: &[&str]) -> Option<(PathBuf, PathBuf)> {
-    let dir = scratch(&format!("trust-{name}"));
-    let exe = compile(&source(name), &dir, extra)?;
-    Some((exe, dir))
+    static BUILT: std::sync::Mutex<Vec<(String, Option<PathBuf>)>> =
+        std::sync::Mutex::new(Vec::new());
+    let key = format!("{name} {}", extra.join(" "));
+    let exe = {
+        let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+        match built.iter().find(|(k, _)| *k == key) {
+            Some((_, exe)) => exe.clone(),
+            None => {
+                let bin = scratch(&format!("trust-bin-{}", built.len()));
+                let exe = compile(&source(name), &bin, extra);
+                built.push((key, exe.clone()));
+                exe
+            }
+        }
+    }?;
+    let test = std::thread::current().name().unwrap_or(name).replace("::", "-");
+    Some((exe, scratch(&format!("trust-{test}"))))
 }
 
 const LIMIT: Duration = Duration::from_secs(120);

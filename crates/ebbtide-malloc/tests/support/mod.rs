@@ -336,6 +336,12 @@ pub fn compile(source: &Path, dir: &Path, extra: &[&str]) -> Option<PathBuf> {
         return None;
     }
     let exe = dir.join(source.file_stem().unwrap());
+    // Linked under another name and renamed into place: a path that is run is never a file a
+    // linker still has open for writing (exec would fail with "Text file busy").
+    let partial = dir.join(format!(
+        "{}.partial",
+        source.file_stem().unwrap().to_string_lossy()
+    ));
     let mut c = Command::new(compiler);
     if cpp {
         c.arg("-std=c++17");
@@ -344,7 +350,7 @@ pub fn compile(source: &Path, dir: &Path, extra: &[&str]) -> Option<PathBuf> {
     }
     let out = c
         .args(["-O2", "-g", "-pthread", "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&exe)
+        .arg(&partial)
         .arg(source)
         .args(extra)
         .output()
@@ -355,5 +361,6 @@ pub fn compile(source: &Path, dir: &Path, extra: &[&str]) -> Option<PathBuf> {
         source.display(),
         String::from_utf8_lossy(&out.stderr)
     );
+    std::fs::rename(&partial, &exe).unwrap();
     Some(exe)
 }
