@@ -48,7 +48,10 @@ fn build(name: &str, extra: &[&str]) -> Option<(PathBuf, PathBuf)> {
             }
         }
     }?;
-    let test = std::thread::current().name().unwrap_or(name).replace("::", "-");
+    let test = std::thread::current()
+        .name()
+        .unwrap_or(name)
+        .replace("::", "-");
     Some((exe, scratch(&format!("trust-{test}"))))
 }
 
