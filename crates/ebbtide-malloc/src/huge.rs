@@ -33,7 +33,7 @@
 use crate::pageheap::{self, PageHeap};
 use core::ptr::{self, NonNull};
 use ebbtide_core::contention::{Counted, Waits, PAGE_HEAP};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 const EMPTY: usize = 0;
 
@@ -358,8 +358,20 @@ enum Release {
     All,
 }
 
+/// Calls of the page heap's release entry points (the idle pass, a trim, a drain, an unmap of
+/// its free space) so far, whoever made them. Relaxed: a count read to learn whether the cache
+/// was asked to shrink between two reads (tests), ordered with nothing.
+static RELEASE_PASSES: AtomicU64 = AtomicU64::new(0);
+
+/// How many times the page heap was asked to give memory back so far ([`RELEASE_PASSES`]): a
+/// program's frees that give runs back beyond the cache's floor are not counted.
+pub fn release_passes() -> u64 {
+    RELEASE_PASSES.load(Ordering::Relaxed)
+}
+
 /// Releases the page heap's dirty runs as `how` says; returns the bytes.
 fn release_runs(how: Release) -> usize {
+    RELEASE_PASSES.fetch_add(1, Ordering::Relaxed);
     // The periodic pass always runs: it ends a period even when nothing is held.
     let empty = CACHED.load(Ordering::Relaxed) == 0;
     if empty && !matches!(how, Release::Idle(_)) {
@@ -403,6 +415,7 @@ impl ebbtide_core::outer::OuterCache for HugeCache {
         release_runs(Release::All)
     }
     fn unmap_free(&self) -> usize {
+        RELEASE_PASSES.fetch_add(1, Ordering::Relaxed);
         with_heap(|h| {
             h.release_older_than(u64::MAX);
             h.unmap_above_top()

@@ -23,20 +23,30 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
     g
 }
 
-/// Runs `f` until no squeeze window opened while it ran (at most five times) and returns what
-/// it returned: the runtime started in this process reacts to the system's memory pressure (the
-/// cgroup tests before these put some there), and a window opened between a test's frees and
-/// its check gives the page heap's cache back (both cache checks failed once in a full run).
+/// Runs `f` with no squeeze window open, until neither a window opened nor anyone asked the
+/// page heap to give memory back while it ran (at most five times), and returns what it
+/// returned: the runtime started in this process reacts to the system's memory pressure (the
+/// cgroup tests before these put some there) with squeezes and trims, and one between a
+/// test's frees and its check gives the page heap's cache back (both cache checks failed in a
+/// full run, once with a squeeze, once since with no new window: a trim, or a window already
+/// open when `f` started).
 fn calm<R>(mut f: impl FnMut() -> R) -> R {
     for _ in 0..5 {
-        let before = ebbtide_core::reclaim::squeeze_until();
+        ebbtide_core::reclaim::end_squeeze();
+        let before = (
+            ebbtide_core::reclaim::squeeze_until(),
+            huge::release_passes(),
+        );
         let r = f();
-        if ebbtide_core::reclaim::squeeze_until() == before {
+        if (
+            ebbtide_core::reclaim::squeeze_until(),
+            huge::release_passes(),
+        ) == before
+        {
             return r;
         }
-        ebbtide_core::reclaim::end_squeeze();
     }
-    panic!("a squeeze window opened during each of five tries: the system is under pressure");
+    panic!("the page heap was squeezed or trimmed during each of five tries: the system is under pressure");
 }
 
 /// `malloc(n)`, the block hidden from the optimiser.
