@@ -128,25 +128,78 @@ pub fn check_private_dir(dir: &Path, uid: u32) -> io::Result<()> {
 }
 
 /// Remove sockets in `dir` whose process is gone. Returns the paths removed. Files that are
-/// not `<pid>.sock` sockets are left alone.
+/// not `<pid>.sock` sockets are left alone. It runs in the program's process (the control
+/// thread's start): the directory is read through a library descriptor, above the numbers the
+/// program's next `open` or `dup` takes ([`names_in`]).
 pub fn remove_stale(dir: &Path) -> Vec<PathBuf> {
     let mut removed = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir) else {
+    let Ok(names) = names_in(dir) else {
         return removed;
     };
-    for e in rd.flatten() {
-        let Some(pid) = pid_of(&e.file_name()) else {
+    for name in names {
+        let Some(pid) = pid_of(&name) else {
             continue;
         };
-        let is_socket = e
-            .file_type()
-            .map(|t| std::os::unix::fs::FileTypeExt::is_socket(&t))
+        let path = dir.join(&name);
+        let is_socket = std::fs::symlink_metadata(&path)
+            .map(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
             .unwrap_or(false);
-        if is_socket && !pid_alive(pid) && std::fs::remove_file(e.path()).is_ok() {
-            removed.push(e.path());
+        if is_socket && !pid_alive(pid) && std::fs::remove_file(&path).is_ok() {
+            removed.push(path);
         }
     }
     removed
+}
+
+/// The names in directory `dir` but `.` and `..`, read through a descriptor moved above the
+/// program's numbers at once (`ebbtide_pressure::libfd`): `std::fs::read_dir` would hold the
+/// lowest free number for the whole listing, on our thread, while the program runs.
+fn names_in(dir: &Path) -> io::Result<Vec<OsString>> {
+    use std::os::unix::ffi::OsStringExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a path"))?;
+    // SAFETY: a NUL-terminated path that outlives the call; open has no other preconditions.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    let held = unsafe { ebbtide_pressure::libfd::LibFd::adopt(fd) }?;
+    // The stream takes a descriptor of its own (closed by `closedir`), as high as `held`.
+    // SAFETY: F_DUPFD_CLOEXEC only reads its integer argument.
+    let d = unsafe { libc::fcntl(held.raw(), libc::F_DUPFD_CLOEXEC, held.raw()) };
+    if d < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `d` is an open directory descriptor we own; the stream owns it from here.
+    let stream = unsafe { libc::fdopendir(d) };
+    if stream.is_null() {
+        let e = io::Error::last_os_error();
+        // SAFETY: fdopendir failed, so `d` is still ours to close.
+        unsafe { libc::close(d) };
+        return Err(e);
+    }
+    let mut names = Vec::new();
+    loop {
+        // SAFETY: a live stream; the entry it returns is valid until the next call on it.
+        let e = unsafe { libc::readdir(stream) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: `d_name` of a returned entry is a NUL-terminated name.
+        let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) }.to_bytes();
+        if name != b"." && name != b".." {
+            names.push(OsString::from_vec(name.to_vec()));
+        }
+    }
+    // SAFETY: the stream from fdopendir above, closed once (with its descriptor).
+    unsafe { libc::closedir(stream) };
+    Ok(names)
 }
 
 /// The `<pid>.sock` sockets in `dir` as `(pid, path)`, sorted by pid, whether or not their
