@@ -835,10 +835,10 @@ pub(crate) unsafe fn map_entry_in(
 pub(crate) mod tests {
     use super::*;
 
-    /// Whether the page at `p` (page aligned) is mapped (by anyone).
+    /// Whether the page at `p` (page aligned, non-null) is mapped (by anyone): `mincore`
+    /// fails on a range that is not.
     pub(crate) fn is_mapped(p: usize) -> bool {
-        // SAFETY: msync on an unmapped range only reports ENOMEM.
-        unsafe { libc::msync(p as *mut libc::c_void, os::page_size(), libc::MS_ASYNC) == 0 }
+        os::resident_pages(NonNull::new(p as *mut u8).unwrap(), os::page_size()).is_some()
     }
 
     /// A chunk given back unmapped (`unmap_chunk`) is unmapped, mapped again (zero) for its

@@ -962,10 +962,10 @@ mod tests {
         v.iter().filter(|&&b| b & 1 == 1).count()
     }
 
-    /// Whether the page at `p` is mapped (by anyone).
+    /// Whether the page at `p` (page aligned, non-null) is mapped (by anyone): `mincore`
+    /// fails on a range that is not.
     fn mapped(p: usize) -> bool {
-        // SAFETY: msync on an unmapped range only reports ENOMEM.
-        unsafe { libc::msync(p as *mut libc::c_void, page(), libc::MS_ASYNC) == 0 }
+        ebbtide_core::os::resident_pages(NonNull::new(p as *mut u8).unwrap(), page()).is_some()
     }
 
     fn write(addr: usize, len: usize, v: u8) {
