@@ -69,8 +69,9 @@
 //! whole. Within each kind, dirty runs go back (`MADV_DONTNEED`, they turn clean) oldest
 //! first, by every path the zones'
 //! caches go back by: the periodic pass (runs idle for [`IDLE_NS`]), a pressure trim (those,
-//! then the oldest until what is left is no more than the working set: the bytes of free runs
-//! blocks took again in this period or the one before, a period being one periodic pass), every
+//! then the oldest until what is left is no more than the working set: the freed space blocks
+//! took again in this period or the one before — free runs, and space given back into the part
+//! above `top` below the highest `top` so far — a period being one periodic pass), every
 //! drain, DRAIN_CPU (`malloc_trim`), a squeeze, buckets off under critical pressure and the
 //! `max_cached_bytes` budget (the caller, `huge.rs`, is the core's
 //! [`ebbtide_core::outer::OuterCache`]); a block freed while caching is not allowed goes back at
@@ -178,6 +179,13 @@ pub struct PageHeap {
     /// [`PageHeap::trim`] and [`dirty_limit`]).
     demand: usize,
     prev_demand: usize,
+    /// The highest `top` so far (lowered only where the span above it is unmapped): the space
+    /// between `top` and here held blocks before and was given back into the space above `top`,
+    /// so a block taking it again takes freed space (demand), as from a clean run. Without it a
+    /// program that frees a burst and allocates it again re-faulted it every time: the burst
+    /// went back whole, merged into `top`, and was never counted as reused (four blocks of
+    /// 1 MiB freed and taken again in a loop: 1,024 page faults a round, forever).
+    high: usize,
     /// Address space lost because the run table was full (never in practice; see `add`).
     lost: usize,
     /// The span's 2 MiB regions: bytes in blocks, which are huge.
@@ -210,6 +218,7 @@ impl PageHeap {
             live: 0,
             demand: 0,
             prev_demand: 0,
+            high: 0,
             lost: 0,
             regions: Regions::new(),
         }
@@ -259,6 +268,7 @@ impl PageHeap {
         self.base = base.as_ptr() as usize;
         self.end = self.base + len;
         self.top = self.base;
+        self.high = self.base;
         self.committed = self.base;
         true
     }
@@ -604,6 +614,9 @@ impl PageHeap {
         }
         if b > old_top {
             self.top = b;
+            // Space given back into `top` taken again: freed space reused.
+            self.demand += b.min(self.high).saturating_sub(a.max(old_top));
+            self.high = self.high.max(b);
             if a > old_top {
                 // An alignment gap above the old top: a clean run now below `top`.
                 self.add(old_top, a - old_top, false, 0);
@@ -820,6 +833,7 @@ impl PageHeap {
         // (`contains` ends at the new `committed`).
         unsafe { ebbtide_core::os::unmap(NonNull::new_unchecked(from as *mut u8), len) };
         self.committed = from;
+        self.high = self.high.min(from);
         len
     }
 
@@ -872,6 +886,12 @@ impl PageHeap {
     /// Checks the invariants of the module docs; the first one broken, as text.
     pub fn validate(&self) -> Result<(), String> {
         let pg = page();
+        if self.base != 0 && !(self.top <= self.high && self.high <= self.end) {
+            return Err(format!(
+                "top {:#x} above the highest top {:#x}, or that beyond the span's end {:#x}",
+                self.top, self.high, self.end
+            ));
+        }
         let mut dirty = 0;
         let mut prev: Option<Run> = None;
         for r in self.runs() {
@@ -1206,6 +1226,46 @@ mod tests {
         h.free(b, 3 * M, 20, true);
         assert_eq!(h.dirty_bytes(), 0);
         assert_eq!(resident(b, 3 * M), 0);
+        h.validate().unwrap();
+    }
+
+    #[test]
+    fn a_burst_given_back_into_top_and_taken_again_is_reused() {
+        let mut h = heap();
+        let round = |h: &mut PageHeap, at: u64| {
+            let blocks: Vec<(usize, bool)> = (0..4).map(|_| h.alloc(M, page()).unwrap()).collect();
+            for &(b, _) in &blocks {
+                write(b, M, 3);
+            }
+            for &(b, _) in &blocks {
+                h.free(b, M, at, true);
+            }
+            h.validate().unwrap();
+            blocks
+        };
+        // The first burst: nobody took freed space again, so it goes back at the frees and,
+        // the highest blocks of the heap, merges into the space above `top`.
+        let first = round(&mut h, 1);
+        assert!(first.iter().all(|&(_, z)| z));
+        assert_eq!(h.dirty_bytes(), 0);
+        assert_eq!(h.working_set(), 0);
+        // The second takes that space again from above `top`: freed space reused, as from a
+        // clean run (its pages fault once more) ...
+        let second = round(&mut h, 2);
+        assert!(second.iter().all(|&(_, z)| z));
+        assert_eq!(h.working_set(), 4 * M);
+        assert_eq!(h.dirty_bytes(), 4 * M, "kept: the working set covers it");
+        // ... and the third reuses its pages, no fault.
+        let third = round(&mut h, 3);
+        assert!(third.iter().all(|&(_, z)| !z), "{third:?}");
+        assert_eq!(resident(third[0].0, M), M / page());
+        // Space above the highest `top` so far is new, not reused: 8 MiB on the 4 MiB dirty
+        // run count 4.
+        let ws = h.working_set();
+        let (x, z) = h.alloc(8 * M, page()).unwrap();
+        assert!(!z && x == third[0].0, "{x:#x}");
+        assert_eq!(h.working_set(), ws + 4 * M);
+        h.free(x, 8 * M, 4, true);
         h.validate().unwrap();
     }
 

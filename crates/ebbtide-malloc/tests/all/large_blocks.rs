@@ -174,7 +174,7 @@ fn cached_runs_go_back_on_trim_squeeze_and_idle() {
         // freed space again), a second round in the same space, freed and kept.
         let guard0 = malloc(64 * K + 1);
         let first: Vec<*mut u8> = (0..8).map(|_| malloc(2 * M)).collect();
-        let guard1 = malloc(64 * K + 1); // the first round's runs stay below top
+        let guard1 = malloc(64 * K + 1);
         for &p in &first {
             free(p);
         }
