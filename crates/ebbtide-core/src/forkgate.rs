@@ -26,6 +26,10 @@
 //!   handler is such a handler: it takes the list lock first (`_IO_list_lock`, recursive, so
 //!   glibc's own take after it passes), then closes the gate — the order glibc's malloc uses.
 //!   No allocator path takes a stdio lock, so waiting for those inside cannot wait on stdio.
+//! * **A fork from inside the core** (a signal handler that interrupted this thread inside the
+//!   gate, or a hook): the gate closes but [`prepare`] waits for nobody, since this thread may
+//!   hold a lock a thread inside waits on; that child gets what POSIX promises a child forked in
+//!   a signal handler.
 //! * **Single-threaded processes** (glibc's `__libc_single_threaded`): like glibc's own
 //!   `fork`, no lock is taken — nobody else can be inside — so a `fork` from a signal handler
 //!   that interrupted a `fork` (POSIX allows it: `fork` is async-signal-safe) does not wait on
@@ -235,10 +239,14 @@ pub fn prepare() {
     // Acquire: pairs with the Release of `leave`, so what the threads that already left wrote
     // inside the gate is seen here, before the fork copies memory.
     let mut s = STATE.fetch_or(CLOSED, Ordering::Acquire) | CLOSED;
-    // A thread inside the gate (a fork from a hook run by the core) counts as one of those
-    // inside: it cannot wait for itself.
-    let allowed = if DEPTH.with(|d| d.get()) > 0 { 1 } else { 0 };
-    while s & !CLOSED > allowed {
+    // A thread inside the gate forks from inside the core: a signal handler that interrupted
+    // this thread in an allocation, or a hook. It may hold a core lock another thread inside
+    // waits on, so it waits for nobody (waiting deadlocked glibc's `tst-mallocfork2` once the
+    // runtime's threads ran): its child gets the core as the interrupted code left it, which
+    // is what POSIX promises a child forked from a signal handler (async-signal-safe calls
+    // only); the parent is unaffected.
+    let inside = DEPTH.with(|d| d.get()) > 0;
+    while !inside && s & !CLOSED > 0 {
         crate::os::futex_wait_for(&STATE, s, None);
         // Acquire: pairs with the Release of `leave`: each thread that left while we waited
         // made what it wrote inside the gate visible before the count we read dropped.

@@ -2,8 +2,9 @@
 //! `__libc_*` aliases (its own callers use them), and the introspection glibc programs call
 //! (`malloc_usable_size`, `malloc_trim`, `mallinfo2`, `malloc_stats`).
 //!
-//! Contracts kept: `free` never changes `errno`; a failure is NULL with `ENOMEM`; a bad
-//! alignment is `EINVAL` (returned by `posix_memalign`, set by `aligned_alloc`); sizes near
+//! Contracts kept: `free` never changes `errno`; a failure is NULL with `ENOMEM`
+//! (`posix_memalign` returns it and sets `errno`); a bad alignment is `EINVAL` (returned by
+//! `posix_memalign`, set by `aligned_alloc`); sizes near
 //! `SIZE_MAX` fail without overflow (`calloc`, `reallocarray`, `pvalloc`, the huge path's
 //! rounding all check).
 
@@ -60,10 +61,13 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, n: 
     }
     let e = ebbtide_core::os::errno();
     let p = heap::alloc_aligned(align, n);
-    ebbtide_core::os::set_errno(e);
     if p.is_null() {
+        // errno says ENOMEM too, as under glibc and every peer (glibc's tst-malloc-thread-fail
+        // reads it); on success it is the caller's, untouched.
+        ebbtide_core::os::set_errno(libc::ENOMEM);
         return libc::ENOMEM;
     }
+    ebbtide_core::os::set_errno(e);
     // SAFETY: the caller passes a writable pointer.
     unsafe { *out = p.cast() };
     0

@@ -544,6 +544,20 @@ pub enum Resized {
 /// in place (its tail a dirty run) or grows into the free runs after it up to
 /// [`REMAP_ABOVE`]; a huge block is resized by `mremap` (it may move, nothing is copied).
 pub fn realloc(p: usize, n: usize) -> Resized {
+    let r = realloc_in(p, n);
+    if r != Resized::Failed || !could_ever_map(n) {
+        return r;
+    }
+    // Refused by the kernel (`mremap` under `RLIMIT_AS`): the caches' free address space goes
+    // back and it tries once more, as [`alloc_or_retry`] does. Without it a buffer grown by
+    // `realloc` under a limit stopped where memory the program had freed still held address
+    // space (glibc's `tst-dynarray-fail` failed 9 times in 12).
+    ebbtide_core::reclaim::mapping_refused();
+    realloc_in(p, n)
+}
+
+/// [`realloc`], one try.
+fn realloc_in(p: usize, n: usize) -> Resized {
     let pg = page();
     let Some(len) = n.checked_add(pg - 1).map(|x| (x & !(pg - 1)).max(pg)) else {
         return if usable(p).is_some() {

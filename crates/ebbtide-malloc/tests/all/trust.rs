@@ -213,6 +213,44 @@ fn fork_from_a_signal_handler_during_fork_does_not_hang() {
     }
 }
 
+/// The same with 48 MiB allocated first (glibc's `tst-mallocfork2` keeps 35 MB): past
+/// `runtime_start_bytes` the runtime's threads run, so glibc's `fork` takes its fork lock, and a
+/// handler's `fork` that interrupted one waited on it for ever (hung every time). ebbtide's
+/// `fork` calls `_Fork` when nested, and its gate does not wait from inside the allocator
+/// (`fork.rs`, `forkgate.rs`).
+#[test]
+fn fork_from_a_signal_handler_with_the_runtime_threads_running_does_not_hang() {
+    let _turn = crate::serial::turn(module_path!());
+    let Some((exe, dir)) = build("fork_signal.c", &[]) else {
+        return;
+    };
+    for m in [Malloc::Glibc, Malloc::Ebbtide] {
+        let mut c = command(&exe);
+        c.args(["300", "48"]);
+        let r = run(c, m, &dir, "fork-signal-threads", LIMIT);
+        let out = r.stdout_str();
+        assert!(
+            r.status.success() && out.contains("fork_signal ok"),
+            "under {}: {} (SIGALRM: it hung)\n{}{}",
+            m.name(),
+            describe(&r.status),
+            out,
+            r.stderr_tail(20)
+        );
+        if m == Malloc::Ebbtide {
+            let tasks: u32 = out
+                .lines()
+                .find_map(|l| l.strip_prefix("tasks "))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0);
+            assert!(
+                tasks >= 2,
+                "the runtime's threads did not start (tasks {tasks}): the case is not tested\n{out}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_thread_cancelled_in_the_allocator_is_cancelled_at_its_own_point() {
     let _turn = crate::serial::turn(module_path!());
