@@ -96,10 +96,30 @@ static CACHED: AtomicUsize = AtomicUsize::new(0);
 
 static BYTES: AtomicUsize = AtomicUsize::new(0);
 static COUNT: AtomicUsize = AtomicUsize::new(0);
+/// The most [`BYTES`] and [`COUNT`] have been (glibc's `max mmap bytes` and `max mmap regions`
+/// in `malloc_stats`). Relaxed, as the counts: statistics, ordered with nothing.
+static MAX_BYTES: AtomicUsize = AtomicUsize::new(0);
+static MAX_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// Bytes mapped for live huge blocks, and how many there are.
 pub fn totals() -> (usize, usize) {
     (BYTES.load(Ordering::Relaxed), COUNT.load(Ordering::Relaxed))
+}
+
+/// The most bytes and blocks [`totals`] has counted at once so far.
+pub fn peaks() -> (usize, usize) {
+    (
+        MAX_BYTES.load(Ordering::Relaxed),
+        MAX_COUNT.load(Ordering::Relaxed),
+    )
+}
+
+/// Counts a block of `len` bytes more (and `blocks` more blocks), and the peaks.
+fn count_up(len: usize, blocks: usize) {
+    let b = BYTES.fetch_add(len, Ordering::Relaxed) + len;
+    let n = COUNT.fetch_add(blocks, Ordering::Relaxed) + blocks;
+    MAX_BYTES.fetch_max(b, Ordering::Relaxed);
+    MAX_COUNT.fetch_max(n, Ordering::Relaxed);
 }
 
 fn page() -> usize {
@@ -304,8 +324,7 @@ fn alloc_in(n: usize, align: usize, heap: bool) -> (*mut u8, bool) {
                 len,
             });
             CACHED.store(t.heap.dirty_bytes(), Ordering::Relaxed);
-            BYTES.fetch_add(len, Ordering::Relaxed);
-            COUNT.fetch_add(1, Ordering::Relaxed);
+            count_up(len, 1);
             drop(t);
             if zeroed {
                 // Fresh pages (never used, or given back): lazily freed slabs of the size
@@ -334,8 +353,7 @@ fn alloc_in(n: usize, align: usize, heap: bool) -> (*mut u8, bool) {
         map: a,
         len,
     });
-    BYTES.fetch_add(len, Ordering::Relaxed);
-    COUNT.fetch_add(1, Ordering::Relaxed);
+    count_up(len, 1);
     drop(t);
     ebbtide_core::reclaim::make_room(len);
     (a as *mut u8, true)
@@ -626,7 +644,7 @@ fn realloc_in(p: usize, n: usize) -> Resized {
 
 fn adjust(old: usize, new: usize) {
     if new > old {
-        BYTES.fetch_add(new - old, Ordering::Relaxed);
+        count_up(new - old, 0);
     } else {
         BYTES.fetch_sub(old - new, Ordering::Relaxed);
     }

@@ -134,6 +134,17 @@ pub fn print() {
         "ebbtide malloc: page heap 2 MiB regions: {} huge, {} partly used, {} broken; given back {} bytes whole, {} in part, {} huge pages broken\n",
         r.huge, r.partial, r.broken, r.whole_bytes, r.part_bytes, r.breaks
     );
+    // glibc's closing lines, in its format: programs and tests that read `malloc_stats` look
+    // for them (glibc's tst-malloc-stats-cancellation checks "max mmap bytes"). Its counters
+    // are `unsigned int` but the last.
+    let (max_bytes, max_blocks) = huge::peaks();
+    out += &format!(
+        "Total (incl. mmap):\nsystem bytes     = {:>10}\nin use bytes     = {:>10}\nmax mmap regions = {:>10}\nmax mmap bytes   = {:>10}\n",
+        (m.arena + m.hblkhd) as u32,
+        m.uordblks as u32,
+        max_blocks as u32,
+        max_bytes
+    );
     // A raw write (not libc's, a cancellation point): `malloc_stats` may run on a thread that
     // is being cancelled, which must not unwind through this Rust frame.
     ebbtide_core::os::write_stderr(out.as_bytes());

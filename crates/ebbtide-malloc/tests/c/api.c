@@ -225,6 +225,23 @@ static void introspection(void) {
     CHECK(trimmed.arena < after.arena);
     struct mallinfo old = mallinfo();
     CHECK(old.arena >= 0);
+    /* malloc_stats ends with glibc's totals in glibc's format (what programs and glibc's
+     * tst-malloc-stats-cancellation look for). */
+    static char text[1 << 16];
+    FILE *t = tmpfile();
+    CHECK(t != NULL);
+    fflush(stderr);
+    int saved = dup(2);
+    CHECK(saved >= 0 && dup2(fileno(t), 2) == 2);
+    malloc_stats();
+    CHECK(dup2(saved, 2) == 2);
+    close(saved);
+    rewind(t);
+    size_t got = fread(text, 1, sizeof text - 1, t);
+    text[got] = 0;
+    fclose(t);
+    CHECK(strstr(text, "Total (incl. mmap):\nsystem bytes     = ") != NULL);
+    CHECK(strstr(text, "\nmax mmap regions = ") && strstr(text, "\nmax mmap bytes   = "));
 }
 
 int main(int argc, char **argv) {
