@@ -174,6 +174,10 @@ const _: () = assert!(DESC_STRIDE.is_multiple_of(DESC_STEP) && (CHUNK_SIZE as u6
 /// Bytes of a chunk map entry.
 const ENTRY: usize = core::mem::size_of::<MapEntry>();
 
+/// The `errno` of an [`OsError`] that says another mapping lies where the arena maps
+/// (`MAP_FIXED_NOREPLACE`'s own answer); see [`Arena::taken`].
+pub(crate) const TAKEN: i32 = libc::EEXIST;
+
 pub(crate) struct Arena {
     pub(crate) base: usize,
     pub(crate) len: usize,
@@ -383,6 +387,84 @@ impl Arena {
         }
         let nchunks = self.len >> CHUNK_SHIFT;
         let mut free = crate::sync::lock(&self.free);
+        loop {
+            let idx = self.next_chunk(&mut free, nchunks, thp)?;
+            let chunk = self.base + (idx << CHUNK_SHIFT);
+            // The owner's colour pages (its first `first_slab` bytes, at least a page: a huge
+            // chunk whole) and the first of its descriptors mapped before it is handed out; a
+            // chunk back from the free list keeps what it had mapped.
+            let end = chunk + first_slab.max(os::page_size());
+            let mapped = self.map_through(chunk, end, thp);
+            match mapped.and_then(|()| self.map_desc_through(chunk, desc_bytes)) {
+                Ok(()) => {}
+                // Another mapping in its way: lost to the arena (what was mapped of it goes),
+                // and the next chunk is tried, as `map_new_chunk` passes over one.
+                Err(e) if Self::taken(&e) => {
+                    self.lose_chunk(idx);
+                    continue;
+                }
+                Err(e) => {
+                    // Back on the free list, as it was (a new chunk: its first step mapped,
+                    // unowned; hint and start word are 0: never set, or cleared).
+                    self.push_free(&mut free, idx);
+                    return Err(e);
+                }
+            }
+            let e = self.map_entry(idx);
+            // Release: published with the tag's Release store just below, which every reader
+            // of the hint tests first (`FastConsts::free_fast`).
+            e.hint.store(hint, Ordering::Release);
+            // Relaxed: read only with the tag (`owner_entry`), which publishes it.
+            e.start
+                .store((chunk + first_slab) as u64, Ordering::Relaxed);
+            // Release: a thread that reads this tag (tag_of, Acquire) sees the chunk's header,
+            // which the keg initialises before publishing any item of the chunk, and the hint.
+            self.entry(idx).store(tag, Ordering::Release);
+            // SAFETY: inside the reservation, non-null.
+            return Ok(unsafe { NonNull::new_unchecked(chunk as *mut u8) });
+        }
+    }
+
+    /// Whether `e` says another mapping lies where the arena maps ([`Arena::map_through`]):
+    /// the chunk is lost, the address space elsewhere is not.
+    pub(crate) fn taken(e: &OsError) -> bool {
+        e.errno == TAKEN
+    }
+
+    /// Chunk `idx` (unowned, off the free list, its hint and start word 0), which another
+    /// mapping overlaps: what of it and its descriptors is ours goes back to the kernel, and
+    /// it is lost to the arena (owned by nobody, on no list). The caller holds the free mutex.
+    fn lose_chunk(&self, idx: usize) {
+        let chunk = self.base + (idx << CHUNK_SHIFT);
+        let (mapped, desc) = (
+            self.map_entry(idx).mapped_bytes(),
+            self.map_entry(idx).desc_bytes(),
+        );
+        // SAFETY: the chunk's first `mapped` bytes and its descriptor area's first `desc` are
+        // our mappings (the entry says how far each reaches), used by nobody (unowned).
+        unsafe {
+            if mapped > 0 {
+                os::unmap(NonNull::new_unchecked(chunk as *mut u8), mapped);
+            }
+            if desc > 0 {
+                os::unmap(NonNull::new_unchecked(self.desc_of(chunk) as *mut u8), desc);
+            }
+        }
+        // Relaxed: the chunk is unowned and stays so; nobody reads the word again.
+        self.map_entry(idx).mapped.store(0, Ordering::Relaxed);
+        // Release: as in `push_free` (a reader of the entry sees no owner).
+        self.entry(idx).store(0, Ordering::Release);
+    }
+
+    /// The next chunk to hand out (the free mutex's contents `free` held): one from the free
+    /// list with something mapped (made `thp`), or the next never handed out; its first step
+    /// mapped either way.
+    fn next_chunk(
+        &self,
+        free: &mut FreeList,
+        nchunks: usize,
+        thp: os::Thp,
+    ) -> Result<usize, OsError> {
         let mut reused = None;
         while free.head != 0 {
             let idx = free.head - 1;
@@ -411,48 +493,23 @@ impl Arena {
                 // owned by nobody (Release: as in `free_chunk`).
                 Ok(os::MapAt::Taken) => self.entry(idx).store(0, Ordering::Release),
                 Err(e) => {
-                    self.push_free(&mut free, idx);
+                    self.push_free(free, idx);
                     return Err(e);
                 }
             }
         }
-        let idx = if let Some(idx) = reused {
-            idx
-        } else {
-            let idx = self.map_new_chunk(nchunks)?;
-            // The chunk map is touched a page at a time as chunks are first used (the first
-            // chunk's entry shares its page with the map's own entries, never written).
-            let page = idx * ENTRY / os::page_size();
-            if page != free.map_page {
-                free.map_page = page;
-                os::add_metadata(os::page_size());
-            }
-            idx
-        };
-        let chunk = self.base + (idx << CHUNK_SHIFT);
-        // The owner's colour pages (its first `first_slab` bytes, at least a page: a huge
-        // chunk whole) and the first of its descriptors mapped before it is handed out; a chunk
-        // back from the free list keeps what it had mapped.
-        let end = chunk + first_slab.max(os::page_size());
-        let mapped = self.map_through(chunk, end, thp);
-        if let Err(e) = mapped.and_then(|()| self.map_desc_through(chunk, desc_bytes)) {
-            // Back on the free list, as it was (a new chunk: its first step mapped, unowned;
-            // hint and start word are 0: never set, or cleared).
-            self.push_free(&mut free, idx);
-            return Err(e);
+        if let Some(idx) = reused {
+            return Ok(idx);
         }
-        let e = self.map_entry(idx);
-        // Release: published with the tag's Release store just below, which every reader of
-        // the hint tests first (`FastConsts::free_fast`).
-        e.hint.store(hint, Ordering::Release);
-        // Relaxed: read only with the tag (`owner_entry`), which publishes it.
-        e.start
-            .store((chunk + first_slab) as u64, Ordering::Relaxed);
-        // Release: a thread that reads this tag (tag_of, Acquire) sees the chunk's header, which
-        // the keg initialises before publishing any item of the chunk, and the hint.
-        self.entry(idx).store(tag, Ordering::Release);
-        // SAFETY: inside the reservation, non-null.
-        Ok(unsafe { NonNull::new_unchecked(chunk as *mut u8) })
+        let idx = self.map_new_chunk(nchunks)?;
+        // The chunk map is touched a page at a time as chunks are first used (the first chunk's
+        // entry shares its page with the map's own entries, never written).
+        let page = idx * ENTRY / os::page_size();
+        if page != free.map_page {
+            free.map_page = page;
+            os::add_metadata(os::page_size());
+        }
+        Ok(idx)
     }
 
     /// Maps the first step of the next chunk of the span never handed out, skipping chunks
@@ -519,9 +576,10 @@ impl Arena {
     /// [`os::Thp::Huge`] (the owner's, the same for every call on one chunk) whole, in one step,
     /// with what was mapped before marked huge too: the owner calls it before it carves a slab
     /// (address space on demand, module docs). Memory past what is mapped is not: nothing may
-    /// touch a slab before it was carved. An error when the limit (`RLIMIT_AS`) is reached, or
-    /// when another mapping lies in the chunk's way (never in practice: the span is far from the
-    /// kernel's other mappings, `os::reserve_span`).
+    /// touch a slab before it was carved. An error when the limit (`RLIMIT_AS`) is reached, or,
+    /// with [`TAKEN`] ([`Arena::taken`]), when another mapping lies in the chunk's way (a program
+    /// may place one anywhere in the span: it is not reserved, `os::reserve_span`); the owner
+    /// then carves no further in this chunk (`Keg::abandon_newest`).
     pub(crate) fn map_through(
         &self,
         chunk: usize,
@@ -577,7 +635,7 @@ impl Arena {
         if r == os::MapAt::Taken {
             return Err(OsError {
                 call: "arena chunk (its next pages taken by another mapping)",
-                errno: libc::ENOMEM,
+                errno: TAKEN,
             });
         }
         e.mapped.store(want as u64 | desc | mark, Ordering::Relaxed);
@@ -637,7 +695,7 @@ impl Arena {
         if r == os::MapAt::Taken {
             return Err(OsError {
                 call: "arena descriptors (their next pages taken by another mapping)",
-                errno: libc::ENOMEM,
+                errno: TAKEN,
             });
         }
         // Relaxed: as in `map_through` (the chunk's one owner writes the word).

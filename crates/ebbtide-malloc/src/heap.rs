@@ -262,7 +262,8 @@ fn zone(c: usize) -> Get {
             if !REPORTED.swap(true, Ordering::Relaxed) {
                 report::line(format_args!(
                     "cannot create the zone for {}-byte blocks: {e}; such requests take a \
-                     larger class's free blocks, or fail with ENOMEM (reported once)",
+                     larger class's free blocks or a mapping of their own, or fail with \
+                     ENOMEM (reported once)",
                     classes::size(c)
                 ));
             }
@@ -544,7 +545,12 @@ pub extern "C" fn alloc_class_slow(c: usize) -> *mut u8 {
 /// instead, if one is there: a keg keeps its chunks, so without this the address space one
 /// class holds free could never serve another under the limit (glibc, mimalloc and tcmalloc
 /// reuse it; a program that filled the limit with one size and freed it all got NULL for any
-/// size whose class had no zone yet). Else the library's reserve or `ENOMEM`.
+/// size whose class had no zone yet). Else a mapping of its own (`huge.rs`), anywhere the
+/// kernel has room: the arena's next address space may be another mapping's (a program that
+/// filled the address space and gave some back elsewhere, as libc-test's `malloc-brk-fail`
+/// does: glibc falls back to `mmap` when `brk` fails). A page for a small block, in that
+/// emergency only; not the page heap's free space, so that a `malloc` fails where the kernel
+/// has no room, as that test and glibc expect. Else the library's reserve or `ENOMEM`.
 #[cold]
 #[inline(never)]
 fn refused(c: usize) -> *mut u8 {
@@ -559,6 +565,12 @@ fn refused(c: usize) -> *mut u8 {
             // SAFETY: allocated just now, at least 8 bytes: as in `alloc_class_slow`.
             unsafe { clear_free_key(p.as_ptr()) };
             return p.as_ptr();
+        }
+    }
+    if align <= ebbtide_core::os::page_size() {
+        let p = huge::alloc_mapping(classes::size(c));
+        if !p.is_null() {
+            return p;
         }
     }
     library_block_or_enomem(classes::size(c), align)

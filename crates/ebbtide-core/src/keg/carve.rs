@@ -63,6 +63,7 @@ impl Keg {
                 broken: 0,
                 collapsed: 0,
                 nfree: 0,
+                limit: self.geo.slabs_per_chunk as u32,
             });
         }
         g.chunks = hdr;
@@ -79,14 +80,32 @@ impl Keg {
         os::round_up(CHUNK_HEADER + carved * self.geo.meta_size, os::page_size())
     }
 
-    /// How many slabs of `chunk` (one of this keg's) have been carved: all but the newest
-    /// chunk's `uncarved`. Walks over a chunk's slabs stop there.
+    /// How many slabs of `chunk` (one of this keg's) have been carved: its `limit` (all, but
+    /// for a chunk abandoned by [`Keg::abandon_newest`]), less the newest chunk's `uncarved`.
+    /// Walks over a chunk's slabs stop there.
     pub(super) fn carved(&self, g: &KegInner, chunk: *mut ChunkHeader) -> usize {
+        // SAFETY: a valid chunk header of this keg; the caller holds the lock (`g`).
+        let limit = unsafe { (*chunk).limit } as usize;
         if chunk == g.chunks {
-            self.geo.slabs_per_chunk - g.uncarved
+            limit - g.uncarved
         } else {
-            self.geo.slabs_per_chunk
+            limit
         }
+    }
+
+    /// The newest chunk's next pages were taken by another mapping before its slabs there
+    /// were carved (`map_through` said so): it keeps the slabs carved so far and gets no more
+    /// (they are never mapped), and the next slab comes from a new chunk (`grow`). Before, the
+    /// keg failed every later carve with ENOMEM while address space was free elsewhere (a
+    /// mapping placed after the heap: libc-test's `malloc-brk-fail`).
+    ///
+    /// # Safety
+    /// `g` is this keg's locked state with a newest chunk.
+    pub(super) unsafe fn abandon_newest(&self, g: &mut KegInner) {
+        debug_assert!(!g.chunks.is_null());
+        // SAFETY: the newest chunk's header (the caller's guarantee); lock held.
+        unsafe { (*g.chunks).limit -= g.uncarved as u32 };
+        g.uncarved = 0;
     }
 
     /// Writes the descriptor of the newest chunk's next never-used slab (all items free, pages
@@ -187,26 +206,31 @@ impl Keg {
                     reused += self.geo.slab_size;
                     s
                 } else {
-                    if g.uncarved == 0 {
-                        if let Err(e) = self.grow(&mut g) {
-                            if n > 0 {
-                                break;
+                    let mapped = loop {
+                        if g.uncarved == 0 {
+                            if let Err(e) = self.grow(&mut g) {
+                                break Err(e);
                             }
-                            return Err(e);
                         }
-                    }
-                    // The slab's pages mapped before it is carved (arena.rs, address space on
-                    // demand; its descriptor was mapped with the chunk).
-                    let i = self.geo.slabs_per_chunk - g.uncarved;
-                    let chunk = self.chunk_at(g.chunks);
-                    let end = chunk + self.geo.first_slab + ((i + 1) << self.geo.slab_shift);
-                    // SAFETY: the newest chunk's header, written by `grow`; lock held.
-                    let thp = if unsafe { (*g.chunks).huge } {
-                        os::Thp::Huge
-                    } else {
-                        os::Thp::Never
+                        // The slab's pages mapped before it is carved (arena.rs, address space
+                        // on demand; its descriptor was mapped with the chunk).
+                        let i = self.geo.slabs_per_chunk - g.uncarved;
+                        let chunk = self.chunk_at(g.chunks);
+                        let end = chunk + self.geo.first_slab + ((i + 1) << self.geo.slab_shift);
+                        // SAFETY: the newest chunk's header, written by `grow`; lock held.
+                        let thp = if unsafe { (*g.chunks).huge } {
+                            os::Thp::Huge
+                        } else {
+                            os::Thp::Never
+                        };
+                        match self.arena.map_through(chunk, end, thp) {
+                            Ok(()) => break Ok(()),
+                            // SAFETY: lock held; the newest chunk exists (just mapped into).
+                            Err(e) if Arena::taken(&e) => unsafe { self.abandon_newest(&mut g) },
+                            Err(e) => break Err(e),
+                        }
                     };
-                    if let Err(e) = self.arena.map_through(chunk, end, thp) {
+                    if let Err(e) = mapped {
                         if n > 0 {
                             break;
                         }

@@ -111,6 +111,10 @@ struct ChunkHeader {
     /// without a look at each (`huge.rs`, `release_whole_pages`). Changes where `nfree_slabs`
     /// does, under the lock.
     nfree: u32,
+    /// Slabs of this chunk that may ever be carved: all (`slabs_per_chunk`), or, for a chunk
+    /// whose next pages another mapping took before they were carved (`Keg::abandon_newest`),
+    /// those carved until then. Lock held.
+    limit: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<ChunkHeader>() <= CHUNK_HEADER);

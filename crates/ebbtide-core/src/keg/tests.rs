@@ -344,3 +344,74 @@ fn release_empty_gives_pages_back_at_once() {
     assert_eq!((c.backed_slabs, c.clean_slabs > 0), (0, true));
     k.destroy().unwrap();
 }
+
+#[test]
+fn a_mapping_in_the_newest_chunks_way_sends_the_keg_to_a_new_chunk() {
+    let k = Keg::new(4096, 0).unwrap();
+    let g = k.geo;
+    let chunk_of = |p: *mut u8| p as usize & !(CHUNK_SIZE - 1);
+    // Slabs until the newest chunk is one mapped in part (a chunk other tests gave back may
+    // be mapped whole already: no mapping can be in its way).
+    let mut v = Vec::new();
+    let chunk = loop {
+        let mut slab = vec![ptr::null_mut(); g.items_per_slab];
+        assert_eq!(k.import(&mut slab).unwrap(), slab.len());
+        v.extend_from_slice(&slab);
+        let c = chunk_of(slab[0]);
+        if k.arena.mapped_bytes(c) < CHUNK_SIZE {
+            break c;
+        }
+        assert!(
+            v.len() < 64 * g.slabs_per_chunk * g.items_per_slab,
+            "no fresh chunk"
+        );
+    };
+    let mapped = k.arena.mapped_bytes(chunk);
+    let mut slabs: Vec<usize> = v
+        .iter()
+        .filter(|&&p| chunk_of(p) == chunk)
+        .map(|&p| p as usize & !(g.slab_size - 1))
+        .collect();
+    slabs.sort_unstable();
+    slabs.dedup();
+    let (before, carved) = (k.validate().unwrap(), slabs.len());
+    // Another mapping right after what the chunk has mapped (a program's MAP_FIXED_NOREPLACE,
+    // libc-test's malloc-brk-fail, a JIT placing its code by a hint).
+    let squat = CHUNK_SIZE - mapped;
+    // SAFETY: a fixed mapping that replaces nothing (MAP_FIXED_NOREPLACE refuses to).
+    let at = unsafe {
+        libc::mmap(
+            (chunk + mapped) as *mut libc::c_void,
+            squat,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    assert_eq!(at as usize, chunk + mapped, "the squatter's place");
+    // More slabs than what the chunk has mapped holds: the rest come from another chunk.
+    let left = (mapped - g.first_slab) / g.slab_size - carved;
+    let mut w = vec![ptr::null_mut(); (left + 2) * g.items_per_slab];
+    assert_eq!(k.import(&mut w).unwrap(), w.len(), "no ENOMEM");
+    assert!(w.iter().any(|&p| chunk_of(p) != chunk), "a new chunk");
+    assert!(
+        w.iter()
+            .all(|&p| chunk_of(p) != chunk || (p as usize) < chunk + mapped),
+        "nothing in the squatter's pages"
+    );
+    let c = k.validate().unwrap();
+    assert_eq!(
+        (c.chunks, c.backed_slabs),
+        (before.chunks + 1, before.backed_slabs + left + 2)
+    );
+    take_back(&k, &v, true, |_| {}, |_, _| panic!("valid"));
+    take_back(&k, &w, true, |_| {}, |_, _| panic!("valid"));
+    k.validate().unwrap();
+    // Every chunk goes back (the abandoned one with the slabs it had).
+    assert!(k.unmap_empty_chunks() > 0);
+    assert_eq!(k.validate().unwrap().chunks, 0);
+    // SAFETY: the squatter mapped above, ours.
+    assert_eq!(unsafe { libc::munmap(at, squat) }, 0);
+    k.destroy().unwrap();
+}

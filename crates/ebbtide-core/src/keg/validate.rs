@@ -45,7 +45,12 @@ impl Keg {
                         "slab {i} of chunk {chunk:#x}: never carved but its metadata is written"
                     ));
                 }
-                nc += 1;
+                // The newest chunk's uncarved slabs count as clean; those past an abandoned
+                // chunk's limit (`Keg::abandon_newest`) are no slabs at all.
+                // SAFETY: valid chunk header; lock held.
+                if i < unsafe { (*c).limit } as usize {
+                    nc += 1;
+                }
             }
             let nf_before = nf;
             for i in 0..carved {

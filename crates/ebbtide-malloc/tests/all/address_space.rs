@@ -223,6 +223,38 @@ fn a_buffer_grown_by_realloc_under_the_limit_gets_the_space_freed_before() {
     succeeds_as_under_glibc("rlimit_as_realloc.c", None, "realloc ok");
 }
 
+/// Another mapping in the way of the arena's next pages (`mapping_in_the_way`: placed right
+/// after the newest block's mapping, as a JIT or libc-test's `malloc-brk-fail` does) costs the
+/// chunk it lies in, not the program's allocations: 4000 blocks of 4 KiB, 10,000 and 40,000
+/// bytes are served, as under glibc. Before, the keg tried those pages again and again and the
+/// third `malloc(10000)` failed with ENOMEM (`Keg::abandon_newest`, `Arena::alloc_chunk`).
+#[test]
+fn a_mapping_in_the_arenas_way_costs_a_chunk_not_an_allocation() {
+    let _turn = crate::serial::turn(module_path!());
+    let folder = "mapping-in-the-way";
+    let Some(exe) = compile(&program("mapping_in_the_way.c"), &scratch(folder), &[]) else {
+        return;
+    };
+    for size in ["4096", "10000", "40000"] {
+        for preload in [false, true] {
+            let mut c = command(&exe);
+            c.arg(size);
+            if preload {
+                c.env("LD_PRELOAD", lib());
+            }
+            let out = c.output().expect("run the program");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let who = if preload { "ebbtide" } else { "glibc" };
+            assert!(
+                out.status.success() && text.starts_with("in the way ok"),
+                "size {size} under {who}: {}: {text}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
 /// Address space freed in small blocks serves large ones and the other way round under the
 /// limit: `rlimit_as_across` fills its limit with 64-byte blocks, frees them, asks for 4 KiB
 /// and 1 MiB blocks, then fills it with 256 KiB blocks, frees them, asks for 64-byte and 4 KiB
