@@ -7,9 +7,12 @@
 //! runtime's own `__cxa_allocate_exception`/`__cxa_throw` and unwinds through these
 //! `extern "C-unwind"` functions into the caller's handler. Nothing of the C++ runtime is
 //! linked: a C program loads no `libstdc++`, and a C++ program has it already. The `nothrow`
-//! forms call the handler too and return NULL when there is none. (A handler that throws from
-//! a `nothrow` form unwinds out of it instead of being turned into NULL: the one place where
-//! this differs from libstdc++'s own operators.)
+//! forms return NULL when there is no handler; with one, they hand the request to libstdc++'s
+//! own `nothrow` form (found with `dlsym(RTLD_NEXT)`), which calls the throwing form — ours —
+//! inside its `try`/`catch`: a handler that throws `std::bad_alloc` (or a handler that gives up)
+//! ends in NULL, as the standard says. Rust cannot catch a C++ exception (it aborts), so the
+//! catch is libstdc++'s. Before, such an exception unwound out of the `nothrow` form
+//! (gperftools' `tcmalloc_unittest`, `OperatorsNewOOMs`, aborted; it passes under glibc).
 
 use crate::heap;
 use core::ffi::{c_char, c_void, CStr};
@@ -119,12 +122,80 @@ macro_rules! new_ops {
 new_ops! {
     _Znwm() => 0, false;
     _Znam() => 0, false;
-    _ZnwmRKSt9nothrow_t(_nt: *const c_void) => 0, true;
-    _ZnamRKSt9nothrow_t(_nt: *const c_void) => 0, true;
     _ZnwmSt11align_val_t(al: usize) => al, false;
     _ZnamSt11align_val_t(al: usize) => al, false;
-    _ZnwmSt11align_val_tRKSt9nothrow_t(al: usize, _nt: *const c_void) => al, true;
-    _ZnamSt11align_val_tRKSt9nothrow_t(al: usize, _nt: *const c_void) => al, true;
+}
+
+/// libstdc++'s definition of `name` (the next after this library's: `dlsym(RTLD_NEXT)`), cached
+/// in `slot`; null without one.
+fn next_sym(slot: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
+    // Acquire/Release: as in `sym`.
+    let p = slot.load(Ordering::Acquire);
+    if !p.is_null() {
+        return p;
+    }
+    // SAFETY: dlsym with RTLD_NEXT (from this library's code) and a NUL-terminated name has no
+    // preconditions.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) };
+    slot.store(p, Ordering::Release);
+    p
+}
+
+/// A `nothrow` form: the block, or, when allocation fails and a new handler is installed,
+/// what libstdc++'s own `nothrow` form `name` answers (it calls our throwing form inside its
+/// `try`/`catch`: NULL when the handler throws or gives up); without that form, the handler
+/// is called here as by [`new_impl`].
+fn nothrow_impl(
+    n: usize,
+    align: usize,
+    nt: *const c_void,
+    slot: &AtomicPtr<c_void>,
+    name: &'static [u8],
+) -> *mut c_void {
+    let p = if align > 16 {
+        heap::alloc_aligned(align, n)
+    } else {
+        heap::alloc(n)
+    };
+    if !p.is_null() || new_handler().is_none() {
+        return p.cast();
+    }
+    let f = CStr::from_bytes_with_nul(name).map_or(core::ptr::null_mut(), |c| next_sym(slot, c));
+    if f.is_null() {
+        return new_impl(n, align, true);
+    }
+    if align == 0 {
+        // SAFETY: libstdc++'s `operator new(size_t, const nothrow_t&) noexcept` (or the
+        // array form), found by its Itanium name.
+        let f: extern "C" fn(usize, *const c_void) -> *mut c_void =
+            unsafe { core::mem::transmute(f) };
+        f(n, nt)
+    } else {
+        // SAFETY: libstdc++'s `operator new(size_t, align_val_t, const nothrow_t&) noexcept`
+        // (or the array form), found by its Itanium name.
+        let f: extern "C" fn(usize, usize, *const c_void) -> *mut c_void =
+            unsafe { core::mem::transmute(f) };
+        f(n, align, nt)
+    }
+}
+
+macro_rules! nothrow_ops {
+    ($($name:ident ( $($arg:ident : $t:ty),* ) => $align:expr;)*) => {$(
+        /// A C++ `nothrow` allocation operator (see the module docs).
+        #[no_mangle]
+        pub extern "C" fn $name(n: usize $(, $arg: $t)*, nt: *const c_void) -> *mut c_void {
+            static NEXT: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+            // The symbol's own name, NUL-terminated.
+            nothrow_impl(n, $align, nt, &NEXT, concat!(stringify!($name), "\0").as_bytes())
+        }
+    )*};
+}
+
+nothrow_ops! {
+    _ZnwmRKSt9nothrow_t() => 0;
+    _ZnamRKSt9nothrow_t() => 0;
+    _ZnwmSt11align_val_tRKSt9nothrow_t(al: usize) => al;
+    _ZnamSt11align_val_tRKSt9nothrow_t(al: usize) => al;
 }
 
 macro_rules! delete_ops {

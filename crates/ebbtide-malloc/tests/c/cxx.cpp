@@ -14,6 +14,11 @@ static int failures;
 #define CHECK(c) do { if (!(c)) { std::fprintf(stderr, "FAIL %d: %s\n", __LINE__, #c); failures++; } } while (0)
 
 struct alignas(256) Wide { char b[300]; };
+static int throwing_calls;
+static void throwing_handler() {
+    throwing_calls++;
+    throw std::bad_alloc();
+}
 static int handler_calls;
 static void handler() {
     handler_calls++;
@@ -65,6 +70,22 @@ int main() {
     }
     CHECK(caught);
     CHECK(handler_calls == 1);
+    // A nothrow form whose new handler throws returns nullptr (the standard; libstdc++'s own
+    // operators do): the exception does not escape it.
+    std::set_new_handler(throwing_handler);
+    volatile size_t huge2 = static_cast<size_t>(1) << 62;
+    bool escaped = false;
+    try {
+        CHECK(::operator new(huge2, std::nothrow) == nullptr);
+        CHECK(::operator new[](huge2, std::nothrow) == nullptr);
+        CHECK(::operator new(huge2, std::align_val_t(64), std::nothrow) == nullptr);
+        CHECK(::operator new[](huge2, std::align_val_t(64), std::nothrow) == nullptr);
+    } catch (...) {
+        escaped = true;
+    }
+    CHECK(!escaped);
+    CHECK(throwing_calls == 4);
+    std::set_new_handler(nullptr);
     std::printf(failures ? "failed\n" : "cxx ok\n");
     return failures != 0;
 }
