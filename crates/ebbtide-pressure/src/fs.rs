@@ -17,8 +17,9 @@ pub(crate) fn cpath(path: &Path) -> Result<CString, SourceError> {
 }
 
 /// Open `path` with `flags` (O_CLOEXEC is always added), as a library descriptor (moved out
-/// of the program's way, see [`LibFd`]).
-pub(crate) fn open(path: &Path, flags: libc::c_int) -> Result<LibFd, SourceError> {
+/// of the program's way, see [`LibFd`]). Public for the runtime's own one-time reads in the
+/// program's process (the control socket's directory listing).
+pub fn open(path: &Path, flags: libc::c_int) -> Result<LibFd, SourceError> {
     let c = cpath(path)?;
     // SAFETY: `c` is a valid NUL-terminated string that outlives the call; open has no other
     // preconditions.

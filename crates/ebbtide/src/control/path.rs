@@ -156,20 +156,8 @@ pub fn remove_stale(dir: &Path) -> Vec<PathBuf> {
 /// lowest free number for the whole listing, on our thread, while the program runs.
 fn names_in(dir: &Path) -> io::Result<Vec<OsString>> {
     use std::os::unix::ffi::OsStringExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a path"))?;
-    // SAFETY: a NUL-terminated path that outlives the call; open has no other preconditions.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened and is owned by nobody else.
-    let held = unsafe { ebbtide_pressure::libfd::LibFd::adopt(fd) }?;
+    let held = ebbtide_pressure::fs::open(dir, libc::O_RDONLY | libc::O_DIRECTORY)
+        .map_err(|e| io::Error::other(e.to_string()))?;
     // The stream takes a descriptor of its own (closed by `closedir`), as high as `held`.
     // SAFETY: F_DUPFD_CLOEXEC only reads its integer argument.
     let d = unsafe { libc::fcntl(held.raw(), libc::F_DUPFD_CLOEXEC, held.raw()) };
