@@ -21,6 +21,12 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 type NewHandler = unsafe extern "C-unwind" fn();
 
 fn sym(cache: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
+    sym_in(cache, libc::RTLD_DEFAULT, name)
+}
+
+/// `name` looked up with `dlsym(handle, ..)` (`RTLD_DEFAULT`, or `RTLD_NEXT`: the definition
+/// after this library's), cached in `cache`; null without one.
+fn sym_in(cache: &AtomicPtr<c_void>, handle: *mut c_void, name: &CStr) -> *mut c_void {
     // Acquire, paired with the Release below: the cached value is `dlsym`'s answer, an address
     // that needs no other memory to be read; the pair costs nothing more than Relaxed here
     // (plain moves on x86-64) and a racing thread at worst asks `dlsym` twice.
@@ -28,8 +34,9 @@ fn sym(cache: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
     if !p.is_null() {
         return p;
     }
-    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no preconditions.
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr() as *const c_char) };
+    // SAFETY: dlsym with RTLD_DEFAULT or RTLD_NEXT (from this library's code) and a
+    // NUL-terminated name has no preconditions.
+    let p = unsafe { libc::dlsym(handle, name.as_ptr() as *const c_char) };
     // Release: see the load above.
     cache.store(p, Ordering::Release);
     p
@@ -84,13 +91,18 @@ fn throw_bad_alloc() -> ! {
     }
 }
 
+/// One try at a block of `n` bytes aligned to `align` (0: the natural alignment).
+fn try_alloc(n: usize, align: usize) -> *mut c_void {
+    if align > 16 {
+        heap::alloc_aligned(align, n).cast()
+    } else {
+        heap::alloc(n).cast()
+    }
+}
+
 fn new_impl(n: usize, align: usize, nothrow: bool) -> *mut c_void {
     loop {
-        let p = if align > 16 {
-            heap::alloc_aligned(align, n)
-        } else {
-            heap::alloc(n)
-        };
+        let p = try_alloc(n, align);
         if !p.is_null() {
             return p.cast();
         }
@@ -126,21 +138,6 @@ new_ops! {
     _ZnamSt11align_val_t(al: usize) => al, false;
 }
 
-/// libstdc++'s definition of `name` (the next after this library's: `dlsym(RTLD_NEXT)`), cached
-/// in `slot`; null without one.
-fn next_sym(slot: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
-    // Acquire/Release: as in `sym`.
-    let p = slot.load(Ordering::Acquire);
-    if !p.is_null() {
-        return p;
-    }
-    // SAFETY: dlsym with RTLD_NEXT (from this library's code) and a NUL-terminated name has no
-    // preconditions.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) };
-    slot.store(p, Ordering::Release);
-    p
-}
-
 /// A `nothrow` form: the block, or, when allocation fails and a new handler is installed,
 /// what libstdc++'s own `nothrow` form `name` answers (it calls our throwing form inside its
 /// `try`/`catch`: NULL when the handler throws or gives up); without that form, the handler
@@ -152,15 +149,13 @@ fn nothrow_impl(
     slot: &AtomicPtr<c_void>,
     name: &'static [u8],
 ) -> *mut c_void {
-    let p = if align > 16 {
-        heap::alloc_aligned(align, n)
-    } else {
-        heap::alloc(n)
-    };
+    let p = try_alloc(n, align);
     if !p.is_null() || new_handler().is_none() {
-        return p.cast();
+        return p;
     }
-    let f = CStr::from_bytes_with_nul(name).map_or(core::ptr::null_mut(), |c| next_sym(slot, c));
+    // libstdc++'s definition, the one after this library's.
+    let f = CStr::from_bytes_with_nul(name)
+        .map_or(core::ptr::null_mut(), |c| sym_in(slot, libc::RTLD_NEXT, c));
     if f.is_null() {
         return new_impl(n, align, true);
     }
