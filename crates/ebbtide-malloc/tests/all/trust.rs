@@ -194,40 +194,16 @@ fn fork_with_threads_in_stdio_does_not_hang() {
     }
 }
 
-#[test]
-fn fork_from_a_signal_handler_during_fork_does_not_hang() {
-    let _turn = crate::serial::turn(module_path!());
-    let Some((exe, dir)) = build("fork_signal.c", &[]) else {
-        return;
-    };
-    for m in [Malloc::Glibc, Malloc::Ebbtide] {
-        let r = run(command(&exe), m, &dir, "fork-signal", LIMIT);
-        assert!(
-            r.status.success() && r.stdout_str().contains("fork_signal ok"),
-            "under {}: {} (SIGALRM: it hung)\n{}{}",
-            m.name(),
-            describe(&r.status),
-            r.stdout_str(),
-            r.stderr_tail(20)
-        );
-    }
-}
-
-/// The same with 48 MiB allocated first (glibc's `tst-mallocfork2` keeps 35 MB): past
-/// `runtime_start_bytes` the runtime's threads run, so glibc's `fork` takes its fork lock, and a
-/// handler's `fork` that interrupted one waited on it for ever (hung every time). ebbtide's
-/// `fork` calls `_Fork` when nested, and its gate does not wait from inside the allocator
-/// (`fork.rs`, `forkgate.rs`).
-#[test]
-fn fork_from_a_signal_handler_with_the_runtime_threads_running_does_not_hang() {
-    let _turn = crate::serial::turn(module_path!());
-    let Some((exe, dir)) = build("fork_signal.c", &[]) else {
-        return;
-    };
+/// Runs `fork_signal` with `args` under glibc and ebbtide; each run must end with
+/// "fork_signal ok" (a hang ends in SIGALRM). Returns ebbtide's output; `None` when the
+/// program could not be built (a skip).
+fn fork_signal_runs(args: &[&str], tag: &str) -> Option<String> {
+    let (exe, dir) = build("fork_signal.c", &[])?;
+    let mut ebbtide = String::new();
     for m in [Malloc::Glibc, Malloc::Ebbtide] {
         let mut c = command(&exe);
-        c.args(["300", "48"]);
-        let r = run(c, m, &dir, "fork-signal-threads", LIMIT);
+        c.args(args);
+        let r = run(c, m, &dir, tag, LIMIT);
         let out = r.stdout_str();
         assert!(
             r.status.success() && out.contains("fork_signal ok"),
@@ -238,17 +214,38 @@ fn fork_from_a_signal_handler_with_the_runtime_threads_running_does_not_hang() {
             r.stderr_tail(20)
         );
         if m == Malloc::Ebbtide {
-            let tasks: u32 = out
-                .lines()
-                .find_map(|l| l.strip_prefix("tasks "))
-                .and_then(|n| n.trim().parse().ok())
-                .unwrap_or(0);
-            assert!(
-                tasks >= 2,
-                "the runtime's threads did not start (tasks {tasks}): the case is not tested\n{out}"
-            );
+            ebbtide = out.to_string();
         }
     }
+    Some(ebbtide)
+}
+
+#[test]
+fn fork_from_a_signal_handler_during_fork_does_not_hang() {
+    let _turn = crate::serial::turn(module_path!());
+    fork_signal_runs(&[], "fork-signal");
+}
+
+/// The same with 48 MiB allocated first (glibc's `tst-mallocfork2` keeps 35 MB): past
+/// `runtime_start_bytes` the runtime's threads run, so glibc's `fork` takes its fork lock, and a
+/// handler's `fork` that interrupted one waited on it for ever (hung every time). ebbtide's
+/// `fork` calls `_Fork` when nested, and its gate does not wait from inside the allocator
+/// (`fork.rs`, `forkgate.rs`).
+#[test]
+fn fork_from_a_signal_handler_with_the_runtime_threads_running_does_not_hang() {
+    let _turn = crate::serial::turn(module_path!());
+    let Some(out) = fork_signal_runs(&["300", "48"], "fork-signal-threads") else {
+        return;
+    };
+    let tasks: u32 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("tasks "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(
+        tasks >= 2,
+        "the runtime's threads did not start (tasks {tasks}): the case is not tested\n{out}"
+    );
 }
 
 #[test]
