@@ -728,7 +728,7 @@ pub unsafe fn release_lazy(ptr: NonNull<u8>, len: usize) -> bool {
 /// Sleeps while `word` holds `expected`, for at most `timeout_ms` (no limit for `None`);
 /// returns at once if it does not hold it, and may return spuriously. A raw system call: not a
 /// cancellation point, and no libc state touched.
-pub(crate) fn futex_wait_for(word: &AtomicU32, expected: u32, timeout_ms: Option<u64>) {
+pub fn futex_wait_for(word: &AtomicU32, expected: u32, timeout_ms: Option<u64>) {
     let ts = timeout_ms.map(|ms| libc::timespec {
         tv_sec: (ms / 1000) as libc::time_t,
         tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
@@ -751,7 +751,7 @@ pub(crate) fn futex_wait_for(word: &AtomicU32, expected: u32, timeout_ms: Option
 }
 
 /// Wakes up to `waiters` threads sleeping in [`futex_wait_for`] on `word` (`i32::MAX`: all).
-pub(crate) fn futex_wake(word: &AtomicU32, waiters: i32) {
+pub fn futex_wake(word: &AtomicU32, waiters: i32) {
     // SAFETY: FUTEX_WAKE_PRIVATE on a valid, aligned u32; wakes at most `waiters` threads.
     unsafe {
         libc::syscall(

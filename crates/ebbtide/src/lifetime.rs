@@ -88,12 +88,33 @@ fn thread_count() -> Option<u64> {
 }
 
 /// Whether the thread-group leader has ended (zombie or dead), from `/proc/self/stat`, held
-/// open: read again with `pread` at offset 0, which makes the kernel generate it anew.
-///
-/// Each runtime thread holds its own descriptor (thread-local): no lock, so nothing a `fork`
-/// could copy while held (a forked child's runtime threads are new threads and open their
-/// own; the parent's descriptors are closed in the child by the fork handler).
+/// open ([`with_stat`]): read again with `pread` at offset 0, which makes the kernel generate it
+/// anew.
 fn leader_ended() -> bool {
+    with_stat(|f| {
+        let Some(f) = f else {
+            return false;
+        };
+        let mut buf = [0u8; 1024];
+        // SAFETY: `buf` is valid for writes of its length; a bad descriptor only fails.
+        let n = unsafe { libc::pread(f.raw(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        n > 0 && leader_state_ended(&buf[..n as usize])
+    })
+}
+
+/// Opens this thread's `/proc/self/stat` now, at the thread's start (`threads.rs`: while the
+/// thread that started the runtime waits), so that [`alone`] never opens one later, at a moment
+/// the program may be counting on its lowest free descriptor.
+pub(crate) fn open_descriptors() {
+    with_stat(|_| ());
+}
+
+/// Calls `f` with this thread's `/proc/self/stat` descriptor, opened if it is not (or was
+/// closed by the program), `None` when it cannot be opened. Each runtime thread holds its own
+/// (thread-local): no lock, so nothing a `fork` could copy while held (a forked child's runtime
+/// threads are new threads and open their own; the parent's descriptors are closed in the child
+/// by the fork handler).
+fn with_stat<R>(f: impl FnOnce(Option<&LibFd>) -> R) -> R {
     thread_local! {
         static STAT: std::cell::RefCell<Option<LibFd>> = const { std::cell::RefCell::new(None) };
     }
@@ -108,20 +129,14 @@ fn leader_ended() -> bool {
                     libc::O_RDONLY | libc::O_CLOEXEC,
                 )
             };
-            if fd < 0 {
-                *held = None;
-                return false;
-            }
-            // SAFETY: `fd` was just opened and is owned by nobody else.
-            *held = unsafe { LibFd::adopt(fd) }.ok();
+            *held = if fd < 0 {
+                None
+            } else {
+                // SAFETY: `fd` was just opened and is owned by nobody else.
+                unsafe { LibFd::adopt(fd) }.ok()
+            };
         }
-        let Some(f) = held.as_ref() else {
-            return false;
-        };
-        let mut buf = [0u8; 1024];
-        // SAFETY: `buf` is valid for writes of its length; a bad descriptor only fails.
-        let n = unsafe { libc::pread(f.raw(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        n > 0 && leader_state_ended(&buf[..n as usize])
+        f(held.as_ref())
     })
 }
 

@@ -83,10 +83,11 @@ pub(super) fn start_slow() {
     SUBSCRIBE.call_once(|| options::subscribe(wake_on_change));
     let gen = FORKS.load(Ordering::Acquire);
     STARTED.store(true, Ordering::Release);
+    let opening = crate::threads::Opening::new();
     let r = crate::lifetime::with_signals_blocked(|| {
         std::thread::Builder::new()
             .name("ebbtide-reclaim".into())
-            .spawn(move || supervise(gen))
+            .spawn(move || supervise(gen, opening))
     });
     if let Err(e) = r {
         ebbtide_core::error::report(format_args!(
@@ -105,9 +106,12 @@ pub(super) fn wake_on_change(_: Tunable, _: u64) {
     }
 }
 
-pub(super) fn supervise(gen: u64) {
+/// Runs the loop, again after a panic; `opening` is dropped once the loop opened its start-up
+/// descriptors (`threads.rs`), or when the thread ends without.
+pub(super) fn supervise(gen: u64, opening: crate::threads::Opening) {
+    let mut opening = Some(opening);
     loop {
-        let r = std::panic::catch_unwind(|| run(gen));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(gen, &mut opening)));
         match r {
             Ok(()) => return,
             Err(e) => {
@@ -160,8 +164,9 @@ pub(super) fn open_watcher(gen: u64) -> Option<Watcher> {
     watcher
 }
 
-pub(super) fn run(gen: u64) {
+pub(super) fn run(gen: u64, opening: &mut Option<crate::threads::Opening>) {
     let me = crate::lifetime::register_runtime_thread();
+    crate::lifetime::open_descriptors();
     let mut settings = source_settings();
     let start = Instant::now();
     // The sources open after `sources_delay_ms` (0: now).
@@ -185,6 +190,8 @@ pub(super) fn run(gen: u64) {
             open_at = None;
             watcher = open_watcher(gen);
         }
+        // The start-up descriptors are open (or the sources wait for `sources_delay_ms`).
+        drop(opening.take());
         let mut deadline = next_periodic.min(next_pools);
         if let Some(t) = open_at {
             deadline = deadline.min(t);
