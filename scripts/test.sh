@@ -4,7 +4,8 @@
 # 1. What the tests need (scripts/deps.sh): installed when run as root, listed otherwise.
 # 2. Every stage, each run even when an earlier one failed, each reported:
 #    * cargo test --workspace (Rust unit and integration tests, the C API tests, the root-only
-#      cgroup/swap/PSI tests);
+#      cgroup/swap/PSI tests, the stock kernel's VM): built once and run in two lanes by
+#      scripts/cargo-test.sh (the VM's binary beside the ones that mostly wait);
 #    * the lints (cargo clippy with the workspace's [workspace.lints]);
 #    * the README's main command resolves (its argument parsing, not the experiment);
 #    * the loom model of the per-CPU cache protocol.
@@ -61,7 +62,7 @@ stage() {
   fi
 }
 
-stage "cargo test --workspace" cargo test --workspace --no-fail-fast
+stage "cargo test --workspace (scripts/cargo-test.sh)" bash scripts/cargo-test.sh
 # The workspace's lints (Cargo.toml [workspace.lints]): every unsafe block has a SAFETY comment,
 # every unsafe fn its `# Safety` doc. Clippy's default set is not this stage's business (-A), so
 # the two are denied again after it: a later flag wins, and `missing_safety_doc` is a member of
