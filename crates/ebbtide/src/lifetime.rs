@@ -6,7 +6,8 @@
 //! registers itself here.
 
 use ebbtide_pressure::libfd::LibFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 /// Thread ids of the runtime's threads alive in this process (0 = free slot).
 static RUNTIME_TIDS: [std::sync::atomic::AtomicI32; 4] =
@@ -23,6 +24,7 @@ pub(crate) fn forget_all_in_child() {
     for t in &RUNTIME_TIDS {
         t.store(0, Ordering::Relaxed);
     }
+    OPENING.store(0, Ordering::Relaxed);
 }
 
 /// Records the calling thread as one of the runtime's (in the library's own code for good,
@@ -44,6 +46,52 @@ pub(crate) fn register_runtime_thread() -> i32 {
 pub(crate) fn unregister_runtime_thread(tid: i32) {
     for t in &RUNTIME_TIDS {
         let _ = t.compare_exchange(tid, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+}
+
+/// Runtime threads started whose start-up descriptors are not open yet: one per live
+/// [`Opening`]. Reset in a forked child ([`forget_all_in_child`]: its holders are threads that do
+/// not exist there).
+static OPENING: AtomicU32 = AtomicU32::new(0);
+
+/// How long `threads::start_runtime` waits for its threads' descriptors: far above the milliseconds
+/// they take; past it the program runs on (only the descriptor numbers are at stake).
+pub(crate) const OPENED_WITHIN_MS: u64 = 1000;
+
+/// Held by a starting thread until its start-up descriptors are open; dropping it (also when
+/// the spawn failed and the closure holding it was dropped) tells `threads::start_runtime`.
+pub(crate) struct Opening(());
+
+impl Opening {
+    pub(crate) fn new() -> Opening {
+        // AcqRel: ordered before the spawn that moves the token into the thread.
+        OPENING.fetch_add(1, Ordering::AcqRel);
+        Opening(())
+    }
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        // AcqRel: the descriptors opened before are visible to the waiter's Acquire load; the
+        // last one out wakes it.
+        if OPENING.fetch_sub(1, Ordering::AcqRel) == 1 {
+            ebbtide_core::os::futex_wake(&OPENING, i32::MAX);
+        }
+    }
+}
+
+/// Waits until no [`Opening`] is held, for at most [`OPENED_WITHIN_MS`]; a futex wait, no spin.
+pub(crate) fn wait_opened() {
+    let start = Instant::now();
+    let limit = Duration::from_millis(OPENED_WITHIN_MS);
+    loop {
+        let n = OPENING.load(Ordering::Acquire);
+        let spent = start.elapsed();
+        if n == 0 || spent >= limit {
+            return;
+        }
+        let left = (limit - spent).as_millis() as u64 + 1;
+        ebbtide_core::os::futex_wait_for(&OPENING, n, Some(left));
     }
 }
 

@@ -14,9 +14,9 @@
 //! The runtime's threads never keep a process alive (see `lifetime.rs`).
 //!
 //! [`start_runtime`] returns once the threads it started have opened their start-up
-//! descriptors (the pressure sources, `/proc/self/stat`), or after [`OPENED_WITHIN_MS`]: an
-//! `open` takes the lowest free number for a moment before the descriptor moves above the
-//! program's range (`ebbtide_pressure::libfd`), and done on a thread of ours while the program
+//! descriptors (the pressure sources, `/proc/self/stat`), or after a second
+//! ([`crate::lifetime::Opening`]): an `open` takes the lowest free number for a moment before
+//! the descriptor moves above the program's range (`ebbtide_pressure::libfd`), and done on a thread of ours while the program
 //! runs on, that moment could hand the program descriptor 4 where it expects 3 (CPython's
 //! `test_os.test_fd_leak` failed so, once, under a loaded full run). Done while the thread that
 //! started the runtime waits inside its allocation, a single-threaded program sees nothing.
@@ -27,54 +27,8 @@
 //! or (the malloc) slow path past the threshold, never from inside the fork.
 
 use crate::options::{self, Tunable};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
-use std::time::{Duration, Instant};
-
-/// Runtime threads started whose start-up descriptors are not open yet: one per live
-/// [`Opening`]. Reset in a forked child (its holders are threads that do not exist there).
-static OPENING: AtomicU32 = AtomicU32::new(0);
-
-/// How long [`start_runtime`] waits for its threads' descriptors: far above the milliseconds
-/// they take; past it the program runs on (only the descriptor numbers are at stake).
-pub(crate) const OPENED_WITHIN_MS: u64 = 1000;
-
-/// Held by a starting thread until its start-up descriptors are open; dropping it (also when
-/// the spawn failed and the closure holding it was dropped) tells [`start_runtime`].
-pub(crate) struct Opening(());
-
-impl Opening {
-    pub(crate) fn new() -> Opening {
-        // AcqRel: ordered before the spawn that moves the token into the thread.
-        OPENING.fetch_add(1, Ordering::AcqRel);
-        Opening(())
-    }
-}
-
-impl Drop for Opening {
-    fn drop(&mut self) {
-        // AcqRel: the descriptors opened before are visible to the waiter's Acquire load; the
-        // last one out wakes it.
-        if OPENING.fetch_sub(1, Ordering::AcqRel) == 1 {
-            ebbtide_core::os::futex_wake(&OPENING, i32::MAX);
-        }
-    }
-}
-
-/// Waits until no [`Opening`] is held, for at most [`OPENED_WITHIN_MS`]; a futex wait, no spin.
-fn wait_opened() {
-    let start = Instant::now();
-    let limit = Duration::from_millis(OPENED_WITHIN_MS);
-    loop {
-        let n = OPENING.load(Ordering::Acquire);
-        let spent = start.elapsed();
-        if n == 0 || spent >= limit {
-            return;
-        }
-        let left = (limit - spent).as_millis() as u64 + 1;
-        ebbtide_core::os::futex_wait_for(&OPENING, n, Some(left));
-    }
-}
 
 /// The core's hook ([`ebbtide_core::runtime::Hooks::before_create`]): a zone is being created,
 /// so the runtime starts ([`start_runtime`]).
@@ -109,7 +63,7 @@ pub(crate) fn start_runtime() {
     prepare_runtime();
     crate::reclaimer::ensure_started();
     ensure_release_helper();
-    wait_opened();
+    crate::lifetime::wait_opened();
 }
 
 /// Set once a release helper was started in this process, or found unnecessary (one CPU, or
@@ -142,7 +96,7 @@ fn ensure_release_helper() {
     if options::get_u64(Tunable::ReleaseThread) == 0 {
         return; // switched off (release_thread=false): the reclaiming thread does it all
     }
-    let opening = Opening::new();
+    let opening = crate::lifetime::Opening::new();
     let r = crate::lifetime::with_signals_blocked(|| {
         std::thread::Builder::new()
             .name("ebbtide-release".into())
@@ -177,7 +131,6 @@ extern "C" fn after_fork_child() {
     // store before whatever the child does next (it pairs with the AcqRel swap in
     // `ensure_release_helper`).
     HELPER_TRIED.store(false, Ordering::Release);
-    OPENING.store(0, Ordering::Release);
     crate::lifetime::forget_all_in_child();
     ebbtide_core::release::set_helper_running(false);
     crate::reclaimer::after_fork_child();

@@ -83,7 +83,7 @@ pub(super) fn start_slow() {
     SUBSCRIBE.call_once(|| options::subscribe(wake_on_change));
     let gen = FORKS.load(Ordering::Acquire);
     STARTED.store(true, Ordering::Release);
-    let opening = crate::threads::Opening::new();
+    let opening = crate::lifetime::Opening::new();
     let r = crate::lifetime::with_signals_blocked(|| {
         std::thread::Builder::new()
             .name("ebbtide-reclaim".into())
@@ -107,8 +107,8 @@ pub(super) fn wake_on_change(_: Tunable, _: u64) {
 }
 
 /// Runs the loop, again after a panic; `opening` is dropped once the loop opened its start-up
-/// descriptors (`threads.rs`), or when the thread ends without.
-pub(super) fn supervise(gen: u64, opening: crate::threads::Opening) {
+/// descriptors (`crate::lifetime::Opening`), or when the thread ends without.
+pub(super) fn supervise(gen: u64, opening: crate::lifetime::Opening) {
     let mut opening = Some(opening);
     loop {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(gen, &mut opening)));
@@ -164,7 +164,7 @@ pub(super) fn open_watcher(gen: u64) -> Option<Watcher> {
     watcher
 }
 
-pub(super) fn run(gen: u64, opening: &mut Option<crate::threads::Opening>) {
+pub(super) fn run(gen: u64, opening: &mut Option<crate::lifetime::Opening>) {
     let me = crate::lifetime::register_runtime_thread();
     crate::lifetime::open_descriptors();
     let mut settings = source_settings();
