@@ -1175,6 +1175,20 @@ pub extern "C" fn ebb_last_error() -> *const c_char {
 mod tests {
     use super::*;
 
+    /// Host memory pressure is not these tests' subject, and when it reaches their process (its
+    /// runtime watches the host's and the cgroup's signals) it opens squeeze windows in which
+    /// caches keep nothing, by design — which changes what the fast-path and double-free checks
+    /// below see (two of them failed together so, run right after the experiments' swap-heavy
+    /// smoke runs). So this test process's runtime starts no pressure source: set before
+    /// `main`, while the process has one thread and before any zone reads its configuration.
+    #[used]
+    #[link_section = ".init_array"]
+    static NO_PRESSURE_SOURCES: extern "C" fn() = no_pressure_sources;
+
+    extern "C" fn no_pressure_sources() {
+        std::env::set_var("EBBTIDE_SOURCES", "none");
+    }
+
     /// Bit 0 of a handle is set exactly for a zone on the fast paths; a careful zone's handle
     /// (checked, zeroing, hooks) has it clear, and both kinds allocate, free, report an invalid
     /// or immediate double free, and destroy through the same entry points.
