@@ -92,6 +92,8 @@ extern "C" fn start() {
     if !env_sets {
         let _ = ebbtide::options::set("sources_delay_ms", "1000");
     }
+    // The delayed opening is done by an allocation of the program's (`runtime_start.rs`).
+    ebbtide::reclaimer::open_on_program_threads();
     runtime_start::at_load();
 }
 

@@ -83,6 +83,8 @@ fn footprint() -> usize {
 pub(crate) fn maybe_start() {
     if ARMED.load(Ordering::Relaxed) {
         start_if_due();
+    } else if ebbtide::reclaimer::sources_requested() {
+        open_sources();
     }
 }
 
@@ -114,6 +116,31 @@ fn start_if_due() {
 /// In a forked child (a fork handler: atomics only): the parent's threads do not exist here;
 /// the child starts its own at its first slow path past the threshold, if the parent's start
 /// was armed or done (never before the library's constructor ran).
+/// The reclaim thread asked for the pressure sources' delayed opening (`sources_delay_ms`):
+/// opened here, inside this allocation, with no lock of the allocator held, so that a
+/// single-threaded program cannot see an `open` of ours take its lowest free descriptor
+/// (`ebbtide/src/reclaimer/handoff.rs`). Under the same conditions as the start: not in a fork,
+/// cancellation off, `errno` kept; never on a thread of the runtime's (or in the library's own
+/// code), which is what the request is there to avoid.
+#[cold]
+#[inline(never)]
+fn open_sources() {
+    if ebbtide_core::forkgate::forking() || ebbtide::in_library_code() {
+        return;
+    }
+    let mut old = 0;
+    // SAFETY: pthread_setcancelstate with a valid state and a pointer to a local.
+    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+    let e = ebbtide_core::os::errno();
+    {
+        let _own = ebbtide::LibraryCode::enter();
+        ebbtide::reclaimer::open_if_requested();
+    }
+    ebbtide_core::os::set_errno(e);
+    // SAFETY: restores the state saved above; a null old-state pointer is allowed.
+    unsafe { pthread_setcancelstate(old, core::ptr::null_mut()) };
+}
+
 pub(crate) fn rearm_in_child() {
     if START_AT.load(Ordering::Relaxed) != usize::MAX {
         ARMED.store(true, Ordering::Relaxed);

@@ -527,7 +527,11 @@ tunables! {
               mappings; periodic work runs from the start. libebbtide_malloc.so makes it 1000 \
               unless the environment sets it: a process that ends sooner has nothing to give \
               back, and a PSI trigger costs tens of milliseconds to tear down at exit (measured: \
-              /bin/true took 80 ms instead of 3).",
+              /bin/true took 80 ms instead of 3). There the opening is asked of the program's \
+              next allocation slow path, which opens the sources inside that allocation (an \
+              open on the reclaim thread while the program runs could take the program's \
+              lowest free descriptor for a moment); the reclaim thread opens them itself when \
+              no such allocation comes within 100 ms.",
     },
     /// Whether the reclaim thread runs.
     ReclaimThread {

@@ -27,6 +27,7 @@ mod apply;
 mod config;
 mod events;
 mod handlers;
+mod handoff;
 mod thread;
 
 pub use config::{detect_config, policy_config, source_tunables};
@@ -38,6 +39,7 @@ pub use handlers::{
     register_lowmem_handler, register_lowmem_handler_c, unregister_lowmem_handler,
     unregister_lowmem_handler_c, HandlerId, LowmemHandler,
 };
+pub use handoff::{open_if_requested, open_on_program_threads, requested as sources_requested};
 pub(crate) use thread::after_fork_child;
 pub use thread::ensure_started;
 

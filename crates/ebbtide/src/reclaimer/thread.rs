@@ -5,6 +5,7 @@
 //! once where they are declared (`reclaimer/mod.rs`); every use here is one side of those pairs.
 
 use super::config::{configure_lazy, configure_sizing, source_settings};
+use super::handoff;
 use super::*;
 
 /// Called by the runtime's fork handler (`threads.rs`) in a child: it has no reclaim thread;
@@ -12,6 +13,7 @@ use super::*;
 pub(crate) fn after_fork_child() {
     FORKS.fetch_add(1, Ordering::AcqRel);
     STARTED.store(false, Ordering::Release);
+    super::handoff::after_fork_child();
 }
 
 /// Starts the reclaim thread if it should run and does not (cheap when it runs: one load).
@@ -169,8 +171,11 @@ pub(super) fn run(gen: u64, opening: &mut Option<crate::lifetime::Opening>) {
     crate::lifetime::open_descriptors();
     let mut settings = source_settings();
     let start = Instant::now();
-    // The sources open after `sources_delay_ms` (0: now).
-    let mut open_at = Some(start + options::get_duration(Tunable::SourcesDelayMs));
+    // The sources open after `sources_delay_ms` (0: now); a delayed opening is asked of a
+    // program thread when one will come by (`handoff.rs`), done here after `FALLBACK` if none.
+    let delay = options::get_duration(Tunable::SourcesDelayMs);
+    let mut open_at = Some(start + delay);
+    let mut awaiting: Option<Instant> = None;
     let mut watcher = None;
     let mut opt_gen = options::global().generation();
     let mut next_periodic = start + options::get_duration(Tunable::TrimIntervalMs);
@@ -188,12 +193,31 @@ pub(super) fn run(gen: u64, opening: &mut Option<crate::lifetime::Opening>) {
         let now = Instant::now();
         if open_at.is_some_and(|t| now >= t) {
             open_at = None;
-            watcher = open_watcher(gen);
+            if handoff::on_program_threads() && !delay.is_zero() {
+                handoff::request();
+                awaiting = Some(now + handoff::FALLBACK);
+            } else {
+                watcher = open_watcher(gen);
+            }
+        }
+        if let Some(t) = awaiting {
+            if let Some(w) = handoff::take(gen) {
+                awaiting = None;
+                watcher = w;
+            } else if now >= t {
+                if handoff::withdraw() {
+                    awaiting = None;
+                    watcher = open_watcher(gen);
+                } else {
+                    // A program thread took the request and is opening: its watcher comes.
+                    awaiting = Some(now + handoff::FALLBACK);
+                }
+            }
         }
         // The start-up descriptors are open (or the sources wait for `sources_delay_ms`).
         drop(opening.take());
         let mut deadline = next_periodic.min(next_pools);
-        if let Some(t) = open_at {
+        if let Some(t) = open_at.or(awaiting) {
             deadline = deadline.min(t);
         }
         if let Some(d) = with_policy(|p| p.next_deadline(now)) {
@@ -225,7 +249,7 @@ pub(super) fn run(gen: u64, opening: &mut Option<crate::lifetime::Opening>) {
                     open_at = Some(Instant::now() + Duration::from_secs(1));
                 }
             },
-            None => std::thread::sleep(timeout),
+            None => handoff::sleep(timeout),
         }
         if let Some(w) = watcher.as_ref() {
             // Copied only when changed: a copy allocates (a string per source), and a sleeping
@@ -283,7 +307,8 @@ pub(super) fn run(gen: u64, opening: &mut Option<crate::lifetime::Opening>) {
             let new = source_settings();
             if new != settings {
                 settings = new;
-                if open_at.is_none() {
+                // (An opening asked of a program thread reads the new settings itself.)
+                if open_at.is_none() && awaiting.is_none() {
                     drop(watcher.take()); // closes the old sources' descriptors first
                     watcher = open_watcher(gen);
                 }
