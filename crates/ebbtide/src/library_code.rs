@@ -16,7 +16,10 @@ thread_local! {
 pub struct LibraryCode(());
 
 impl LibraryCode {
-    /// Enters the library's own code (nests).
+    /// Enters the library's own code (nests). Inlined: a program's first call into the
+    /// library (the malloc's constructor) runs it, and out of line it was a function outside the
+    /// malloc's hot text (`hot-text.txt`).
+    #[inline]
     pub fn enter() -> LibraryCode {
         LIBRARY_CODE.with(|d| d.set(d.get() + 1));
         LibraryCode(())
@@ -24,6 +27,7 @@ impl LibraryCode {
 }
 
 impl Drop for LibraryCode {
+    #[inline]
     fn drop(&mut self) {
         LIBRARY_CODE.with(|d| d.set(d.get() - 1));
     }

@@ -37,7 +37,9 @@ static WAKE: AtomicU32 = AtomicU32::new(0);
 /// that long for them).
 pub(super) const FALLBACK: Duration = Duration::from_millis(100);
 
-/// The malloc's allocation slow paths will open the sources (see the module doc).
+/// The malloc's allocation slow paths will open the sources (see the module doc). Inlined
+/// into the malloc's constructor, which every program runs (its hot text, `hot-text.txt`).
+#[inline]
 pub fn open_on_program_threads() {
     ON_PROGRAM_THREADS.store(true, Ordering::Relaxed);
 }
