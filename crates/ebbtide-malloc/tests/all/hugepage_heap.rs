@@ -68,6 +68,33 @@ fn thp_mode() -> Option<String> {
     Some(t[a + 1..b].to_string())
 }
 
+/// The `/proc/self/smaps` entries (range, `AnonHugePages`, `THPeligible`) of the mappings
+/// overlapping `[lo, hi)`, one line each: what a failed assertion about them shows.
+fn smaps_entries(lo: usize, hi: usize) -> String {
+    let text = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut out = String::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let head = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = head.split_once('-') {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                inside = a < hi && b > lo;
+                if inside {
+                    out.push_str(&format!("\n  {a:#x}-{b:#x} ({} KiB)", (b - a) / K));
+                }
+                continue;
+            }
+        }
+        if inside && (line.starts_with("AnonHugePages:") || line.starts_with("THPeligible:")) {
+            out.push_str(&format!(
+                " {}",
+                line.split_whitespace().collect::<Vec<_>>().join(" ")
+            ));
+        }
+    }
+    out
+}
+
 /// For the mappings of this process overlapping `[lo, hi)`: the sum of their `AnonHugePages`
 /// in bytes, and whether every one is `THPeligible: 1`.
 fn smaps(lo: usize, hi: usize) -> (usize, bool) {
@@ -210,7 +237,13 @@ fn a_small_block_alone_stays_on_small_pages() {
         touch(small, 256 * K);
         let r = small as usize & !(REGION - 1);
         let (hp, eligible) = smaps(r, r + REGION);
-        assert_eq!(hp, 0, "no huge page behind a lone 256 KiB block");
+        assert_eq!(
+            hp,
+            0,
+            "no huge page behind a lone 256 KiB block (block {small:p}, region {r:#x}, the 4 MiB \
+             block {big:p}); the mappings over the region:{}",
+            smaps_entries(r, r + REGION)
+        );
         if thp_mode().is_some() {
             assert!(!eligible, "its region is MADV_NOHUGEPAGE");
         }
