@@ -98,24 +98,10 @@ fn start_if_due() {
     if !ARMED.swap(false, Ordering::AcqRel) {
         return;
     }
-    let mut old = 0;
-    // SAFETY: pthread_setcancelstate with a valid out-pointer; restored below on this thread.
-    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
-    let e = ebbtide_core::os::errno();
-    {
-        // The start's allocations are the library's own, on the program's thread (`heap.rs`).
-        let _own = ebbtide::LibraryCode::enter();
-        ebbtide::start_threads();
-    }
-    ebbtide_core::os::set_errno(e);
-    // SAFETY: pthread_setcancelstate with a state it returned above; a null out-pointer is
-    // allowed. The previous state back on this thread.
-    unsafe { pthread_setcancelstate(old, core::ptr::null_mut()) };
+    // The start's allocations are the library's own, on the program's thread (`heap.rs`).
+    as_library_work(ebbtide::start_threads);
 }
 
-/// In a forked child (a fork handler: atomics only): the parent's threads do not exist here;
-/// the child starts its own at its first slow path past the threshold, if the parent's start
-/// was armed or done (never before the library's constructor ran).
 /// The reclaim thread asked for the pressure sources' delayed opening (`sources_delay_ms`):
 /// opened here, inside this allocation, with no lock of the allocator held, so that a
 /// single-threaded program cannot see an `open` of ours take its lowest free descriptor
@@ -128,19 +114,33 @@ fn open_sources() {
     if ebbtide_core::forkgate::forking() || ebbtide::in_library_code() {
         return;
     }
+    as_library_work(ebbtide::reclaimer::open_if_requested);
+}
+
+/// Runs `f`, the library's own work (it opens files, creates threads, allocates), on a program
+/// thread inside one of its allocations: cancellation off around it (`open` and thread creation
+/// are cancellation points; a cancelled user thread must not unwind through `malloc`), the
+/// program's `errno` kept, and its allocations marked the library's own (`heap.rs`). Inlined
+/// into its two cold callers, as the start was written before (their code in the hot text).
+#[inline(always)]
+fn as_library_work(f: impl FnOnce()) {
     let mut old = 0;
-    // SAFETY: pthread_setcancelstate with a valid state and a pointer to a local.
+    // SAFETY: pthread_setcancelstate with a valid out-pointer; restored below on this thread.
     unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
     let e = ebbtide_core::os::errno();
     {
         let _own = ebbtide::LibraryCode::enter();
-        ebbtide::reclaimer::open_if_requested();
+        f();
     }
     ebbtide_core::os::set_errno(e);
-    // SAFETY: restores the state saved above; a null old-state pointer is allowed.
+    // SAFETY: pthread_setcancelstate with a state it returned above; a null out-pointer is
+    // allowed. The previous state back on this thread.
     unsafe { pthread_setcancelstate(old, core::ptr::null_mut()) };
 }
 
+/// In a forked child (a fork handler: atomics only): the parent's threads do not exist here;
+/// the child starts its own at its first slow path past the threshold, if the parent's start
+/// was armed or done (never before the library's constructor ran).
 pub(crate) fn rearm_in_child() {
     if START_AT.load(Ordering::Relaxed) != usize::MAX {
         ARMED.store(true, Ordering::Relaxed);

@@ -54,9 +54,10 @@ pub(crate) fn unregister_runtime_thread(tid: i32) {
 /// not exist there).
 static OPENING: AtomicU32 = AtomicU32::new(0);
 
-/// How long `threads::start_runtime` waits for its threads' descriptors: far above the milliseconds
-/// they take; past it the program runs on (only the descriptor numbers are at stake).
-pub(crate) const OPENED_WITHIN_MS: u64 = 1000;
+/// How long `threads::start_runtime` waits for its threads' descriptors: far above the
+/// milliseconds they take; past it the program runs on (only the descriptor numbers are at
+/// stake).
+const OPENED_WITHIN_MS: u64 = 1000;
 
 /// Held by a starting thread until its start-up descriptors are open; dropping it (also when
 /// the spawn failed and the closure holding it was dropped) tells `threads::start_runtime`.

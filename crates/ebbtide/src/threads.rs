@@ -16,10 +16,11 @@
 //! [`start_runtime`] returns once the threads it started have opened their start-up
 //! descriptors (the pressure sources, `/proc/self/stat`), or after a second
 //! ([`crate::lifetime::Opening`]): an `open` takes the lowest free number for a moment before
-//! the descriptor moves above the program's range (`ebbtide_pressure::libfd`), and done on a thread of ours while the program
-//! runs on, that moment could hand the program descriptor 4 where it expects 3 (CPython's
-//! `test_os.test_fd_leak` failed so, once, under a loaded full run). Done while the thread that
-//! started the runtime waits inside its allocation, a single-threaded program sees nothing.
+//! the descriptor moves above the program's range (`ebbtide_pressure::libfd`), and done on a
+//! thread of ours while the program runs on, that moment could hand the program descriptor 4
+//! where it expects 3 (CPython's `test_os.test_fd_leak` failed so, once, under a loaded full
+//! run). Done while the thread that started the runtime waits inside its allocation, a
+//! single-threaded program sees nothing.
 //!
 //! A forked child has none of its parent's threads. The fork handler only clears atomics
 //! (async-signal-safe: POSIX allows nothing else in the child of a multithreaded process before

@@ -13,7 +13,7 @@ use super::*;
 pub(crate) fn after_fork_child() {
     FORKS.fetch_add(1, Ordering::AcqRel);
     STARTED.store(false, Ordering::Release);
-    super::handoff::after_fork_child();
+    handoff::after_fork_child();
 }
 
 /// Starts the reclaim thread if it should run and does not (cheap when it runs: one load).
