@@ -68,11 +68,18 @@ fn thp_mode() -> Option<String> {
     Some(t[a + 1..b].to_string())
 }
 
-/// The `/proc/self/smaps` entries (range, `AnonHugePages`, `THPeligible`) of the mappings
-/// overlapping `[lo, hi)`, one line each: what a failed assertion about them shows.
-fn smaps_entries(lo: usize, hi: usize) -> String {
+/// One mapping of `/proc/self/smaps`: its range, `AnonHugePages` in bytes, `THPeligible`.
+struct Mapping {
+    start: usize,
+    end: usize,
+    huge: usize,
+    eligible: bool,
+}
+
+/// The mappings of this process overlapping `[lo, hi)`.
+fn mappings(lo: usize, hi: usize) -> Vec<Mapping> {
     let text = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let mut out = String::new();
+    let mut found: Vec<Mapping> = Vec::new();
     let mut inside = false;
     for line in text.lines() {
         let head = line.split_whitespace().next().unwrap_or("");
@@ -80,39 +87,21 @@ fn smaps_entries(lo: usize, hi: usize) -> String {
             if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
                 inside = a < hi && b > lo;
                 if inside {
-                    out.push_str(&format!("\n  {a:#x}-{b:#x} ({} KiB)", (b - a) / K));
+                    found.push(Mapping {
+                        start: a,
+                        end: b,
+                        huge: 0,
+                        eligible: true,
+                    });
                 }
                 continue;
             }
         }
-        if inside && (line.starts_with("AnonHugePages:") || line.starts_with("THPeligible:")) {
-            out.push_str(&format!(
-                " {}",
-                line.split_whitespace().collect::<Vec<_>>().join(" ")
-            ));
-        }
-    }
-    out
-}
-
-/// For the mappings of this process overlapping `[lo, hi)`: the sum of their `AnonHugePages`
-/// in bytes, and whether every one is `THPeligible: 1`.
-fn smaps(lo: usize, hi: usize) -> (usize, bool) {
-    let text = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let (mut huge, mut eligible, mut inside) = (0, true, false);
-    for line in text.lines() {
-        let head = line.split_whitespace().next().unwrap_or("");
-        if let Some((a, b)) = head.split_once('-') {
-            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
-                inside = a < hi && b > lo;
-                continue;
-            }
-        }
-        if !inside {
+        let Some(m) = found.last_mut().filter(|_| inside) else {
             continue;
-        }
+        };
         if let Some(v) = line.strip_prefix("AnonHugePages:") {
-            huge += v
+            m.huge = v
                 .trim()
                 .trim_end_matches("kB")
                 .trim()
@@ -120,10 +109,38 @@ fn smaps(lo: usize, hi: usize) -> (usize, bool) {
                 .unwrap()
                 * K;
         } else if let Some(v) = line.strip_prefix("THPeligible:") {
-            eligible &= v.trim() == "1";
+            m.eligible = v.trim() == "1";
         }
     }
-    (huge, eligible)
+    found
+}
+
+/// The mappings overlapping `[lo, hi)`, one line each (range, `AnonHugePages`, `THPeligible`):
+/// what a failed assertion about them shows.
+fn smaps_entries(lo: usize, hi: usize) -> String {
+    mappings(lo, hi)
+        .iter()
+        .map(|m| {
+            format!(
+                "\n  {:#x}-{:#x} ({} KiB) AnonHugePages {} KiB THPeligible {}",
+                m.start,
+                m.end,
+                (m.end - m.start) / K,
+                m.huge / K,
+                u8::from(m.eligible)
+            )
+        })
+        .collect()
+}
+
+/// For the mappings of this process overlapping `[lo, hi)`: the sum of their `AnonHugePages`
+/// in bytes, and whether every one is `THPeligible: 1`.
+fn smaps(lo: usize, hi: usize) -> (usize, bool) {
+    let found = mappings(lo, hi);
+    (
+        found.iter().map(|m| m.huge).sum(),
+        found.iter().all(|m| m.eligible),
+    )
 }
 
 #[test]
