@@ -57,14 +57,15 @@ if ! cargo test --workspace --no-run --message-format=json-render-diagnostics >"
 fi
 
 # One line per test binary: package, kind rank (lib 0, bin 1, test 2, as cargo orders them),
-# kind, target, package directory, executable.
+# its key PACKAGE:KIND:TARGET (the lists above), package directory, executable.
 jq -r 'select(.reason == "compiler-artifact" and .profile.test == true and .executable != null)
   | (.package_id | capture("(?<n>[^/#]+)#(?<v>[^#]*)$")) as $id
+  | (if ($id.v | contains("@")) then ($id.v | split("@")[0]) else $id.n end) as $package
   | (if (.target.kind | index("test")) then 2 elif (.target.kind | index("bin")) then 1 else 0 end) as $rank
-  | [ (if ($id.v | contains("@")) then ($id.v | split("@")[0]) else $id.n end),
-      $rank, (if $rank == 2 then "test" elif $rank == 1 then "bin" else "lib" end),
-      .target.name, (.manifest_path | sub("/Cargo.toml$"; "")), .executable ] | @tsv' \
-  "$work/build.json" | sort -t$'\t' -k1,1 -k2,2n -k4,4 -u >"$work/binaries"
+  | [ $package, $rank,
+      "\($package):\(["lib", "bin", "test"][$rank]):\(.target.name)",
+      (.manifest_path | sub("/Cargo.toml$"; "")), .executable ] | @tsv' \
+  "$work/build.json" | sort -t$'\t' -k1,1 -k2,2n -k3,3 -u >"$work/binaries"
 if [ ! -s "$work/binaries" ]; then
   echo "cargo-test.sh: the build listed no test binaries"
   exit 101
@@ -90,7 +91,6 @@ run_binary() {
 }
 
 failed=0
-key() { echo "$1:$3:$4"; }
 listed() {
   local k=$1 b
   for b in "${BESIDE_VM[@]}"; do [ "$b" = "$k" ] && return 0; done
@@ -98,16 +98,16 @@ listed() {
 }
 
 # Lane 1: the VM's binary, from now on, its output kept until it ends.
-while IFS=$'\t' read -r package _ kind target dir exe; do
-  if [ "$(key "$package" _ "$kind" "$target")" = "$VM" ]; then
+while IFS=$'\t' read -r package _ key dir exe; do
+  if [ "$key" = "$VM" ]; then
     run_binary "$package" "$dir" "$exe" >"$work/vm.out" 2>&1 &
     vm_pid=$!
   fi
 done <"$work/binaries"
 
 # Lane 2: the listed binaries that mostly wait, beside it.
-while IFS=$'\t' read -r package _ kind target dir exe; do
-  listed "$(key "$package" _ "$kind" "$target")" || continue
+while IFS=$'\t' read -r package _ key dir exe; do
+  listed "$key" || continue
   run_binary "$package" "$dir" "$exe" || failed=1
 done <"$work/binaries"
 
@@ -118,9 +118,8 @@ if [ -n "$vm_pid" ]; then
 fi
 
 # Then everything else, one at a time, in cargo's order.
-while IFS=$'\t' read -r package _ kind target dir exe; do
-  k=$(key "$package" _ "$kind" "$target")
-  { [ "$k" = "$VM" ] || listed "$k"; } && continue
+while IFS=$'\t' read -r package _ key dir exe; do
+  { [ "$key" = "$VM" ] || listed "$key"; } && continue
   run_binary "$package" "$dir" "$exe" || failed=1
 done <"$work/binaries"
 
